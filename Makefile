@@ -1,0 +1,64 @@
+# The same commands locally and in CI. `make run` serves on the embedded engine;
+# `make test` installs everything, starts every engine, runs the whole suite.
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+TOOLS_BIN := $(HOME)/.cache/loom/bin
+PORT ?= 50051
+DATA_DIR ?= ./data
+PROTOS := $(wildcard protos/loom/v1/*.proto)
+
+.PHONY: install run test test-unit lint protos protos-check buf-lint engines-up engines-down tools bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: install
+	$(BIN)/loom serve --port $(PORT) --data-dir $(DATA_DIR)
+
+tools:
+	scripts/tools/install.sh
+
+# Starts every engine once for the whole run and stops it however pytest ends.
+test: install tools
+	@set -euo pipefail; \
+	trap 'scripts/engines/down.sh' EXIT; \
+	scripts/engines/up.sh; \
+	source .engines/env; \
+	export PATH="$(TOOLS_BIN):$$PATH"; \
+	$(BIN)/pytest -p no:cacheprovider $(PYTEST_ARGS)
+
+test-unit: install
+	$(BIN)/pytest -q tests/unit
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check server storage loadtest clients/python tests
+	$(BIN)/mypy
+
+protos: install
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m grpc_tools.protoc -I protos \
+	  --python_out=protos --grpc_python_out=protos \
+	  --mypy_out=protos --mypy_grpc_out=protos $(PROTOS)
+
+buf-lint: tools
+	cd protos && $(TOOLS_BIN)/buf lint
+
+engines-up:
+	scripts/engines/up.sh
+
+engines-down:
+	scripts/engines/down.sh
+
+bench: install
+	$(BIN)/python -m loadtest threadweaver --json loadtest/results/threadweaver.json --png loadtest/results/threadweaver.png
+
+clean:
+	rm -rf $(VENV) .engines .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,266 @@
+"""Typed settings: frozen dataclasses, loaded here and nowhere else.
+
+Precedence, lowest first: the defaults below, an optional TOML file (``--config`` or
+``LOOM_CONFIG``), environment variables, command-line flags. Environment variables name a
+section and a field joined by a double underscore: ``LOOM_SERVER__PORT=50052``,
+``LOOM_STORAGE__THREADWEAVER_STORE=cassandra``, ``LOOM_CASSANDRA__CONTACT_POINTS=a,b``.
+Per-method policies come from TOML only::
+
+    [policies."loom.v1.ThreadWeaver/WeaveMessages"]
+    max_concurrency = 4
+    deadline_s = 20.0
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+__all__ = [
+    "BigtableSettings",
+    "BreakerSettings",
+    "CassandraSettings",
+    "DynamoDBSettings",
+    "MethodPolicy",
+    "ServerSettings",
+    "Settings",
+    "SqliteSettings",
+    "StorageSettings",
+    "ThreadWeaverSettings",
+    "load_settings",
+]
+
+StoreName = Literal["sqlite", "bigtable", "cassandra", "dynamodb"]
+
+
+@dataclass(frozen=True, slots=True)
+class MethodPolicy:
+    """How one RPC method is bounded."""
+
+    max_concurrency: int = 64
+    """Calls of this method running at once."""
+    max_waiting: int = 64
+    """Calls allowed to wait for a slot; beyond that RESOURCE_EXHAUSTED at once."""
+    max_wait_s: float = 0.5
+    """Longest wait for a slot before RESOURCE_EXHAUSTED."""
+    deadline_s: float = 5.0
+    """Default deadline; a shorter client deadline wins."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSettings:
+    """The listening server."""
+
+    host: str = "127.0.0.1"
+    """Interface to bind; 0.0.0.0 inside a container."""
+    port: int = 50051
+    """TCP port."""
+    grace_s: float = 10.0
+    """Drain time for in-flight calls after SIGTERM."""
+    max_message_bytes: int = 16 * 1024 * 1024
+    """Largest request or response message."""
+    log_level: str = "info"
+    """structlog level: debug, info, warning, error."""
+    use_uvloop: bool = True
+    """uvloop serves ~10 % more calls per core (ENGINES.md)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SqliteSettings:
+    """The embedded engine."""
+
+    data_dir: str = "./data"
+    """Directory of the SQLite files (created when missing)."""
+    synchronous: Literal["FULL", "NORMAL"] = "FULL"
+    """FULL survives power loss; NORMAL (WAL) survives a process crash only."""
+    readers: int = 4
+    """Reader threads (WAL lets readers run beside the single writer)."""
+
+
+@dataclass(frozen=True, slots=True)
+class BigtableSettings:
+    """Cloud Bigtable (or its emulator, through BIGTABLE_EMULATOR_HOST)."""
+
+    project: str = "loom"
+    """GCP project id."""
+    instance: str = "loom"
+    """Bigtable instance id."""
+    table_prefix: str = "loom-"
+    """Prefix of every table Loom owns."""
+    create_tables: bool = False
+    """Create missing tables and families at start-up (emulator, first deploy)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CassandraSettings:
+    """Apache Cassandra (or ScyllaDB)."""
+
+    contact_points: tuple[str, ...] = ("127.0.0.1",)
+    """Seed hosts."""
+    port: int = 9042
+    """Native protocol port."""
+    keyspace: str = "loom"
+    """Keyspace of every Loom table."""
+    replication_factor: int = 1
+    """SimpleStrategy factor used when the keyspace is created."""
+    create_schema: bool = False
+    """Create the keyspace and tables at start-up."""
+    request_timeout_s: float = 5.0
+    """Driver-side timeout per statement."""
+
+
+@dataclass(frozen=True, slots=True)
+class DynamoDBSettings:
+    """Amazon DynamoDB (or DynamoDB Local, through endpoint_url)."""
+
+    endpoint_url: str = ""
+    """Empty for AWS itself; http://127.0.0.1:18000 for DynamoDB Local."""
+    region: str = "us-east-1"
+    """AWS region."""
+    table_prefix: str = "loom-"
+    """Prefix of every table Loom owns."""
+    create_tables: bool = False
+    """Create missing tables at start-up."""
+
+
+@dataclass(frozen=True, slots=True)
+class StorageSettings:
+    """Which engine each service stores its state in."""
+
+    threadweaver_store: StoreName = "sqlite"
+    """sqlite, bigtable or cassandra."""
+    summary_store: StoreName = "sqlite"
+    """sqlite or dynamodb."""
+    inbox_store: StoreName = "sqlite"
+    """sqlite or cassandra."""
+
+
+@dataclass(frozen=True, slots=True)
+class BreakerSettings:
+    """Circuit breakers toward each engine."""
+
+    failure_threshold: int = 5
+    """Consecutive engine faults that open the circuit."""
+    reset_timeout_s: float = 2.0
+    """Pause before half-open probes."""
+    half_open_max_calls: int = 1
+    """Probes allowed at once while half-open."""
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadWeaverSettings:
+    """ThreadWeaver limits."""
+
+    max_batch: int = 1000
+    """Messages per WeaveMessages call."""
+    max_resolve: int = 100
+    """Threads per ResolveThreads call."""
+    default_max_threads: int = 10_000
+    """Spam guard: member threads above which a unified thread is oversized."""
+    max_closure: int = 10_000
+    """Unified threads a merge closure may hold before the read is refused."""
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Everything the server reads at start-up."""
+
+    server: ServerSettings = field(default_factory=ServerSettings)
+    sqlite: SqliteSettings = field(default_factory=SqliteSettings)
+    bigtable: BigtableSettings = field(default_factory=BigtableSettings)
+    cassandra: CassandraSettings = field(default_factory=CassandraSettings)
+    dynamodb: DynamoDBSettings = field(default_factory=DynamoDBSettings)
+    storage: StorageSettings = field(default_factory=StorageSettings)
+    breaker: BreakerSettings = field(default_factory=BreakerSettings)
+    threadweaver: ThreadWeaverSettings = field(default_factory=ThreadWeaverSettings)
+    policies: Mapping[str, MethodPolicy] = field(default_factory=dict)
+    """Per-method overrides keyed by full method name ``loom.v1.Service/Method``."""
+
+
+D = TypeVar("D")
+
+
+def _coerce(value: Any, hint: Any, where: str) -> Any:
+    """Turns a TOML or environment value into the field's declared type."""
+    origin = typing.get_origin(hint)
+    if origin is Literal:
+        allowed = typing.get_args(hint)
+        if value not in allowed:
+            raise ValueError(f"{where}: {value!r} is not one of {allowed}")
+        return value
+    if origin is tuple:
+        items = value.split(",") if isinstance(value, str) else list(value)
+        return tuple(str(i).strip() for i in items if str(i).strip())
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in {"1", "true", "yes", "on"}:
+            return True
+        if text in {"0", "false", "no", "off"}:
+            return False
+        raise ValueError(f"{where}: {value!r} is not a boolean")
+    if hint in (int, float, str):
+        try:
+            return hint(value)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{where}: {value!r} is not a valid {hint.__name__}") from exc
+    raise TypeError(f"{where}: unsupported setting type {hint!r}")  # pragma: no cover
+
+
+def _build(cls: type[D], values: Mapping[str, Any], where: str) -> D:
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = set(values) - known
+    if unknown:
+        raise ValueError(f"{where}: unknown settings {sorted(unknown)}")
+    kwargs = {k: _coerce(v, hints[k], f"{where}.{k}") for k, v in values.items()}
+    return cls(**kwargs)
+
+
+def _sections() -> dict[str, type]:
+    return {
+        f.name: typing.get_type_hints(Settings)[f.name]
+        for f in dataclasses.fields(Settings)
+        if f.name != "policies"
+    }
+
+
+def load_settings(
+    config_file: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Mapping[str, Any]] | None = None,
+) -> Settings:
+    """Defaults < TOML file < ``LOOM_SECTION__FIELD`` environment < `overrides` (CLI flags)."""
+    env = os.environ if env is None else env
+    merged: dict[str, dict[str, Any]] = {name: {} for name in _sections()}
+    policies: dict[str, MethodPolicy] = {}
+    path = config_file or (Path(env["LOOM_CONFIG"]) if env.get("LOOM_CONFIG") else None)
+    if path is not None:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        for section, values in data.items():
+            if section == "policies":
+                for method, policy in values.items():
+                    policies[method] = _build(MethodPolicy, policy, f"policies.{method}")
+            elif section in merged:
+                merged[section].update(values)
+            else:
+                raise ValueError(f"{path}: unknown section [{section}]")
+    for key, value in env.items():
+        if not key.startswith("LOOM_") or "__" not in key:
+            continue
+        section, _, name = key[len("LOOM_") :].lower().partition("__")
+        if section not in merged:
+            raise ValueError(f"{key}: unknown settings section {section!r}")
+        merged[section][name] = value
+    for section, values in (overrides or {}).items():
+        merged[section].update({k: v for k, v in values.items() if v is not None})
+    built = {name: _build(cls, merged[name], name) for name, cls in _sections().items()}
+    return Settings(**built, policies=types.MappingProxyType(policies))

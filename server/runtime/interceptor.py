@@ -1,0 +1,156 @@
+"""One server interceptor applies the cross-cutting rules to every Loom RPC.
+
+For each call: a request id (the caller's ``x-request-id`` or a new one), the method's
+bulkhead (full: RESOURCE_EXHAUSTED at once), the effective deadline (the method default, or
+the client's when shorter; exceeded: the work is cancelled and DEADLINE_EXCEEDED returned),
+error mapping (`server.runtime.status`), and one JSON log line with method, status, duration
+and request id. Health and reflection calls pass through untouched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, NoReturn
+
+import grpc
+import structlog
+
+from server.runtime.errors import DeadlineExceeded
+from server.runtime.logs import get_logger
+from server.runtime.policies import PolicyTable
+from server.runtime.status import code_for, rich_status
+
+__all__ = ["RpcInterceptor"]
+
+_log = get_logger("rpc")
+_LOOM_PREFIX = "/loom."
+
+
+def _request_id(context: grpc.aio.ServicerContext) -> str:
+    for key, value in context.invocation_metadata() or ():
+        if key == "x-request-id" and isinstance(value, str) and 0 < len(value) <= 128:
+            return value
+    return uuid.uuid4().hex
+
+
+def _effective_deadline(context: grpc.aio.ServicerContext, default_s: float) -> float:
+    remaining = context.time_remaining()
+    return default_s if remaining is None else max(0.0, min(default_s, remaining))
+
+
+class _Call:
+    """Bookkeeping shared by the unary and streaming wrappers."""
+
+    __slots__ = ("context", "method", "request_id", "started", "table")
+
+    def __init__(self, table: PolicyTable, method: str, context: grpc.aio.ServicerContext) -> None:
+        self.table = table
+        self.method = method
+        self.context = context
+        self.request_id = _request_id(context)
+        self.started = time.perf_counter()
+        structlog.contextvars.bind_contextvars(request_id=self.request_id)
+        context.set_trailing_metadata((("x-request-id", self.request_id),))
+
+    def log(self, code: grpc.StatusCode, exc: BaseException | None = None) -> None:
+        fields: dict[str, Any] = {
+            "method": self.method,
+            "status": code.name,
+            "duration_ms": round((time.perf_counter() - self.started) * 1000, 3),
+            "request_id": self.request_id,
+        }
+        if code is grpc.StatusCode.INTERNAL and exc is not None:
+            _log.error("rpc", exc_info=exc, **fields)
+        elif code in (grpc.StatusCode.OK, grpc.StatusCode.NOT_FOUND):
+            _log.info("rpc", **fields)
+        else:
+            _log.warning("rpc", error=str(exc) if exc else None, **fields)
+        structlog.contextvars.unbind_contextvars("request_id")
+
+    async def fail(self, exc: BaseException) -> NoReturn:
+        code = code_for(exc)
+        self.log(code, exc)
+        await self.context.abort_with_status(rich_status(exc, self.request_id))
+        raise AssertionError("abort_with_status returned")  # pragma: no cover
+
+
+def _wrap_unary(
+    behavior: Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]],
+    table: PolicyTable,
+    method: str,
+) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]:
+    async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        call = _Call(table, method, context)
+        policy = table.policy(method)
+        try:
+            async with asyncio.timeout(_effective_deadline(context, policy.deadline_s)):
+                async with table.bulkhead(method).slot():
+                    response = await behavior(request, context)
+        except TimeoutError:
+            await call.fail(DeadlineExceeded(f"{method}: deadline exceeded"))
+        except asyncio.CancelledError:
+            call.log(grpc.StatusCode.CANCELLED)
+            raise
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a status
+            await call.fail(exc)
+        call.log(grpc.StatusCode.OK)
+        return response
+
+    return unary
+
+
+def _wrap_stream(
+    behavior: Callable[[Any, grpc.aio.ServicerContext], AsyncIterator[Any]],
+    table: PolicyTable,
+    method: str,
+) -> Callable[[Any, grpc.aio.ServicerContext], AsyncIterator[Any]]:
+    """Server streams hold the bulkhead for their whole life; the deadline is the client's."""
+
+    async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        call = _Call(table, method, context)
+        try:
+            async with table.bulkhead(method).slot():
+                async for item in behavior(request, context):
+                    yield item
+        except asyncio.CancelledError:
+            call.log(grpc.StatusCode.CANCELLED)
+            raise
+        except Exception as exc:  # noqa: BLE001
+            await call.fail(exc)
+        call.log(grpc.StatusCode.OK)
+
+    return stream
+
+
+class RpcInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Wraps every ``/loom.*`` handler with bulkhead, deadline, error mapping and logging."""
+
+    def __init__(self, table: PolicyTable) -> None:
+        self._table = table
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        full = handler_call_details.method
+        if handler is None or not full.startswith(_LOOM_PREFIX):
+            return handler
+        method = full[1:]
+        if handler.unary_unary is not None:
+            return grpc.unary_unary_rpc_method_handler(
+                _wrap_unary(handler.unary_unary, self._table, method),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.unary_stream is not None:
+            return grpc.unary_stream_rpc_method_handler(
+                _wrap_stream(handler.unary_stream, self._table, method),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        return handler

@@ -1,0 +1,52 @@
+"""Per-method bulkheads and deadlines, built from each service's defaults and the settings."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from server.config import MethodPolicy
+from server.runtime.bulkhead import Bulkhead
+
+__all__ = ["PolicyTable"]
+
+
+class PolicyTable:
+    """Resolves a full method name to its policy and its own bulkhead.
+
+    Services declare defaults next to their handlers (a batch write deserves a longer
+    deadline than a point read); operators override any method in the TOML settings.
+    """
+
+    __slots__ = ("_bulkheads", "_defaults", "_fallback", "_overrides")
+
+    def __init__(
+        self,
+        defaults: Mapping[str, MethodPolicy],
+        overrides: Mapping[str, MethodPolicy] | None = None,
+        fallback: MethodPolicy | None = None,
+    ) -> None:
+        self._defaults = dict(defaults)
+        self._overrides = dict(overrides or {})
+        unknown = set(self._overrides) - set(self._defaults)
+        if unknown:
+            raise ValueError(f"policies for unknown methods: {sorted(unknown)}")
+        self._fallback = fallback or MethodPolicy()
+        self._bulkheads: dict[str, Bulkhead] = {}
+
+    def policy(self, method: str) -> MethodPolicy:
+        """The policy of `method` (``loom.v1.Service/Method``)."""
+        return self._overrides.get(method) or self._defaults.get(method) or self._fallback
+
+    def bulkhead(self, method: str) -> Bulkhead:
+        """The bulkhead of `method`, created on first use (inside the running loop)."""
+        found = self._bulkheads.get(method)
+        if found is None:
+            p = self.policy(method)
+            found = Bulkhead(
+                method,
+                max_concurrency=p.max_concurrency,
+                max_waiting=p.max_waiting,
+                max_wait_s=p.max_wait_s,
+            )
+            self._bulkheads[method] = found
+        return found

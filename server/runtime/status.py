@@ -1,0 +1,80 @@
+"""The one place where Loom's errors become gRPC status codes.
+
+Invalid input carries a ``google.rpc.BadRequest`` detail with one field violation per bad
+field, readable by any gRPC client (grpcurl prints it; Go's status.FromError finds it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import grpc
+from google.protobuf import any_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+from grpc_status import rpc_status
+
+from server.runtime import errors
+from storage.errors import StorageError
+
+__all__ = ["code_for", "rich_status"]
+
+_CODES: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
+    (errors.InvalidArgument, grpc.StatusCode.INVALID_ARGUMENT),
+    (errors.NotFound, grpc.StatusCode.NOT_FOUND),
+    (errors.FailedPrecondition, grpc.StatusCode.FAILED_PRECONDITION),
+    (errors.ResourceExhausted, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (errors.Unavailable, grpc.StatusCode.UNAVAILABLE),
+    (errors.DeadlineExceeded, grpc.StatusCode.DEADLINE_EXCEEDED),
+    (StorageError, grpc.StatusCode.UNAVAILABLE),
+    (TimeoutError, grpc.StatusCode.DEADLINE_EXCEEDED),
+    (NotImplementedError, grpc.StatusCode.UNIMPLEMENTED),
+)
+
+
+def code_for(exc: BaseException) -> grpc.StatusCode:
+    """The status code a caller sees for `exc`; INTERNAL for anything unforeseen."""
+    for kind, code in _CODES:
+        if isinstance(exc, kind):
+            return code
+    return grpc.StatusCode.INTERNAL
+
+
+def _message(exc: BaseException, code: grpc.StatusCode) -> str:
+    if isinstance(exc, errors.LoomError):
+        return exc.message
+    if code is grpc.StatusCode.UNAVAILABLE:
+        return "storage unavailable"
+    if code is grpc.StatusCode.DEADLINE_EXCEEDED:
+        return "deadline exceeded"
+    if code is grpc.StatusCode.UNIMPLEMENTED:
+        return "not implemented yet"
+    return "internal error"  # never leak internals to a caller
+
+
+@dataclass(frozen=True, slots=True)
+class _Status(grpc.Status):  # type: ignore[misc]
+    code: grpc.StatusCode
+    details: str
+    trailing_metadata: tuple[tuple[str, str | bytes], ...]
+
+
+def rich_status(exc: BaseException, request_id: str | None = None) -> grpc.Status:
+    """A `grpc.Status` for `exc`, with BadRequest field violations for invalid input."""
+    code = code_for(exc)
+    proto = status_pb2.Status(code=code.value[0], message=_message(exc, code))
+    if isinstance(exc, errors.InvalidArgument):
+        bad = error_details_pb2.BadRequest(
+            field_violations=[
+                error_details_pb2.BadRequest.FieldViolation(
+                    field=v.field, description=v.description
+                )
+                for v in exc.violations
+            ]
+        )
+        detail = any_pb2.Any()
+        detail.Pack(bad)
+        proto.details.append(detail)
+    assert proto.code != code_pb2.OK
+    status = rpc_status.to_status(proto)
+    extra = (("x-request-id", request_id),) if request_id else ()
+    return _Status(status.code, status.details, (*status.trailing_metadata, *extra))

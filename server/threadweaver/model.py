@@ -1,0 +1,68 @@
+"""ThreadWeaver's domain values, free of protobuf and of any engine."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from storage.ports import ThreadKey
+
+__all__ = [
+    "Message",
+    "UnifiedThread",
+    "WeaveResult",
+    "default_ut",
+    "rfc_key",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One message as seen in one mailbox."""
+
+    thread: ThreadKey
+    rfc_message_id: str
+    """The Message-ID header value; empty when the sending system set none."""
+    sent_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class WeaveResult:
+    """What weaving one message did."""
+
+    unified_thread_id: str
+    """Canonical id (smallest UT id of the merge closure) of the message's thread."""
+    merged: bool
+    """True when this message recorded a merge of two unified threads."""
+
+
+@dataclass(frozen=True, slots=True)
+class UnifiedThread:
+    """A read of one unified thread, as a team sees it."""
+
+    unified_thread_ids: list[str]
+    threads: list[ThreadKey]
+    thread_count: int
+    oversized: bool
+    message_count: int
+    last_message_at_ms: int | None
+
+
+def default_ut(thread: ThreadKey) -> str:
+    """The seed's new-UT id, ``"$gid:$threadId"``: deterministic, so retries agree."""
+    return f"{thread.gid}:{thread.thread_id}"
+
+
+def rfc_key(message: Message) -> bytes:
+    """The 16-byte MD5 of the Message-ID, the key the seed stores (md5_rfc_message_id).
+
+    A message without a Message-ID gets a key private to its mailbox thread and send time:
+    it cannot (and must not) unify anything across mailboxes, yet retries stay idempotent
+    and it still counts once in its unified thread's statistics.
+    """
+    if message.rfc_message_id:
+        material = b"rfc\x00" + message.rfc_message_id.encode("utf-8")
+    else:
+        t = message.thread
+        material = f"none\x00{t.gid}\x00{t.thread_id}\x00{message.sent_at_ms}".encode()
+    return hashlib.md5(material, usedforsecurity=False).digest()

@@ -1,0 +1,193 @@
+"""ThreadStore on the embedded SQLite engine.
+
+Tables mirror the seed's Scylla schema, with the reverse lookups as covering indexes:
+
+    thread_ut (gid, thread_id) -> ut          index by (ut, gid, thread_id): UT -> threads
+    rfc_ut    (md5 Message-ID) -> ut, sent_at index by (ut, sent_at):      UT -> stats
+    ut_merge  (a, b)            both directions stored:                    UT -> merges
+
+Insert-if-absent is `INSERT ... ON CONFLICT DO NOTHING` followed by reading the winner,
+inside one IMMEDIATE transaction on the single writer thread, so no other writer (thread or
+process) can slip in between.
+"""
+
+from __future__ import annotations
+
+import heapq
+import sqlite3
+from collections.abc import Iterator, Sequence
+from typing import TypeVar
+from pathlib import Path
+
+from storage.ports import MessageMapping, ThreadKey, UnifiedStats
+from storage.sqlite.database import SqliteDatabase
+
+__all__ = ["SqliteThreadStore"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS thread_ut (
+    gid TEXT NOT NULL, thread_id TEXT NOT NULL, ut TEXT NOT NULL,
+    PRIMARY KEY (gid, thread_id)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS thread_ut_by_ut ON thread_ut (ut, gid, thread_id);
+CREATE TABLE IF NOT EXISTS rfc_ut (
+    rfc_key BLOB NOT NULL PRIMARY KEY, ut TEXT NOT NULL, sent_at INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS rfc_ut_by_ut ON rfc_ut (ut, sent_at);
+CREATE TABLE IF NOT EXISTS ut_merge (
+    a TEXT NOT NULL, b TEXT NOT NULL, PRIMARY KEY (a, b)) WITHOUT ROWID;
+"""
+
+T = TypeVar("T")
+
+_CHUNK = 500  # bound parameters per statement, well under SQLite's limit
+
+
+def _chunks(items: Sequence[T]) -> Iterator[Sequence[T]]:
+    for start in range(0, len(items), _CHUNK):
+        yield items[start : start + _CHUNK]
+
+
+class SqliteThreadStore:
+    """`storage.ports.ThreadStore` on one SQLite file."""
+
+    def __init__(self, db: SqliteDatabase) -> None:
+        self._db = db
+
+    @classmethod
+    async def open(cls, path: Path, *, synchronous: str = "FULL", readers: int = 4) -> SqliteThreadStore:
+        """Opens (creating when missing) the database at `path`."""
+        db = SqliteDatabase(path, synchronous=synchronous, readers=readers)
+        await db.migrate(_SCHEMA)
+        return cls(db)
+
+    async def get_thread_uts(self, threads: Sequence[ThreadKey]) -> dict[ThreadKey, str]:
+        keys = list(dict.fromkeys(threads))
+
+        def run(conn: sqlite3.Connection) -> dict[ThreadKey, str]:
+            found: dict[ThreadKey, str] = {}
+            for key in keys:
+                row = conn.execute(
+                    "SELECT ut FROM thread_ut WHERE gid = ? AND thread_id = ?",
+                    (key.gid, key.thread_id),
+                ).fetchone()
+                if row is not None:
+                    found[key] = row[0]
+            return found
+
+        return await self._db.read(run) if keys else {}
+
+    async def put_thread_uts_if_absent(self, items: Sequence[tuple[ThreadKey, str]]) -> list[str]:
+        rows = [(key.gid, key.thread_id, ut) for key, ut in items]
+
+        def run(conn: sqlite3.Connection) -> list[str]:
+            winners: list[str] = []
+            for gid, thread_id, ut in rows:
+                conn.execute(
+                    "INSERT INTO thread_ut (gid, thread_id, ut) VALUES (?, ?, ?) "
+                    "ON CONFLICT DO NOTHING",
+                    (gid, thread_id, ut),
+                )
+                winner = conn.execute(
+                    "SELECT ut FROM thread_ut WHERE gid = ? AND thread_id = ?", (gid, thread_id)
+                ).fetchone()
+                winners.append(winner[0])
+            return winners
+
+        return await self._db.write(run) if rows else []
+
+    async def put_message_uts_if_absent(self, items: Sequence[MessageMapping]) -> list[str]:
+        rows = [(m.rfc_key, m.ut, m.sent_at_ms) for m in items]
+
+        def run(conn: sqlite3.Connection) -> list[str]:
+            winners: list[str] = []
+            for rfc_key, ut, sent_at in rows:
+                conn.execute(
+                    "INSERT INTO rfc_ut (rfc_key, ut, sent_at) VALUES (?, ?, ?) "
+                    "ON CONFLICT DO NOTHING",
+                    (rfc_key, ut, sent_at),
+                )
+                winner = conn.execute(
+                    "SELECT ut FROM rfc_ut WHERE rfc_key = ?", (rfc_key,)
+                ).fetchone()
+                winners.append(winner[0])
+            return winners
+
+        return await self._db.write(run) if rows else []
+
+    async def add_merges(self, pairs: Sequence[tuple[str, str]]) -> None:
+        rows = [(a, b) for x, y in pairs if x != y for a, b in ((x, y), (y, x))]
+        if not rows:
+            return
+
+        def run(conn: sqlite3.Connection) -> None:
+            conn.executemany(
+                "INSERT INTO ut_merge (a, b) VALUES (?, ?) ON CONFLICT DO NOTHING", rows
+            )
+
+        await self._db.write(run)
+
+    async def get_merge_neighbours(self, uts: Sequence[str]) -> dict[str, set[str]]:
+        wanted = list(dict.fromkeys(uts))
+
+        def run(conn: sqlite3.Connection) -> dict[str, set[str]]:
+            found: dict[str, set[str]] = {}
+            for chunk in _chunks(wanted):
+                marks = ",".join("?" * len(chunk))
+                for a, b in conn.execute(f"SELECT a, b FROM ut_merge WHERE a IN ({marks})", chunk):
+                    found.setdefault(a, set()).add(b)
+            return found
+
+        return await self._db.read(run) if wanted else {}
+
+    async def get_threads_of(
+        self, uts: Sequence[str], gids: frozenset[str] | None, limit: int
+    ) -> list[ThreadKey]:
+        wanted = list(dict.fromkeys(uts))
+        team = sorted(gids) if gids is not None else None
+        if not wanted or limit <= 0 or team == []:
+            return []
+
+        def run(conn: sqlite3.Connection) -> list[ThreadKey]:
+            streams: list[list[tuple[str, str]]] = []
+            for ut in wanted:
+                if team is None:
+                    cursor = conn.execute(
+                        "SELECT gid, thread_id FROM thread_ut WHERE ut = ? "
+                        "ORDER BY gid, thread_id LIMIT ?",
+                        (ut, limit),
+                    )
+                    streams.append(cursor.fetchall())
+                    continue
+                rows: list[tuple[str, str]] = []
+                for chunk in _chunks(team):
+                    marks = ",".join("?" * len(chunk))
+                    rows += conn.execute(
+                        f"SELECT gid, thread_id FROM thread_ut WHERE ut = ? AND gid IN ({marks}) "
+                        "ORDER BY gid, thread_id LIMIT ?",
+                        (ut, *chunk, limit),
+                    ).fetchall()
+                streams.append(sorted(rows)[:limit])
+            merged = heapq.merge(*streams)
+            return [ThreadKey(g, t) for (g, t), _ in zip(merged, range(limit), strict=False)]
+
+        return await self._db.read(run)
+
+    async def get_stats(self, uts: Sequence[str]) -> UnifiedStats:
+        wanted = list(dict.fromkeys(uts))
+
+        def run(conn: sqlite3.Connection) -> UnifiedStats:
+            count, latest = 0, None
+            for chunk in _chunks(wanted):
+                marks = ",".join("?" * len(chunk))
+                n, last = conn.execute(
+                    f"SELECT COUNT(*), MAX(sent_at) FROM rfc_ut WHERE ut IN ({marks})", chunk
+                ).fetchone()
+                count += n
+                if last is not None and (latest is None or last > latest):
+                    latest = last
+            return UnifiedStats(message_count=count, last_message_at_ms=latest)
+
+        return await self._db.read(run) if wanted else UnifiedStats(0, None)
+
+    async def close(self) -> None:
+        await self._db.close()
