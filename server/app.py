@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from types import ModuleType
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -13,37 +15,48 @@ from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
 from loom.v1 import (
-    inbox_pb2,
     inbox_pb2_grpc,
-    iterator_pb2,
     iterator_pb2_grpc,
-    summary_pb2,
     summary_pb2_grpc,
-    templates_pb2,
     templates_pb2_grpc,
-    threadweaver_pb2,
-    threadweaver_pb2_grpc,
 )
 from server.config import MethodPolicy, Settings
-from server.runtime.breaker import CircuitBreaker
-from server.runtime.guard import guard_store
 from server.runtime.interceptor import RpcInterceptor
 from server.runtime.logs import get_logger
+from server.runtime.mounting import Resources
 from server.runtime.policies import PolicyTable
-from server.threadweaver import handler as threadweaver_handler
-from server.threadweaver.weaver import ThreadWeaver
-from storage import factory
 
-__all__ = ["LoomServer", "build_server", "serve"]
+__all__ = ["SERVICE_NAMES", "LoomServer", "build_server", "serve"]
 
 _log = get_logger("server")
 
+# Implemented services: each module has SERVICE, POLICIES and mount() (server.runtime.mounting).
+MOUNTS = ("server.threadweaver.mount",)
+
+# Contracts published ahead of their implementation: they answer UNIMPLEMENTED.
+PLACEHOLDERS: dict[str, Callable[[grpc.aio.Server], None]] = {
+    "loom.v1.Iterator": lambda s: iterator_pb2_grpc.add_IteratorServicer_to_server(
+        iterator_pb2_grpc.IteratorServicer(), s
+    ),
+    "loom.v1.TemplateInduction": lambda s: (
+        templates_pb2_grpc.add_TemplateInductionServicer_to_server(
+            templates_pb2_grpc.TemplateInductionServicer(), s
+        )
+    ),
+    "loom.v1.Inbox": lambda s: inbox_pb2_grpc.add_InboxServicer_to_server(
+        inbox_pb2_grpc.InboxServicer(), s
+    ),
+    "loom.v1.Summary": lambda s: summary_pb2_grpc.add_SummaryServicer_to_server(
+        summary_pb2_grpc.SummaryServicer(), s
+    ),
+}
+
 SERVICE_NAMES = (
-    threadweaver_pb2.DESCRIPTOR.services_by_name["ThreadWeaver"].full_name,
-    iterator_pb2.DESCRIPTOR.services_by_name["Iterator"].full_name,
-    templates_pb2.DESCRIPTOR.services_by_name["TemplateInduction"].full_name,
-    inbox_pb2.DESCRIPTOR.services_by_name["Inbox"].full_name,
-    summary_pb2.DESCRIPTOR.services_by_name["Summary"].full_name,
+    "loom.v1.ThreadWeaver",
+    "loom.v1.Iterator",
+    "loom.v1.TemplateInduction",
+    "loom.v1.Inbox",
+    "loom.v1.Summary",
 )
 
 
@@ -58,34 +71,19 @@ class LoomServer:
     closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
     async def stop(self) -> None:
-        """Graceful drain: report NOT_SERVING, finish in-flight calls, close the stores."""
+        """Graceful drain: report NOT_SERVING, finish in-flight calls, then close stores."""
         await self.health.enter_graceful_shutdown()
         await self.server.stop(self.grace_s)
         for close in reversed(self.closers):
             await close()
 
 
-def _breakers(settings: Settings) -> Callable[[str], CircuitBreaker]:
-    made: dict[str, CircuitBreaker] = {}
-
-    def breaker(engine: str) -> CircuitBreaker:
-        if engine not in made:
-            b = settings.breaker
-            made[engine] = CircuitBreaker(
-                engine,
-                failure_threshold=b.failure_threshold,
-                reset_timeout_s=b.reset_timeout_s,
-                half_open_max_calls=b.half_open_max_calls,
-            )
-        return made[engine]
-
-    return breaker
-
-
 async def build_server(settings: Settings) -> LoomServer:
     """Opens the stores, registers every service and starts listening."""
-    breaker = _breakers(settings)
-    defaults: dict[str, MethodPolicy] = dict(threadweaver_handler.POLICIES)
+    modules: list[ModuleType] = [importlib.import_module(name) for name in MOUNTS]
+    defaults: dict[str, MethodPolicy] = {}
+    for module in modules:
+        defaults.update(module.POLICIES)
     server = grpc.aio.server(
         interceptors=[RpcInterceptor(PolicyTable(defaults, settings.policies))],
         options=[
@@ -94,31 +92,26 @@ async def build_server(settings: Settings) -> LoomServer:
             ("grpc.so_reuseport", 0),
         ],
     )
+    resources = Resources(settings.breaker)
     closers: list[Callable[[], Awaitable[None]]] = []
-
-    thread_store = await factory.open_thread_store(settings)
-    closers.append(thread_store.close)
-    weaver = ThreadWeaver(
-        guard_store(thread_store, breaker(settings.storage.threadweaver_store)),
-        max_closure=settings.threadweaver.max_closure,
-    )
-    threadweaver_pb2_grpc.add_ThreadWeaverServicer_to_server(
-        threadweaver_handler.ThreadWeaverService(weaver, settings.threadweaver), server
-    )
-    # Contracts published ahead of their implementation answer UNIMPLEMENTED.
-    iterator_pb2_grpc.add_IteratorServicer_to_server(iterator_pb2_grpc.IteratorServicer(), server)
-    templates_pb2_grpc.add_TemplateInductionServicer_to_server(
-        templates_pb2_grpc.TemplateInductionServicer(), server
-    )
-    inbox_pb2_grpc.add_InboxServicer_to_server(inbox_pb2_grpc.InboxServicer(), server)
-    summary_pb2_grpc.add_SummaryServicer_to_server(summary_pb2_grpc.SummaryServicer(), server)
+    mounted = set()
+    try:
+        for module in modules:
+            closers += (await module.mount(server, settings, resources)).closers
+            mounted.add(module.SERVICE)
+    except BaseException:
+        for close in reversed(closers):
+            await close()
+        raise
+    for name, register in PLACEHOLDERS.items():
+        if name not in mounted:
+            register(server)
 
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    health_name = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
     reflection.enable_server_reflection(
-        (*SERVICE_NAMES, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-         reflection.SERVICE_NAME),
-        server,
+        (*SERVICE_NAMES, health_name, reflection.SERVICE_NAME), server
     )
     address = f"{settings.server.host}:{settings.server.port}"
     port = server.add_insecure_port(address)
@@ -133,7 +126,7 @@ async def build_server(settings: Settings) -> LoomServer:
 async def serve(settings: Settings) -> None:
     """Runs until SIGTERM or SIGINT, then drains gracefully."""
     loom = await build_server(settings)
-    _log.info("serving", port=loom.port, threadweaver_store=settings.storage.threadweaver_store)
+    _log.info("serving", port=loom.port, stores=str(settings.storage))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

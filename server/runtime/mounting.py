@@ -1,0 +1,46 @@
+"""What a service module gives the server, and what the server lends it.
+
+Each implemented service has a ``server/<service>/mount.py`` with ``SERVICE`` (full proto
+name), ``POLICIES`` (its per-method defaults) and ``async def mount(server, settings,
+resources) -> Mounted``. `server.app` knows only this shape, so adding a service is one line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from server.config import BreakerSettings
+from server.runtime.breaker import CircuitBreaker
+
+__all__ = ["Mounted", "Resources"]
+
+
+@dataclass
+class Mounted:
+    """What a mounted service needs done at shutdown, after the server has drained."""
+
+    closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    """Called in reverse order on shutdown (stop background work, close stores)."""
+
+
+class Resources:
+    """Shared by every service: one circuit breaker per engine."""
+
+    def __init__(self, breaker_settings: BreakerSettings) -> None:
+        self._settings = breaker_settings
+        self._breakers: dict[str, CircuitBreaker] = {}
+
+    def breaker(self, engine: str) -> CircuitBreaker:
+        """The breaker guarding `engine` (shared by every store on that engine)."""
+        found = self._breakers.get(engine)
+        if found is None:
+            s = self._settings
+            found = CircuitBreaker(
+                engine,
+                failure_threshold=s.failure_threshold,
+                reset_timeout_s=s.reset_timeout_s,
+                half_open_max_calls=s.half_open_max_calls,
+            )
+            self._breakers[engine] = found
+        return found

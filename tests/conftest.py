@@ -1,0 +1,28 @@
+"""Session-wide test set-up: engine selection and credentials for local emulators."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.engines import ALL_ENGINES
+
+# DynamoDB Local accepts any credentials, but botocore insists on having some.
+os.environ.setdefault("AWS_ACCESS_KEY_ID", "loom-test")
+os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "loom-test")
+os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--engines",
+        default=os.environ.get("LOOM_TEST_ENGINES", ",".join(ALL_ENGINES)),
+        help="comma-separated engines to cover (default: all; a missing one fails the run)",
+    )
+
+
+def selected_engines(config: pytest.Config, supported: tuple[str, ...]) -> list[str]:
+    """The engines of `supported` that this run covers."""
+    wanted = [e.strip() for e in str(config.getoption("--engines")).split(",") if e.strip()]
+    return [e for e in supported if e in wanted]

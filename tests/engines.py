@@ -1,0 +1,76 @@
+"""Which real engines this test run uses, and settings that point Loom at them.
+
+`make test` starts every engine (scripts/engines/up.sh) and exports where each listens;
+a test that needs an engine whose address is missing FAILS: a skipped engine is not a
+passed engine. `--engines sqlite` (or LOOM_TEST_ENGINES) narrows a run on purpose.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import replace
+from pathlib import Path
+
+from server.config import (
+    BigtableSettings,
+    CassandraSettings,
+    DynamoDBSettings,
+    Settings,
+    SqliteSettings,
+    StorageSettings,
+)
+
+ALL_ENGINES = ("sqlite", "bigtable", "cassandra", "dynamodb")
+
+_REQUIRED_ENV = {
+    "bigtable": ("BIGTABLE_EMULATOR_HOST",),
+    "cassandra": ("LOOM_TEST_CASSANDRA_CONTACT_POINTS", "LOOM_TEST_CASSANDRA_PORT"),
+    "dynamodb": ("LOOM_TEST_DYNAMODB_ENDPOINT",),
+}
+
+
+class EngineMissing(RuntimeError):
+    """An engine the run was asked to cover is not reachable."""
+
+
+def require(engine: str) -> None:
+    """Fails loudly when `engine`'s address was not exported by scripts/engines/up.sh."""
+    missing = [name for name in _REQUIRED_ENV.get(engine, ()) if not os.environ.get(name)]
+    if missing:
+        raise EngineMissing(
+            f"engine {engine!r} is not running: {', '.join(missing)} unset "
+            "(run `make engines-up && source .engines/env`, or narrow with --engines)"
+        )
+
+
+def unique(prefix: str) -> str:
+    """A short unique name for a table prefix, keyspace or data directory."""
+    return f"{prefix}{uuid.uuid4().hex[:10]}"
+
+
+def settings_for(engine: str, data_dir: Path, **stores: str) -> Settings:
+    """Settings whose stores named in `stores` live on `engine`, in a fresh namespace."""
+    require(engine)
+    base = Settings()
+    namespace = unique("t")
+    cassandra_port = int(os.environ.get("LOOM_TEST_CASSANDRA_PORT", "9042"))
+    contact = os.environ.get("LOOM_TEST_CASSANDRA_CONTACT_POINTS", "127.0.0.1")
+    return replace(
+        base,
+        server=replace(base.server, port=0, use_uvloop=False, grace_s=1.0),
+        sqlite=SqliteSettings(data_dir=str(data_dir / namespace), synchronous="NORMAL"),
+        bigtable=BigtableSettings(
+            project="loom-test", instance="loom-test", table_prefix=f"{namespace}-",
+            create_tables=True,
+        ),
+        cassandra=CassandraSettings(
+            contact_points=tuple(contact.split(",")), port=cassandra_port,
+            keyspace=f"loom_{namespace}", create_schema=True,
+        ),
+        dynamodb=DynamoDBSettings(
+            endpoint_url=os.environ.get("LOOM_TEST_DYNAMODB_ENDPOINT", ""),
+            table_prefix=f"{namespace}-", create_tables=True,
+        ),
+        storage=StorageSettings(**stores),  # type: ignore[arg-type]
+    )
