@@ -1,0 +1,68 @@
+"""Accuracy, size and speed of summaries at the scales Remind and Loom promise."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import pytest
+
+from server.summary.accuracy_bench import run_once
+from server.summary.limits import DYNAMODB_ITEM_LIMIT_BYTES, ENCODED_SUMMARY_TARGET_BYTES
+from server.summary.model import DeliveryEvent, DeliveryStatus, MessageSummary
+from server.summary.recipients import Tier
+
+D, R, F = DeliveryStatus.DELIVERED, DeliveryStatus.READ, DeliveryStatus.FAILED
+SEED = 2024  # same seeds as `python -m server.summary.accuracy_bench`, so figures line up
+
+
+@pytest.fixture(scope="module")
+def runs_100k():
+    """20 independent random recipient sets, read at 1K, 10K, 50K and 100K (nested prefixes)."""
+    return [run_once(SEED + r, (1_000, 10_000, 50_000, 100_000)) for r in range(20)]
+
+
+@pytest.mark.parametrize("n", [1_000, 10_000, 50_000, 100_000])
+def test_average_relative_error_below_one_percent(runs_100k, n):
+    """Mean |relative error| over 20 random sets stays < 1 % (Remind's bar) at each n."""
+    errors = [abs(run[n][0]) for run in runs_100k]
+    assert statistics.fmean(errors) < 0.01
+    assert max(errors) < 0.04  # no run beyond ~4-5 standard errors
+
+
+def test_average_relative_error_below_one_percent_at_one_million():
+    """At 1M recipients (HLL tier) the mean |error| of 3 runs is < 1 %; 20 runs: see bench."""
+    errors = [abs(run_once(SEED + r, (1_000_000,))[1_000_000][0]) for r in range(3)]
+    assert statistics.fmean(errors) < 0.01
+    assert max(errors) < 0.04
+
+
+def test_one_million_recipients_all_statuses_fit_far_below_dynamodb_limit():
+    """1M READ (so 1M DELIVERED) and 1M FAILED recipients encode to < 64 KB, decode in < 10 ms."""
+    summary = MessageSummary()
+    for start in range(0, 1_000_000, 10_000):
+        batch = [DeliveryEvent(f"r-{i}", R) for i in range(start, start + 10_000)]
+        batch += [DeliveryEvent(f"f-{i}", F) for i in range(start, start + 10_000)]
+        summary.record(batch)
+    data = summary.encode()
+    assert len(data) < ENCODED_SUMMARY_TARGET_BYTES < DYNAMODB_ITEM_LIMIT_BYTES
+    started = time.process_time()
+    for _ in range(20):
+        view = MessageSummary.decode(data).view()
+    assert (time.process_time() - started) / 20 < 0.010
+    for status in (D, R, F):
+        assert view.statuses[status].count == pytest.approx(1_000_000, rel=0.04)
+        assert view.statuses[status].relative_error_bound == pytest.approx(0.008125)
+    assert view.encoded_size_bytes == len(data)
+
+
+def test_ten_thousand_event_batch_records_well_under_100_ms():
+    """A full 10K-event batch (mixed statuses) into a sketch-tier summary costs < 100 ms CPU."""
+    summary = MessageSummary.from_events(DeliveryEvent(f"warm-{i}", D) for i in range(20_000))
+    assert summary.tier(D) is Tier.BITMAP
+    statuses = (D, R, F)
+    batch = [DeliveryEvent(f"u-{i}", statuses[i % 3]) for i in range(10_000)]
+    started = time.process_time()
+    summary.record(batch)
+    summary.encode()
+    assert time.process_time() - started < 0.1
