@@ -6,7 +6,11 @@ import os
 
 import pytest
 
+from server.runtime.logs import configure_logging
 from tests.engines import ALL_ENGINES
+
+# JSON log lines as in production, but only warnings and up: one line per OK RPC is noise here.
+configure_logging("warning")
 
 # DynamoDB Local accepts any credentials, but botocore insists on having some.
 os.environ.setdefault("AWS_ACCESS_KEY_ID", "loom-test")

@@ -78,6 +78,8 @@ Global___InboxFilter: _TypeAlias = InboxFilter  # noqa: Y015
 
 @_typing.final
 class PostMessageRequest(_message.Message):
+    """The request of PostMessage."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     THREAD_ID_FIELD_NUMBER: _builtins.int
@@ -116,6 +118,8 @@ Global___PostMessageRequest: _TypeAlias = PostMessageRequest  # noqa: Y015
 
 @_typing.final
 class PostMessageResponse(_message.Message):
+    """The response of PostMessage."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     DELIVERED_FIELD_NUMBER: _builtins.int
@@ -144,6 +148,8 @@ Global___PostMessageResponse: _TypeAlias = PostMessageResponse  # noqa: Y015
 
 @_typing.final
 class GetDeliveryRequest(_message.Message):
+    """The request of GetDelivery."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     DELIVERY_ID_FIELD_NUMBER: _builtins.int
@@ -164,6 +170,8 @@ Global___GetDeliveryRequest: _TypeAlias = GetDeliveryRequest  # noqa: Y015
 
 @_typing.final
 class Delivery(_message.Message):
+    """A background fan-out and its progress."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     DELIVERY_ID_FIELD_NUMBER: _builtins.int
@@ -198,6 +206,8 @@ Global___Delivery: _TypeAlias = Delivery  # noqa: Y015
 
 @_typing.final
 class ListInboxRequest(_message.Message):
+    """The request of ListInbox."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     INBOX_ID_FIELD_NUMBER: _builtins.int
@@ -262,6 +272,8 @@ Global___InboxEntry: _TypeAlias = InboxEntry  # noqa: Y015
 
 @_typing.final
 class ListInboxResponse(_message.Message):
+    """The response of ListInbox."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     ENTRIES_FIELD_NUMBER: _builtins.int
@@ -288,6 +300,8 @@ Global___ListInboxResponse: _TypeAlias = ListInboxResponse  # noqa: Y015
 
 @_typing.final
 class GetUnreadCountRequest(_message.Message):
+    """The request of GetUnreadCount."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     INBOX_ID_FIELD_NUMBER: _builtins.int
@@ -308,6 +322,8 @@ Global___GetUnreadCountRequest: _TypeAlias = GetUnreadCountRequest  # noqa: Y015
 
 @_typing.final
 class GetUnreadCountResponse(_message.Message):
+    """The response of GetUnreadCount."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     UNREAD_COUNT_FIELD_NUMBER: _builtins.int
@@ -352,6 +368,8 @@ Global___ThreadIdList: _TypeAlias = ThreadIdList  # noqa: Y015
 
 @_typing.final
 class MarkThreadsRequest(_message.Message):
+    """The request of MarkThreads."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     INBOX_ID_FIELD_NUMBER: _builtins.int
@@ -388,6 +406,8 @@ Global___MarkThreadsRequest: _TypeAlias = MarkThreadsRequest  # noqa: Y015
 
 @_typing.final
 class MarkThreadsResponse(_message.Message):
+    """The response of MarkThreads."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     CHANGED_FIELD_NUMBER: _builtins.int

@@ -80,6 +80,8 @@ Global___EnterpriseRange: _TypeAlias = EnterpriseRange  # noqa: Y015
 
 @_typing.final
 class StartIterationRequest(_message.Message):
+    """The request of StartIteration."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     ENTERPRISE_RANGE_FIELD_NUMBER: _builtins.int
@@ -188,6 +190,8 @@ Global___Job: _TypeAlias = Job  # noqa: Y015
 
 @_typing.final
 class GetJobRequest(_message.Message):
+    """The request of GetJob."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     JOB_ID_FIELD_NUMBER: _builtins.int
@@ -208,6 +212,8 @@ Global___GetJobRequest: _TypeAlias = GetJobRequest  # noqa: Y015
 
 @_typing.final
 class StreamObjectsRequest(_message.Message):
+    """The request of StreamObjects."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     JOB_ID_FIELD_NUMBER: _builtins.int
@@ -262,6 +268,8 @@ Global___IteratedObject: _TypeAlias = IteratedObject  # noqa: Y015
 
 @_typing.final
 class ObjectBatch(_message.Message):
+    """A batch of emitted objects."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     OBJECTS_FIELD_NUMBER: _builtins.int
@@ -284,6 +292,8 @@ Global___ObjectBatch: _TypeAlias = ObjectBatch  # noqa: Y015
 
 @_typing.final
 class AckObjectsRequest(_message.Message):
+    """The request of AckObjects."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     JOB_ID_FIELD_NUMBER: _builtins.int
@@ -310,6 +320,8 @@ Global___AckObjectsRequest: _TypeAlias = AckObjectsRequest  # noqa: Y015
 
 @_typing.final
 class AckObjectsResponse(_message.Message):
+    """The response of AckObjects."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     ACKED_FIELD_NUMBER: _builtins.int
@@ -330,6 +342,8 @@ Global___AckObjectsResponse: _TypeAlias = AckObjectsResponse  # noqa: Y015
 
 @_typing.final
 class CancelJobRequest(_message.Message):
+    """The request of CancelJob."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     JOB_ID_FIELD_NUMBER: _builtins.int
@@ -350,6 +364,8 @@ Global___CancelJobRequest: _TypeAlias = CancelJobRequest  # noqa: Y015
 
 @_typing.final
 class ListJobsRequest(_message.Message):
+    """The request of ListJobs."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     PAGE_SIZE_FIELD_NUMBER: _builtins.int
@@ -374,6 +390,8 @@ Global___ListJobsRequest: _TypeAlias = ListJobsRequest  # noqa: Y015
 
 @_typing.final
 class ListJobsResponse(_message.Message):
+    """The response of ListJobs."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     JOBS_FIELD_NUMBER: _builtins.int

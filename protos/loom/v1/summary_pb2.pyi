@@ -47,6 +47,34 @@ DELIVERY_STATUS_FAILED: DeliveryStatus.ValueType  # 3
 """Delivery failed."""
 Global___DeliveryStatus: _TypeAlias = DeliveryStatus  # noqa: Y015
 
+class _Estimator:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _EstimatorEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Estimator.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    ESTIMATOR_UNSPECIFIED: _Estimator.ValueType  # 0
+    """Not set (never returned)."""
+    ESTIMATOR_EXACT: _Estimator.ValueType  # 1
+    """The recipient ids themselves: count is exact (up to the exact threshold, 250 by default)."""
+    ESTIMATOR_LINEAR_COUNTING: _Estimator.ValueType  # 2
+    """A 32,768-bit linear-counting bitmap (Whang et al. 1990): about 0.5 % error at 50,000."""
+    ESTIMATOR_HYPERLOGLOG: _Estimator.ValueType  # 3
+    """HyperLogLog with 16,384 registers (0.81 % error), once the bitmap would be worse."""
+
+class Estimator(_Estimator, metaclass=_EstimatorEnumTypeWrapper):
+    """How one status's recipients are held, and so how its count is obtained."""
+
+ESTIMATOR_UNSPECIFIED: Estimator.ValueType  # 0
+"""Not set (never returned)."""
+ESTIMATOR_EXACT: Estimator.ValueType  # 1
+"""The recipient ids themselves: count is exact (up to the exact threshold, 250 by default)."""
+ESTIMATOR_LINEAR_COUNTING: Estimator.ValueType  # 2
+"""A 32,768-bit linear-counting bitmap (Whang et al. 1990): about 0.5 % error at 50,000."""
+ESTIMATOR_HYPERLOGLOG: Estimator.ValueType  # 3
+"""HyperLogLog with 16,384 registers (0.81 % error), once the bitmap would be worse."""
+Global___Estimator: _TypeAlias = Estimator  # noqa: Y015
+
 @_typing.final
 class DeliveryEvent(_message.Message):
     """One recipient reaching one status."""
@@ -75,6 +103,8 @@ Global___DeliveryEvent: _TypeAlias = DeliveryEvent  # noqa: Y015
 
 @_typing.final
 class RecordDeliveryEventsRequest(_message.Message):
+    """The request of RecordDeliveryEvents."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     MESSAGE_ID_FIELD_NUMBER: _builtins.int
@@ -101,6 +131,8 @@ Global___RecordDeliveryEventsRequest: _TypeAlias = RecordDeliveryEventsRequest  
 
 @_typing.final
 class RecordDeliveryEventsResponse(_message.Message):
+    """The response of RecordDeliveryEvents."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     RECORDED_FIELD_NUMBER: _builtins.int
@@ -121,6 +153,8 @@ Global___RecordDeliveryEventsResponse: _TypeAlias = RecordDeliveryEventsResponse
 
 @_typing.final
 class GetMessageSummaryRequest(_message.Message):
+    """The request of GetMessageSummary."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     MESSAGE_ID_FIELD_NUMBER: _builtins.int
@@ -150,6 +184,7 @@ class StatusSummary(_message.Message):
     EXACT_FIELD_NUMBER: _builtins.int
     RECIPIENT_IDS_FIELD_NUMBER: _builtins.int
     RELATIVE_ERROR_BOUND_FIELD_NUMBER: _builtins.int
+    ESTIMATOR_FIELD_NUMBER: _builtins.int
     status: Global___DeliveryStatus.ValueType
     """The status."""
     count: _builtins.int
@@ -158,6 +193,8 @@ class StatusSummary(_message.Message):
     """True while the recipients are stored as an exact set."""
     relative_error_bound: _builtins.float
     """Standard relative error of count (0 when exact)."""
+    estimator: Global___Estimator.ValueType
+    """How count was obtained."""
     @_builtins.property
     def recipient_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """The recipients, sorted; only when exact."""
@@ -170,10 +207,11 @@ class StatusSummary(_message.Message):
         exact: _builtins.bool = ...,
         recipient_ids: _abc.Iterable[_builtins.str] | None = ...,
         relative_error_bound: _builtins.float = ...,
+        estimator: Global___Estimator.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count", "exact", b"exact", "recipient_ids", b"recipient_ids", "relative_error_bound", b"relative_error_bound", "status", b"status"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count", "estimator", b"estimator", "exact", b"exact", "recipient_ids", b"recipient_ids", "relative_error_bound", b"relative_error_bound", "status", b"status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -181,6 +219,8 @@ Global___StatusSummary: _TypeAlias = StatusSummary  # noqa: Y015
 
 @_typing.final
 class MessageSummary(_message.Message):
+    """The delivery summary of one message."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     MESSAGE_ID_FIELD_NUMBER: _builtins.int

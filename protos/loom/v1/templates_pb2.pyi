@@ -65,6 +65,8 @@ Global___Email: _TypeAlias = Email  # noqa: Y015
 
 @_typing.final
 class SubmitEmailsRequest(_message.Message):
+    """The request of SubmitEmails."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     EMAILS_FIELD_NUMBER: _builtins.int
@@ -87,6 +89,8 @@ Global___SubmitEmailsRequest: _TypeAlias = SubmitEmailsRequest  # noqa: Y015
 
 @_typing.final
 class SubmitEmailsResponse(_message.Message):
+    """The response of SubmitEmails."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     ACCEPTED_FIELD_NUMBER: _builtins.int
@@ -111,6 +115,8 @@ Global___SubmitEmailsResponse: _TypeAlias = SubmitEmailsResponse  # noqa: Y015
 
 @_typing.final
 class AnnotateEmailRequest(_message.Message):
+    """The request of AnnotateEmail."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     EMAIL_FIELD_NUMBER: _builtins.int
@@ -159,6 +165,8 @@ Global___ExtractedField: _TypeAlias = ExtractedField  # noqa: Y015
 
 @_typing.final
 class AnnotateEmailResponse(_message.Message):
+    """The response of AnnotateEmail."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     TEMPLATE_ID_FIELD_NUMBER: _builtins.int
@@ -261,6 +269,8 @@ Global___Template: _TypeAlias = Template  # noqa: Y015
 
 @_typing.final
 class GetTemplateRequest(_message.Message):
+    """The request of GetTemplate."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     TEMPLATE_ID_FIELD_NUMBER: _builtins.int
@@ -281,6 +291,8 @@ Global___GetTemplateRequest: _TypeAlias = GetTemplateRequest  # noqa: Y015
 
 @_typing.final
 class ListTemplatesRequest(_message.Message):
+    """The request of ListTemplates."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     SENDER_FIELD_NUMBER: _builtins.int
@@ -309,6 +321,8 @@ Global___ListTemplatesRequest: _TypeAlias = ListTemplatesRequest  # noqa: Y015
 
 @_typing.final
 class ListTemplatesResponse(_message.Message):
+    """The response of ListTemplates."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     TEMPLATES_FIELD_NUMBER: _builtins.int

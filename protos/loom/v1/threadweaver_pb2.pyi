@@ -65,6 +65,8 @@ Global___WovenMessage: _TypeAlias = WovenMessage  # noqa: Y015
 
 @_typing.final
 class WeaveMessageRequest(_message.Message):
+    """The request of WeaveMessage."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     MESSAGE_FIELD_NUMBER: _builtins.int
@@ -87,6 +89,8 @@ Global___WeaveMessageRequest: _TypeAlias = WeaveMessageRequest  # noqa: Y015
 
 @_typing.final
 class WeaveMessageResponse(_message.Message):
+    """The response of WeaveMessage."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     UNIFIED_THREAD_ID_FIELD_NUMBER: _builtins.int
@@ -114,6 +118,8 @@ Global___WeaveMessageResponse: _TypeAlias = WeaveMessageResponse  # noqa: Y015
 
 @_typing.final
 class WeaveMessagesRequest(_message.Message):
+    """The request of WeaveMessages."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     MESSAGES_FIELD_NUMBER: _builtins.int
@@ -136,6 +142,8 @@ Global___WeaveMessagesRequest: _TypeAlias = WeaveMessagesRequest  # noqa: Y015
 
 @_typing.final
 class WeaveMessagesResponse(_message.Message):
+    """The response of WeaveMessages."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     RESULTS_FIELD_NUMBER: _builtins.int
@@ -158,6 +166,8 @@ Global___WeaveMessagesResponse: _TypeAlias = WeaveMessagesResponse  # noqa: Y015
 
 @_typing.final
 class GetUnifiedThreadRequest(_message.Message):
+    """The request of GetUnifiedThread."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     GID_FIELD_NUMBER: _builtins.int
@@ -227,6 +237,8 @@ Global___UnifiedThreadStats: _TypeAlias = UnifiedThreadStats  # noqa: Y015
 
 @_typing.final
 class GetUnifiedThreadResponse(_message.Message):
+    """The response of GetUnifiedThread."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     UNIFIED_THREAD_IDS_FIELD_NUMBER: _builtins.int
@@ -277,6 +289,8 @@ Global___GetUnifiedThreadResponse: _TypeAlias = GetUnifiedThreadResponse  # noqa
 
 @_typing.final
 class ResolveThreadsRequest(_message.Message):
+    """The request of ResolveThreads."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     THREADS_FIELD_NUMBER: _builtins.int
@@ -299,6 +313,8 @@ Global___ResolveThreadsRequest: _TypeAlias = ResolveThreadsRequest  # noqa: Y015
 
 @_typing.final
 class ResolvedThread(_message.Message):
+    """One thread of a ResolveThreads answer."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     THREAD_FIELD_NUMBER: _builtins.int
@@ -329,6 +345,8 @@ Global___ResolvedThread: _TypeAlias = ResolvedThread  # noqa: Y015
 
 @_typing.final
 class ResolveThreadsResponse(_message.Message):
+    """The response of ResolveThreads."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     THREADS_FIELD_NUMBER: _builtins.int
