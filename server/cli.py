@@ -29,6 +29,11 @@ def _parser() -> argparse.ArgumentParser:
         choices=["sqlite", "bigtable", "cassandra"],
         help="engine of ThreadWeaver's state (default sqlite)",
     )
+    s.add_argument(
+        "--summary-store",
+        choices=["sqlite", "dynamodb"],
+        help="engine of Summary's state (default sqlite; dynamodb reads [dynamodb] settings)",
+    )
     s.add_argument("--log-level", help="debug, info, warning or error")
     return parser
 
@@ -39,7 +44,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     overrides: dict[str, dict[str, Any]] = {
         "server": {"host": args.host, "port": args.port, "log_level": args.log_level},
         "sqlite": {"data_dir": args.data_dir},
-        "storage": {"threadweaver_store": args.threadweaver_store},
+        "storage": {
+            "threadweaver_store": args.threadweaver_store,
+            "summary_store": args.summary_store,
+        },
     }
     try:
         settings = load_settings(args.config, overrides=overrides)

@@ -28,11 +28,13 @@ __all__ = [
     "BreakerSettings",
     "CassandraSettings",
     "DynamoDBSettings",
+    "InboxSettings",
     "MethodPolicy",
     "ServerSettings",
     "Settings",
     "SqliteSettings",
     "StorageSettings",
+    "SummarySettings",
     "ThreadWeaverSettings",
     "load_settings",
 ]
@@ -169,6 +171,55 @@ class ThreadWeaverSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class SummarySettings:
+    """Summary: when an exact recipient set becomes a sketch, and how hard a write retries."""
+
+    exact_threshold: int = 250
+    """Recipients per status kept as an exact id set (Remind: 99 % of messages have <= 250).
+    Stored in each new summary; existing summaries keep the threshold they were created with."""
+    exact_byte_budget: int = 16 * 1024
+    """UTF-8 bytes of exact ids per status before promotion, whatever the count."""
+    max_retries: int = 10
+    """Optimistic-concurrency attempts per RecordDeliveryEvents before UNAVAILABLE."""
+    retry_base_s: float = 0.002
+    """First backoff after a lost conditional write; doubles per attempt, fully jittered."""
+    retry_max_s: float = 0.1
+    """Cap of one backoff."""
+
+
+@dataclass(frozen=True, slots=True)
+class InboxSettings:
+    """Inbox: the trim cap, probabilistic trimming and the bounded fan-out stage."""
+
+    max_entries: int = 5000
+    """Threads kept per inbox (Yammer: 5,000 entries is ~75 KB and four years of activity)."""
+    trim_probability: float = 0.02
+    """Chance that one delivery to an inbox schedules an async trim of it (~1 per 50)."""
+    trim_queue: int = 10_000
+    """Distinct inboxes waiting for a trim; beyond that a trim request is dropped."""
+    trim_workers: int = 2
+    """Tasks trimming inboxes concurrently."""
+    scan_limit: int = 20_000
+    """Rows read per inbox at most (list, trim): a bound even on an overgrown inbox."""
+    sync_fanout_max: int = 1000
+    """Recipients up to which PostMessage delivers within the call; more go to the background."""
+    fanout_workers: int = 4
+    """Background fan-outs running at once."""
+    fanout_queue: int = 64
+    """Background fan-outs waiting for a worker; beyond that RESOURCE_EXHAUSTED."""
+    fanout_chunk: int = 1000
+    """Inboxes per store call of a fan-out (a 300,000-recipient post is 300 calls)."""
+    max_recipients: int = 1_000_000
+    """Recipient ids per PostMessage."""
+    progress_interval_s: float = 0.5
+    """Least time between two progress writes of one background fan-out."""
+    stall_after_s: float = 30.0
+    """A RUNNING delivery with no progress write for this long is reported FAILED."""
+    default_page_size: int = 50
+    """ListInbox page size when the request says 0."""
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     """Everything the server reads at start-up."""
 
@@ -180,6 +231,8 @@ class Settings:
     storage: StorageSettings = field(default_factory=StorageSettings)
     breaker: BreakerSettings = field(default_factory=BreakerSettings)
     threadweaver: ThreadWeaverSettings = field(default_factory=ThreadWeaverSettings)
+    summary: SummarySettings = field(default_factory=SummarySettings)
+    inbox: InboxSettings = field(default_factory=InboxSettings)
     policies: Mapping[str, MethodPolicy] = field(default_factory=dict)
     """Per-method overrides keyed by full method name ``loom.v1.Service/Method``."""
 
@@ -262,5 +315,7 @@ def load_settings(
         merged[section][name] = value
     for section, values in (overrides or {}).items():
         merged[section].update({k: v for k, v in values.items() if v is not None})
-    built = {name: _build(cls, merged[name], name) for name, cls in _sections().items()}
+    built: dict[str, Any] = {
+        name: _build(cls, merged[name], name) for name, cls in _sections().items()
+    }
     return Settings(**built, policies=types.MappingProxyType(policies))

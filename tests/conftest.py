@@ -13,8 +13,8 @@ from tests.engines import ALL_ENGINES
 configure_logging("warning")
 
 # DynamoDB Local accepts any credentials, but botocore insists on having some.
-os.environ.setdefault("AWS_ACCESS_KEY_ID", "loom-test")
-os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "loom-test")
+os.environ.setdefault("AWS_ACCESS_KEY_ID", "loomtest")  # DynamoDB Local: letters and digits only
+os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "loomtest")
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 
 

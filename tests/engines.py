@@ -61,16 +61,21 @@ def settings_for(engine: str, data_dir: Path, **stores: str) -> Settings:
         server=replace(base.server, port=0, use_uvloop=False, grace_s=1.0),
         sqlite=SqliteSettings(data_dir=str(data_dir / namespace), synchronous="NORMAL"),
         bigtable=BigtableSettings(
-            project="loom-test", instance="loom-test", table_prefix=f"{namespace}-",
+            project="loom-test",
+            instance="loom-test",
+            table_prefix=f"{namespace}-",
             create_tables=True,
         ),
         cassandra=CassandraSettings(
-            contact_points=tuple(contact.split(",")), port=cassandra_port,
-            keyspace=f"loom_{namespace}", create_schema=True,
+            contact_points=tuple(contact.split(",")),
+            port=cassandra_port,
+            keyspace=f"loom_{namespace}",
+            create_schema=True,
         ),
         dynamodb=DynamoDBSettings(
             endpoint_url=os.environ.get("LOOM_TEST_DYNAMODB_ENDPOINT", ""),
-            table_prefix=f"{namespace}-", create_tables=True,
+            table_prefix=f"{namespace}-",
+            create_tables=True,
         ),
         storage=StorageSettings(**stores),  # type: ignore[arg-type]
     )

@@ -37,7 +37,7 @@ class Bulkhead:
     @property
     def in_use(self) -> int:
         """Holders right now (for metrics and tests)."""
-        return self.max_concurrency - self._sem._value  # noqa: SLF001
+        return self.max_concurrency - self._sem._value
 
     @property
     def waiting(self) -> int:

@@ -94,7 +94,7 @@ def _wrap_unary(
         except asyncio.CancelledError:
             call.log(grpc.StatusCode.CANCELLED)
             raise
-        except Exception as exc:  # noqa: BLE001 - every failure becomes a status
+        except Exception as exc:
             await call.fail(exc)
         call.log(grpc.StatusCode.OK)
         return response
@@ -118,7 +118,7 @@ def _wrap_stream(
         except asyncio.CancelledError:
             call.log(grpc.StatusCode.CANCELLED)
             raise
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             await call.fail(exc)
         call.log(grpc.StatusCode.OK)
 

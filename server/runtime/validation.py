@@ -25,7 +25,7 @@ class Violations:
         """Records one violation."""
         self._items.append(FieldViolation(field, description))
 
-    def check(self, ok: bool, field: str, description: str) -> bool:  # noqa: FBT001
+    def check(self, ok: bool, field: str, description: str) -> bool:
         """Records a violation when `ok` is false; returns `ok`."""
         if not ok:
             self.add(field, description)

@@ -8,8 +8,8 @@ up to 1,000 team gids, max_threads 0 (default) ..100,000.
 from __future__ import annotations
 
 from google.protobuf import timestamp_pb2
-
 from loom.v1 import common_pb2, threadweaver_pb2
+
 from server.config import ThreadWeaverSettings
 from server.runtime.validation import Violations
 from server.threadweaver.model import Message, UnifiedThread, WeaveResult
@@ -19,8 +19,8 @@ __all__ = [
     "MAX_ID_BYTES",
     "MAX_RFC_BYTES",
     "messages_from_proto",
-    "single_message_from_proto",
     "result_to_proto",
+    "single_message_from_proto",
     "thread_refs_from_proto",
     "unified_request_from_proto",
     "unified_to_proto",
@@ -43,7 +43,9 @@ def _thread(v: Violations, path: str, gid: str, thread_id: str) -> ThreadKey:
 def _message(v: Violations, path: str, msg: threadweaver_pb2.WovenMessage) -> Message:
     thread = _thread(v, path, msg.gid, msg.thread_id)
     size = len(msg.rfc_message_id.encode("utf-8"))
-    v.check(size <= MAX_RFC_BYTES, f"{path}rfc_message_id", f"must be at most {MAX_RFC_BYTES} bytes")
+    v.check(
+        size <= MAX_RFC_BYTES, f"{path}rfc_message_id", f"must be at most {MAX_RFC_BYTES} bytes"
+    )
     sent_ms = 0
     if v.check(msg.HasField("sent_at"), f"{path}sent_at", "is required"):
         sent_ms = msg.sent_at.seconds * 1000 + msg.sent_at.nanos // 1_000_000

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import grpc
-
 from loom.v1 import common_pb2, threadweaver_pb2, threadweaver_pb2_grpc
+
 from server.config import MethodPolicy, ThreadWeaverSettings
 from server.threadweaver import convert
 from server.threadweaver.weaver import ThreadWeaver

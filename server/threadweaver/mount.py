@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import grpc
-
 from loom.v1 import threadweaver_pb2_grpc
+
 from server.config import Settings
 from server.runtime.guard import guard_store
 from server.runtime.mounting import Mounted, Resources

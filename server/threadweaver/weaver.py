@@ -74,9 +74,7 @@ class ThreadWeaver:
         if pairs:
             await store.add_merges(list(pairs))
         try:
-            components = await closures(
-                store, set(thread_uts.values()), max_size=self._max_closure
-            )
+            components = await closures(store, set(thread_uts.values()), max_size=self._max_closure)
         except FailedPrecondition:
             # An abused Message-ID merged too much to walk; the write itself succeeded, so
             # answer with each thread's own UT rather than fail an acknowledged write.
@@ -115,6 +113,4 @@ class ThreadWeaver:
         """The canonical unified thread id of each thread (None when never woven)."""
         found = await self._store.get_thread_uts(threads)
         components = await closures(self._store, set(found.values()), max_size=self._max_closure)
-        return [
-            min(components[found[t]]) if t in found else None for t in threads
-        ]
+        return [min(components[found[t]]) if t in found else None for t in threads]

@@ -16,8 +16,8 @@ from __future__ import annotations
 import heapq
 import sqlite3
 from collections.abc import Iterator, Sequence
-from typing import TypeVar
 from pathlib import Path
+from typing import TypeVar
 
 from storage.ports import MessageMapping, ThreadKey, UnifiedStats
 from storage.sqlite.database import SqliteDatabase
@@ -54,7 +54,9 @@ class SqliteThreadStore:
         self._db = db
 
     @classmethod
-    async def open(cls, path: Path, *, synchronous: str = "FULL", readers: int = 4) -> SqliteThreadStore:
+    async def open(
+        cls, path: Path, *, synchronous: str = "FULL", readers: int = 4
+    ) -> SqliteThreadStore:
         """Opens (creating when missing) the database at `path`."""
         db = SqliteDatabase(path, synchronous=synchronous, readers=readers)
         await db.migrate(_SCHEMA)

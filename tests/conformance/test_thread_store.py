@@ -32,7 +32,8 @@ class TestThreadMappings:
         """Items naming the same thread in one call all get the same winner."""
         t, u = ThreadKey("g", "x"), ThreadKey("g", "y")
         winners = await thread_store.put_thread_uts_if_absent([(t, "a"), (u, "b"), (t, "c")])
-        assert winners[0] == winners[2] and winners[0] in {"a", "c"}
+        assert winners[0] == winners[2]
+        assert winners[0] in {"a", "c"}
         assert winners[1] == "b"
 
     async def test_ids_with_separators_and_unicode_round_trip(

@@ -32,7 +32,7 @@ def free_port() -> int:
 
 
 def run(*args: str, data: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(  # noqa: S603 - fixed tool, test-controlled arguments
+    return subprocess.run(
         [grpcurl(), "-plaintext", *args],
         input=data,
         capture_output=True,
@@ -49,7 +49,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     data_dir = tmp_path_factory.mktemp("served")
     loom = Path(sys.executable).with_name("loom")
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOOM_")}
-    proc = subprocess.Popen(  # noqa: S603
+    proc = subprocess.Popen(
         [str(loom), "serve", "--port", str(port), "--data-dir", str(data_dir)],
         stderr=subprocess.PIPE,
         text=True,
@@ -60,7 +60,9 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     while run(target, "grpc.health.v1.Health/Check").returncode != 0:
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
-            raise AssertionError(f"loom serve did not become healthy: {proc.stderr.read() if proc.stderr else ''}")
+            raise AssertionError(
+                f"loom serve did not become healthy: {proc.stderr.read() if proc.stderr else ''}"
+            )
         time.sleep(0.2)
     yield target
     proc.send_signal(signal.SIGTERM)

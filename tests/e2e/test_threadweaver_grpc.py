@@ -12,8 +12,8 @@ import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
-
 from loom.v1 import common_pb2, threadweaver_pb2, threadweaver_pb2_grpc
+
 from server.config import MethodPolicy, Settings
 from tests.engines import settings_for
 from tests.serving import Running, running_server
@@ -65,7 +65,9 @@ class TestBadInput:
     ) -> None:
         """Each malformed field comes back as INVALID_ARGUMENT with its path."""
         with pytest.raises(grpc.aio.AioRpcError) as caught:
-            await stub(sqlite_server).WeaveMessage(threadweaver_pb2.WeaveMessageRequest(message=message))
+            await stub(sqlite_server).WeaveMessage(
+                threadweaver_pb2.WeaveMessageRequest(message=message)
+            )
         assert caught.value.code() is grpc.StatusCode.INVALID_ARGUMENT
         assert field in violations(caught.value)
 
@@ -79,7 +81,9 @@ class TestBadInput:
         assert caught.value.code() is grpc.StatusCode.INVALID_ARGUMENT
         assert "messages" in violations(caught.value)
         resolved = await stub(sqlite_server).ResolveThreads(
-            threadweaver_pb2.ResolveThreadsRequest(threads=[common_pb2.ThreadRef(gid="g", thread_id="t0")])
+            threadweaver_pb2.ResolveThreadsRequest(
+                threads=[common_pb2.ThreadRef(gid="g", thread_id="t0")]
+            )
         )
         assert not resolved.threads[0].found
 
@@ -87,7 +91,9 @@ class TestBadInput:
         """Violations carry the item index, all of them in one answer."""
         batch = [woven(), woven(gid=""), woven(thread="")]
         with pytest.raises(grpc.aio.AioRpcError) as caught:
-            await stub(sqlite_server).WeaveMessages(threadweaver_pb2.WeaveMessagesRequest(messages=batch))
+            await stub(sqlite_server).WeaveMessages(
+                threadweaver_pb2.WeaveMessagesRequest(messages=batch)
+            )
         assert set(violations(caught.value)) == {"messages[1].gid", "messages[2].thread_id"}
 
     async def test_resolve_limits_and_read_bounds(self, sqlite_server: Running) -> None:
@@ -103,7 +109,9 @@ class TestBadInput:
             )
         assert "max_threads" in violations(caught.value)
         with pytest.raises(grpc.aio.AioRpcError) as caught:
-            await s.GetUnifiedThread(threadweaver_pb2.GetUnifiedThreadRequest(gid="g", thread_id="nope"))
+            await s.GetUnifiedThread(
+                threadweaver_pb2.GetUnifiedThreadRequest(gid="g", thread_id="nope")
+            )
         assert caught.value.code() is grpc.StatusCode.NOT_FOUND
 
     async def test_request_id_is_echoed(self, sqlite_server: Running) -> None:
@@ -158,7 +166,9 @@ class TestBulkheadsAndDeadlines:
             results = await asyncio.gather(
                 *(CALLS[method](s, i) for i in range(64)), return_exceptions=True
             )
-        codes = [r.code() if isinstance(r, grpc.aio.AioRpcError) else grpc.StatusCode.OK for r in results]
+        codes = [
+            r.code() if isinstance(r, grpc.aio.AioRpcError) else grpc.StatusCode.OK for r in results
+        ]
         assert grpc.StatusCode.RESOURCE_EXHAUSTED in codes
         assert grpc.StatusCode.OK in codes
         assert set(codes) <= {grpc.StatusCode.OK, grpc.StatusCode.RESOURCE_EXHAUSTED}
@@ -174,7 +184,9 @@ class TestBulkheadsAndDeadlines:
                 await stub(running).WeaveMessages(big_batch("slow"))
             assert caught.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
             # The server is fine afterwards.
-            ok = await stub(running).WeaveMessage(threadweaver_pb2.WeaveMessageRequest(message=woven()))
+            ok = await stub(running).WeaveMessage(
+                threadweaver_pb2.WeaveMessageRequest(message=woven())
+            )
             assert ok.unified_thread_id == "g:t"
 
     async def test_client_deadline_wins_when_shorter(self, sqlite_server: Running) -> None:

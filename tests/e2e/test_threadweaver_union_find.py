@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from google.protobuf.timestamp_pb2 import Timestamp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from loom.v1 import common_pb2, threadweaver_pb2, threadweaver_pb2_grpc
 
 from loadtest.corpora.unionfind import UnionFind
-from loom.v1 import common_pb2, threadweaver_pb2, threadweaver_pb2_grpc
 from tests.serving import Running
 
 
@@ -69,7 +69,10 @@ def expected_components(messages: list[Woven]) -> UnionFind[tuple[str, str]]:
 
 def proto(m: Woven) -> threadweaver_pb2.WovenMessage:
     return threadweaver_pb2.WovenMessage(
-        gid=m.gid, thread_id=m.thread_id, rfc_message_id=m.rfc, sent_at=Timestamp(seconds=m.sent_at_s)
+        gid=m.gid,
+        thread_id=m.thread_id,
+        rfc_message_id=m.rfc,
+        sent_at=Timestamp(seconds=m.sent_at_s),
     )
 
 
@@ -88,7 +91,9 @@ async def weave_concurrently(
             chunk = share[i : i + size]
             i += size
             if len(chunk) == 1:
-                await stub.WeaveMessage(threadweaver_pb2.WeaveMessageRequest(message=proto(chunk[0])))
+                await stub.WeaveMessage(
+                    threadweaver_pb2.WeaveMessageRequest(message=proto(chunk[0]))
+                )
             else:
                 await stub.WeaveMessages(
                     threadweaver_pb2.WeaveMessagesRequest(messages=[proto(m) for m in chunk])

@@ -16,19 +16,28 @@ def test_generated_python_is_fresh(tmp_path: Path) -> None:
     sources = sorted(str(p.relative_to(PROTOS)) for p in (PROTOS / "loom" / "v1").glob("*.proto"))
     bin_dir = Path(sys.executable).parent
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
-    subprocess.run(  # noqa: S603
+    subprocess.run(
         [
-            sys.executable, "-m", "grpc_tools.protoc", "-I", str(PROTOS),
-            f"--python_out={tmp_path}", f"--grpc_python_out={tmp_path}",
-            f"--mypy_out={tmp_path}", f"--mypy_grpc_out={tmp_path}", *sources,
+            sys.executable,
+            "-m",
+            "grpc_tools.protoc",
+            "-I",
+            str(PROTOS),
+            f"--python_out={tmp_path}",
+            f"--grpc_python_out={tmp_path}",
+            f"--mypy_out={tmp_path}",
+            f"--mypy_grpc_out={tmp_path}",
+            *sources,
         ],
-        check=True, cwd=PROTOS, env=env, capture_output=True,
+        check=True,
+        cwd=PROTOS,
+        env=env,
+        capture_output=True,
     )
     fresh = {p.relative_to(tmp_path): p.read_bytes() for p in tmp_path.rglob("*.py*")}
     assert fresh, "protoc generated nothing"
     committed = {
-        p.relative_to(PROTOS): p.read_bytes()
-        for p in (PROTOS / "loom" / "v1").glob("*_pb2*.py*")
+        p.relative_to(PROTOS): p.read_bytes() for p in (PROTOS / "loom" / "v1").glob("*_pb2*.py*")
     }
     stale = sorted(str(name) for name in fresh if committed.get(name) != fresh[name])
     extra = sorted(str(name) for name in committed if name not in fresh)

@@ -45,7 +45,9 @@ class TestLoadSettings:
         ],
         ids=["bad-int", "bad-engine", "unknown-field", "unknown-section"],
     )
-    def test_bad_settings_are_refused_with_a_reason(self, env: dict[str, str], message: str) -> None:
+    def test_bad_settings_are_refused_with_a_reason(
+        self, env: dict[str, str], message: str
+    ) -> None:
         """A typo in a setting stops start-up with a message naming it."""
         with pytest.raises(ValueError, match=message):
             load_settings(env=env)

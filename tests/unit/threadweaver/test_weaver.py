@@ -83,7 +83,9 @@ class TestReads:
         # Charlie (who boxed it) drops off; Alice and Bob keep talking.
         await weaver.weave([msg("alice", "t", "2", 200), msg("bob", "u", "2", 200)])
         await weaver.weave([msg("bob", "u", "3", 300)])
-        view = await weaver.unified_thread(ThreadKey("charlie", "box"), team_gids=None, max_threads=10)
+        view = await weaver.unified_thread(
+            ThreadKey("charlie", "box"), team_gids=None, max_threads=10
+        )
         assert (view.message_count, view.last_message_at_ms) == (3, 300)
 
     async def test_team_filter_keeps_only_team_threads(self, weaver: ThreadWeaver) -> None:
@@ -100,7 +102,9 @@ class TestReads:
         """A Message-ID reused by a spammer across many mailboxes trips the spam guard."""
         await weaver.weave([msg(f"user{i}", "t", "<fixed@spam>") for i in range(30)])
         view = await weaver.unified_thread(ThreadKey("user0", "t"), team_gids=None, max_threads=20)
-        assert view.oversized and view.threads == [] and view.thread_count == 21
+        assert view.oversized
+        assert view.threads == []
+        assert view.thread_count == 21
 
     async def test_message_without_message_id_unifies_nothing(self, weaver: ThreadWeaver) -> None:
         """Messages with no Message-ID stay in their own thread and are each counted once."""
