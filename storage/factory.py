@@ -9,9 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from server.config import Settings
-from storage.ports import ThreadStore
+from storage.ports import InboxStore, SummaryStore, ThreadStore
 
-__all__ = ["open_thread_store"]
+__all__ = ["open_inbox_store", "open_summary_store", "open_thread_store"]
 
 
 async def open_thread_store(settings: Settings) -> ThreadStore:
@@ -25,4 +25,44 @@ async def open_thread_store(settings: Settings) -> ThreadStore:
             synchronous=settings.sqlite.synchronous,
             readers=settings.sqlite.readers,
         )
+    if engine == "cassandra":
+        from storage.cassandra.threads import CassandraThreadStore
+
+        return await CassandraThreadStore.open(settings.cassandra)
+    if engine == "bigtable":
+        from storage.bigtable.threads import BigtableThreadStore
+
+        return await BigtableThreadStore.open(settings.bigtable)
     raise ValueError(f"threadweaver_store={engine!r} is not supported")
+
+
+async def open_summary_store(settings: Settings) -> SummaryStore:
+    """The SummaryStore named by ``storage.summary_store`` (sqlite or dynamodb)."""
+    engine = settings.storage.summary_store
+    if engine == "sqlite":
+        from storage.sqlite.summaries import SqliteSummaryStore
+
+        return await SqliteSummaryStore.open(
+            Path(settings.sqlite.data_dir) / "summary.sqlite3",
+            synchronous=settings.sqlite.synchronous,
+            readers=settings.sqlite.readers,
+        )
+    if engine == "dynamodb":
+        from storage.dynamodb.summaries import DynamoDBSummaryStore
+
+        return await DynamoDBSummaryStore.open(settings.dynamodb)
+    raise ValueError(f"summary_store={engine!r} is not supported")
+
+
+async def open_inbox_store(settings: Settings) -> InboxStore:
+    """The InboxStore named by ``storage.inbox_store`` (sqlite now; cassandra next)."""
+    engine = settings.storage.inbox_store
+    if engine == "sqlite":
+        from storage.sqlite.inbox import SqliteInboxStore
+
+        return await SqliteInboxStore.open(
+            Path(settings.sqlite.data_dir) / "inbox.sqlite3",
+            synchronous=settings.sqlite.synchronous,
+            readers=settings.sqlite.readers,
+        )
+    raise ValueError(f"inbox_store={engine!r} is not supported")

@@ -1,4 +1,4 @@
-"""One ThreadStore per selected engine, each in a fresh namespace."""
+"""One store per port per selected engine, each in a fresh namespace."""
 
 from __future__ import annotations
 
@@ -8,17 +8,25 @@ from pathlib import Path
 import pytest
 
 from storage import factory
-from storage.ports import ThreadStore
+from storage.ports import InboxStore, SummaryStore, ThreadStore
 from tests.conftest import selected_engines
 from tests.engines import settings_for
 
 THREAD_ENGINES = ("sqlite", "bigtable", "cassandra")
+SUMMARY_ENGINES = ("sqlite", "dynamodb")
+INBOX_ENGINES = ("sqlite",)  # "cassandra" joins when its adapter lands
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "thread_engine" in metafunc.fixturenames:
         engines = selected_engines(metafunc.config, THREAD_ENGINES)
         metafunc.parametrize("thread_engine", engines, ids=engines)
+    if "summary_engine" in metafunc.fixturenames:
+        engines = selected_engines(metafunc.config, SUMMARY_ENGINES)
+        metafunc.parametrize("summary_engine", engines, ids=engines)
+    if "inbox_engine" in metafunc.fixturenames:
+        engines = selected_engines(metafunc.config, INBOX_ENGINES)
+        metafunc.parametrize("inbox_engine", engines, ids=engines)
 
 
 @pytest.fixture
@@ -26,6 +34,28 @@ async def thread_store(thread_engine: str, tmp_path: Path) -> AsyncIterator[Thre
     """A ThreadStore on `thread_engine` with no data in it."""
     settings = settings_for(thread_engine, tmp_path, threadweaver_store=thread_engine)
     store = await factory.open_thread_store(settings)
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+@pytest.fixture
+async def summary_store(summary_engine: str, tmp_path: Path) -> AsyncIterator[SummaryStore]:
+    """A SummaryStore on `summary_engine` with no data in it (fresh table prefix / file)."""
+    settings = settings_for(summary_engine, tmp_path, summary_store=summary_engine)
+    store = await factory.open_summary_store(settings)
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+@pytest.fixture
+async def inbox_store(inbox_engine: str, tmp_path: Path) -> AsyncIterator[InboxStore]:
+    """An InboxStore on `inbox_engine` with no data in it (fresh keyspace / file)."""
+    settings = settings_for(inbox_engine, tmp_path, inbox_store=inbox_engine)
+    store = await factory.open_inbox_store(settings)
     try:
         yield store
     finally:

@@ -1,0 +1,174 @@
+"""Inbox's protobuf <-> domain translation, with every input check.
+
+Bounds (issue 5): ids 1..256 bytes of UTF-8, message_id > 0, 1..`max_recipients`
+recipients (default 1,000,000), page_size 0..500 (0 = the default), 1..1,000 thread ids
+per MarkThreads, page tokens issued by this service for this inbox and filter.
+"""
+
+from __future__ import annotations
+
+from loom.v1 import common_pb2, inbox_pb2
+
+from server.config import InboxSettings
+from server.inbox import pagetoken
+from server.inbox.model import InboxFilter, MarkResult, Page, Post, PostResult
+from server.inbox.pagetoken import Cursor
+from server.runtime.validation import Violations
+from storage.ports import DeliveryRecord
+
+__all__ = [
+    "MAX_ID_BYTES",
+    "MAX_MARK_THREADS",
+    "MAX_PAGE_SIZE",
+    "delivery_id_from_proto",
+    "delivery_to_proto",
+    "inbox_id_from_proto",
+    "list_from_proto",
+    "mark_from_proto",
+    "mark_to_proto",
+    "page_to_proto",
+    "post_from_proto",
+    "post_to_proto",
+]
+
+MAX_ID_BYTES = 256
+MAX_PAGE_SIZE = 500
+MAX_MARK_THREADS = 1000
+# One response should not carry a million violations: report the first few bad ids.
+_MAX_ID_VIOLATIONS = 20
+
+_STATES = {
+    "running": inbox_pb2.DELIVERY_STATE_RUNNING,
+    "done": inbox_pb2.DELIVERY_STATE_DONE,
+    "failed": inbox_pb2.DELIVERY_STATE_FAILED,
+}
+_FILTERS = {
+    inbox_pb2.INBOX_FILTER_UNSPECIFIED: InboxFilter.ALL,
+    inbox_pb2.INBOX_FILTER_ALL: InboxFilter.ALL,
+    inbox_pb2.INBOX_FILTER_UNREAD: InboxFilter.UNREAD,
+    inbox_pb2.INBOX_FILTER_READ: InboxFilter.READ,
+}
+
+
+def _ids(v: Violations, field: str, ids: list[str]) -> None:
+    bad = 0
+    for i, value in enumerate(ids):
+        if not v.identifier(f"{field}[{i}]", value, max_bytes=MAX_ID_BYTES):
+            bad += 1
+            if bad >= _MAX_ID_VIOLATIONS:
+                v.add(field, f"more bad ids follow; only the first {bad} are listed")
+                return
+
+
+def post_from_proto(request: inbox_pb2.PostMessageRequest, limits: InboxSettings) -> Post:
+    """A validated post; raises InvalidArgument naming every bad field."""
+    v = Violations()
+    v.identifier("thread_id", request.thread_id, max_bytes=MAX_ID_BYTES)
+    v.check(request.message_id > 0, "message_id", "must be positive")
+    v.identifier("sender_inbox_id", request.sender_inbox_id, max_bytes=MAX_ID_BYTES)
+    recipients = list(request.recipient_inbox_ids)
+    if v.count("recipient_inbox_ids", recipients, minimum=1, maximum=limits.max_recipients):
+        _ids(v, "recipient_inbox_ids", recipients)
+    v.raise_if_any()
+    return Post(request.thread_id, request.message_id, request.sender_inbox_id, recipients)
+
+
+def post_to_proto(result: PostResult) -> inbox_pb2.PostMessageResponse:
+    """PostMessage's answer."""
+    return inbox_pb2.PostMessageResponse(
+        delivered=result.delivered,
+        delivery_id=result.delivery_id,
+        inboxes_updated=result.inboxes_updated,
+    )
+
+
+def delivery_id_from_proto(request: inbox_pb2.GetDeliveryRequest) -> str:
+    """The delivery id of a GetDelivery call."""
+    v = Violations()
+    v.identifier("delivery_id", request.delivery_id, max_bytes=MAX_ID_BYTES)
+    v.raise_if_any()
+    return request.delivery_id
+
+
+def delivery_to_proto(record: DeliveryRecord) -> inbox_pb2.Delivery:
+    """A delivery's progress."""
+    return inbox_pb2.Delivery(
+        delivery_id=record.delivery_id,
+        state=_STATES[record.state],
+        progress=common_pb2.Progress(done=record.done, total=record.total),
+        error=record.error,
+    )
+
+
+def inbox_id_from_proto(inbox_id: str) -> str:
+    """A validated inbox id (GetUnreadCount)."""
+    v = Violations()
+    v.identifier("inbox_id", inbox_id, max_bytes=MAX_ID_BYTES)
+    v.raise_if_any()
+    return inbox_id
+
+
+def list_from_proto(
+    request: inbox_pb2.ListInboxRequest,
+) -> tuple[str, InboxFilter, int, Cursor | None]:
+    """(inbox_id, filter, page_size (0 = default), cursor) of a ListInbox call."""
+    v = Violations()
+    inbox_ok = v.identifier("inbox_id", request.inbox_id, max_bytes=MAX_ID_BYTES)
+    flt = _FILTERS.get(request.filter)
+    v.check(flt is not None, "filter", "must be ALL, UNREAD or READ")
+    v.check(
+        0 <= request.page_size <= MAX_PAGE_SIZE, "page_size", f"must lie in 0..{MAX_PAGE_SIZE}"
+    )
+    cursor = None
+    if request.page_token and inbox_ok:
+        try:
+            cursor = pagetoken.decode(request.page_token, request.inbox_id)
+        except ValueError as exc:
+            v.add("page_token", str(exc))
+        else:
+            v.check(
+                flt is None or cursor.filter is flt,
+                "page_token",
+                "was issued for another filter",
+            )
+    v.raise_if_any()
+    assert flt is not None
+    return request.inbox_id, flt, request.page_size, cursor
+
+
+def page_to_proto(page: Page) -> inbox_pb2.ListInboxResponse:
+    """One ListInbox page."""
+    return inbox_pb2.ListInboxResponse(
+        entries=[
+            inbox_pb2.InboxEntry(
+                thread_id=e.thread_id, last_message_id=e.last_message_id, is_read=e.is_read
+            )
+            for e in page.entries
+        ],
+        next_page_token=page.next_page_token,
+    )
+
+
+def mark_from_proto(request: inbox_pb2.MarkThreadsRequest) -> tuple[str, list[str] | None, bool]:
+    """(inbox_id, thread ids or None for the whole inbox, read) of a MarkThreads call."""
+    v = Violations()
+    v.identifier("inbox_id", request.inbox_id, max_bytes=MAX_ID_BYTES)
+    target = request.WhichOneof("target")
+    thread_ids: list[str] | None = None
+    if target == "threads":
+        thread_ids = list(request.threads.thread_ids)
+        if v.count("threads.thread_ids", thread_ids, minimum=1, maximum=MAX_MARK_THREADS):
+            _ids(v, "threads.thread_ids", thread_ids)
+    elif target == "all":
+        v.check(request.all, "all", "must be true when set")
+    else:
+        v.add("target", "set threads or all")
+    v.raise_if_any()
+    return request.inbox_id, thread_ids, request.read
+
+
+def mark_to_proto(result: MarkResult) -> inbox_pb2.MarkThreadsResponse:
+    """MarkThreads' answer."""
+    return inbox_pb2.MarkThreadsResponse(
+        changed=result.changed, unread_count=result.unread_count
+    )

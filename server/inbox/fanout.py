@@ -1,0 +1,159 @@
+"""The bounded background fan-out stage for large posts (Yammer's 300K-inbox announcements).
+
+A post over the synchronous limit becomes a job: its ordered recipient list, cut in chunks
+of `chunk_size` inboxes, each chunk one batch call to the store. A fixed pool of workers
+drains a bounded queue of jobs; when the queue is full, `submit` refuses at once
+(RESOURCE_EXHAUSTED) rather than let announcements pile up in memory.
+
+Progress is written to the store (at most every `progress_interval_s`, and always at the
+end), so GetDelivery survives restarts. Because delivery is idempotent (last_message_id
+only grows) and recipients are processed in a reproducible order, the stored `done` count
+is a safe resume point: a retried PostMessage restarts from it, and re-doing a chunk whose
+progress write was lost changes nothing. A storage failure that outlasts a few retries
+stops the job as FAILED; stopping the server marks unfinished jobs FAILED too, so a retry
+resumes them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from server.inbox.model import chunked
+from server.inbox.trimming import Trimmer
+from server.runtime.errors import LoomError, ResourceExhausted
+from server.runtime.logs import get_logger
+from storage.errors import StorageError
+from storage.ports import DeliveryRecord, DeliveryState, InboxStore
+
+__all__ = ["FanoutJob", "FanoutStage"]
+
+_log = get_logger("inbox.fanout")
+_RETRY_DELAYS_S = (0.05, 0.25, 1.0)
+_SHUTDOWN = "interrupted by server shutdown; retry PostMessage to resume"
+
+
+@dataclass
+class FanoutJob:
+    """One background delivery: its stored record (kept current) and its recipients."""
+
+    record: DeliveryRecord
+    recipients: list[str]
+
+
+class FanoutStage:
+    """Worker pool + bounded queue that delivers large posts chunk by chunk."""
+
+    def __init__(
+        self,
+        store: InboxStore,
+        trimmer: Trimmer,
+        *,
+        workers: int,
+        queue_size: int,
+        chunk_size: int,
+        progress_interval_s: float,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._store = store
+        self._trimmer = trimmer
+        self._queue: asyncio.Queue[FanoutJob] = asyncio.Queue(max(1, queue_size))
+        self._workers = max(1, workers)
+        self._chunk = max(1, chunk_size)
+        self._interval = progress_interval_s
+        self._clock = clock
+        self._active: dict[str, FanoutJob] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self) -> None:
+        """Starts the workers (inside the running loop)."""
+        if not self._tasks:
+            self._tasks = [
+                asyncio.create_task(self._work(), name=f"inbox-fanout-{i}")
+                for i in range(self._workers)
+            ]
+
+    async def stop(self) -> None:
+        """Cancels the workers and records every unfinished job as FAILED (resumable)."""
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+        for job in list(self._active.values()):
+            await self._finish(job, "failed", _SHUTDOWN)
+
+    def now_ms(self) -> int:
+        """The stage's clock in milliseconds (progress timestamps)."""
+        return int(self._clock() * 1000)
+
+    def live(self, delivery_id: str) -> DeliveryRecord | None:
+        """The current record of a job queued or running in this process."""
+        job = self._active.get(delivery_id)
+        return None if job is None else job.record
+
+    def has_room(self) -> bool:
+        """Whether `submit` would be accepted now."""
+        return not self._queue.full()
+
+    def submit(self, job: FanoutJob) -> DeliveryRecord:
+        """Queues `job` (no-op when the same delivery is already active here)."""
+        current = self._active.get(job.record.delivery_id)
+        if current is not None:
+            return current.record
+        try:
+            self._queue.put_nowait(job)
+        except asyncio.QueueFull:
+            raise ResourceExhausted(
+                "inbox fan-out queue is full; retry PostMessage later"
+            ) from None
+        self._active[job.record.delivery_id] = job
+        return job.record
+
+    async def _work(self) -> None:
+        while True:
+            job = await self._queue.get()
+            try:
+                await self._run(job)
+            except (LoomError, StorageError) as exc:
+                await self._finish(job, "failed", f"storage failure: {exc}")
+            finally:
+                self._queue.task_done()
+
+    async def _run(self, job: FanoutJob) -> None:
+        rec = job.record
+        last_write = self._clock()
+        for chunk in chunked(job.recipients, self._chunk, start=rec.done):
+            await self._deliver(rec.thread_id, rec.message_id, chunk)
+            self._trimmer.on_delivered(chunk)
+            job.record = rec = replace(rec, done=rec.done + len(chunk), updated_at_ms=self.now_ms())
+            if self._clock() - last_write >= self._interval:
+                await self._store.save_delivery(rec)
+                last_write = self._clock()
+        await self._finish(job, "done", "")
+
+    async def _deliver(self, thread_id: str, message_id: int, inboxes: Sequence[str]) -> None:
+        for delay in (*_RETRY_DELAYS_S, None):
+            try:
+                await self._store.deliver(thread_id, message_id, unread=inboxes)
+            except (LoomError, StorageError):
+                if delay is None:
+                    raise
+                await asyncio.sleep(delay)
+            else:
+                return
+
+    async def _finish(self, job: FanoutJob, state: DeliveryState, error: str) -> None:
+        job.record = replace(job.record, state=state, error=error, updated_at_ms=self.now_ms())
+        self._active.pop(job.record.delivery_id, None)
+        try:
+            await self._store.save_delivery(job.record)
+        except (LoomError, StorageError) as exc:
+            # The engine is down: the stored record stays RUNNING and goes stale, which
+            # GetDelivery reports as FAILED after stall_after_s; a retry resumes it.
+            _log.warning("delivery progress not saved", delivery_id=job.record.delivery_id,
+                         error=str(exc))

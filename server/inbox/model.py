@@ -1,0 +1,113 @@
+"""Inbox domain values and the pure rules of a post, free of protobuf and of any engine."""
+
+from __future__ import annotations
+
+import base64
+import enum
+import hashlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from storage.ports import InboxEntry
+
+__all__ = [
+    "FanoutPlan",
+    "InboxFilter",
+    "MarkResult",
+    "Page",
+    "Post",
+    "PostResult",
+    "chunked",
+    "delivery_id_for",
+    "plan_fanout",
+]
+
+
+class InboxFilter(enum.IntEnum):
+    """Which threads a listing returns (values are stable: page tokens carry them)."""
+
+    ALL = 1
+    UNREAD = 2
+    READ = 3
+
+    def matches(self, entry: InboxEntry) -> bool:
+        """Whether `entry` belongs in a listing with this filter."""
+        if self is InboxFilter.UNREAD:
+            return not entry.is_read
+        if self is InboxFilter.READ:
+            return entry.is_read
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class Post:
+    """A validated PostMessage."""
+
+    thread_id: str
+    message_id: int
+    sender_inbox_id: str
+    recipient_inbox_ids: Sequence[str]
+
+
+@dataclass(frozen=True, slots=True)
+class PostResult:
+    """What PostMessage reports."""
+
+    delivered: bool
+    """Every inbox was updated before the call returned."""
+    delivery_id: str
+    """Set for a background fan-out."""
+    inboxes_updated: int
+    """The sender plus the recipients updated so far."""
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One ListInbox page, newest activity first."""
+
+    entries: list[InboxEntry]
+    next_page_token: str
+
+
+@dataclass(frozen=True, slots=True)
+class MarkResult:
+    """What MarkThreads changed."""
+
+    changed: int
+    unread_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class FanoutPlan:
+    """Who gets a post, and whether the call delivers it or the background stage does."""
+
+    sender: str
+    """Delivered as read, always within the call."""
+    recipients: list[str]
+    """Distinct recipient inboxes in request order, the sender left out (delivered unread)."""
+    background: bool
+
+
+def plan_fanout(post: Post, *, sync_max: int) -> FanoutPlan:
+    """Deduplicates recipients (first occurrence wins, so the order is reproducible on a
+    retry, which makes a stored progress count a valid resume point) and drops the sender,
+    who gets the thread read even when listed as a recipient."""
+    recipients = [r for r in dict.fromkeys(post.recipient_inbox_ids) if r != post.sender_inbox_id]
+    return FanoutPlan(
+        sender=post.sender_inbox_id,
+        recipients=recipients,
+        background=len(recipients) > sync_max,
+    )
+
+
+def chunked(items: Sequence[str], size: int, *, start: int = 0) -> Iterator[Sequence[str]]:
+    """`items[start:]` in slices of `size` (one store call each)."""
+    for i in range(start, len(items), size):
+        yield items[i : i + size]
+
+
+def delivery_id_for(thread_id: str, message_id: int) -> str:
+    """The delivery id of a post: derived from (thread, message) so a retry finds its
+    delivery without any lookup table, and two servers agree on it."""
+    digest = hashlib.sha256(f"{thread_id}\x00{message_id}".encode()).digest()[:15]
+    return "dlv_" + base64.urlsafe_b64encode(digest).decode("ascii")

@@ -1,0 +1,194 @@
+"""Yammer's inbox over any `InboxStore`: fan-out on write, read-sort-filter, async trims.
+
+- PostMessage: the sender's row is advanced as read and every distinct recipient's as
+  unread (idempotent in the store: last_message_id only grows). Up to `sync_fanout_max`
+  recipients are delivered within the call; more go to the bounded background stage under
+  a delivery id derived from (thread_id, message_id), so a retry finds the same delivery,
+  resumes it when it failed, and never delivers twice.
+- ListInbox: the whole inbox (bounded by trimming) is read, filtered and sorted here; an
+  inbox seen above its cap is queued for a trim, as Yammer trimmed on read.
+- GetUnreadCount: the materialized unread rows, never the inbox.
+- Every delivery may schedule an async trim (probability p), which keeps even a
+  never-read inbox near `max_entries`.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from server.config import InboxSettings
+from server.inbox.fanout import FanoutJob, FanoutStage
+from server.inbox.listing import select_page
+from server.inbox.model import (
+    InboxFilter,
+    MarkResult,
+    Page,
+    Post,
+    PostResult,
+    chunked,
+    delivery_id_for,
+    plan_fanout,
+)
+from server.inbox.pagetoken import Cursor
+from server.inbox.trimming import Trimmer
+from server.runtime.errors import NotFound, ResourceExhausted
+from storage.ports import DeliveryRecord, InboxStore
+
+__all__ = ["InboxService"]
+
+
+class InboxService:
+    """The Inbox domain; `start()` / `stop()` bracket its background workers."""
+
+    def __init__(
+        self,
+        store: InboxStore,
+        settings: InboxSettings,
+        *,
+        rng: random.Random | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._store = store
+        self._settings = settings
+        self._clock = clock
+        self.trimmer = Trimmer(
+            store,
+            max_entries=settings.max_entries,
+            probability=settings.trim_probability,
+            queue_size=settings.trim_queue,
+            workers=settings.trim_workers,
+            scan_limit=settings.scan_limit,
+            rng=rng,
+        )
+        self.fanout = FanoutStage(
+            store,
+            self.trimmer,
+            workers=settings.fanout_workers,
+            queue_size=settings.fanout_queue,
+            chunk_size=settings.fanout_chunk,
+            progress_interval_s=settings.progress_interval_s,
+            clock=clock,
+        )
+
+    def start(self) -> None:
+        """Starts the trim and fan-out workers (inside the running loop)."""
+        self.trimmer.start()
+        self.fanout.start()
+
+    async def stop(self) -> None:
+        """Stops fan-outs first (recording their progress), then trims."""
+        await self.fanout.stop()
+        await self.trimmer.stop()
+
+    async def post(self, post: Post) -> PostResult:
+        """Delivers `post` (see the module docstring)."""
+        plan = plan_fanout(post, sync_max=self._settings.sync_fanout_max)
+        if not plan.background:
+            # The sender rides with the first chunk: a usual post is one store write.
+            chunks = list(chunked(plan.recipients, self._settings.fanout_chunk)) or [[]]
+            for i, chunk in enumerate(chunks):
+                sender = [plan.sender] if i == 0 else []
+                await self._store.deliver(
+                    post.thread_id, post.message_id, unread=chunk, read=sender
+                )
+                self.trimmer.on_delivered([*sender, *chunk])
+            return PostResult(True, "", 1 + len(plan.recipients))
+        return await self._post_in_background(post, plan.recipients)
+
+    async def _deliver_sender(self, post: Post) -> None:
+        await self._store.deliver(
+            post.thread_id, post.message_id, unread=(), read=[post.sender_inbox_id]
+        )
+        self.trimmer.on_delivered([post.sender_inbox_id])
+
+    async def _post_in_background(self, post: Post, recipients: list[str]) -> PostResult:
+        delivery_id = delivery_id_for(post.thread_id, post.message_id)
+        live = self.fanout.live(delivery_id)
+        if live is not None:
+            return PostResult(False, delivery_id, 1 + live.done)
+        stored = await self._store.get_delivery(delivery_id)
+        if stored is not None and stored.state == "done":
+            return PostResult(True, delivery_id, 1 + stored.total)
+        if not self.fanout.has_room():
+            # Refuse before touching any inbox: the caller retries the whole post later.
+            raise ResourceExhausted("inbox fan-out queue is full; retry PostMessage later")
+        await self._deliver_sender(post)
+        fresh = DeliveryRecord(
+            delivery_id=delivery_id,
+            thread_id=post.thread_id,
+            message_id=post.message_id,
+            sender_inbox_id=post.sender_inbox_id,
+            total=len(recipients),
+            done=0,
+            state="running",
+            error="",
+            updated_at_ms=self.fanout.now_ms(),
+        )
+        record = stored or await self._store.create_delivery(fresh)
+        if record.state == "done":
+            return PostResult(True, delivery_id, 1 + record.total)
+        # Resume from the stored prefix (0 when fresh); the list is the same on a retry
+        # because planning is deterministic.
+        record = replace(
+            record,
+            total=len(recipients),
+            done=min(record.done, len(recipients)),
+            state="running",
+            error="",
+            updated_at_ms=self.fanout.now_ms(),
+        )
+        live = self.fanout.live(delivery_id)
+        if live is not None:  # a concurrent retry got there first
+            return PostResult(False, delivery_id, 1 + live.done)
+        await self._store.save_delivery(record)
+        live = self.fanout.live(delivery_id)
+        if live is not None:
+            return PostResult(False, delivery_id, 1 + live.done)
+        accepted = self.fanout.submit(FanoutJob(record, recipients))
+        return PostResult(False, delivery_id, 1 + accepted.done)
+
+    async def get_delivery(self, delivery_id: str) -> DeliveryRecord:
+        """The delivery's progress; a RUNNING one nobody advanced lately shows as FAILED."""
+        live = self.fanout.live(delivery_id)
+        if live is not None:
+            return live
+        stored = await self._store.get_delivery(delivery_id)
+        if stored is None:
+            raise NotFound(f"delivery {delivery_id!r} does not exist")
+        age_s = self._clock() - stored.updated_at_ms / 1000
+        if stored.state == "running" and age_s > self._settings.stall_after_s:
+            return replace(
+                stored,
+                state="failed",
+                error=f"no progress for {int(age_s)} s; retry PostMessage to resume",
+            )
+        return stored
+
+    async def list_inbox(
+        self, inbox_id: str, flt: InboxFilter, page_size: int, after: Cursor | None
+    ) -> Page:
+        """One page, newest activity first, continuing strictly after `after`."""
+        entries = await self._store.scan_inbox(inbox_id, self._settings.scan_limit)
+        if len(entries) > self._settings.max_entries:
+            self.trimmer.request(inbox_id)
+        return select_page(
+            entries,
+            inbox_id=inbox_id,
+            flt=flt,
+            after=after,
+            page_size=page_size or self._settings.default_page_size,
+        )
+
+    async def unread_count(self, inbox_id: str) -> int:
+        """Unread threads, from the materialized unread rows."""
+        return await self._store.unread_count(inbox_id)
+
+    async def mark(
+        self, inbox_id: str, thread_ids: Sequence[str] | None, *, read: bool
+    ) -> MarkResult:
+        """Marks threads (every thread when None) read or unread; the count follows."""
+        changed = await self._store.set_read(inbox_id, thread_ids, read=read)
+        return MarkResult(changed, await self._store.unread_count(inbox_id))

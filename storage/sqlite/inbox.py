@@ -1,0 +1,292 @@
+"""InboxStore on the embedded SQLite engine.
+
+The tables are Yammer's second design, one SQLite file of its own (so fan-out writes never
+queue behind another service's writer thread):
+
+    inbox_entry    (inbox_id, thread_id) -> last_message_id, is_read
+    inbox_unread   (inbox_id, thread_id)          the materialized unread count
+    inbox_delivery (delivery_id) -> progress of a background fan-out
+
+Both inbox tables are clustered by their primary key (WITHOUT ROWID), so an inbox or its
+unread set is one contiguous range; there is no secondary index. Every write is one
+IMMEDIATE transaction on the single writer thread, so the unread rows always move in the
+same transaction as the inbox rows. A delivery chunk is two set-shaped statements:
+
+    upsert inbox_entry      ... DO UPDATE ... WHERE excluded.last_message_id > old one
+    sync   inbox_unread     for rows whose last_message_id is now this message
+
+which is idempotent (a retry finds last_message_id already equal and changes nothing)
+and order-free (an older message never overwrites a newer one).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import TypeVar
+
+from storage.ports import DeliveryRecord, InboxEntry
+from storage.sqlite.database import SqliteDatabase
+
+__all__ = ["SqliteInboxStore"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS inbox_entry (
+    inbox_id TEXT NOT NULL, thread_id TEXT NOT NULL,
+    last_message_id INTEGER NOT NULL, is_read INTEGER NOT NULL,
+    PRIMARY KEY (inbox_id, thread_id)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS inbox_unread (
+    inbox_id TEXT NOT NULL, thread_id TEXT NOT NULL,
+    PRIMARY KEY (inbox_id, thread_id)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS inbox_delivery (
+    delivery_id TEXT NOT NULL PRIMARY KEY, thread_id TEXT NOT NULL,
+    message_id INTEGER NOT NULL, sender_inbox_id TEXT NOT NULL,
+    total INTEGER NOT NULL, done INTEGER NOT NULL, state TEXT NOT NULL,
+    error TEXT NOT NULL, updated_at_ms INTEGER NOT NULL) WITHOUT ROWID;
+"""
+
+_UPSERT = (
+    "INSERT INTO inbox_entry (inbox_id, thread_id, last_message_id, is_read) "
+    "VALUES (?, ?, ?, ?) ON CONFLICT (inbox_id, thread_id) DO UPDATE SET "
+    "last_message_id = excluded.last_message_id, is_read = excluded.is_read "
+    "WHERE excluded.last_message_id > inbox_entry.last_message_id"
+)
+# Only rows this message now owns (last_message_id equal) move their unread row; a row
+# marked read or unread by its owner since keeps the owner's choice on a retry.
+_ADD_UNREAD = (
+    "INSERT OR IGNORE INTO inbox_unread (inbox_id, thread_id) "
+    "SELECT inbox_id, thread_id FROM inbox_entry "
+    "WHERE inbox_id = ? AND thread_id = ? AND last_message_id = ? AND is_read = 0"
+)
+_DROP_UNREAD = (
+    "DELETE FROM inbox_unread WHERE inbox_id = ? AND thread_id = ? AND EXISTS ("
+    "SELECT 1 FROM inbox_entry e WHERE e.inbox_id = inbox_unread.inbox_id "
+    "AND e.thread_id = inbox_unread.thread_id AND e.last_message_id = ? AND e.is_read = 1)"
+)
+_DELIVERY_COLUMNS = (
+    "delivery_id, thread_id, message_id, sender_inbox_id, total, done, state, error, updated_at_ms"
+)
+
+T = TypeVar("T")
+_CHUNK = 500  # bound parameters per IN (...) list, well under SQLite's limit
+
+
+def _chunks(items: Sequence[T]) -> Iterator[Sequence[T]]:
+    for start in range(0, len(items), _CHUNK):
+        yield items[start : start + _CHUNK]
+
+
+def _record(row: tuple[object, ...]) -> DeliveryRecord:
+    d, t, m, s, total, done, state, error, at = row
+    return DeliveryRecord(
+        delivery_id=str(d),
+        thread_id=str(t),
+        message_id=int(str(m)),
+        sender_inbox_id=str(s),
+        total=int(str(total)),
+        done=int(str(done)),
+        state=state,  # type: ignore[arg-type]
+        error=str(error),
+        updated_at_ms=int(str(at)),
+    )
+
+
+class SqliteInboxStore:
+    """`storage.ports.InboxStore` on one SQLite file."""
+
+    def __init__(self, db: SqliteDatabase) -> None:
+        self._db = db
+
+    @classmethod
+    async def open(
+        cls, path: Path, *, synchronous: str = "FULL", readers: int = 4
+    ) -> SqliteInboxStore:
+        """Opens (creating when missing) the database at `path`."""
+        db = SqliteDatabase(path, synchronous=synchronous, readers=readers)
+        await db.migrate(_SCHEMA)
+        return cls(db)
+
+    async def deliver(
+        self,
+        thread_id: str,
+        message_id: int,
+        *,
+        unread: Sequence[str],
+        read: Sequence[str] = (),
+    ) -> int:
+        groups = [(inboxes, flag) for inboxes, flag in ((unread, False), (read, True)) if inboxes]
+        if not groups:
+            return 0
+
+        def run(conn: sqlite3.Connection) -> int:
+            advanced = 0
+            for inboxes, flag in groups:
+                before = conn.total_changes
+                conn.executemany(
+                    _UPSERT, [(inbox, thread_id, message_id, int(flag)) for inbox in inboxes]
+                )
+                if conn.total_changes != before:
+                    advanced += conn.total_changes - before
+                    conn.executemany(
+                        _DROP_UNREAD if flag else _ADD_UNREAD,
+                        [(inbox, thread_id, message_id) for inbox in inboxes],
+                    )
+            return advanced
+
+        return await self._db.write(run)
+
+    async def scan_inbox(self, inbox_id: str, limit: int) -> list[InboxEntry]:
+        def run(conn: sqlite3.Connection) -> list[InboxEntry]:
+            cursor = conn.execute(
+                "SELECT thread_id, last_message_id, is_read FROM inbox_entry "
+                "WHERE inbox_id = ? ORDER BY last_message_id DESC LIMIT ?",
+                (inbox_id, limit),
+            )
+            return [InboxEntry(t, m, bool(r)) for t, m, r in cursor]
+
+        return await self._db.read(run) if limit > 0 else []
+
+    async def unread_count(self, inbox_id: str) -> int:
+        def run(conn: sqlite3.Connection) -> int:
+            row = conn.execute(
+                "SELECT COUNT(*) FROM inbox_unread WHERE inbox_id = ?", (inbox_id,)
+            ).fetchone()
+            return int(row[0])
+
+        return await self._db.read(run)
+
+    async def set_read(self, inbox_id: str, thread_ids: Sequence[str] | None, *, read: bool) -> int:
+        flag = int(read)
+        wanted = None if thread_ids is None else list(dict.fromkeys(thread_ids))
+        if wanted == []:
+            return 0
+
+        def whole(conn: sqlite3.Connection) -> int:
+            changed = conn.execute(
+                "UPDATE inbox_entry SET is_read = ? WHERE inbox_id = ? AND is_read != ?",
+                (flag, inbox_id, flag),
+            ).rowcount
+            if read:
+                conn.execute("DELETE FROM inbox_unread WHERE inbox_id = ?", (inbox_id,))
+            else:
+                conn.execute(
+                    "INSERT OR IGNORE INTO inbox_unread (inbox_id, thread_id) "
+                    "SELECT inbox_id, thread_id FROM inbox_entry WHERE inbox_id = ?",
+                    (inbox_id,),
+                )
+            return changed
+
+        def some(conn: sqlite3.Connection) -> int:
+            assert wanted is not None
+            changed = 0
+            for chunk in _chunks(wanted):
+                marks = ",".join("?" * len(chunk))
+                changed += conn.execute(
+                    f"UPDATE inbox_entry SET is_read = ? WHERE inbox_id = ? AND is_read != ? "
+                    f"AND thread_id IN ({marks})",
+                    (flag, inbox_id, flag, *chunk),
+                ).rowcount
+                if read:
+                    conn.execute(
+                        f"DELETE FROM inbox_unread WHERE inbox_id = ? AND thread_id IN ({marks})",
+                        (inbox_id, *chunk),
+                    )
+                else:
+                    conn.execute(
+                        "INSERT OR IGNORE INTO inbox_unread (inbox_id, thread_id) "
+                        "SELECT inbox_id, thread_id FROM inbox_entry "
+                        f"WHERE inbox_id = ? AND thread_id IN ({marks})",
+                        (inbox_id, *chunk),
+                    )
+            return changed
+
+        return await self._db.write(whole if wanted is None else some)
+
+    async def delete_entries(self, inbox_id: str, entries: Sequence[InboxEntry]) -> int:
+        rows = [(inbox_id, e.thread_id, e.last_message_id) for e in entries]
+        if not rows:
+            return 0
+
+        def run(conn: sqlite3.Connection) -> int:
+            before = conn.total_changes
+            conn.executemany(
+                "DELETE FROM inbox_entry WHERE inbox_id = ? AND thread_id = ? "
+                "AND last_message_id <= ?",
+                rows,
+            )
+            deleted = conn.total_changes - before
+            # Unread rows whose inbox row is gone (only the threads just named).
+            conn.executemany(
+                "DELETE FROM inbox_unread WHERE inbox_id = ? AND thread_id = ? AND NOT EXISTS ("
+                "SELECT 1 FROM inbox_entry e WHERE e.inbox_id = inbox_unread.inbox_id "
+                "AND e.thread_id = inbox_unread.thread_id)",
+                [(i, t) for i, t, _ in rows],
+            )
+            return deleted
+
+        return await self._db.write(run)
+
+    async def create_delivery(self, record: DeliveryRecord) -> DeliveryRecord:
+        values = (
+            record.delivery_id,
+            record.thread_id,
+            record.message_id,
+            record.sender_inbox_id,
+            record.total,
+            record.done,
+            record.state,
+            record.error,
+            record.updated_at_ms,
+        )
+
+        def run(conn: sqlite3.Connection) -> DeliveryRecord:
+            conn.execute(
+                f"INSERT INTO inbox_delivery ({_DELIVERY_COLUMNS}) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                values,
+            )
+            row = conn.execute(
+                f"SELECT {_DELIVERY_COLUMNS} FROM inbox_delivery WHERE delivery_id = ?",
+                (record.delivery_id,),
+            ).fetchone()
+            return _record(row)
+
+        return await self._db.write(run)
+
+    async def get_delivery(self, delivery_id: str) -> DeliveryRecord | None:
+        def run(conn: sqlite3.Connection) -> DeliveryRecord | None:
+            row = conn.execute(
+                f"SELECT {_DELIVERY_COLUMNS} FROM inbox_delivery WHERE delivery_id = ?",
+                (delivery_id,),
+            ).fetchone()
+            return None if row is None else _record(row)
+
+        return await self._db.read(run)
+
+    async def save_delivery(self, record: DeliveryRecord) -> None:
+        values = (
+            record.delivery_id,
+            record.thread_id,
+            record.message_id,
+            record.sender_inbox_id,
+            record.total,
+            record.done,
+            record.state,
+            record.error,
+            record.updated_at_ms,
+        )
+
+        def run(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                f"INSERT INTO inbox_delivery ({_DELIVERY_COLUMNS}) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (delivery_id) DO UPDATE SET "
+                "total = excluded.total, done = excluded.done, state = excluded.state, "
+                "error = excluded.error, updated_at_ms = excluded.updated_at_ms",
+                values,
+            )
+
+        await self._db.write(run)
+
+    async def close(self) -> None:
+        await self._db.close()

@@ -1,0 +1,97 @@
+"""Fan-out planning, delivery ids and page selection: the pure rules of the inbox."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from server.inbox import pagetoken
+from server.inbox.listing import select_page
+from server.inbox.model import InboxFilter, Post, chunked, delivery_id_for, plan_fanout
+from storage.ports import InboxEntry
+
+
+def post(recipients: list[str], sender: str = "alice") -> Post:
+    return Post("t", 1, sender, recipients)
+
+
+class TestPlanFanout:
+    def test_recipients_deduplicated_in_first_seen_order(self) -> None:
+        """Duplicates are delivered once; the order is the request's, so retries agree."""
+        plan = plan_fanout(post(["c", "b", "c", "a", "b"]), sync_max=10)
+        assert plan.recipients == ["c", "b", "a"]
+
+    def test_sender_is_never_an_unread_recipient(self) -> None:
+        """A sender listed among the recipients gets the thread read only."""
+        plan = plan_fanout(post(["alice", "bob"]), sync_max=10)
+        assert (plan.sender, plan.recipients) == ("alice", ["bob"])
+
+    def test_background_only_above_the_threshold(self) -> None:
+        """Up to sync_max distinct recipients deliver in the call; one more does not."""
+        at = [f"u{i}" for i in range(1000)]
+        assert not plan_fanout(post(at), sync_max=1000).background
+        assert plan_fanout(post([*at, "extra"]), sync_max=1000).background
+        assert not plan_fanout(post([*at, *at]), sync_max=1000).background
+
+    def test_chunks_cover_the_list_from_a_resume_point(self) -> None:
+        """Chunks of a resumed fan-out start at the stored progress."""
+        items = [str(i) for i in range(2500)]
+        assert [len(c) for c in chunked(items, 1000)] == [1000, 1000, 500]
+        assert [c[0] for c in chunked(items, 1000, start=2000)] == ["2000"]
+
+
+class TestDeliveryId:
+    def test_deterministic_per_thread_and_message(self) -> None:
+        """A retry derives the same id; another message or thread gets another id."""
+        assert delivery_id_for("t", 1) == delivery_id_for("t", 1)
+        assert delivery_id_for("t", 1) != delivery_id_for("t", 2)
+        assert delivery_id_for("t1", 1) != delivery_id_for("t", 11)
+        assert len(delivery_id_for("t", 1).encode()) <= 256
+
+
+class TestSelectPage:
+    entries: ClassVar[list[InboxEntry]] = [
+        InboxEntry("a", 5, False),
+        InboxEntry("b", 9, True),
+        InboxEntry("c", 5, True),
+        InboxEntry("d", 1, False),
+        InboxEntry("e", 7, False),
+    ]
+
+    def test_newest_first_with_thread_id_breaking_ties(self) -> None:
+        """Order is last_message_id descending, then thread_id ascending."""
+        page = select_page(self.entries, inbox_id="i", flt=InboxFilter.ALL, after=None,
+                           page_size=10)
+        assert [e.thread_id for e in page.entries] == ["b", "e", "a", "c", "d"]
+        assert page.next_page_token == ""
+
+    def test_filters(self) -> None:
+        """UNREAD and READ keep only their kind."""
+        unread = select_page(self.entries, inbox_id="i", flt=InboxFilter.UNREAD, after=None,
+                             page_size=10)
+        read = select_page(self.entries, inbox_id="i", flt=InboxFilter.READ, after=None,
+                           page_size=10)
+        assert [e.thread_id for e in unread.entries] == ["e", "a", "d"]
+        assert [e.thread_id for e in read.entries] == ["b", "c"]
+
+    def test_pages_walk_the_whole_inbox_exactly_once(self) -> None:
+        """Following tokens visits every entry once, across equal last_message_ids."""
+        seen: list[str] = []
+        after = None
+        while True:
+            page = select_page(self.entries, inbox_id="i", flt=InboxFilter.ALL, after=after,
+                               page_size=2)
+            seen += [e.thread_id for e in page.entries]
+            if not page.next_page_token:
+                break
+            after = pagetoken.decode(page.next_page_token, "i")
+        assert seen == ["b", "e", "a", "c", "d"]
+
+    def test_new_activity_neither_repeats_nor_skips(self) -> None:
+        """Threads that move to the top after page 1 do not disturb page 2."""
+        first = select_page(self.entries, inbox_id="i", flt=InboxFilter.ALL, after=None,
+                            page_size=2)
+        after = pagetoken.decode(first.next_page_token, "i")
+        moved = [*self.entries[:3], InboxEntry("d", 20, False), InboxEntry("new", 21, False),
+                 self.entries[4]]
+        second = select_page(moved, inbox_id="i", flt=InboxFilter.ALL, after=after, page_size=10)
+        assert [e.thread_id for e in second.entries] == ["a", "c"]
