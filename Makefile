@@ -10,7 +10,7 @@ PORT ?= 50051
 DATA_DIR ?= ./data
 PROTOS := $(wildcard protos/loom/v1/*.proto)
 
-.PHONY: install run test test-unit lint protos protos-check buf-lint engines-up engines-down tools bench clean
+.PHONY: install run test test-unit lint protos buf-lint engines-up engines-down tools clients bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -26,8 +26,17 @@ run: install
 tools:
 	scripts/tools/install.sh
 
+# The Go and TypeScript clients are exercised by tests/e2e/test_clients.py: build them first so
+# a cold compile of grpc-go (~2 min, cached in ~/go afterwards) is not charged to one test.
+TS_DEPS := clients/typescript/node_modules/.package-lock.json
+$(TS_DEPS): clients/typescript/package-lock.json
+	cd clients/typescript && npm ci --no-audit --no-fund --loglevel=error
+
+clients: $(TS_DEPS)
+	cd clients/go && go build ./... && go vet ./...
+
 # Starts every engine once for the whole run and stops it however pytest ends.
-test: install tools
+test: install tools clients
 	@set -euo pipefail; \
 	trap 'scripts/engines/down.sh' EXIT; \
 	scripts/engines/up.sh; \

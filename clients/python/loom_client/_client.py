@@ -1,0 +1,193 @@
+"""`LoomClient`: one channel, one typed wrapper per Loom service, shared call defaults.
+
+::
+
+    async with LoomClient.connect("127.0.0.1:50051", retry=RetryPolicy()) as client:
+        reply = await client.threadweaver.weave_message(request, timeout=2.0)
+
+`rpc_method` maps a fully qualified service and RPC name onto the wrapper method, which is
+how the CLI's generic ``call`` reaches every RPC and how a test proves none is missing.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from types import TracebackType
+from typing import Any
+
+import grpc
+from google.protobuf import descriptor, descriptor_pool
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from ._calls import CallDefaults, Metadata
+from ._errors import translate_errors
+from ._inbox import InboxClient
+from ._iterator import IteratorClient
+from ._retry import NO_RETRY, RetryPolicy
+from ._summary import SummaryClient
+from ._templates import TemplatesClient
+from ._threadweaver import ThreadWeaverClient
+
+__all__ = ["SERVICE_ATTRIBUTES", "LoomClient", "rpc_method", "snake_case"]
+
+SERVICE_ATTRIBUTES = {
+    "loom.v1.ThreadWeaver": "threadweaver",
+    "loom.v1.Iterator": "iterator",
+    "loom.v1.TemplateInduction": "templates",
+    "loom.v1.Inbox": "inbox",
+    "loom.v1.Summary": "summary",
+}
+"""Which `LoomClient` attribute wraps each service."""
+
+# Responses of Iterator.StreamObjects and ListInbox pages may be large.
+_DEFAULT_OPTIONS = (("grpc.max_receive_message_length", 64 * 1024 * 1024),)
+
+
+class LoomClient:
+    """An async Loom client: ``client.<service>.<snake_case_rpc>(request, ...)``.
+
+    Every method takes the request proto and returns the response proto (server streams
+    return an async iterator), accepts ``timeout``, ``metadata`` and ``retry``, and raises
+    `LoomError` on failure. Use `connect` (an async context manager) or wrap a channel you
+    own with the constructor.
+    """
+
+    __slots__ = (
+        "_channel",
+        "_owns_channel",
+        "inbox",
+        "iterator",
+        "summary",
+        "templates",
+        "threadweaver",
+    )
+
+    threadweaver: ThreadWeaverClient
+    """``loom.v1.ThreadWeaver``."""
+    iterator: IteratorClient
+    """``loom.v1.Iterator``."""
+    templates: TemplatesClient
+    """``loom.v1.TemplateInduction``."""
+    inbox: InboxClient
+    """``loom.v1.Inbox``."""
+    summary: SummaryClient
+    """``loom.v1.Summary``."""
+
+    def __init__(
+        self,
+        channel: grpc.aio.Channel,
+        *,
+        default_timeout: float | None = 10.0,
+        metadata: Metadata = (),
+        retry: RetryPolicy = NO_RETRY,
+        stream_timeout: float | None = None,
+        owns_channel: bool = False,
+    ) -> None:
+        defaults = CallDefaults(default_timeout, tuple(metadata), retry, stream_timeout)
+        self._channel = channel
+        self._owns_channel = owns_channel
+        self.threadweaver = ThreadWeaverClient(channel, defaults)
+        self.iterator = IteratorClient(channel, defaults)
+        self.templates = TemplatesClient(channel, defaults)
+        self.inbox = InboxClient(channel, defaults)
+        self.summary = SummaryClient(channel, defaults)
+
+    @classmethod
+    def connect(
+        cls,
+        target: str,
+        *,
+        default_timeout: float | None = 10.0,
+        metadata: Metadata = (),
+        retry: RetryPolicy = NO_RETRY,
+        stream_timeout: float | None = None,
+        credentials: grpc.ChannelCredentials | None = None,
+        options: Sequence[tuple[str, Any]] = _DEFAULT_OPTIONS,
+    ) -> LoomClient:
+        """A client on a new channel to `target` (TLS when `credentials` is given).
+
+        `default_timeout` bounds each unary call, retries included (None: no deadline);
+        `metadata` is sent with every call; `retry` applies to calls that pass none (the
+        default retries nothing). Closing the client closes the channel.
+        """
+        if credentials is None:
+            channel = grpc.aio.insecure_channel(target, options=list(options))
+        else:
+            channel = grpc.aio.secure_channel(target, credentials, options=list(options))
+        return cls(
+            channel,
+            default_timeout=default_timeout,
+            metadata=metadata,
+            retry=retry,
+            stream_timeout=stream_timeout,
+            owns_channel=True,
+        )
+
+    @property
+    def channel(self) -> grpc.aio.Channel:
+        """The underlying channel, for stubs this client does not wrap."""
+        return self._channel
+
+    async def health(self, service: str = "", *, timeout: float | None = 5.0) -> str:
+        """The ``grpc.health.v1`` status of `service` ("" = the server), e.g. ``"SERVING"``."""
+        stub = health_pb2_grpc.HealthStub(self._channel)
+        with translate_errors():
+            reply = await stub.Check(
+                health_pb2.HealthCheckRequest(service=service), timeout=timeout
+            )
+        return str(health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status))
+
+    async def close(self) -> None:
+        """Closes the channel if this client opened it."""
+        if self._owns_channel:
+            await self._channel.close()
+
+    async def __aenter__(self) -> LoomClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+
+def snake_case(rpc_name: str) -> str:
+    """The wrapper method name of an RPC: ``"GetUnifiedThread"`` -> ``"get_unified_thread"``."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", rpc_name).lower()
+
+
+def rpc_method(
+    client: LoomClient, service: str, method: str
+) -> tuple[descriptor.MethodDescriptor, Callable[..., Any]]:
+    """The descriptor and bound wrapper method of ``service``'s RPC ``method``.
+
+    `service` may be fully qualified (``loom.v1.Inbox``), bare (``Inbox``) or the client
+    attribute (``inbox``); `method` the RPC name (``ListInbox``) or its snake_case form.
+    Raises LookupError naming what is missing.
+    """
+    full_name = _service_name(service)
+    service_descriptor = descriptor_pool.Default().FindServiceByName(full_name)
+    by_name = {m.name: m for m in service_descriptor.methods}
+    by_name.update({snake_case(m.name): m for m in service_descriptor.methods})
+    found = by_name.get(method)
+    if found is None:
+        known = ", ".join(m.name for m in service_descriptor.methods)
+        raise LookupError(f"{full_name} has no RPC {method!r} (it has: {known})")
+    wrapper = getattr(client, SERVICE_ATTRIBUTES[full_name])
+    bound = getattr(wrapper, snake_case(found.name), None)
+    if bound is None:
+        raise LookupError(
+            f"LoomClient.{SERVICE_ATTRIBUTES[full_name]} lacks {snake_case(found.name)}"
+        )
+    return found, bound
+
+
+def _service_name(service: str) -> str:
+    for full_name, attribute in SERVICE_ATTRIBUTES.items():
+        if service in (full_name, full_name.rsplit(".", 1)[-1], attribute):
+            return full_name
+    raise LookupError(f"unknown service {service!r} (known: {', '.join(SERVICE_ATTRIBUTES)})")
