@@ -1,0 +1,228 @@
+"""One Cassandra connection that every Cassandra-backed store of a process shares.
+
+Why a class of its own: the ThreadStore and (later) the InboxStore talk to the same cluster,
+and a driver `Cluster` is expensive (control connection, pools, an I/O thread). Stores take a
+`CassandraSession` and only close it when they opened it themselves.
+
+The driver is thread-based: `execute_async` returns a `ResponseFuture` completed on the
+driver's I/O thread. `CassandraSession.run` bridges it to an asyncio future with
+`add_callbacks` + `loop.call_soon_threadsafe`, so the event loop never blocks, and follows
+result pages on the loop without blocking either. Driver exceptions become
+`storage.errors` here, exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+from cassandra import (
+    ConsistencyLevel,
+    CoordinationFailure,
+    DriverException,
+    OperationTimedOut,
+    ProtocolVersion,
+    RequestExecutionException,
+    Timeout,
+    Unavailable,
+)
+from cassandra.cluster import (
+    EXEC_PROFILE_DEFAULT,
+    Cluster,
+    ExecutionProfile,
+    NoHostAvailable,
+    Session,
+)
+from cassandra.connection import ConnectionException
+from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
+from cassandra.protocol import (
+    IsBootstrappingErrorMessage,
+    OverloadedErrorMessage,
+    ReadTimeoutErrorMessage,
+    UnavailableErrorMessage,
+    WriteTimeoutErrorMessage,
+)
+from cassandra.query import PreparedStatement, dict_factory
+
+from server.config import CassandraSettings
+from storage.errors import StorageError, StorageUnavailable
+
+__all__ = ["MAX_IN_FLIGHT", "CassandraSession", "Row", "translate"]
+
+Row = dict[str, Any]
+
+MAX_IN_FLIGHT = 128
+"""Concurrent statements per session: enough to hide a round trip, few enough for one node."""
+
+# Faults where the cluster is unreachable, overloaded or too slow: the caller may retry later
+# (every Loom write is idempotent or an LWT whose retry learns the winner).
+_UNAVAILABLE: tuple[type[BaseException], ...] = (
+    NoHostAvailable,
+    OperationTimedOut,
+    Unavailable,
+    Timeout,  # ReadTimeout, WriteTimeout (incl. an LWT's CAS timeout: outcome unknown)
+    CoordinationFailure,  # ReadFailure, WriteFailure
+    ConnectionException,
+    UnavailableErrorMessage,
+    ReadTimeoutErrorMessage,
+    WriteTimeoutErrorMessage,
+    OverloadedErrorMessage,
+    IsBootstrappingErrorMessage,
+)
+
+
+def translate(exc: BaseException) -> StorageError:
+    """The `storage.errors` equivalent of a driver exception (the one place this happens)."""
+    if isinstance(exc, StorageError):
+        return exc
+    if isinstance(exc, _UNAVAILABLE):
+        return StorageUnavailable(f"cassandra: {type(exc).__name__}: {exc}")
+    if isinstance(exc, (RequestExecutionException, DriverException)):
+        return StorageError(f"cassandra: {type(exc).__name__}: {exc}")
+    return StorageError(f"cassandra: unexpected {type(exc).__name__}: {exc}")
+
+
+class _PageCollector:
+    """Collects every page of one `ResponseFuture` into an asyncio future.
+
+    The driver keeps registered callbacks across `start_fetching_next_page`, so one
+    collector sees each page arrive; the next page is requested from the loop thread.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, rf: Any, all_pages: bool) -> None:
+        self._loop = loop
+        self._rf = rf
+        self._all_pages = all_pages
+        self._rows: list[Row] = []
+        self.future: asyncio.Future[list[Row]] = loop.create_future()
+        rf.add_callbacks(self._on_rows, self._on_error)
+
+    def _on_rows(self, rows: Sequence[Row] | None) -> None:  # driver I/O thread
+        self._loop.call_soon_threadsafe(self._page, list(rows or ()))
+
+    def _on_error(self, exc: BaseException) -> None:  # driver I/O thread
+        self._loop.call_soon_threadsafe(self._fail, exc)
+
+    def _page(self, rows: list[Row]) -> None:
+        if self.future.done():
+            return
+        self._rows.extend(rows)
+        if self._all_pages and self._rf.has_more_pages:
+            try:
+                self._rf.start_fetching_next_page()
+            except Exception as exc:  # any driver fault ends this request
+                self._fail(exc)
+            return
+        self.future.set_result(self._rows)
+
+    def _fail(self, exc: BaseException) -> None:
+        if not self.future.done():
+            self.future.set_exception(translate(exc))
+
+
+class CassandraSession:
+    """A connected driver session plus a prepared-statement cache, shared by stores."""
+
+    def __init__(self, cluster: Cluster, session: Session, settings: CassandraSettings) -> None:
+        self._cluster = cluster
+        self._session = session
+        self.settings = settings
+        self.keyspace = settings.keyspace
+        self._prepared: dict[str, PreparedStatement] = {}
+        self._preparing: dict[str, asyncio.Lock] = {}
+        self._in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
+
+    @classmethod
+    async def open(cls, settings: CassandraSettings) -> CassandraSession:
+        """Connects (protocol v5, falling back to v4 for older clusters) without blocking."""
+        last: BaseException | None = None
+        for version in (ProtocolVersion.V5, ProtocolVersion.V4):
+            cluster = _cluster(settings, version)
+            try:
+                session = await asyncio.to_thread(cluster.connect)
+            except Exception as exc:  # translated below
+                await asyncio.to_thread(cluster.shutdown)
+                last = exc
+                if "protocol" in str(exc).lower():
+                    continue
+                raise translate(exc) from exc
+            return cls(cluster, session, settings)
+        assert last is not None
+        raise translate(last) from last
+
+    async def prepare(self, cql: str) -> PreparedStatement:
+        """The prepared statement for `cql`, prepared once per session (in a thread)."""
+        stmt = self._prepared.get(cql)
+        if stmt is not None:
+            return stmt
+        lock = self._preparing.setdefault(cql, asyncio.Lock())
+        async with lock:
+            stmt = self._prepared.get(cql)
+            if stmt is None:
+                try:
+                    stmt = await asyncio.to_thread(self._session.prepare, cql)
+                except Exception as exc:  # translated once
+                    raise translate(exc) from exc
+                self._prepared[cql] = stmt
+        return stmt
+
+    async def run(
+        self,
+        stmt: Any,
+        params: Sequence[Any] = (),
+        *,
+        all_pages: bool = False,
+    ) -> list[Row]:
+        """Executes `stmt` on the driver's I/O thread; the rows of every page when asked.
+
+        At most `MAX_IN_FLIGHT` statements of this session run at once, whichever store or
+        call issued them: a 1,000-item batch fans out without flooding the cluster, and
+        many concurrent batches queue here instead of timing out inside the driver.
+        """
+        bound = stmt.bind(params) if isinstance(stmt, PreparedStatement) else stmt
+        loop = asyncio.get_running_loop()
+        async with self._in_flight:
+            try:
+                rf = self._session.execute_async(bound)
+            except Exception as exc:  # e.g. no connection at all
+                raise translate(exc) from exc
+            return await _PageCollector(loop, rf, all_pages).future
+
+    async def execute_ddl(self, cql: str) -> None:
+        """Runs one schema change and waits until every node agrees on the new schema."""
+        try:
+            rs = await asyncio.to_thread(self._session.execute, cql)
+            agreed = rs.response_future.is_schema_agreed or await asyncio.to_thread(
+                self._cluster.control_connection.wait_for_schema_agreement
+            )
+        except Exception as exc:  # translated once
+            raise translate(exc) from exc
+        if not agreed:
+            raise StorageUnavailable(f"cassandra: no schema agreement after {cql[:60]!r}")
+
+    async def close(self) -> None:
+        """Shuts the cluster down in a thread (it joins the driver's threads)."""
+        await asyncio.to_thread(self._cluster.shutdown)
+
+
+def _cluster(settings: CassandraSettings, version: int) -> Cluster:
+    """A Cluster for one data centre: token-aware routing, QUORUM, dict rows.
+
+    QUORUM (not LOCAL_QUORUM) because the settings name no data centre, and the LWT
+    commits must be read back by any coordinator; with RF=1 both are the same.
+    """
+    profile = ExecutionProfile(
+        load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy()),
+        consistency_level=ConsistencyLevel.QUORUM,
+        serial_consistency_level=ConsistencyLevel.SERIAL,  # Paxos phase of every LWT
+        request_timeout=settings.request_timeout_s,
+        row_factory=dict_factory,
+    )
+    return Cluster(
+        contact_points=list(settings.contact_points),
+        port=settings.port,
+        protocol_version=version,
+        execution_profiles={EXEC_PROFILE_DEFAULT: profile},
+        connect_timeout=settings.request_timeout_s,
+    )
