@@ -60,6 +60,7 @@ HLL_PRECISION = 14  # 16,384 registers, SE 0.8125 %.
 HLL_ALPHA_INF = 1.0 / (2.0 * math.log(2.0))  # Ertl's alpha_inf for the improved raw estimator.
 
 HashPair = tuple[int, int]
+_LEGAL_RANKS = bytes(range(256))
 
 
 def hash_recipient(recipient_id: str) -> HashPair:
@@ -159,7 +160,9 @@ class HyperLogLog:
         if registers is not None:
             if len(registers) != size:
                 raise ValueError(f"HLL needs {size} registers, got {len(registers)}")
-            if max(registers, default=0) > 65 - precision:
+            # One C pass (delete every legal value; anything left is out of range): max() over
+            # 16K bytes boxes each one and cost ~1.2 ms per decode, most of a read's CPU.
+            if bytes(registers).translate(None, _LEGAL_RANKS[: 66 - precision]):
                 raise ValueError("HLL register value out of range")
         self.registers = bytearray(registers) if registers is not None else bytearray(size)
 

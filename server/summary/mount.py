@@ -1,0 +1,36 @@
+"""Wires Summary into the server: its store (behind its engine's breaker), service, servicer."""
+
+from __future__ import annotations
+
+import grpc
+from loom.v1 import summary_pb2_grpc
+
+from server.config import Settings
+from server.runtime.guard import guard_store
+from server.runtime.mounting import Mounted, Resources
+from server.summary.handler import POLICIES, SummaryServicer
+from server.summary.recipients import SketchParams
+from server.summary.service import SummaryService
+from storage import factory
+
+__all__ = ["POLICIES", "SERVICE", "mount"]
+
+SERVICE = "loom.v1.Summary"
+
+
+async def mount(server: grpc.aio.Server, settings: Settings, resources: Resources) -> Mounted:
+    """Opens the SummaryStore and registers the servicer."""
+    store = await factory.open_summary_store(settings)
+    engine = settings.storage.summary_store
+    s = settings.summary
+    service = SummaryService(
+        guard_store(store, resources.breaker(engine)),
+        params=SketchParams(
+            exact_threshold=s.exact_threshold, exact_byte_budget=s.exact_byte_budget
+        ),
+        max_attempts=s.max_retries,
+        retry_base_s=s.retry_base_s,
+        retry_max_s=s.retry_max_s,
+    )
+    summary_pb2_grpc.add_SummaryServicer_to_server(SummaryServicer(service), server)
+    return Mounted(closers=[store.close])

@@ -1,0 +1,147 @@
+"""Summary orchestration: read -> decode -> record -> encode -> compare-and-set, with retries.
+
+Why optimistic concurrency and not a lock or an engine-side merge: the stored value is an
+opaque compressed blob (DynamoDB cannot OR two bitmaps for us), events for one message arrive
+from many servers at once, and conflicts are rare outside the first seconds of a large send.
+So each RecordDeliveryEvents reads the row and its version, applies its events to the decoded
+summary and writes it back only if the version is unchanged. A loser re-reads and re-applies:
+the summary is a grow-only CRDT (see ``model.py``), so re-applying is always correct and a
+replayed event is a no-op, which also makes a retried or duplicated RPC harmless.
+
+Two refinements keep the retry loop short:
+
+* within one server, writers of the same message queue on a per-message asyncio lock, so
+  conflicts only come from *other* servers (20 concurrent batches for one hot message would
+  otherwise burn each other's retries);
+* a batch that changes nothing (``record`` returns False) is not written at all.
+
+Backoff after a lost race is "full jitter" (uniform in [0, min(cap, base * 2^attempt)]), so
+two servers that collided do not collide again in lock-step. After `max_attempts` lost races
+the call fails UNAVAILABLE: retrying later is the right thing for the caller to do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from server.runtime.errors import NotFound, Unavailable
+from server.summary.model import DeliveryEvent, MessageSummary, SummaryView
+from server.summary.recipients import SketchParams
+from storage.errors import StorageCorrupt
+from storage.ports import StoredSummary, SummaryStore
+
+__all__ = ["RecordOutcome", "SummaryService"]
+
+
+@dataclass(frozen=True, slots=True)
+class RecordOutcome:
+    """What one RecordDeliveryEvents did: whether it wrote, and how many attempts it took."""
+
+    written: bool
+    attempts: int
+    version: int
+
+
+class _KeyedLocks:
+    """One asyncio.Lock per key, dropped when nobody holds or waits for it."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+
+    @contextmanager
+    def held(self, key: str) -> Iterator[asyncio.Lock]:
+        """The lock of `key` (the caller acquires it); forgotten once no block references it."""
+        lock, refs = self._locks.get(key) or (asyncio.Lock(), 0)
+        self._locks[key] = (lock, refs + 1)
+        try:
+            yield lock
+        finally:
+            lock, refs = self._locks[key]
+            if refs == 1:
+                del self._locks[key]
+            else:
+                self._locks[key] = (lock, refs - 1)
+
+
+class SummaryService:
+    """Records delivery events into, and reads, per-message summaries kept in a SummaryStore."""
+
+    def __init__(
+        self,
+        store: SummaryStore,
+        *,
+        params: SketchParams | None = None,
+        max_attempts: int = 10,
+        retry_base_s: float = 0.002,
+        retry_max_s: float = 0.1,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._store = store
+        self._params = params or SketchParams()
+        self._max_attempts = max(1, max_attempts)
+        self._retry_base_s = retry_base_s
+        self._retry_max_s = retry_max_s
+        self._sleep = sleep
+        self._rng = rng or random.Random()
+        self._locks = _KeyedLocks()
+
+    @property
+    def params(self) -> SketchParams:
+        """Sketch parameters of summaries this service creates (old rows keep their own)."""
+        return self._params
+
+    async def record(self, message_id: str, events: Sequence[DeliveryEvent]) -> RecordOutcome:
+        """Apply `events` to the message's summary; creates it on the first event.
+
+        Raises Unavailable when `max_attempts` conditional writes in a row lost their race.
+        """
+        with self._locks.held(message_id) as lock:
+            async with lock:
+                return await self._record_unlocked(message_id, events)
+
+    async def _record_unlocked(
+        self, message_id: str, events: Sequence[DeliveryEvent]
+    ) -> RecordOutcome:
+        for attempt in range(1, self._max_attempts + 1):
+            stored = await self._store.get(message_id)
+            summary = (
+                self._decode(message_id, stored)
+                if stored is not None
+                else MessageSummary(self._params)
+            )
+            changed = summary.record(events)
+            if stored is not None and not changed:
+                return RecordOutcome(written=False, attempts=attempt, version=stored.version)
+            expected = stored.version if stored is not None else None
+            if await self._store.put_if_version(message_id, summary.encode(), expected):
+                return RecordOutcome(written=True, attempts=attempt, version=(expected or 0) + 1)
+            if attempt < self._max_attempts:
+                await self._sleep(self._backoff(attempt))
+        raise Unavailable(
+            f"summary of {message_id!r} is contended: {self._max_attempts} conditional writes "
+            "lost their race; retry later"
+        )
+
+    def _backoff(self, attempt: int) -> float:
+        """Full jitter: uniform in [0, min(cap, base * 2^(attempt-1))]."""
+        ceiling = min(self._retry_max_s, self._retry_base_s * (1 << min(attempt - 1, 20)))
+        return self._rng.uniform(0.0, ceiling)
+
+    async def view(self, message_id: str) -> SummaryView:
+        """The message's per-status summary; NotFound when no event was ever recorded."""
+        stored = await self._store.get(message_id)
+        if stored is None:
+            raise NotFound(f"no delivery events recorded for message {message_id!r}")
+        return self._decode(message_id, stored).view()
+
+    @staticmethod
+    def _decode(message_id: str, stored: StoredSummary) -> MessageSummary:
+        try:
+            return MessageSummary.decode(stored.data)
+        except ValueError as exc:
+            raise StorageCorrupt(f"summary of {message_id!r} does not decode: {exc}") from exc

@@ -1,0 +1,92 @@
+"""SummaryStore on DynamoDB: one item per message, optimistic concurrency on a version number.
+
+Item shape (table ``<table_prefix>summaries``, hash key ``message_id``)::
+
+    {message_id: S, version: N, data: B}
+
+That is Remind's layout: a whole summary per item, kept far below the 400 KB item limit by the
+domain's encoding (worst case ~62 KB uncompressed, ~31 KB stored). A write is a PutItem with a
+ConditionExpression — ``attribute_not_exists(message_id)`` to create, ``version = :expected``
+to replace — so two servers that read the same version cannot both win; the loser gets
+ConditionalCheckFailedException, reported as False, and re-reads. Reads are strongly
+consistent so a retry after a lost race sees the winner's write.
+"""
+
+from __future__ import annotations
+
+from server.config import DynamoDBSettings
+from storage.dynamodb.client import DRIVER_ERRORS, DynamoDBClient, is_conditional_failure, translate
+from storage.errors import StorageCorrupt
+from storage.ports import StoredSummary
+
+__all__ = ["TABLE_SUFFIX", "DynamoDBSummaryStore"]
+
+TABLE_SUFFIX = "summaries"
+_KEY = "message_id"
+
+
+class DynamoDBSummaryStore:
+    """`storage.ports.SummaryStore` on one DynamoDB table."""
+
+    def __init__(self, client: DynamoDBClient) -> None:
+        self._client = client
+        self._table = client.table_name(TABLE_SUFFIX)
+
+    @classmethod
+    async def open(cls, settings: DynamoDBSettings) -> DynamoDBSummaryStore:
+        """Opens the long-lived client; creates the table when ``create_tables`` is set."""
+        client = await DynamoDBClient.open(settings)
+        try:
+            await client.ensure_tables([(client.table_name(TABLE_SUFFIX), (_KEY, "S"))])
+        except BaseException:
+            await client.close()
+            raise
+        return cls(client)
+
+    async def get(self, message_id: str) -> StoredSummary | None:
+        try:
+            response = await self._client.raw.get_item(
+                TableName=self._table,
+                Key={_KEY: {"S": message_id}},
+                ConsistentRead=True,
+                ProjectionExpression="version, #d",
+                ExpressionAttributeNames={"#d": "data"},
+            )
+        except DRIVER_ERRORS as exc:
+            raise translate(exc, "get_item") from exc
+        item = response.get("Item")
+        if item is None:
+            return None
+        try:
+            return StoredSummary(bytes(item["data"]["B"]), int(item["version"]["N"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StorageCorrupt(f"dynamodb summary {message_id!r}: malformed item") from exc
+
+    async def put_if_version(
+        self, message_id: str, data: bytes, expected_version: int | None
+    ) -> bool:
+        new_version = 1 if expected_version is None else expected_version + 1
+        item = {
+            _KEY: {"S": message_id},
+            "version": {"N": str(new_version)},
+            "data": {"B": bytes(data)},
+        }
+        if expected_version is None:
+            condition: dict[str, object] = {
+                "ConditionExpression": "attribute_not_exists(message_id)"
+            }
+        else:
+            condition = {
+                "ConditionExpression": "version = :expected",
+                "ExpressionAttributeValues": {":expected": {"N": str(expected_version)}},
+            }
+        try:
+            await self._client.raw.put_item(TableName=self._table, Item=item, **condition)
+        except DRIVER_ERRORS as exc:
+            if is_conditional_failure(exc):
+                return False
+            raise translate(exc, "put_item") from exc
+        return True
+
+    async def close(self) -> None:
+        await self._client.close()

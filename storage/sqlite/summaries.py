@@ -1,0 +1,77 @@
+"""SummaryStore on the embedded SQLite engine: one row per message, compare-and-set by version.
+
+    summary (message_id TEXT PRIMARY KEY, version INTEGER, data BLOB)
+
+A conditional write is a single statement inside one IMMEDIATE transaction on the single
+writer thread: ``INSERT ... ON CONFLICT DO NOTHING`` to create, ``UPDATE ... WHERE version = ?``
+to update; ``changes()`` says whether it happened. No other writer (thread or process) can
+slip in between, which is the same guarantee DynamoDB's ConditionExpression gives.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from storage.ports import StoredSummary
+from storage.sqlite.database import SqliteDatabase
+
+__all__ = ["SqliteSummaryStore"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS summary (
+    message_id TEXT NOT NULL PRIMARY KEY,
+    version INTEGER NOT NULL,
+    data BLOB NOT NULL
+) WITHOUT ROWID;
+"""
+
+
+class SqliteSummaryStore:
+    """`storage.ports.SummaryStore` on one SQLite file."""
+
+    def __init__(self, db: SqliteDatabase) -> None:
+        self._db = db
+
+    @classmethod
+    async def open(
+        cls, path: Path, *, synchronous: str = "FULL", readers: int = 4
+    ) -> SqliteSummaryStore:
+        """Opens (creating when missing) the database at `path`."""
+        db = SqliteDatabase(path, synchronous=synchronous, readers=readers)
+        await db.migrate(_SCHEMA)
+        return cls(db)
+
+    async def get(self, message_id: str) -> StoredSummary | None:
+        def run(conn: sqlite3.Connection) -> StoredSummary | None:
+            row = conn.execute(
+                "SELECT data, version FROM summary WHERE message_id = ?", (message_id,)
+            ).fetchone()
+            return None if row is None else StoredSummary(bytes(row[0]), int(row[1]))
+
+        return await self._db.read(run)
+
+    async def put_if_version(
+        self, message_id: str, data: bytes, expected_version: int | None
+    ) -> bool:
+        blob = bytes(data)
+
+        def run(conn: sqlite3.Connection) -> bool:
+            if expected_version is None:
+                cursor = conn.execute(
+                    "INSERT INTO summary (message_id, version, data) VALUES (?, 1, ?) "
+                    "ON CONFLICT DO NOTHING",
+                    (message_id, blob),
+                )
+            else:
+                cursor = conn.execute(
+                    "UPDATE summary SET data = ?, version = version + 1 "
+                    "WHERE message_id = ? AND version = ?",
+                    (blob, message_id, expected_version),
+                )
+            return cursor.rowcount == 1
+
+        return await self._db.write(run)
+
+    async def close(self) -> None:
+        await self._db.close()
