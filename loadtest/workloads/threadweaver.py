@@ -1,0 +1,575 @@
+"""ThreadWeaver against Streak's old BFS, on the multi-centi-thread corpus, per engine.
+
+One run, one corpus, one machine: the baseline and every store are measured side by side so
+the headline figures are ratios, not bare numbers (these machines are noisy).
+
+1. Generate the synthetic corpus (:mod:`loadtest.corpora.threadweaver`) and its union-find
+   ground truth; load the same messages into the BFS baseline's ``messages`` table.
+2. ``baseline-bfs``: the pre-threadweaver unification (iterative SQL BFS for a team) from
+   random team threads of the long discussions — closed loop, concurrency 1.
+3. For each ``--store``: start a real ``loom serve --threadweaver-store <store>`` on a fresh
+   data directory (a fresh Bigtable table prefix / Cassandra keyspace), then
+
+   * ``<store>.WeaveMessages``: the whole corpus in batches of 1,000, closed loop with a few
+     concurrent clients; the figure ``<store>.weave_messages_per_s`` is message copies woven
+     per second of wall time;
+   * ``<store>.GetUnifiedThread``: the same start threads as the baseline (same seed, same
+     order), closed loop concurrency 1 for latency; ``<store>.GetUnifiedThread-cN`` at
+     concurrency N for throughput;
+   * ``<store>.ResolveThreads``: inbox pages of 100 threads;
+   * correctness: a sample of GetUnifiedThread answers against the BFS answer and the
+     union-find truth (threads and stats), and every thread's ResolveThreads answer against
+     the truth's partition. Any mismatch is a figure and makes the run exit non-zero.
+
+Requests are built before the clock starts so the load generator (which shares the two
+cores with the server) spends its time on the wire, not on building protobufs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import os
+import random
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+from google.protobuf.timestamp_pb2 import Timestamp
+from loom.v1 import common_pb2, threadweaver_pb2, threadweaver_pb2_grpc
+
+from loadtest.baselines.bfs import BfsBaseline
+from loadtest.corpora.threadweaver import (
+    Corpus,
+    CorpusParams,
+    GroundTruth,
+    ThreadKey,
+    WovenMessage,
+    generate,
+    shuffled,
+)
+from loadtest.harness import Harness
+
+__all__ = [
+    "STORES",
+    "CorrectnessError",
+    "ExpectedStats",
+    "add_arguments",
+    "discussion_starts",
+    "expected_stats",
+    "get_requests",
+    "partition_mismatches",
+    "resolve_pages",
+    "run",
+    "store_env",
+    "thread_keys",
+    "weave_batches",
+]
+
+STORES = ("sqlite", "bigtable", "cassandra")
+
+CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
+    ("grpc.max_send_message_length", 64 * 1024 * 1024),
+    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+)
+"""A 1,000-message batch is ~150 KB and a unified thread a few hundred refs, but a spam-sized
+unified thread (10,000 refs) must not trip the 4 MB default."""
+
+_RPC_TIMEOUT_S = 120.0
+
+
+class CorrectnessError(RuntimeError):
+    """The server's unified threads disagree with the BFS baseline or the ground truth."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Pure helpers (unit-tested): request building, sampling, expected answers, comparisons.
+
+
+def _timestamp(ms: int) -> Timestamp:
+    return Timestamp(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
+
+
+def weave_batches(
+    messages: Sequence[WovenMessage], batch_size: int
+) -> list[threadweaver_pb2.WeaveMessagesRequest]:
+    """``WeaveMessagesRequest``s of ``batch_size`` messages each (the last may be shorter)."""
+    if batch_size < 1:
+        raise ValueError("batch_size must be ≥ 1")
+    out: list[threadweaver_pb2.WeaveMessagesRequest] = []
+    for start in range(0, len(messages), batch_size):
+        req = threadweaver_pb2.WeaveMessagesRequest()
+        for m in messages[start : start + batch_size]:
+            item = req.messages.add(
+                gid=m.gid, thread_id=m.thread_id, rfc_message_id=m.rfc_message_id
+            )
+            item.sent_at.CopyFrom(_timestamp(m.sent_at_ms))
+        out.append(req)
+    return out
+
+
+def discussion_starts(corpus: Corpus) -> list[ThreadKey]:
+    """Team members' centi-threads of the long discussions: the slow case for the BFS."""
+    team = set(corpus.team_gids)
+    return [
+        (gid, tid)
+        for d in corpus.discussions
+        for gid, tids in d.threads.items()
+        if gid in team
+        for tid in tids
+    ]
+
+
+def get_requests(
+    starts: Sequence[ThreadKey], team_gids: Sequence[str]
+) -> list[threadweaver_pb2.GetUnifiedThreadRequest]:
+    """One ``GetUnifiedThreadRequest`` per start thread, team-filtered."""
+    team = list(team_gids)
+    return [
+        threadweaver_pb2.GetUnifiedThreadRequest(gid=g, thread_id=t, team_gids=team)
+        for g, t in starts
+    ]
+
+
+def resolve_pages(
+    threads: Sequence[ThreadKey], page_size: int = 100
+) -> list[threadweaver_pb2.ResolveThreadsRequest]:
+    """Inbox pages: ``ResolveThreadsRequest``s of ``page_size`` threads each."""
+    if page_size < 1:
+        raise ValueError("page_size must be ≥ 1")
+    return [
+        threadweaver_pb2.ResolveThreadsRequest(
+            threads=[
+                common_pb2.ThreadRef(gid=g, thread_id=t) for g, t in threads[i : i + page_size]
+            ]
+        )
+        for i in range(0, len(threads), page_size)
+    ]
+
+
+def thread_keys(refs: Sequence[common_pb2.ThreadRef]) -> frozenset[ThreadKey]:
+    """The (gid, thread_id) set of a response's thread refs."""
+    return frozenset((r.gid, r.thread_id) for r in refs)
+
+
+@dataclass(frozen=True, slots=True)
+class ExpectedStats:
+    """What ``UnifiedThreadStats`` must say for a component of the ground truth."""
+
+    message_count: int
+    last_message_at_ms: int
+
+
+def expected_stats(
+    messages: Sequence[WovenMessage], truth: GroundTruth
+) -> dict[frozenset[ThreadKey], ExpectedStats]:
+    """Distinct Message-IDs and latest ``sent_at`` of every component (whoever holds them).
+
+    Every copy of a Message-ID carries the same ``sent_at`` in the corpus, and the first
+    writer of the Message-ID wins, so the expected last time is simply the maximum.
+    """
+    rfcs: dict[frozenset[ThreadKey], set[str]] = {}
+    last: dict[frozenset[ThreadKey], int] = {}
+    component_of: dict[ThreadKey, frozenset[ThreadKey]] = {}
+    for m in messages:
+        key = (m.gid, m.thread_id)
+        comp = component_of.get(key)
+        if comp is None:
+            comp = component_of[key] = truth.component(m.gid, m.thread_id)
+        rfcs.setdefault(comp, set()).add(m.rfc_message_id)
+        last[comp] = max(last.get(comp, m.sent_at_ms), m.sent_at_ms)
+    return {c: ExpectedStats(len(ids), last[c]) for c, ids in rfcs.items()}
+
+
+def partition_mismatches(resolved: Mapping[ThreadKey, str | None], truth: GroundTruth) -> int:
+    """Threads whose group of same-unified-id threads differs from their true component.
+
+    The server's unified ids are opaque; what must hold is that two threads share an id
+    exactly when the union-find puts them together. Compared only over ``resolved``'s
+    threads, so pass every thread of the corpus for a full check. Unresolved (None) counts.
+    """
+    groups: dict[str, set[ThreadKey]] = {}
+    bad = 0
+    for key, ut in resolved.items():
+        if ut is None:
+            bad += 1
+        else:
+            groups.setdefault(ut, set()).add(key)
+    asked = set(resolved)
+    for members in groups.values():
+        for key in members:
+            if truth.component(*key) & asked != members:
+                bad += 1
+    return bad
+
+
+def store_env(store: str, run_id: str, environ: Mapping[str, str]) -> dict[str, str]:
+    """Environment for a ``loom serve`` on ``store``: fresh tables, engine from ``environ``.
+
+    Engine addresses come from what ``scripts/engines/up.sh`` exported (``.engines/env``);
+    a missing one is an error here rather than a server that hangs connecting to nothing.
+    """
+    if store == "sqlite":
+        return {}
+    if store == "bigtable":
+        if not environ.get("BIGTABLE_EMULATOR_HOST"):
+            raise ValueError("bigtable: BIGTABLE_EMULATOR_HOST is unset (source .engines/env)")
+        return {
+            "BIGTABLE_EMULATOR_HOST": environ["BIGTABLE_EMULATOR_HOST"],
+            "LOOM_BIGTABLE__CREATE_TABLES": "true",
+            "LOOM_BIGTABLE__TABLE_PREFIX": f"lt{run_id}-",
+        }
+    if store == "cassandra":
+        points = environ.get("LOOM_TEST_CASSANDRA_CONTACT_POINTS")
+        if not points:
+            raise ValueError(
+                "cassandra: LOOM_TEST_CASSANDRA_CONTACT_POINTS is unset (source .engines/env)"
+            )
+        return {
+            "LOOM_CASSANDRA__CONTACT_POINTS": points,
+            "LOOM_CASSANDRA__PORT": environ.get("LOOM_TEST_CASSANDRA_PORT", "9042"),
+            "LOOM_CASSANDRA__KEYSPACE": f"loadtest_{run_id}",
+            "LOOM_CASSANDRA__CREATE_SCHEMA": "true",
+        }
+    raise ValueError(f"unknown store {store!r}; expected one of {', '.join(STORES)}")
+
+
+def _stores(text: str) -> list[str]:
+    stores = [s.strip() for s in text.split(",") if s.strip()]
+    for s in stores:
+        if s not in STORES:
+            raise argparse.ArgumentTypeError(f"unknown store {s!r}; choose from {STORES}")
+    if len(set(stores)) != len(stores) or not stores:
+        raise argparse.ArgumentTypeError("give each store once")
+    return stores
+
+
+# ---------------------------------------------------------------------------------------------
+# The run.
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Corpus shape, stores, and how much of each phase to run."""
+    parser.add_argument(
+        "--store",
+        type=_stores,
+        default=["sqlite"],
+        metavar="S[,S...]",
+        help="engines to measure, comma-separated: sqlite, bigtable, cassandra",
+    )
+    parser.add_argument("--users", type=int, default=20, help="team size")
+    parser.add_argument(
+        "--discussions",
+        type=int,
+        default=3,
+        help="2,000-message discussions; 3 give ~130K message copies to weave",
+    )
+    parser.add_argument("--messages-per-discussion", type=int, default=2000)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--weave-order",
+        choices=["sent", "shuffled"],
+        default="sent",
+        help="sent: messages woven as they are delivered (steady state); shuffled: random "
+        "order, as a backfill of whole mailboxes would weave them (most unified threads)",
+    )
+    parser.add_argument("--batch", type=int, default=1000, help="messages per WeaveMessages")
+    parser.add_argument("--weave-concurrency", type=int, default=4, help="concurrent weavers")
+    parser.add_argument("--bfs-queries", type=int, default=100, help="timed BFS searches")
+    parser.add_argument("--queries", type=int, default=1000, help="timed GetUnifiedThread calls")
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=20,
+        help="untimed BFS searches and GetUnifiedThread calls before each timed phase",
+    )
+    parser.add_argument(
+        "--throughput-concurrency",
+        type=int,
+        default=8,
+        help="GetUnifiedThread callers of the throughput phase (0 skips it)",
+    )
+    parser.add_argument("--throughput-seconds", type=float, default=5.0)
+    parser.add_argument("--resolve-pages", type=int, default=200, help="ResolveThreads calls")
+    parser.add_argument(
+        "--verify-sample",
+        type=int,
+        default=100,
+        help="start threads whose GetUnifiedThread is checked against BFS and ground truth",
+    )
+
+
+@contextlib.contextmanager
+def _environ(extra: Mapping[str, str]) -> Iterator[None]:
+    """``os.environ`` plus ``extra`` while the server is spawned (it inherits the env)."""
+    saved = {k: os.environ.get(k) for k in extra}
+    os.environ.update(extra)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@dataclass(slots=True)
+class _Inputs:
+    """Everything prebuilt before any clock starts, shared by every store."""
+
+    corpus: Corpus
+    truth: GroundTruth
+    stats: dict[frozenset[ThreadKey], ExpectedStats]
+    weave: list[threadweaver_pb2.WeaveMessagesRequest]
+    query_starts: list[ThreadKey]
+    queries: list[threadweaver_pb2.GetUnifiedThreadRequest]
+    verify_starts: list[ThreadKey]
+    bfs_answers: dict[ThreadKey, frozenset[ThreadKey]]
+    pages: list[threadweaver_pb2.ResolveThreadsRequest]
+    all_threads: list[ThreadKey]
+
+
+async def run(args: argparse.Namespace, harness: Harness) -> None:
+    """Baseline, then every store; exits non-zero after writing the report on a mismatch."""
+    report = harness.report
+    with tempfile.TemporaryDirectory(prefix="loom-tw-bfs-") as tmp:
+        bfs = BfsBaseline(Path(tmp) / "bfs.sqlite3")
+        inputs = await _prepare(args, harness, bfs)
+        # Everything prebuilt lives forever: keep the client's collector from rescanning it,
+        # so a gen-2 pause in the load generator never lands in a server latency.
+        gc.collect()
+        gc.freeze()
+        for store in args.store:
+            await _measure_store(args, harness, store, inputs)
+        # The load on a shared machine drifts over minutes: measure the baseline again at
+        # the end, so each store's ratio is bracketed by a baseline before and after it.
+        await _bfs_phase(args, harness, bfs, inputs, "baseline-bfs-end")
+        for store in args.store:
+            for metric in ("p50", "p99"):
+                harness.report.ratio(f"{store}.GetUnifiedThread", "baseline-bfs-end", metric)
+    mismatches = {k: v for k, v in report.figures.items() if k.endswith("_mismatches") and v != 0}
+    if mismatches:
+        print(report.table())
+        if args.json is not None:
+            report.write_json(args.json)
+        if args.png is not None:
+            report.write_png(args.png)
+        print(f"threadweaver: CORRECTNESS FAILURE {mismatches}", file=sys.stderr)
+        raise SystemExit(1)
+
+
+async def _prepare(args: argparse.Namespace, harness: Harness, bfs: BfsBaseline) -> _Inputs:
+    report = harness.report
+    t0 = time.perf_counter()
+    corpus = generate(
+        CorpusParams(
+            users=args.users,
+            discussions=args.discussions,
+            messages_per_discussion=args.messages_per_discussion,
+            seed=args.seed,
+        )
+    )
+    truth = corpus.ground_truth()
+    stats = expected_stats(corpus.messages, truth)
+    sizes = corpus.thread_sizes()
+    comps = truth.components()
+    report.add_figure("corpus_messages", len(corpus))
+    report.add_figure("corpus_threads", len(sizes))
+    report.add_figure("corpus_components", len(comps))
+    report.add_figure("largest_component_threads", len(comps[0]) if comps else 0)
+    report.add_figure("generate_s", round(time.perf_counter() - t0, 3))
+
+    t0 = time.perf_counter()
+    order = (
+        shuffled(corpus.messages, args.seed) if args.weave_order == "shuffled" else corpus.messages
+    )
+    weave = weave_batches(order, args.batch)
+    rng = random.Random(args.seed)
+    starts = discussion_starts(corpus)
+    query_starts = [rng.choice(starts) for _ in range(max(args.queries, args.bfs_queries))]
+    queries = get_requests(query_starts, corpus.team_gids)
+    team = set(corpus.team_gids)
+    team_threads = sorted(k for k in sizes if k[0] in team)
+    half = args.verify_sample // 2
+    verify_starts = list(
+        dict.fromkeys(
+            rng.sample(starts, min(half, len(starts)))
+            + rng.sample(team_threads, min(args.verify_sample - half, len(team_threads)))
+        )
+    )
+    all_threads = list(sizes)
+    rng.shuffle(all_threads)
+    pages = resolve_pages(all_threads, 100)
+    report.add_figure("prebuild_requests_s", round(time.perf_counter() - t0, 3))
+
+    t0 = time.perf_counter()
+    bfs.load(corpus)
+    report.add_figure("bfs_load_s", round(time.perf_counter() - t0, 3))
+    inputs = _Inputs(
+        corpus, truth, stats, weave, query_starts, queries, verify_starts, {}, pages, all_threads
+    )
+    await _bfs_phase(args, harness, bfs, inputs, "baseline-bfs")
+
+    # The baseline's answers for the verification sample, computed once for every store.
+    bfs_answers = {
+        k: (await bfs.unified_threads_async(*k, corpus.team_gids)).threads for k in verify_starts
+    }
+    bad = sum(
+        1 for k, got in bfs_answers.items() if got != truth.team_component(*k, corpus.team_gids)
+    )
+    report.add_figure("bfs_vs_truth_mismatches", bad)
+    inputs.bfs_answers = bfs_answers
+    return inputs
+
+
+async def _bfs_phase(
+    args: argparse.Namespace, harness: Harness, bfs: BfsBaseline, inputs: _Inputs, phase: str
+) -> None:
+    """The baseline: a team's BFS from the same start threads GetUnifiedThread gets."""
+    team = inputs.corpus.team_gids
+    starts = inputs.query_starts
+    found: list[int] = []
+    levels: list[int] = []
+
+    async def search(i: int) -> None:
+        result = await bfs.unified_threads_async(*starts[i % len(starts)], team)
+        found.append(len(result.threads))
+        levels.append(result.levels)
+
+    for k in starts[: args.warmup]:
+        await bfs.unified_threads_async(*k, team)
+    await harness.closed_loop(phase, search, concurrency=1, count=args.bfs_queries)
+    report = harness.report
+    report.add_figure(f"{phase}.threads_per_result_mean", round(sum(found) / max(1, len(found)), 1))
+    report.add_figure(f"{phase}.levels_mean", round(sum(levels) / max(1, len(levels)), 1))
+
+
+async def _measure_store(
+    args: argparse.Namespace, harness: Harness, store: str, inputs: _Inputs
+) -> None:
+    run_id = f"{int(time.time()):x}{os.getpid():x}"
+    env = store_env(store, run_id, os.environ) if harness.target is None else {}
+    async with contextlib.AsyncExitStack() as stack:
+        with _environ(env):  # only while spawning: the server inherits it, we keep ours
+            target = await stack.enter_async_context(
+                harness.server(extra_args=["--threadweaver-store", store])
+            )
+        channel = await stack.enter_async_context(
+            grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
+        )
+        stub = threadweaver_pb2_grpc.ThreadWeaverStub(channel)
+        await _weave(args, harness, store, stub, inputs)
+        await _read(args, harness, store, stub, inputs)
+        await _verify(harness, store, stub, inputs)
+
+
+async def _weave(
+    args: argparse.Namespace,
+    harness: Harness,
+    store: str,
+    stub: threadweaver_pb2_grpc.ThreadWeaverStub,
+    inputs: _Inputs,
+) -> None:
+    merged = 0
+
+    async def weave(i: int) -> None:
+        nonlocal merged
+        resp = await stub.WeaveMessages(inputs.weave[i], timeout=_RPC_TIMEOUT_S)
+        merged += sum(1 for r in resp.results if r.merged)
+
+    stats = await harness.closed_loop(
+        f"{store}.WeaveMessages",
+        weave,
+        concurrency=args.weave_concurrency,
+        count=len(inputs.weave),
+    )
+    woven = sum(len(inputs.weave[i].messages) for i in range(len(inputs.weave)))
+    report = harness.report
+    report.add_figure(f"{store}.weave_messages_per_s", round(woven / stats.wall_s))
+    # Results flagged ``merged``: a message whose thread and Message-ID mapped to different
+    # unified threads (the merge row is idempotent, so this counts re-recordings too).
+    report.add_figure(f"{store}.weave_results_merged", merged)
+    # A failed batch leaves messages unwoven: every later check would be meaningless.
+    report.add_figure(f"{store}.weave_failed_batch_mismatches", stats.error_count)
+
+
+async def _read(
+    args: argparse.Namespace,
+    harness: Harness,
+    store: str,
+    stub: threadweaver_pb2_grpc.ThreadWeaverStub,
+    inputs: _Inputs,
+) -> None:
+    queries = inputs.queries
+
+    async def get(i: int) -> None:
+        await stub.GetUnifiedThread(queries[i % len(queries)], timeout=_RPC_TIMEOUT_S)
+
+    for i in range(args.warmup):
+        await get(i)
+    await harness.closed_loop(f"{store}.GetUnifiedThread", get, concurrency=1, count=args.queries)
+    report = harness.report
+    for metric in ("p50", "p99"):
+        ratio = report.ratio(f"{store}.GetUnifiedThread", "baseline-bfs", metric)
+        report.add_figure(f"{store}.speedup_vs_bfs_{metric}", round(1.0 / ratio, 1))
+    if args.throughput_concurrency > 0:
+        await harness.closed_loop(
+            f"{store}.GetUnifiedThread-c{args.throughput_concurrency}",
+            get,
+            concurrency=args.throughput_concurrency,
+            duration_s=args.throughput_seconds,
+        )
+    pages = inputs.pages
+
+    async def resolve(i: int) -> None:
+        await stub.ResolveThreads(pages[i % len(pages)], timeout=_RPC_TIMEOUT_S)
+
+    if args.resolve_pages > 0 and pages:
+        await harness.closed_loop(
+            f"{store}.ResolveThreads", resolve, concurrency=1, count=args.resolve_pages
+        )
+
+
+async def _verify(
+    harness: Harness, store: str, stub: threadweaver_pb2_grpc.ThreadWeaverStub, inputs: _Inputs
+) -> None:
+    """Untimed: sampled GetUnifiedThread vs BFS and truth; every thread's ResolveThreads."""
+    team = inputs.corpus.team_gids
+    vs_bfs = vs_truth = vs_stats = 0
+    for key in inputs.verify_starts:
+        resp = await stub.GetUnifiedThread(
+            threadweaver_pb2.GetUnifiedThreadRequest(gid=key[0], thread_id=key[1], team_gids=team),
+            timeout=_RPC_TIMEOUT_S,
+        )
+        got = thread_keys(resp.threads)
+        vs_bfs += got != inputs.bfs_answers[key] or resp.oversized
+        vs_truth += got != inputs.truth.team_component(*key, team)
+        want = inputs.stats[inputs.truth.component(*key)]
+        last_ms = (
+            resp.stats.last_message_at.seconds * 1000
+            + resp.stats.last_message_at.nanos // 1_000_000
+        )
+        vs_stats += (resp.stats.message_count, last_ms) != (
+            want.message_count,
+            want.last_message_at_ms,
+        )
+    resolved: dict[ThreadKey, str | None] = {}
+    for page in inputs.pages:
+        resp_r = await stub.ResolveThreads(page, timeout=_RPC_TIMEOUT_S)
+        for r in resp_r.threads:
+            resolved[(r.thread.gid, r.thread.thread_id)] = r.unified_thread_id if r.found else None
+    report = harness.report
+    report.add_figure(f"{store}.verified_threads", len(inputs.verify_starts))
+    report.add_figure(f"{store}.get_vs_bfs_mismatches", vs_bfs)
+    report.add_figure(f"{store}.get_vs_truth_mismatches", vs_truth)
+    report.add_figure(f"{store}.stats_mismatches", vs_stats)
+    report.add_figure(f"{store}.resolved_threads", len(resolved))
+    report.add_figure(
+        f"{store}.resolve_partition_mismatches", partition_mismatches(resolved, inputs.truth)
+    )
