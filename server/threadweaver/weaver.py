@@ -79,8 +79,9 @@ class ThreadWeaver:
             # An abused Message-ID merged too much to walk; the write itself succeeded, so
             # answer with each thread's own UT rather than fail an acknowledged write.
             components = {ut: frozenset([ut]) for ut in thread_uts.values()}
+        canonical = _canonical_ids(components)
         return [
-            WeaveResult(unified_thread_id=min(components[thread_uts[m.thread]]), merged=flag)
+            WeaveResult(unified_thread_id=canonical[thread_uts[m.thread]], merged=flag)
             for m, flag in zip(messages, merged_flags, strict=True)
         ]
 
@@ -113,4 +114,20 @@ class ThreadWeaver:
         """The canonical unified thread id of each thread (None when never woven)."""
         found = await self._store.get_thread_uts(threads)
         components = await closures(self._store, set(found.values()), max_size=self._max_closure)
-        return [min(components[found[t]]) if t in found else None for t in threads]
+        canonical = _canonical_ids(components)
+        return [canonical[found[t]] if t in found else None for t in threads]
+
+
+def _canonical_ids(components: dict[str, frozenset[str]]) -> dict[str, str]:
+    """Each UT's canonical id (its component's smallest): one min() per component, not per UT.
+
+    Members of one component share one frozenset object, whose hash Python caches.
+    """
+    smallest: dict[frozenset[str], str] = {}
+    out: dict[str, str] = {}
+    for ut, component in components.items():
+        found = smallest.get(component)
+        if found is None:
+            found = smallest[component] = min(component)
+        out[ut] = found
+    return out

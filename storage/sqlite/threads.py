@@ -82,18 +82,17 @@ class SqliteThreadStore:
         rows = [(key.gid, key.thread_id, ut) for key, ut in items]
 
         def run(conn: sqlite3.Connection) -> list[str]:
-            winners: list[str] = []
-            for gid, thread_id, ut in rows:
-                conn.execute(
-                    "INSERT INTO thread_ut (gid, thread_id, ut) VALUES (?, ?, ?) "
-                    "ON CONFLICT DO NOTHING",
-                    (gid, thread_id, ut),
-                )
-                winner = conn.execute(
+            conn.executemany(
+                "INSERT INTO thread_ut (gid, thread_id, ut) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+                rows,
+            )
+            lookup = conn.cursor()
+            return [
+                lookup.execute(
                     "SELECT ut FROM thread_ut WHERE gid = ? AND thread_id = ?", (gid, thread_id)
-                ).fetchone()
-                winners.append(winner[0])
-            return winners
+                ).fetchone()[0]
+                for gid, thread_id, _ in rows
+            ]
 
         return await self._db.write(run) if rows else []
 
@@ -101,18 +100,18 @@ class SqliteThreadStore:
         rows = [(m.rfc_key, m.ut, m.sent_at_ms) for m in items]
 
         def run(conn: sqlite3.Connection) -> list[str]:
-            winners: list[str] = []
-            for rfc_key, ut, sent_at in rows:
-                conn.execute(
-                    "INSERT INTO rfc_ut (rfc_key, ut, sent_at) VALUES (?, ?, ?) "
-                    "ON CONFLICT DO NOTHING",
-                    (rfc_key, ut, sent_at),
-                )
-                winner = conn.execute(
-                    "SELECT ut FROM rfc_ut WHERE rfc_key = ?", (rfc_key,)
-                ).fetchone()
-                winners.append(winner[0])
-            return winners
+            # All inserts first, then read every winner back: inside this one IMMEDIATE
+            # transaction nobody else writes in between, and an earlier item of the batch
+            # legitimately wins over a later one with the same key.
+            conn.executemany(
+                "INSERT INTO rfc_ut (rfc_key, ut, sent_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+                rows,
+            )
+            lookup = conn.cursor()
+            return [
+                lookup.execute("SELECT ut FROM rfc_ut WHERE rfc_key = ?", (rfc_key,)).fetchone()[0]
+                for rfc_key, _, _ in rows
+            ]
 
         return await self._db.write(run) if rows else []
 
@@ -150,25 +149,25 @@ class SqliteThreadStore:
             return []
 
         def run(conn: sqlite3.Connection) -> list[ThreadKey]:
+            # One query per chunk of UTs (a shuffled weave order leaves hundreds of UTs in one
+            # closure); the team filter is a temp table joined in, so it holds any team size.
             streams: list[list[tuple[str, str]]] = []
-            for ut in wanted:
-                if team is None:
-                    cursor = conn.execute(
-                        "SELECT gid, thread_id FROM thread_ut WHERE ut = ? "
+            if team is not None:
+                conn.execute("CREATE TEMP TABLE IF NOT EXISTS team_filter (gid TEXT PRIMARY KEY)")
+                conn.execute("DELETE FROM team_filter")
+                conn.executemany(
+                    "INSERT OR IGNORE INTO team_filter VALUES (?)", [(g,) for g in team]
+                )
+            join = "JOIN team_filter USING (gid) " if team is not None else ""
+            for chunk in _chunks(wanted):
+                marks = ",".join("?" * len(chunk))
+                streams.append(
+                    conn.execute(
+                        f"SELECT gid, thread_id FROM thread_ut {join}WHERE ut IN ({marks}) "
                         "ORDER BY gid, thread_id LIMIT ?",
-                        (ut, limit),
-                    )
-                    streams.append(cursor.fetchall())
-                    continue
-                rows: list[tuple[str, str]] = []
-                for chunk in _chunks(team):
-                    marks = ",".join("?" * len(chunk))
-                    rows += conn.execute(
-                        f"SELECT gid, thread_id FROM thread_ut WHERE ut = ? AND gid IN ({marks}) "
-                        "ORDER BY gid, thread_id LIMIT ?",
-                        (ut, *chunk, limit),
+                        (*chunk, limit),
                     ).fetchall()
-                streams.append(sorted(rows)[:limit])
+                )
             merged = heapq.merge(*streams)
             return [ThreadKey(g, t) for (g, t), _ in zip(merged, range(limit), strict=False)]
 
