@@ -55,7 +55,7 @@ async def open_summary_store(settings: Settings) -> SummaryStore:
 
 
 async def open_inbox_store(settings: Settings) -> InboxStore:
-    """The InboxStore named by ``storage.inbox_store`` (sqlite now; cassandra next)."""
+    """The InboxStore named by ``storage.inbox_store`` (sqlite or cassandra)."""
     engine = settings.storage.inbox_store
     if engine == "sqlite":
         from storage.sqlite.inbox import SqliteInboxStore
@@ -65,4 +65,8 @@ async def open_inbox_store(settings: Settings) -> InboxStore:
             synchronous=settings.sqlite.synchronous,
             readers=settings.sqlite.readers,
         )
+    if engine == "cassandra":
+        from storage.cassandra.inbox import CassandraInboxStore
+
+        return await CassandraInboxStore.open(settings.cassandra)
     raise ValueError(f"inbox_store={engine!r} is not supported")
