@@ -34,6 +34,11 @@ def _parser() -> argparse.ArgumentParser:
         choices=["sqlite", "dynamodb"],
         help="engine of Summary's state (default sqlite; dynamodb reads [dynamodb] settings)",
     )
+    s.add_argument(
+        "--inbox-store",
+        choices=["sqlite", "cassandra"],
+        help="engine of Inbox's state (default sqlite; cassandra reads [cassandra] settings)",
+    )
     s.add_argument("--log-level", help="debug, info, warning or error")
     return parser
 
@@ -47,6 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "storage": {
             "threadweaver_store": args.threadweaver_store,
             "summary_store": args.summary_store,
+            "inbox_store": args.inbox_store,
         },
     }
     try:

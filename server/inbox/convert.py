@@ -60,11 +60,20 @@ def _ids(v: Violations, field: str, ids: list[str]) -> None:
                 return
 
 
+# 2^53 - 1: the largest integer every client language holds exactly (JavaScript's safe
+# integer), and the range within which the Cassandra store derives write timestamps.
+MAX_MESSAGE_ID = (1 << 53) - 1
+
+
 def post_from_proto(request: inbox_pb2.PostMessageRequest, limits: InboxSettings) -> Post:
     """A validated post; raises InvalidArgument naming every bad field."""
     v = Violations()
     v.identifier("thread_id", request.thread_id, max_bytes=MAX_ID_BYTES)
-    v.check(request.message_id > 0, "message_id", "must be positive")
+    v.check(
+        0 < request.message_id <= MAX_MESSAGE_ID,
+        "message_id",
+        f"must lie in 1..{MAX_MESSAGE_ID} (2^53 - 1)",
+    )
     v.identifier("sender_inbox_id", request.sender_inbox_id, max_bytes=MAX_ID_BYTES)
     recipients = list(request.recipient_inbox_ids)
     if v.count("recipient_inbox_ids", recipients, minimum=1, maximum=limits.max_recipients):

@@ -14,7 +14,7 @@ from tests.engines import settings_for
 
 THREAD_ENGINES = ("sqlite", "bigtable", "cassandra")
 SUMMARY_ENGINES = ("sqlite", "dynamodb")
-INBOX_ENGINES = ("sqlite",)  # "cassandra" joins when its adapter lands
+INBOX_ENGINES = ("sqlite", "cassandra")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -140,7 +140,7 @@ type PostMessageRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Thread the message belongs to (1..256 bytes).
 	ThreadId string `protobuf:"bytes,1,opt,name=thread_id,json=threadId,proto3" json:"thread_id,omitempty"`
-	// The message id: positive and increasing with time (ids order activity,
+	// The message id: 1..2^53-1 and increasing with time (ids order activity,
 	// as Yammer's do). Also the idempotency key of the post.
 	MessageId int64 `protobuf:"varint,2,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
 	// Sender's inbox (1..256 bytes); it gets the thread as read.

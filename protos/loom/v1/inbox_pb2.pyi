@@ -89,7 +89,7 @@ class PostMessageRequest(_message.Message):
     thread_id: _builtins.str
     """Thread the message belongs to (1..256 bytes)."""
     message_id: _builtins.int
-    """The message id: positive and increasing with time (ids order activity,
+    """The message id: 1..2^53-1 and increasing with time (ids order activity,
     as Yammer's do). Also the idempotency key of the post.
     """
     sender_inbox_id: _builtins.str

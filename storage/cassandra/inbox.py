@@ -1,0 +1,277 @@
+"""InboxStore on Apache Cassandra: Yammer's second design, with its fixes.
+
+    inbox_entries    ((inbox_id), thread_id) -> last_message_id, is_read
+    inbox_unread     ((inbox_id), thread_id)       the materialized unread count
+    inbox_deliveries ((delivery_id)) -> progress   LWT IF NOT EXISTS on create
+
+No secondary index, no ordering that relies on deletes (the domain sorts a whole, trimmed
+inbox itself); LeveledCompaction and a 3 h gc_grace_seconds on the mutating tables (why:
+`storage.cassandra.inbox_rows`).
+
+Write timestamps carry the ordering (see `storage.cassandra.inbox_clock`): delivery of
+message m writes at m*K, a mark on a row showing m writes inside (m*K, (m+1)*K - 1), and a
+trim of a row read at m deletes at (m+1)*K - 1. Cassandra's last-write-wins then yields
+"last_message_id = max, newest delivery decides is_read, a mark sticks until the next
+message, a trim loses to any newer message" under any interleaving, with no LWT. Every
+write still follows a read (one token-aware IN query per replica group), because the
+Protocol returns how many rows changed and a retried chunk should cost reads only.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from cassandra.query import BatchStatement, BatchType, PreparedStatement
+
+from server.config import CassandraSettings
+from storage.cassandra import inbox_clock as clock
+from storage.cassandra import inbox_rows as ir
+from storage.cassandra.session import CassandraSession, Row
+from storage.errors import StorageCorrupt
+from storage.ports import DeliveryRecord, InboxEntry
+
+__all__ = ["CassandraInboxStore"]
+
+_IN_KEYS = 50  # keys per IN list / batch: small enough that a 1,000-inbox chunk runs
+# as 20 concurrent read-then-write pipelines, large enough to amortize a request
+_BATCH_BYTES = 16 * 1024
+"""Estimated payload per unlogged batch: far under Cassandra's 50 KiB fail threshold even
+with 256-byte ids. It is over the 5 KiB *warn* threshold (one log line per batch), which
+measured ~20 % faster fan-outs than 4 KiB batches on the test node."""
+
+
+class CassandraInboxStore:
+    """`storage.ports.InboxStore` on one Cassandra keyspace."""
+
+    def __init__(self, session: CassandraSession, *, owns_session: bool) -> None:
+        self._s = session
+        self._owns = owns_session
+        self._ks = session.keyspace
+
+    @classmethod
+    async def open(cls, settings: CassandraSettings) -> CassandraInboxStore:
+        """Connects its own session (closed with the store), creating the schema if asked."""
+        session = await CassandraSession.open(settings)
+        try:
+            return await cls.on_session(session, owns_session=True)
+        except BaseException:
+            await session.close()
+            raise
+
+    @classmethod
+    async def on_session(
+        cls, session: CassandraSession, *, owns_session: bool = False
+    ) -> CassandraInboxStore:
+        """A store on a session shared with other Cassandra stores (which it won't close)."""
+        settings = session.settings
+        if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]{0,47}", settings.keyspace):
+            raise ValueError(f"invalid Cassandra keyspace name {settings.keyspace!r}")
+        if settings.create_schema:
+            await session.execute_ddl(
+                f"CREATE KEYSPACE IF NOT EXISTS {settings.keyspace} WITH replication = "
+                f"{{'class': 'SimpleStrategy', 'replication_factor': "
+                f"{int(settings.replication_factor)}}}"
+            )
+            for ddl in ir.TABLES:
+                await session.execute_ddl(ddl.replace("{ks}", settings.keyspace))
+        return cls(session, owns_session=owns_session)
+
+    async def _stmt(self, cql: str) -> PreparedStatement:
+        return await self._s.prepare(cql.replace("{ks}", self._ks))
+
+    async def _q(self, cql: str, params: Sequence[object], *, all_pages: bool = False) -> list[Row]:
+        return await self._s.run(await self._stmt(cql), params, all_pages=all_pages)
+
+    # --- deliveries into inboxes ------------------------------------------------------
+
+    async def deliver(
+        self,
+        thread_id: str,
+        message_id: int,
+        *,
+        unread: Sequence[str],
+        read: Sequence[str] = (),
+    ) -> int:
+        ts = clock.delivery_ts(message_id)
+        flags = {**dict.fromkeys(unread, False), **dict.fromkeys(read, True)}
+        if not flags:
+            return 0
+        groups = [
+            chunk
+            for group in self._s.replica_groups(list(flags))
+            for chunk in ir.slices(group, _IN_KEYS)
+        ]
+        entry = await self._stmt(
+            "INSERT INTO {ks}.inbox_entries (inbox_id, thread_id, last_message_id, is_read) "
+            "VALUES (?, ?, ?, ?) USING TIMESTAMP ?"
+        )
+        add = await self._stmt(
+            "INSERT INTO {ks}.inbox_unread (inbox_id, thread_id) VALUES (?, ?) USING TIMESTAMP ?"
+        )
+        drop = await self._stmt(
+            "DELETE FROM {ks}.inbox_unread USING TIMESTAMP ? WHERE inbox_id = ? AND thread_id = ?"
+        )
+
+        async def one_group(inboxes: list[str]) -> int:
+            # Read first: rows already at (or past) this message are skipped, which makes a
+            # retried chunk cost one read and gives the Protocol its count of advanced rows.
+            rows = await self._q(
+                "SELECT inbox_id, last_message_id FROM {ks}.inbox_entries "
+                "WHERE inbox_id IN ? AND thread_id = ?",
+                (inboxes, thread_id),
+            )
+            current = {ir.text(r, "inbox_id"): ir.integer(r, "last_message_id") for r in rows}
+            stale = [i for i in inboxes if current.get(i, 0) < message_id]
+            writes: list[tuple[PreparedStatement, tuple[Any, ...], int]] = []
+            for inbox in stale:
+                is_read = flags[inbox]
+                size = 2 * len((inbox + thread_id).encode()) + 60  # both rows, keys twice
+                writes.append((entry, (inbox, thread_id, message_id, is_read, ts), size))
+                if is_read:
+                    writes.append((drop, (ts, inbox, thread_id), 0))
+                else:
+                    writes.append((add, (inbox, thread_id, ts), 0))
+            await self._write_batches(writes)
+            return len(stale)
+
+        return sum(await ir.gather(one_group(g) for g in groups))
+
+    async def _write_batches(
+        self, writes: Sequence[tuple[PreparedStatement, tuple[Any, ...], int]]
+    ) -> None:
+        """Sends `writes` as unlogged batches of about `_BATCH_BYTES` each, concurrently.
+
+        Callers pass writes of one replica group, so each batch is applied by a coordinator
+        that owns every row in it: one request instead of one per row (the Python driver,
+        not Cassandra, is the bottleneck of a 300,000-inbox fan-out), with no batchlog.
+        """
+        batches: list[BatchStatement] = []
+        used = _BATCH_BYTES
+        for stmt, params, size in writes:
+            if used + size > _BATCH_BYTES:
+                batches.append(BatchStatement(batch_type=BatchType.UNLOGGED))
+                used = 0
+            batches[-1].add(stmt, params)
+            used += size
+        await ir.gather(self._s.run(b) for b in batches)
+
+    # --- reads ------------------------------------------------------------------------
+
+    async def scan_inbox(self, inbox_id: str, limit: int) -> list[InboxEntry]:
+        if limit <= 0:
+            return []
+        rows = await self._q(
+            "SELECT thread_id, last_message_id, is_read FROM {ks}.inbox_entries "
+            "WHERE inbox_id = ? LIMIT ?",
+            (inbox_id, limit),
+            all_pages=True,
+        )
+        return [
+            InboxEntry(
+                ir.text(r, "thread_id"), ir.integer(r, "last_message_id"), bool(r["is_read"])
+            )
+            for r in rows
+        ]
+
+    async def unread_count(self, inbox_id: str) -> int:
+        rows = await self._q(
+            "SELECT COUNT(*) AS n FROM {ks}.inbox_unread WHERE inbox_id = ?", (inbox_id,)
+        )
+        return ir.integer(rows[0], "n") if rows else 0
+
+    # --- marks and trims (single-partition writes, read first) --------------------------
+
+    async def _rows_of(self, inbox_id: str, thread_ids: Sequence[str] | None) -> list[Row]:
+        """The inbox's rows (all, or the named ones) with is_read's write timestamp."""
+        cql = (
+            "SELECT thread_id, last_message_id, is_read, WRITETIME(is_read) AS wt "
+            "FROM {ks}.inbox_entries WHERE inbox_id = ?"
+        )
+        if thread_ids is None:
+            return await self._q(cql, (inbox_id,), all_pages=True)
+        parts = await ir.gather(
+            self._q(cql + " AND thread_id IN ?", (inbox_id, list(c)), all_pages=True)
+            for c in ir.slices(list(dict.fromkeys(thread_ids)), _IN_KEYS)
+        )
+        return [r for part in parts for r in part]
+
+    async def set_read(self, inbox_id: str, thread_ids: Sequence[str] | None, *, read: bool) -> int:
+        if thread_ids is not None and not thread_ids:
+            return 0
+        rows = await self._rows_of(inbox_id, thread_ids)
+        flip = await self._stmt(
+            "UPDATE {ks}.inbox_entries USING TIMESTAMP ? SET is_read = ? "
+            "WHERE inbox_id = ? AND thread_id = ?"
+        )
+        unread = await self._stmt(
+            "DELETE FROM {ks}.inbox_unread USING TIMESTAMP ? WHERE inbox_id = ? AND thread_id = ?"
+            if read
+            else "INSERT INTO {ks}.inbox_unread (inbox_id, thread_id) VALUES (?, ?) "
+            "USING TIMESTAMP ?"
+        )
+        writes: list[tuple[PreparedStatement, tuple[Any, ...], int]] = []
+        for r in rows:
+            if bool(r["is_read"]) == read:
+                continue
+            thread = ir.text(r, "thread_id")
+            ts = clock.mark_ts(ir.integer(r, "last_message_id"), ir.integer(r, "wt"))
+            writes.append((flip, (ts, read, inbox_id, thread), 2 * len(thread) + 40))
+            params = (ts, inbox_id, thread) if read else (inbox_id, thread, ts)
+            writes.append((unread, params, 2 * len(thread) + 40))
+        await self._write_batches(writes)
+        return len(writes) // 2
+
+    async def delete_entries(self, inbox_id: str, entries: Sequence[InboxEntry]) -> int:
+        if not entries:
+            return 0
+        seen = {e.thread_id: e.last_message_id for e in entries}
+        rows = await self._rows_of(inbox_id, list(seen))
+        doomed = [
+            (ir.text(r, "thread_id"), seen[ir.text(r, "thread_id")])
+            for r in rows
+            if ir.integer(r, "last_message_id") <= seen[ir.text(r, "thread_id")]
+        ]
+        writes: list[tuple[PreparedStatement, tuple[Any, ...], int]] = []
+        for table in ("inbox_entries", "inbox_unread"):
+            stmt = await self._stmt(
+                f"DELETE FROM {{ks}}.{table} USING TIMESTAMP ? WHERE inbox_id = ? AND thread_id = ?"
+            )
+            writes += [
+                (stmt, (clock.trim_ts(last), inbox_id, t), 2 * len(t) + 40) for t, last in doomed
+            ]
+        await self._write_batches(writes)
+        return len(doomed)
+
+    # --- background fan-out progress --------------------------------------------------
+
+    async def create_delivery(self, record: DeliveryRecord) -> DeliveryRecord:
+        rows = await self._q(
+            f"INSERT INTO {{ks}}.inbox_deliveries ({ir.DELIVERY_COLUMNS}) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) IF NOT EXISTS",
+            ir.delivery_values(record),
+        )
+        if not rows:
+            raise StorageCorrupt("cassandra: LWT returned no row")
+        return record if rows[0]["[applied]"] else ir.delivery_record(rows[0])
+
+    async def get_delivery(self, delivery_id: str) -> DeliveryRecord | None:
+        rows = await self._q(
+            f"SELECT {ir.DELIVERY_COLUMNS} FROM {{ks}}.inbox_deliveries WHERE delivery_id = ?",
+            (delivery_id,),
+        )
+        return ir.delivery_record(rows[0]) if rows else None
+
+    async def save_delivery(self, record: DeliveryRecord) -> None:
+        # A plain upsert after the LWT create: only the one worker running the fan-out
+        # writes progress, so there is no concurrent writer for Paxos to order.
+        await self._q(
+            f"INSERT INTO {{ks}}.inbox_deliveries ({ir.DELIVERY_COLUMNS}) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            ir.delivery_values(record),
+        )
+
+    async def close(self) -> None:
+        if self._owns:
+            await self._s.close()
