@@ -19,7 +19,6 @@ Protocol returns how many rows changed and a retried chunk should cost reads onl
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -65,17 +64,7 @@ class CassandraInboxStore:
         cls, session: CassandraSession, *, owns_session: bool = False
     ) -> CassandraInboxStore:
         """A store on a session shared with other Cassandra stores (which it won't close)."""
-        settings = session.settings
-        if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]{0,47}", settings.keyspace):
-            raise ValueError(f"invalid Cassandra keyspace name {settings.keyspace!r}")
-        if settings.create_schema:
-            await session.execute_ddl(
-                f"CREATE KEYSPACE IF NOT EXISTS {settings.keyspace} WITH replication = "
-                f"{{'class': 'SimpleStrategy', 'replication_factor': "
-                f"{int(settings.replication_factor)}}}"
-            )
-            for ddl in ir.TABLES:
-                await session.execute_ddl(ddl.replace("{ks}", settings.keyspace))
+        await session.ensure_schema(ir.TABLES)
         return cls(session, owns_session=owns_session)
 
     async def _stmt(self, cql: str) -> PreparedStatement:

@@ -14,6 +14,7 @@ result pages on the loop without blocking either. Driver exceptions become
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -204,6 +205,26 @@ class CassandraSession:
             raise translate(exc) from exc
         if not agreed:
             raise StorageUnavailable(f"cassandra: no schema agreement after {cql[:60]!r}")
+
+    async def ensure_schema(self, tables: Sequence[str]) -> None:
+        """Creates the keyspace and `tables` (CQL with a ``{ks}`` placeholder) when asked.
+
+        Every Cassandra store calls this from `on_session`; it does nothing unless the
+        settings say ``create_schema``. The keyspace name is validated because CQL cannot
+        bind identifiers.
+        """
+        settings = self.settings
+        if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]{0,47}", settings.keyspace):
+            raise ValueError(f"invalid Cassandra keyspace name {settings.keyspace!r}")
+        if not settings.create_schema:
+            return
+        await self.execute_ddl(
+            f"CREATE KEYSPACE IF NOT EXISTS {settings.keyspace} WITH replication = "
+            f"{{'class': 'SimpleStrategy', 'replication_factor': "
+            f"{int(settings.replication_factor)}}}"
+        )
+        for ddl in tables:
+            await self.execute_ddl(ddl.replace("{ks}", settings.keyspace))
 
     def replica_groups(self, keys: Sequence[str]) -> list[list[str]]:
         """`keys` (single text partition keys of this keyspace) grouped by replica set.

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import heapq
-import re
 from collections.abc import Awaitable, Iterable, Sequence
 from typing import TypeVar
 
@@ -79,17 +78,7 @@ class CassandraThreadStore:
         cls, session: CassandraSession, *, owns_session: bool = False
     ) -> CassandraThreadStore:
         """A store on a session shared with other Cassandra stores (which it won't close)."""
-        settings = session.settings
-        if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]{0,47}", settings.keyspace):
-            raise ValueError(f"invalid Cassandra keyspace name {settings.keyspace!r}")
-        if settings.create_schema:
-            await session.execute_ddl(
-                f"CREATE KEYSPACE IF NOT EXISTS {settings.keyspace} WITH replication = "
-                f"{{'class': 'SimpleStrategy', 'replication_factor': "
-                f"{int(settings.replication_factor)}}}"
-            )
-            for ddl in _TABLES:
-                await session.execute_ddl(ddl.replace("{ks}", settings.keyspace))
+        await session.ensure_schema(_TABLES)
         return cls(session, owns_session=owns_session)
 
     async def _q(self, cql: str, params: Sequence[object], *, all_pages: bool = False) -> list[Row]:
