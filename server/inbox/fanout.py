@@ -17,7 +17,6 @@ resumes them.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -26,6 +25,7 @@ from server.inbox.model import chunked
 from server.inbox.trimming import Trimmer
 from server.runtime.errors import LoomError, ResourceExhausted
 from server.runtime.logs import get_logger
+from server.runtime.workers import WorkerPool
 from storage.errors import StorageError
 from storage.ports import DeliveryRecord, DeliveryState, InboxStore
 
@@ -61,29 +61,21 @@ class FanoutStage:
         self._store = store
         self._trimmer = trimmer
         self._queue: asyncio.Queue[FanoutJob] = asyncio.Queue(max(1, queue_size))
-        self._workers = max(1, workers)
         self._chunk = max(1, chunk_size)
         self._interval = progress_interval_s
         self._clock = clock
         self._active: dict[str, FanoutJob] = {}
-        self._tasks: list[asyncio.Task[None]] = []
+        self._pool = WorkerPool("inbox-fanout", workers, self._work)
 
     def start(self) -> None:
         """Starts the workers (inside the running loop)."""
-        if not self._tasks:
-            self._tasks = [
-                asyncio.create_task(self._work(), name=f"inbox-fanout-{i}")
-                for i in range(self._workers)
-            ]
+        self._pool.start()
 
     async def stop(self) -> None:
         """Cancels the workers and records every unfinished job as FAILED (resumable)."""
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self._tasks = []
+        await self._pool.stop()
+        for job in list(self._active.values()):
+            await self._finish(job, "failed", _SHUTDOWN)
         for job in list(self._active.values()):
             await self._finish(job, "failed", _SHUTDOWN)
 
@@ -155,5 +147,6 @@ class FanoutStage:
         except (LoomError, StorageError) as exc:
             # The engine is down: the stored record stays RUNNING and goes stale, which
             # GetDelivery reports as FAILED after stall_after_s; a retry resumes it.
-            _log.warning("delivery progress not saved", delivery_id=job.record.delivery_id,
-                         error=str(exc))
+            _log.warning(
+                "delivery progress not saved", delivery_id=job.record.delivery_id, error=str(exc)
+            )

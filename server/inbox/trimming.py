@@ -14,7 +14,6 @@ again). Trimming is best effort: a failed trim is logged and forgotten.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 import random
 from collections.abc import Sequence
@@ -22,6 +21,7 @@ from collections.abc import Sequence
 from server.inbox.listing import order_key
 from server.runtime.errors import LoomError
 from server.runtime.logs import get_logger
+from server.runtime.workers import WorkerPool
 from storage.errors import StorageError
 from storage.ports import InboxEntry, InboxStore
 
@@ -77,10 +77,9 @@ class Trimmer:
         self._p = probability
         self._queue: asyncio.Queue[str] = asyncio.Queue(max(1, queue_size))
         self._pending: set[str] = set()
-        self._workers = max(1, workers)
         self._scan_limit = max(scan_limit, max_entries + 1)
         self._rng = rng or random.Random()
-        self._tasks: list[asyncio.Task[None]] = []
+        self._pool = WorkerPool("inbox-trim", workers, self._work)
         self.scheduled = 0
         """Trims queued since start (for tests and metrics)."""
         self.dropped = 0
@@ -90,20 +89,11 @@ class Trimmer:
 
     def start(self) -> None:
         """Starts the workers (inside the running loop)."""
-        if not self._tasks:
-            self._tasks = [
-                asyncio.create_task(self._work(), name=f"inbox-trim-{i}")
-                for i in range(self._workers)
-            ]
+        self._pool.start()
 
     async def stop(self) -> None:
         """Cancels the workers; pending trims are dropped (the next delivery reschedules)."""
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self._tasks = []
+        await self._pool.stop()
 
     async def idle(self) -> None:
         """Waits until every queued trim has run (tests, drains)."""
