@@ -125,9 +125,7 @@ def list_from_proto(
     inbox_ok = v.identifier("inbox_id", request.inbox_id, max_bytes=MAX_ID_BYTES)
     flt = _FILTERS.get(request.filter)
     v.check(flt is not None, "filter", "must be ALL, UNREAD or READ")
-    v.check(
-        0 <= request.page_size <= MAX_PAGE_SIZE, "page_size", f"must lie in 0..{MAX_PAGE_SIZE}"
-    )
+    v.check(0 <= request.page_size <= MAX_PAGE_SIZE, "page_size", f"must lie in 0..{MAX_PAGE_SIZE}")
     cursor = None
     if request.page_token and inbox_ok:
         try:
@@ -178,6 +176,4 @@ def mark_from_proto(request: inbox_pb2.MarkThreadsRequest) -> tuple[str, list[st
 
 def mark_to_proto(result: MarkResult) -> inbox_pb2.MarkThreadsResponse:
     """MarkThreads' answer."""
-    return inbox_pb2.MarkThreadsResponse(
-        changed=result.changed, unread_count=result.unread_count
-    )
+    return inbox_pb2.MarkThreadsResponse(changed=result.changed, unread_count=result.unread_count)

@@ -33,9 +33,7 @@ def select_page(
 ) -> Page:
     """The `page_size` entries after `after` that pass `flt`, and the next page's token."""
     bound = after.sort_key() if after is not None else None
-    candidates = (
-        e for e in entries if flt.matches(e) and (bound is None or order_key(e) > bound)
-    )
+    candidates = (e for e in entries if flt.matches(e) and (bound is None or order_key(e) > bound))
     best = heapq.nsmallest(page_size + 1, candidates, key=order_key)
     page, more = best[:page_size], len(best) > page_size
     token = ""
