@@ -92,7 +92,12 @@ class ThreadStore(Protocol):
         ...
 
     async def get_merge_neighbours(self, uts: Sequence[str]) -> dict[str, set[str]]:
-        """The UTs merged directly with each given UT (UTs with no merge may be left out)."""
+        """The UTs merged directly with each given UT (UTs with no merge may be left out).
+
+        An engine that can walk the merge graph in one query may also report the complete
+        adjacency of UTs it was not asked about (every UT it reached); the caller then does
+        not ask for those again. A reported UT's set must be complete.
+        """
         ...
 
     async def get_threads_of(

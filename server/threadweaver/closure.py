@@ -2,7 +2,8 @@
 
 Merges are rare (the seed's merge table is 4 orders of magnitude smaller than the rest),
 so the closure is usually the UT itself after one lookup. It is computed for many start UTs
-at once, one store round trip per BFS level, then split into components locally.
+at once, one store round trip per BFS level (a single one where the engine walks the merge
+graph itself), then split into components locally.
 """
 
 from __future__ import annotations
@@ -45,18 +46,20 @@ async def closures(
     nodes = set(frontier)
     budget = max_size + len(nodes)
     edges: dict[str, set[str]] = {}
+    known: set[str] = set()  # UTs whose whole adjacency the store has reported
     while frontier:
         found = await store.get_merge_neighbours(sorted(frontier))
-        frontier = set()
+        # An engine that can walk the graph itself (SQLite's recursive CTE) reports the
+        # adjacency of every UT it reached, so those need no further round trip.
+        known |= frontier | found.keys()
         for ut, neighbours in found.items():
             edges.setdefault(ut, set()).update(neighbours)
             for n in neighbours:
                 edges.setdefault(n, set()).add(ut)
-                if n not in nodes:
-                    nodes.add(n)
-                    frontier.add(n)
+                nodes.add(n)
         if len(nodes) > budget:
             raise FailedPrecondition(
                 f"unified thread merges more than {max_size} unified threads; refusing to walk it"
             )
+        frontier = nodes - known
     return _components(nodes, edges)

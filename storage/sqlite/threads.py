@@ -14,6 +14,7 @@ process) can slip in between.
 from __future__ import annotations
 
 import heapq
+import json
 import sqlite3
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -40,6 +41,7 @@ CREATE TABLE IF NOT EXISTS ut_merge (
 T = TypeVar("T")
 
 _CHUNK = 500  # bound parameters per statement, well under SQLite's limit
+_MAX_REACH = 20_000  # UTs one merge-graph walk may visit
 
 
 def _chunks(items: Sequence[T]) -> Iterator[Sequence[T]]:
@@ -128,14 +130,25 @@ class SqliteThreadStore:
         await self._db.write(run)
 
     async def get_merge_neighbours(self, uts: Sequence[str]) -> dict[str, set[str]]:
+        """The complete adjacency of every UT reachable from `uts`, in one recursive query.
+
+        Merges along a long discussion's 100-message thread splits form a chain; walking it
+        one level per round trip cost ~15 thread hops per read. The walk stops after
+        `_MAX_REACH` UTs (an abused Message-ID); the caller's own bound then refuses it.
+        """
         wanted = list(dict.fromkeys(uts))
 
         def run(conn: sqlite3.Connection) -> dict[str, set[str]]:
             found: dict[str, set[str]] = {}
-            for chunk in _chunks(wanted):
-                marks = ",".join("?" * len(chunk))
-                for a, b in conn.execute(f"SELECT a, b FROM ut_merge WHERE a IN ({marks})", chunk):
-                    found.setdefault(a, set()).add(b)
+            rows = conn.execute(
+                "WITH RECURSIVE reach(ut) AS ("
+                " SELECT value FROM json_each(?)"
+                " UNION SELECT m.b FROM ut_merge m JOIN reach r ON m.a = r.ut LIMIT ?)"
+                " SELECT m.a, m.b FROM ut_merge m WHERE m.a IN (SELECT ut FROM reach)",
+                (json.dumps(wanted), _MAX_REACH),
+            )
+            for a, b in rows:
+                found.setdefault(a, set()).add(b)
             return found
 
         return await self._db.read(run) if wanted else {}
