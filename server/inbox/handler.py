@@ -47,6 +47,9 @@ class InboxHandler(inbox_pb2_grpc.InboxServicer):
     async def PostMessage(  # noqa: N802 - gRPC method name
         self, request: inbox_pb2.PostMessageRequest, context: grpc.aio.ServicerContext
     ) -> inbox_pb2.PostMessageResponse:
+        self._service.refuse_if_saturated(
+            request.thread_id, request.message_id, len(request.recipient_inbox_ids)
+        )
         if len(request.recipient_inbox_ids) > _OFF_LOOP_RECIPIENTS:
             post = await asyncio.to_thread(convert.post_from_proto, request, self._limits)
         else:

@@ -70,6 +70,7 @@ class InboxService:
             queue_size=settings.fanout_queue,
             chunk_size=settings.fanout_chunk,
             progress_interval_s=settings.progress_interval_s,
+            rate_per_s=settings.fanout_rate_per_s,
             clock=clock,
         )
 
@@ -103,6 +104,19 @@ class InboxService:
             post.thread_id, post.message_id, unread=(), read=[post.sender_inbox_id]
         )
         self.trimmer.on_delivered([post.sender_inbox_id])
+
+    def refuse_if_saturated(self, thread_id: str, message_id: int, recipients: int) -> None:
+        """Refuses a large post at once when the fan-out queue is full.
+
+        Called before the recipient list is validated or de-duplicated: under a flood of
+        announcements, per-id work on refused posts would hold the event loop and starve
+        GetUnreadCount (the bulkhead isolation test). A post already running here is let
+        through so its retry still learns its delivery id.
+        """
+        if recipients <= self._settings.sync_fanout_max or self.fanout.has_room():
+            return
+        if self.fanout.live(delivery_id_for(thread_id, message_id)) is None:
+            raise ResourceExhausted("inbox fan-out queue is full; retry PostMessage later")
 
     async def _post_in_background(self, post: Post, recipients: list[str]) -> PostResult:
         delivery_id = delivery_id_for(post.thread_id, post.message_id)

@@ -44,11 +44,16 @@ class Bulkhead:
         """Callers waiting for a slot right now."""
         return self._waiting
 
+    @property
+    def full(self) -> bool:
+        """True when a caller arriving now would be refused without waiting."""
+        return self._sem.locked() and (self._waiting >= self._max_waiting or self._max_wait_s == 0)
+
     @asynccontextmanager
     async def slot(self) -> AsyncIterator[None]:
         """Holds one slot for the body; raises ResourceExhausted when none can be had."""
         if self._sem.locked():
-            if self._waiting >= self._max_waiting or self._max_wait_s == 0:
+            if self.full:
                 raise ResourceExhausted(f"{self.name}: too many concurrent calls")
             self._waiting += 1
             try:

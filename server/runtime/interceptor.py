@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 import grpc
 import structlog
 
-from server.runtime.errors import DeadlineExceeded
+from server.runtime.errors import DeadlineExceeded, ResourceExhausted
 from server.runtime.logs import get_logger
 from server.runtime.policies import PolicyTable
 from server.runtime.status import code_for, rich_status
@@ -27,6 +27,9 @@ __all__ = ["RpcInterceptor"]
 
 _log = get_logger("rpc")
 _LOOM_PREFIX = "/loom."
+# Outcomes that are part of normal operation: load shedding under a flood is the bulkhead
+# doing its job, and a warning per refused call would itself load the loop being protected.
+_ROUTINE = (grpc.StatusCode.OK, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.RESOURCE_EXHAUSTED)
 
 
 def _request_id(context: grpc.aio.ServicerContext) -> str:
@@ -64,7 +67,7 @@ class _Call:
         }
         if code is grpc.StatusCode.INTERNAL and exc is not None:
             _log.error("rpc", exc_info=exc, **fields)
-        elif code in (grpc.StatusCode.OK, grpc.StatusCode.NOT_FOUND):
+        elif code in _ROUTINE:
             _log.info("rpc", **fields)
         else:
             _log.warning("rpc", error=str(exc) if exc else None, **fields)
@@ -125,6 +128,35 @@ def _wrap_stream(
     return stream
 
 
+def _refusal(
+    handler: grpc.RpcMethodHandler, table: PolicyTable, method: str
+) -> grpc.RpcMethodHandler:
+    """A handler that refuses with RESOURCE_EXHAUSTED without parsing the request.
+
+    Decided when the call arrives, before its message is deserialized: a flood of refused
+    calls carrying large payloads (20,000-recipient posts) must not cost the event loop a
+    parse each, or the shedding itself starves the methods the bulkheads protect.
+    """
+
+    async def refuse(request: bytes, context: grpc.aio.ServicerContext) -> Any:
+        call = _Call(table, method, context)
+        await call.fail(ResourceExhausted(f"{method}: too many concurrent calls"))
+
+    async def refuse_stream(
+        request: bytes, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[Any]:
+        await refuse(request, context)
+        yield  # pragma: no cover - never reached; makes this an async generator
+
+    if handler.unary_stream is not None:
+        return grpc.unary_stream_rpc_method_handler(
+            refuse_stream, response_serializer=handler.response_serializer
+        )
+    return grpc.unary_unary_rpc_method_handler(
+        refuse, response_serializer=handler.response_serializer
+    )
+
+
 class RpcInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     """Wraps every ``/loom.*`` handler with bulkhead, deadline, error mapping and logging."""
 
@@ -141,6 +173,8 @@ class RpcInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         if handler is None or not full.startswith(_LOOM_PREFIX):
             return handler
         method = full[1:]
+        if self._table.bulkhead(method).full:
+            return _refusal(handler, self._table, method)
         if handler.unary_unary is not None:
             return grpc.unary_unary_rpc_method_handler(
                 _wrap_unary(handler.unary_unary, self._table, method),

@@ -21,6 +21,7 @@ and order-free (an older message never overwrites a newer one).
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -46,9 +47,14 @@ CREATE TABLE IF NOT EXISTS inbox_delivery (
     error TEXT NOT NULL, updated_at_ms INTEGER NOT NULL) WITHOUT ROWID;
 """
 
+# Each statement takes the chunk's inbox ids as one JSON array and loops inside SQLite
+# (json_each): binding 1,000 rows one by one held the GIL per row, and under a flood of
+# announcements that starved the event loop of the unread counts (the isolation test).
+# The UPSERT's "WHERE true" resolves the parser ambiguity of INSERT ... SELECT ... ON CONFLICT.
 _UPSERT = (
     "INSERT INTO inbox_entry (inbox_id, thread_id, last_message_id, is_read) "
-    "VALUES (?, ?, ?, ?) ON CONFLICT (inbox_id, thread_id) DO UPDATE SET "
+    "SELECT value, ?2, ?3, ?4 FROM json_each(?1) WHERE true "
+    "ON CONFLICT (inbox_id, thread_id) DO UPDATE SET "
     "last_message_id = excluded.last_message_id, is_read = excluded.is_read "
     "WHERE excluded.last_message_id > inbox_entry.last_message_id"
 )
@@ -56,13 +62,15 @@ _UPSERT = (
 # marked read or unread by its owner since keeps the owner's choice on a retry.
 _ADD_UNREAD = (
     "INSERT OR IGNORE INTO inbox_unread (inbox_id, thread_id) "
-    "SELECT inbox_id, thread_id FROM inbox_entry "
-    "WHERE inbox_id = ? AND thread_id = ? AND last_message_id = ? AND is_read = 0"
+    "SELECT e.inbox_id, e.thread_id FROM json_each(?1) j JOIN inbox_entry e "
+    "ON e.inbox_id = j.value AND e.thread_id = ?2 "
+    "WHERE e.last_message_id = ?3 AND e.is_read = 0"
 )
 _DROP_UNREAD = (
-    "DELETE FROM inbox_unread WHERE inbox_id = ? AND thread_id = ? AND EXISTS ("
-    "SELECT 1 FROM inbox_entry e WHERE e.inbox_id = inbox_unread.inbox_id "
-    "AND e.thread_id = inbox_unread.thread_id AND e.last_message_id = ? AND e.is_read = 1)"
+    "DELETE FROM inbox_unread WHERE thread_id = ?2 AND inbox_id IN ("
+    "SELECT e.inbox_id FROM json_each(?1) j JOIN inbox_entry e "
+    "ON e.inbox_id = j.value AND e.thread_id = ?2 "
+    "WHERE e.last_message_id = ?3 AND e.is_read = 1)"
 )
 _DELIVERY_COLUMNS = (
     "delivery_id, thread_id, message_id, sender_inbox_id, total, done, state, error, updated_at_ms"
@@ -122,15 +130,13 @@ class SqliteInboxStore:
         def run(conn: sqlite3.Connection) -> int:
             advanced = 0
             for inboxes, flag in groups:
+                ids = json.dumps(list(inboxes))
                 before = conn.total_changes
-                conn.executemany(
-                    _UPSERT, [(inbox, thread_id, message_id, int(flag)) for inbox in inboxes]
-                )
+                conn.execute(_UPSERT, (ids, thread_id, message_id, int(flag)))
                 if conn.total_changes != before:
                     advanced += conn.total_changes - before
-                    conn.executemany(
-                        _DROP_UNREAD if flag else _ADD_UNREAD,
-                        [(inbox, thread_id, message_id) for inbox in inboxes],
+                    conn.execute(
+                        _DROP_UNREAD if flag else _ADD_UNREAD, (ids, thread_id, message_id)
                     )
             return advanced
 
