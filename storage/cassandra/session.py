@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import socket
 from collections.abc import Sequence
 from typing import Any
 
@@ -267,4 +268,7 @@ def _cluster(settings: CassandraSettings, version: int) -> Cluster:
         # Retry a lost node every second, not with the default exponential backoff (up to
         # 10 min): after an outage the breaker's probes should find the node back at once.
         reconnection_policy=ConstantReconnectionPolicy(1.0, max_attempts=None),
+        # Small request/response pairs (an unread count) otherwise meet Nagle + delayed ACK:
+        # the inbox load test showed a flat ~40 ms p99 at any rate without it.
+        sockopts=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
     )
