@@ -209,7 +209,7 @@ class Report:
 
     def write_png(self, path: Path) -> None:
         """Render latency and extra charts (matplotlib is imported only when asked)."""
-        from loadtest.plots import render_png  # noqa: PLC0415 - keep matplotlib optional
+        from loadtest.plots import render_png
 
         render_png(self, path)
 

@@ -126,7 +126,9 @@ class _Requests:
             if self.tokens and rng.random() < 0.5:  # the next page of a recent listing
                 k, token = self.tokens.popleft()
                 req = inbox_pb2.ListInboxRequest(
-                    inbox_id=spec.inboxes[k], filter=inbox_pb2.INBOX_FILTER_ALL, page_size=50,
+                    inbox_id=spec.inboxes[k],
+                    filter=inbox_pb2.INBOX_FILTER_ALL,
+                    page_size=50,
                     page_token=token,
                 )
                 return "ListInbox", req.SerializeToString(), k

@@ -66,8 +66,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--read-fraction", type=float, default=0.8, help="inboxes marked read")
     parser.add_argument("--announcement", type=int, default=300_000, help="0 skips it")
     parser.add_argument("--announcement-timeout", type=float, default=600.0)
-    parser.add_argument("--server-log-level", default="warning",
-                        help="the server logs every RPC at info: that is not free at 2K/s")
+    parser.add_argument(
+        "--server-log-level",
+        default="warning",
+        help="the server logs every RPC at info: that is not free at 2K/s",
+    )
     parser.add_argument("--seed", type=int, default=5)
 
 
@@ -117,16 +120,23 @@ async def _populate(
     posts: list[inbox_pb2.PostMessageRequest] = []
     for t in range(args.group_posts):
         members = rng.sample(inboxes, min(args.group_size, len(inboxes)))
-        posts.append(inbox_pb2.PostMessageRequest(
-            thread_id=f"t{t}", message_id=next(message_ids), sender_inbox_id=members[0],
-            recipient_inbox_ids=members[1:],
-        ))
+        posts.append(
+            inbox_pb2.PostMessageRequest(
+                thread_id=f"t{t}",
+                message_id=next(message_ids),
+                sender_inbox_id=members[0],
+                recipient_inbox_ids=members[1:],
+            )
+        )
     for t in range(args.group_posts, args.group_posts + args.heavy_threads):
-        posts.append(inbox_pb2.PostMessageRequest(
-            thread_id=f"t{t}", message_id=next(message_ids),
-            sender_inbox_id=rng.choice(inboxes),
-            recipient_inbox_ids=[*heavy, *rng.sample(inboxes, 5)],
-        ))
+        posts.append(
+            inbox_pb2.PostMessageRequest(
+                thread_id=f"t{t}",
+                message_id=next(message_ids),
+                sender_inbox_id=rng.choice(inboxes),
+                recipient_inbox_ids=[*heavy, *rng.sample(inboxes, 5)],
+            )
+        )
 
     async def send(req: inbox_pb2.PostMessageRequest) -> int:
         async with gate:
@@ -146,10 +156,12 @@ async def _populate(
     readers = rng.sample(inboxes, int(len(inboxes) * args.read_fraction))
     await asyncio.gather(*(mark(i) for i in readers))
     sample = rng.sample(inboxes, min(200, len(inboxes)))
-    counts = sorted([
-        (await stub.GetUnreadCount(inbox_pb2.GetUnreadCountRequest(inbox_id=i))).unread_count
-        for i in sample
-    ])
+    counts = sorted(
+        [
+            (await stub.GetUnreadCount(inbox_pb2.GetUnreadCountRequest(inbox_id=i))).unread_count
+            for i in sample
+        ]
+    )
     return {
         "posts": len(posts),
         "inbox_rows_written": rows,
@@ -162,16 +174,29 @@ async def _populate(
 
 
 async def _run_clients(
-    pool: ProcessPoolExecutor, args: argparse.Namespace, target: str, kind: str, rate: float,
-    inboxes: list[str], threads: int,
+    pool: ProcessPoolExecutor,
+    args: argparse.Namespace,
+    target: str,
+    kind: str,
+    rate: float,
+    inboxes: list[str],
+    threads: int,
 ) -> list[ClientResult]:
     start_at = time.monotonic() + 1.0
     loop = asyncio.get_running_loop()
     specs = [
         ClientSpec(
-            target=target, kind=kind, rate=rate, duration_s=args.duration, start_at=start_at,
-            index=k, clients=args.clients, inboxes=tuple(inboxes), threads=threads,
-            seed=args.seed, max_in_flight=max(100, int(rate)),
+            target=target,
+            kind=kind,
+            rate=rate,
+            duration_s=args.duration,
+            start_at=start_at,
+            index=k,
+            clients=args.clients,
+            inboxes=tuple(inboxes),
+            threads=threads,
+            seed=args.seed,
+            max_in_flight=max(100, int(rate)),
         )
         for k in range(args.clients)
     ]
@@ -214,7 +239,9 @@ async def _announce(
     report = harness.report
     recipients = [f"ann{i:07d}" for i in range(args.announcement)]
     req = inbox_pb2.PostMessageRequest(
-        thread_id="announcement", message_id=2 * 10**12, sender_inbox_id="ceo",
+        thread_id="announcement",
+        message_id=2 * 10**12,
+        sender_inbox_id="ceo",
         recipient_inbox_ids=recipients,
     )
     t0 = time.perf_counter()
@@ -233,18 +260,24 @@ async def _announce(
         if state == "RUNNING":
             await asyncio.sleep(0.1)
     total_s = time.perf_counter() - t0
-    report.add_figure(f"{store}.announcement", {
-        "recipients": args.announcement,
-        "request_bytes": req.ByteSize(),
-        "ack_s": round(ack_s, 3),
-        "done_s": round(total_s, 3) if state == "DONE" else None,
-        "final_state": state,
-        "deliveries_per_s": round(args.announcement / total_s) if state == "DONE" else None,
-        "under_yammer_10s": state == "DONE" and total_s < ANNOUNCEMENT_S,
-    })
+    report.add_figure(
+        f"{store}.announcement",
+        {
+            "recipients": args.announcement,
+            "request_bytes": req.ByteSize(),
+            "ack_s": round(ack_s, 3),
+            "done_s": round(total_s, 3) if state == "DONE" else None,
+            "final_state": state,
+            "deliveries_per_s": round(args.announcement / total_s) if state == "DONE" else None,
+            "under_yammer_10s": state == "DONE" and total_s < ANNOUNCEMENT_S,
+        },
+    )
     report.add_line_plot(
         f"{store}: {args.announcement:,}-recipient announcement (GetDelivery progress)",
-        xs, {f"{store} inboxes delivered": done}, "seconds since PostMessage", "inboxes",
+        xs,
+        {f"{store} inboxes delivered": done},
+        "seconds since PostMessage",
+        "inboxes",
     )
 
 
@@ -253,16 +286,25 @@ def _rate_plots(harness: Harness, store: str, rates: list[float]) -> None:
     report = harness.report
     tails: dict[str, list[float]] = {}
     for method, metric in (
-        ("health", "p999"), ("GetUnreadCount", "p999"), ("GetUnreadCount", "p99"),
-        ("ListInbox", "p99"), ("PostMessage", "p99"),
+        ("health", "p999"),
+        ("GetUnreadCount", "p999"),
+        ("GetUnreadCount", "p99"),
+        ("ListInbox", "p99"),
+        ("PostMessage", "p99"),
     ):
         tails[f"{method} {metric}"] = [
             report.phase(f"{store}@{r:g}.{method}").metric(metric) for r in rates
         ]
     tails["Yammer unread p999 30 ms"] = [UNREAD_P999_MS] * len(rates)
     tails["Yammer list p99 250 ms"] = [LIST_P99_MS] * len(rates)
-    report.add_line_plot(f"{store}: tail latency vs offered rate", rates, tails,
-                         "offered requests/s", "ms", logy=True)
+    report.add_line_plot(
+        f"{store}: tail latency vs offered rate",
+        rates,
+        tails,
+        "offered requests/s",
+        "ms",
+        logy=True,
+    )
     achieved = {
         kind: [
             sum(report.phase(f"{store}@{r:g}.{m}").ok for m in methods)
@@ -272,8 +314,13 @@ def _rate_plots(harness: Harness, store: str, rates: list[float]) -> None:
         for kind, methods in (("health", ("health",)), ("inbox mix", METHODS))
     }
     achieved["offered"] = rates
-    report.add_line_plot(f"{store}: achieved vs offered rate (successful calls/s)", rates,
-                         achieved, "offered requests/s", "successful requests/s")
+    report.add_line_plot(
+        f"{store}: achieved vs offered rate (successful calls/s)",
+        rates,
+        achieved,
+        "offered requests/s",
+        "successful requests/s",
+    )
 
 
 async def _store_run(
@@ -293,8 +340,7 @@ async def _store_run(
                 rates = [float(r) for r in str(args.rate).split(",")]
                 for rate in rates:
                     tag = f"{store}@{rate:g}"
-                    floor = await _run_clients(pool, args, target, "health", rate, inboxes,
-                                               threads)
+                    floor = await _run_clients(pool, args, target, "health", rate, inboxes, threads)
                     floor_rates = _record(harness, tag, floor, ("health",))
                     mix = await _run_clients(pool, args, target, "mix", rate, inboxes, threads)
                     mix_rates = _record(harness, tag, mix, METHODS)
@@ -309,16 +355,22 @@ async def _store_run(
                         and unread.p999_ms < UNREAD_P999_MS
                         and listing.p99_ms < LIST_P99_MS
                     )
-                    report.add_figure(f"{tag}.rates", {
-                        "offered": rate, "health": floor_rates, "mix": mix_rates,
-                        "sustained": ok,
-                        "unread_p999_under_30ms": unread.p999_ms < UNREAD_P999_MS,
-                        "list_p99_under_250ms": listing.p99_ms < LIST_P99_MS,
-                    })
+                    report.add_figure(
+                        f"{tag}.rates",
+                        {
+                            "offered": rate,
+                            "health": floor_rates,
+                            "mix": mix_rates,
+                            "sustained": ok,
+                            "unread_p999_under_30ms": unread.p999_ms < UNREAD_P999_MS,
+                            "list_p99_under_250ms": listing.p99_ms < LIST_P99_MS,
+                        },
+                    )
                     if ok:
                         sustained.append(rate)
-                report.add_figure(f"{store}.max_sustained_rate",
-                                  max(sustained) if sustained else None)
+                report.add_figure(
+                    f"{store}.max_sustained_rate", max(sustained) if sustained else None
+                )
                 _rate_plots(harness, store, rates)
                 if args.announcement > 0:
                     await _announce(harness, stub, store, args)
@@ -332,7 +384,6 @@ async def run(args: argparse.Namespace, harness: Harness) -> None:
     with ProcessPoolExecutor(max_workers=args.clients, mp_context=context) as pool:
         loop = asyncio.get_running_loop()
         # Start (import grpc in) every worker before any schedule starts.
-        await asyncio.gather(*(loop.run_in_executor(pool, warm, 0.3)
-                               for _ in range(args.clients)))
+        await asyncio.gather(*(loop.run_in_executor(pool, warm, 0.3) for _ in range(args.clients)))
         for store in [s.strip() for s in args.store.split(",") if s.strip()]:
             await _store_run(harness, pool, args, store)

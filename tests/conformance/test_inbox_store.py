@@ -85,9 +85,7 @@ class TestDeliver:
         self, inbox_store: InboxStore
     ) -> None:
         """Racing deliveries of many messages to one thread end at the largest id."""
-        await asyncio.gather(
-            *(inbox_store.deliver("t", m, unread=["bob"]) for m in range(1, 51))
-        )
+        await asyncio.gather(*(inbox_store.deliver("t", m, unread=["bob"]) for m in range(1, 51)))
         assert await rows(inbox_store, "bob") == {"t": (50, False)}
         assert await inbox_store.unread_count("bob") == 1
 
@@ -144,9 +142,7 @@ class TestScanAndMark:
 
 
 class TestTrimDeletes:
-    async def test_delete_removes_rows_and_their_unread_rows(
-        self, inbox_store: InboxStore
-    ) -> None:
+    async def test_delete_removes_rows_and_their_unread_rows(self, inbox_store: InboxStore) -> None:
         """Trimmed rows leave the inbox and the unread count."""
         for m in range(1, 6):
             await inbox_store.deliver(f"t{m}", m, unread=["bob"])
@@ -173,9 +169,15 @@ class TestTrimDeletes:
 
 def record(delivery_id: str = "d1", **changes: object) -> DeliveryRecord:
     base = {
-        "delivery_id": delivery_id, "thread_id": "t", "message_id": 5,
-        "sender_inbox_id": "alice", "total": 300_000, "done": 0, "state": "running",
-        "error": "", "updated_at_ms": 1_700_000_000_000,
+        "delivery_id": delivery_id,
+        "thread_id": "t",
+        "message_id": 5,
+        "sender_inbox_id": "alice",
+        "total": 300_000,
+        "done": 0,
+        "state": "running",
+        "error": "",
+        "updated_at_ms": 1_700_000_000_000,
     }
     base.update(changes)
     return DeliveryRecord(**base)  # type: ignore[arg-type]

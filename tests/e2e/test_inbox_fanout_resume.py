@@ -16,16 +16,20 @@ async def test_interrupted_delivery_is_failed_then_resumed_without_double_delive
 ) -> None:
     """Stopping the service marks the fan-out FAILED at its progress; a retry finishes it."""
     store = await SqliteInboxStore.open(tmp_path / "inbox.sqlite3", synchronous="NORMAL")
-    settings = InboxSettings(sync_fanout_max=10, fanout_chunk=10, fanout_workers=1,
-                             progress_interval_s=0.0)
+    settings = InboxSettings(
+        sync_fanout_max=10, fanout_chunk=10, fanout_workers=1, progress_interval_s=0.0
+    )
     recipients = [f"u{i}" for i in range(3000)]
     announcement = Post("news", 42, "ceo", recipients)
     try:
         first = InboxService(store, settings)
         first.start()
         accepted = await first.post(announcement)
-        await eventually(lambda: first.get_delivery(accepted.delivery_id),
-                         lambda d: d.done >= 500, interval_s=0.001)
+        await eventually(
+            lambda: first.get_delivery(accepted.delivery_id),
+            lambda d: d.done >= 500,
+            interval_s=0.001,
+        )
         await first.stop()
         stopped = await store.get_delivery(accepted.delivery_id)
         assert stopped is not None
@@ -39,8 +43,9 @@ async def test_interrupted_delivery_is_failed_then_resumed_without_double_delive
             again = await second.post(announcement)
             assert again.delivery_id == accepted.delivery_id
             assert again.inboxes_updated == 1 + stopped.done  # resumed, not restarted
-            done = await eventually(lambda: second.get_delivery(accepted.delivery_id),
-                                    lambda d: d.state == "done")
+            done = await eventually(
+                lambda: second.get_delivery(accepted.delivery_id), lambda d: d.state == "done"
+            )
             assert (done.done, done.total, done.error) == (3000, 3000, "")
         finally:
             await second.stop()

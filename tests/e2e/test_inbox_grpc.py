@@ -48,12 +48,17 @@ def fresh(prefix: str) -> str:
 
 
 async def post(
-    s: inbox_pb2_grpc.InboxStub, thread: str, message_id: int, sender: str,
+    s: inbox_pb2_grpc.InboxStub,
+    thread: str,
+    message_id: int,
+    sender: str,
     recipients: Sequence[str],
 ) -> inbox_pb2.PostMessageResponse:
     return await s.PostMessage(
         inbox_pb2.PostMessageRequest(
-            thread_id=thread, message_id=message_id, sender_inbox_id=sender,
+            thread_id=thread,
+            message_id=message_id,
+            sender_inbox_id=sender,
             recipient_inbox_ids=list(recipients),
         )
     )
@@ -101,17 +106,27 @@ class TestInboxLifecycle:
         assert [e.is_read for e in (await listing(s, alice)).entries] == [True, True, True]
         assert (await unread(s, bob), await unread(s, alice)) == (3, 0)
 
-        marked = await s.MarkThreads(inbox_pb2.MarkThreadsRequest(
-            inbox_id=bob, threads=inbox_pb2.ThreadIdList(thread_ids=["t-a", "nope"]), read=True))
+        marked = await s.MarkThreads(
+            inbox_pb2.MarkThreadsRequest(
+                inbox_id=bob, threads=inbox_pb2.ThreadIdList(thread_ids=["t-a", "nope"]), read=True
+            )
+        )
         assert (marked.changed, marked.unread_count) == (1, 2)
         assert threads_of(await listing(s, bob, UNREAD)) == ["t-c", "t-b"]
         assert threads_of(await listing(s, bob, READ)) == ["t-a"]
-        marked = await s.MarkThreads(inbox_pb2.MarkThreadsRequest(
-            inbox_id=bob, threads=inbox_pb2.ThreadIdList(thread_ids=["t-a"]), read=False))
+        marked = await s.MarkThreads(
+            inbox_pb2.MarkThreadsRequest(
+                inbox_id=bob, threads=inbox_pb2.ThreadIdList(thread_ids=["t-a"]), read=False
+            )
+        )
         assert (marked.changed, marked.unread_count) == (1, 3)
-        marked = await s.MarkThreads(inbox_pb2.MarkThreadsRequest(inbox_id=bob, all=True, read=True))
+        marked = await s.MarkThreads(
+            inbox_pb2.MarkThreadsRequest(inbox_id=bob, all=True, read=True)
+        )
         assert (marked.changed, marked.unread_count) == (3, 0)
-        marked = await s.MarkThreads(inbox_pb2.MarkThreadsRequest(inbox_id=bob, all=True, read=False))
+        marked = await s.MarkThreads(
+            inbox_pb2.MarkThreadsRequest(inbox_id=bob, all=True, read=False)
+        )
         assert (marked.changed, marked.unread_count) == (3, 3)
 
         await post(s, "t-a", 10, bob, [alice])  # bob replies: his thread is read again
@@ -192,18 +207,21 @@ class TestBackgroundFanout:
             reply = await post(stub(first), "t", 1, "boss", [f"u{i}" for i in range(50)])
             await eventually(
                 lambda: stub(first).GetDelivery(
-                    inbox_pb2.GetDeliveryRequest(delivery_id=reply.delivery_id)),
+                    inbox_pb2.GetDeliveryRequest(delivery_id=reply.delivery_id)
+                ),
                 lambda d: d.state == inbox_pb2.DELIVERY_STATE_DONE,
             )
         async with running_server(settings) as second:
             found = await stub(second).GetDelivery(
-                inbox_pb2.GetDeliveryRequest(delivery_id=reply.delivery_id))
+                inbox_pb2.GetDeliveryRequest(delivery_id=reply.delivery_id)
+            )
             assert (found.state, found.progress.done) == (inbox_pb2.DELIVERY_STATE_DONE, 50)
 
     async def test_full_fanout_queue_refuses_at_once(self, tmp_path: Path) -> None:
         """With one worker and a one-slot queue, a third concurrent announcement is refused."""
-        settings = inbox_settings(tmp_path, fanout_workers=1, fanout_queue=1,
-                                  sync_fanout_max=10, fanout_chunk=100)
+        settings = inbox_settings(
+            tmp_path, fanout_workers=1, fanout_queue=1, sync_fanout_max=10, fanout_chunk=100
+        )
         async with running_server(settings) as running:
             s = stub(running)
             rcpt = [f"u{i}" for i in range(30_000)]
@@ -248,27 +266,69 @@ class TestBadInput:
     @pytest.mark.parametrize(
         ("request_", "field"),
         [
-            (inbox_pb2.PostMessageRequest(message_id=1, sender_inbox_id="a",
-                                          recipient_inbox_ids=["b"]), "thread_id"),
-            (inbox_pb2.PostMessageRequest(thread_id="x" * 257, message_id=1, sender_inbox_id="a",
-                                          recipient_inbox_ids=["b"]), "thread_id"),
-            (inbox_pb2.PostMessageRequest(thread_id="t", message_id=0, sender_inbox_id="a",
-                                          recipient_inbox_ids=["b"]), "message_id"),
-            (inbox_pb2.PostMessageRequest(thread_id="t", message_id=-5, sender_inbox_id="a",
-                                          recipient_inbox_ids=["b"]), "message_id"),
-            (inbox_pb2.PostMessageRequest(thread_id="t", message_id=1,
-                                          recipient_inbox_ids=["b"]), "sender_inbox_id"),
-            (inbox_pb2.PostMessageRequest(thread_id="t", message_id=1, sender_inbox_id="a"),
-             "recipient_inbox_ids"),
-            (inbox_pb2.PostMessageRequest(thread_id="t", message_id=1, sender_inbox_id="a",
-                                          recipient_inbox_ids=["b", ""]),
-             "recipient_inbox_ids[1]"),
-            (inbox_pb2.PostMessageRequest(thread_id="t", message_id=1, sender_inbox_id="a",
-                                          recipient_inbox_ids=["b", "ü" * 129]),
-             "recipient_inbox_ids[1]"),
+            (
+                inbox_pb2.PostMessageRequest(
+                    message_id=1, sender_inbox_id="a", recipient_inbox_ids=["b"]
+                ),
+                "thread_id",
+            ),
+            (
+                inbox_pb2.PostMessageRequest(
+                    thread_id="x" * 257,
+                    message_id=1,
+                    sender_inbox_id="a",
+                    recipient_inbox_ids=["b"],
+                ),
+                "thread_id",
+            ),
+            (
+                inbox_pb2.PostMessageRequest(
+                    thread_id="t", message_id=0, sender_inbox_id="a", recipient_inbox_ids=["b"]
+                ),
+                "message_id",
+            ),
+            (
+                inbox_pb2.PostMessageRequest(
+                    thread_id="t", message_id=-5, sender_inbox_id="a", recipient_inbox_ids=["b"]
+                ),
+                "message_id",
+            ),
+            (
+                inbox_pb2.PostMessageRequest(
+                    thread_id="t", message_id=1, recipient_inbox_ids=["b"]
+                ),
+                "sender_inbox_id",
+            ),
+            (
+                inbox_pb2.PostMessageRequest(thread_id="t", message_id=1, sender_inbox_id="a"),
+                "recipient_inbox_ids",
+            ),
+            (
+                inbox_pb2.PostMessageRequest(
+                    thread_id="t", message_id=1, sender_inbox_id="a", recipient_inbox_ids=["b", ""]
+                ),
+                "recipient_inbox_ids[1]",
+            ),
+            (
+                inbox_pb2.PostMessageRequest(
+                    thread_id="t",
+                    message_id=1,
+                    sender_inbox_id="a",
+                    recipient_inbox_ids=["b", "ü" * 129],
+                ),
+                "recipient_inbox_ids[1]",
+            ),
         ],
-        ids=["no-thread", "long-thread", "zero-message", "negative-message", "no-sender",
-             "no-recipients", "empty-recipient", "long-recipient"],
+        ids=[
+            "no-thread",
+            "long-thread",
+            "zero-message",
+            "negative-message",
+            "no-sender",
+            "no-recipients",
+            "empty-recipient",
+            "long-recipient",
+        ],
     )
     async def test_bad_post_names_the_field(
         self, server: Running, request_: inbox_pb2.PostMessageRequest, field: str
@@ -282,7 +342,9 @@ class TestBadInput:
     async def test_too_many_recipients(self, server: Running) -> None:
         """1,000,001 recipients are refused as a whole, naming the list."""
         request = inbox_pb2.PostMessageRequest(
-            thread_id="t", message_id=1, sender_inbox_id="a",
+            thread_id="t",
+            message_id=1,
+            sender_inbox_id="a",
             recipient_inbox_ids=[f"{i}" for i in range(1_000_001)],
         )
         with pytest.raises(grpc.aio.AioRpcError) as caught:
@@ -305,10 +367,14 @@ class TestBadInput:
             (inbox_pb2.ListInboxRequest(inbox_id=me, filter=9), "filter"),  # type: ignore[arg-type]
             (inbox_pb2.ListInboxRequest(inbox_id=me, page_token="garbage!"), "page_token"),
             (inbox_pb2.ListInboxRequest(inbox_id=me, page_token=token[:-2] + "AA"), "page_token"),
-            (inbox_pb2.ListInboxRequest(inbox_id="someone-else", page_token=other_inbox_token),
-             "page_token"),
-            (inbox_pb2.ListInboxRequest(inbox_id=me, filter=UNREAD, page_token=token),
-             "page_token"),
+            (
+                inbox_pb2.ListInboxRequest(inbox_id="someone-else", page_token=other_inbox_token),
+                "page_token",
+            ),
+            (
+                inbox_pb2.ListInboxRequest(inbox_id=me, filter=UNREAD, page_token=token),
+                "page_token",
+            ),
         ]
         for request, field in cases:
             with pytest.raises(grpc.aio.AioRpcError) as caught:
@@ -322,14 +388,22 @@ class TestBadInput:
             (inbox_pb2.MarkThreadsRequest(inbox_id="i", read=True), "target"),
             (inbox_pb2.MarkThreadsRequest(inbox_id="i", all=False), "all"),
             (inbox_pb2.MarkThreadsRequest(inbox_id="", all=True), "inbox_id"),
-            (inbox_pb2.MarkThreadsRequest(inbox_id="i", threads=inbox_pb2.ThreadIdList()),
-             "threads.thread_ids"),
-            (inbox_pb2.MarkThreadsRequest(
-                inbox_id="i", threads=inbox_pb2.ThreadIdList(thread_ids=["t"] * 1001)),
-             "threads.thread_ids"),
-            (inbox_pb2.MarkThreadsRequest(
-                inbox_id="i", threads=inbox_pb2.ThreadIdList(thread_ids=["ok", ""])),
-             "threads.thread_ids[1]"),
+            (
+                inbox_pb2.MarkThreadsRequest(inbox_id="i", threads=inbox_pb2.ThreadIdList()),
+                "threads.thread_ids",
+            ),
+            (
+                inbox_pb2.MarkThreadsRequest(
+                    inbox_id="i", threads=inbox_pb2.ThreadIdList(thread_ids=["t"] * 1001)
+                ),
+                "threads.thread_ids",
+            ),
+            (
+                inbox_pb2.MarkThreadsRequest(
+                    inbox_id="i", threads=inbox_pb2.ThreadIdList(thread_ids=["ok", ""])
+                ),
+                "threads.thread_ids[1]",
+            ),
         ],
         ids=["no-target", "all-false", "no-inbox", "no-threads", "too-many", "empty-thread"],
     )

@@ -35,12 +35,12 @@ async def test_fifty_thousand_deliveries_stay_near_five_thousand(tmp_path: Path)
 
         await asyncio.gather(*(one(m) for m in range(1, n + 1)))
         await service.trimmer.idle()
-        size = await eventually(
-            lambda: store.unread_count("victim"), lambda c: c <= cap + 10 / p
-        )
+        size = await eventually(lambda: store.unread_count("victim"), lambda c: c <= cap + 10 / p)
         rows = await store.scan_inbox("victim", n)
-        print(f"\n{n} deliveries -> {len(rows)} rows (cap {cap}); "
-              f"{service.trimmer.scheduled} trims, {service.trimmer.deleted} rows trimmed")
+        print(
+            f"\n{n} deliveries -> {len(rows)} rows (cap {cap}); "
+            f"{service.trimmer.scheduled} trims, {service.trimmer.deleted} rows trimmed"
+        )
         assert len(rows) == size
         assert cap <= size <= cap + 10 / p
         assert max(r.last_message_id for r in rows) == n

@@ -59,17 +59,20 @@ class TestSelectPage:
 
     def test_newest_first_with_thread_id_breaking_ties(self) -> None:
         """Order is last_message_id descending, then thread_id ascending."""
-        page = select_page(self.entries, inbox_id="i", flt=InboxFilter.ALL, after=None,
-                           page_size=10)
+        page = select_page(
+            self.entries, inbox_id="i", flt=InboxFilter.ALL, after=None, page_size=10
+        )
         assert [e.thread_id for e in page.entries] == ["b", "e", "a", "c", "d"]
         assert page.next_page_token == ""
 
     def test_filters(self) -> None:
         """UNREAD and READ keep only their kind."""
-        unread = select_page(self.entries, inbox_id="i", flt=InboxFilter.UNREAD, after=None,
-                             page_size=10)
-        read = select_page(self.entries, inbox_id="i", flt=InboxFilter.READ, after=None,
-                           page_size=10)
+        unread = select_page(
+            self.entries, inbox_id="i", flt=InboxFilter.UNREAD, after=None, page_size=10
+        )
+        read = select_page(
+            self.entries, inbox_id="i", flt=InboxFilter.READ, after=None, page_size=10
+        )
         assert [e.thread_id for e in unread.entries] == ["e", "a", "d"]
         assert [e.thread_id for e in read.entries] == ["b", "c"]
 
@@ -78,8 +81,9 @@ class TestSelectPage:
         seen: list[str] = []
         after = None
         while True:
-            page = select_page(self.entries, inbox_id="i", flt=InboxFilter.ALL, after=after,
-                               page_size=2)
+            page = select_page(
+                self.entries, inbox_id="i", flt=InboxFilter.ALL, after=after, page_size=2
+            )
             seen += [e.thread_id for e in page.entries]
             if not page.next_page_token:
                 break
@@ -88,10 +92,15 @@ class TestSelectPage:
 
     def test_new_activity_neither_repeats_nor_skips(self) -> None:
         """Threads that move to the top after page 1 do not disturb page 2."""
-        first = select_page(self.entries, inbox_id="i", flt=InboxFilter.ALL, after=None,
-                            page_size=2)
+        first = select_page(
+            self.entries, inbox_id="i", flt=InboxFilter.ALL, after=None, page_size=2
+        )
         after = pagetoken.decode(first.next_page_token, "i")
-        moved = [*self.entries[:3], InboxEntry("d", 20, False), InboxEntry("new", 21, False),
-                 self.entries[4]]
+        moved = [
+            *self.entries[:3],
+            InboxEntry("d", 20, False),
+            InboxEntry("new", 21, False),
+            self.entries[4],
+        ]
         second = select_page(moved, inbox_id="i", flt=InboxFilter.ALL, after=after, page_size=10)
         assert [e.thread_id for e in second.entries] == ["a", "c"]

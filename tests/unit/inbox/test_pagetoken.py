@@ -51,7 +51,8 @@ class TestTamperDetection:
             pagetoken.decode(token, "bob")
 
     @pytest.mark.parametrize(
-        "token", ["!!!", "abc", "", "A" * 2000, "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"],
+        "token",
+        ["!!!", "abc", "", "A" * 2000, "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"],
         ids=["not-base64", "too-short", "empty", "too-long", "zeros"],
     )
     def test_garbage_is_rejected(self, token: str) -> None:

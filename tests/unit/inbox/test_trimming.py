@@ -14,8 +14,13 @@ UNUSED_STORE = cast("InboxStore", object())
 
 def trimmer(p: float, *, queue: int = 100_000, seed: int = 7) -> Trimmer:
     return Trimmer(
-        UNUSED_STORE, max_entries=5000, probability=p, queue_size=queue, workers=1,
-        scan_limit=20_000, rng=random.Random(seed),
+        UNUSED_STORE,
+        max_entries=5000,
+        probability=p,
+        queue_size=queue,
+        workers=1,
+        scan_limit=20_000,
+        rng=random.Random(seed),
     )
 
 
