@@ -9,6 +9,8 @@ TOOLS_BIN := $(HOME)/.cache/loom/bin
 PORT ?= 50051
 DATA_DIR ?= ./data
 PROTOS := $(wildcard protos/loom/v1/*.proto)
+# Go lives here on these machines; harmless where it is already on PATH.
+export PATH := $(PATH):/usr/local/go/bin
 
 .PHONY: install run test test-unit lint protos buf-lint engines-up engines-down tools clients bench clean
 
@@ -42,7 +44,7 @@ test: install tools clients
 	scripts/engines/up.sh; \
 	source .engines/env; \
 	export PATH="$(TOOLS_BIN):$$PATH"; \
-	$(BIN)/pytest -p no:cacheprovider $(PYTEST_ARGS)
+	$(BIN)/pytest -p no:cacheprovider -ra --durations=15 $(PYTEST_ARGS)
 
 test-unit: install
 	$(BIN)/pytest -q tests/unit
