@@ -163,22 +163,17 @@ class SqliteThreadStore:
 
         def run(conn: sqlite3.Connection) -> list[ThreadKey]:
             # One query per chunk of UTs (a shuffled weave order leaves hundreds of UTs in one
-            # closure); the team filter is a temp table joined in, so it holds any team size.
+            # closure); the team rides along as one JSON array (json_each), whatever its size.
             streams: list[list[tuple[str, str]]] = []
-            if team is not None:
-                conn.execute("CREATE TEMP TABLE IF NOT EXISTS team_filter (gid TEXT PRIMARY KEY)")
-                conn.execute("DELETE FROM team_filter")
-                conn.executemany(
-                    "INSERT OR IGNORE INTO team_filter VALUES (?)", [(g,) for g in team]
-                )
-            join = "JOIN team_filter USING (gid) " if team is not None else ""
+            join = "JOIN json_each(?) t ON t.value = thread_ut.gid " if team is not None else ""
+            team_param = (json.dumps(team),) if team is not None else ()
             for chunk in _chunks(wanted):
                 marks = ",".join("?" * len(chunk))
                 streams.append(
                     conn.execute(
                         f"SELECT gid, thread_id FROM thread_ut {join}WHERE ut IN ({marks}) "
                         "ORDER BY gid, thread_id LIMIT ?",
-                        (*chunk, limit),
+                        (*team_param, *chunk, limit),
                     ).fetchall()
                 )
             merged = heapq.merge(*streams)
