@@ -30,3 +30,22 @@ def selected_engines(config: pytest.Config, supported: tuple[str, ...]) -> list[
     """The engines of `supported` that this run covers."""
     wanted = [e.strip() for e in str(config.getoption("--engines")).split(",") if e.strip()]
     return [e for e in supported if e in wanted]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselects (never skips) tests marked for an engine this run does not cover.
+
+    A run narrowed on purpose (`--engines sqlite`) reports fewer tests, not skipped ones; a
+    full run selects everything, and a test whose engine is then missing fails.
+    """
+    keep: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        marker = item.get_closest_marker("engine")
+        if marker is None or selected_engines(config, (marker.args[0],)):
+            keep.append(item)
+        else:
+            dropped.append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep

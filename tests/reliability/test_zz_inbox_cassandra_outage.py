@@ -26,7 +26,6 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from loom.v1 import inbox_pb2, inbox_pb2_grpc
 
 from server.config import BreakerSettings, InboxSettings
-from tests.conftest import selected_engines
 from tests.engines import settings_for
 from tests.serving import Running, eventually, running_server
 
@@ -115,11 +114,8 @@ async def threads_of(stub: inbox_pb2_grpc.InboxStub, inbox: str) -> dict[str, in
             return found
 
 
-async def test_outage_fails_fast_keeps_serving_and_loses_no_acked_delivery(
-    request: pytest.FixtureRequest, tmp_path: Path
-) -> None:
-    if not selected_engines(request.config, ("cassandra",)):
-        pytest.skip("cassandra is not among --engines")
+@pytest.mark.engine("cassandra")
+async def test_outage_fails_fast_keeps_serving_and_loses_no_acked_delivery(tmp_path: Path) -> None:
     base = settings_for("cassandra", tmp_path, inbox_store="cassandra")
     settings = replace(
         base,
