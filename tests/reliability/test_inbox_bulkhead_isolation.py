@@ -44,6 +44,7 @@ from pathlib import Path
 
 import grpc
 import numpy as np
+import pytest
 from loom.v1 import inbox_pb2, inbox_pb2_grpc
 
 from server.config import InboxSettings, Settings
@@ -158,6 +159,7 @@ async def running_deliveries(stub: inbox_pb2_grpc.InboxStub, deliveries: list[st
     return sum(s.state == inbox_pb2.DELIVERY_STATE_RUNNING for s in states)
 
 
+@pytest.mark.quiet_machine
 async def test_unread_count_p99_survives_a_fanout_flood(tmp_path: Path) -> None:
     async with running_server(isolation_settings(tmp_path)) as running:
         stub = inbox_pb2_grpc.InboxStub(running.channel)
