@@ -1,4 +1,4 @@
-"""Pure pieces of the ThreadWeaver workload: request building, expectations, checks.
+"""Pure pieces of the ThreadWeaver workload: options, request building, expectations, checks.
 
 Kept apart from the workload's orchestration (`loadtest/workloads/threadweaver.py`) so they
 are unit-tested without a server and the workload module stays readable.
@@ -186,3 +186,54 @@ def parse_stores(text: str) -> list[str]:
 
 # ---------------------------------------------------------------------------------------------
 # The run.
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Corpus shape, stores, and how much of each phase to run."""
+    parser.add_argument(
+        "--store",
+        type=parse_stores,
+        default=["sqlite"],
+        metavar="S[,S...]",
+        help="engines to measure, comma-separated: sqlite, bigtable, cassandra",
+    )
+    parser.add_argument("--users", type=int, default=20, help="team size")
+    parser.add_argument(
+        "--discussions",
+        type=int,
+        default=3,
+        help="2,000-message discussions; 3 give ~130K message copies to weave",
+    )
+    parser.add_argument("--messages-per-discussion", type=int, default=2000)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--weave-order",
+        choices=["sent", "shuffled"],
+        default="sent",
+        help="sent: messages woven as they are delivered (steady state); shuffled: random "
+        "order, as a backfill of whole mailboxes would weave them (most unified threads)",
+    )
+    parser.add_argument("--batch", type=int, default=1000, help="messages per WeaveMessages")
+    parser.add_argument("--weave-concurrency", type=int, default=4, help="concurrent weavers")
+    parser.add_argument("--bfs-queries", type=int, default=100, help="timed BFS searches")
+    parser.add_argument("--queries", type=int, default=1000, help="timed GetUnifiedThread calls")
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=20,
+        help="untimed BFS searches and GetUnifiedThread calls before each timed phase",
+    )
+    parser.add_argument(
+        "--throughput-concurrency",
+        type=int,
+        default=8,
+        help="GetUnifiedThread callers of the throughput phase (0 skips it)",
+    )
+    parser.add_argument("--throughput-seconds", type=float, default=5.0)
+    parser.add_argument("--resolve-pages", type=int, default=200, help="ResolveThreads calls")
+    parser.add_argument(
+        "--verify-sample",
+        type=int,
+        default=100,
+        help="start threads whose GetUnifiedThread is checked against BFS and ground truth",
+    )
