@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -49,18 +49,23 @@ class Harness:
 
     @contextlib.asynccontextmanager
     async def server(
-        self, *, data_dir: Path | None = None, extra_args: Sequence[str] = ()
+        self,
+        *,
+        data_dir: Path | None = None,
+        extra_args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
     ) -> AsyncIterator[str]:
         """Yield the address to load: ``--target`` (health-checked) or a fresh ``loom serve``.
 
-        ``data_dir`` and ``extra_args`` only apply to a server started here.
+        ``data_dir``, ``extra_args`` and ``env`` (added to the server's environment) only
+        apply to a server started here.
         """
         if self.target is not None:
             await wait_for_health(self.target, timeout_s=10.0)
             yield self.target
             return
         async with loom_server(
-            data_dir=data_dir, extra_args=extra_args, log_path=self.server_log
+            data_dir=data_dir, extra_args=extra_args, log_path=self.server_log, env=env
         ) as target:
             yield target
 

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import shutil
 import signal
 import socket
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 
 import grpc
@@ -102,10 +103,14 @@ async def loom_server(
     *,
     command: Sequence[str] | None = None,
     log_path: Path | None = None,
+    env: Mapping[str, str] | None = None,
     startup_timeout_s: float = 30.0,
     stop_timeout_s: float = 10.0,
 ) -> AsyncIterator[str]:
     """Run ``<command> serve --port P --data-dir D <extra_args>`` and yield ``127.0.0.1:P``.
+
+    ``env`` is added to this process's environment for the server only (engine addresses,
+    table prefixes); the caller's own environment is left alone.
 
     ``port`` defaults to a free one, ``data_dir`` to a fresh temporary directory deleted
     afterwards, ``command`` to :func:`loom_command`, ``log_path`` to ``loom-server.log`` in
@@ -128,7 +133,11 @@ async def loom_server(
         target = f"127.0.0.1:{port}"
         with log.open("ab") as log_file:
             process = await asyncio.create_subprocess_exec(
-                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=log_file, stderr=log_file
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=log_file,
+                env={**os.environ, **env} if env else None,
             )
             try:
                 try:

@@ -27,14 +27,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import multiprocessing
 import os
 import random
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 
 import grpc
@@ -72,21 +70,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the server logs every RPC at info: that is not free at 2K/s",
     )
     parser.add_argument("--seed", type=int, default=5)
-
-
-@contextlib.contextmanager
-def _environment(values: dict[str, str]) -> Iterator[None]:
-    """``values`` in os.environ while the block runs (the started server inherits them)."""
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def _store_env(store: str) -> dict[str, str]:
@@ -330,50 +313,47 @@ async def _store_run(
     inboxes = [f"u{i:05d}" for i in range(args.inboxes)]
     threads = args.group_posts + args.heavy_threads
     extra = ["--inbox-store", store, "--log-level", args.server_log_level]
-    with _environment(_store_env(store)):
-        async with harness.server(extra_args=extra) as target:
-            options = [("grpc.max_send_message_length", 64 * 1024 * 1024)]
-            async with grpc.aio.insecure_channel(target, options=options) as channel:
-                stub = inbox_pb2_grpc.InboxStub(channel)
-                report.add_figure(f"{store}.population", await _populate(stub, args, inboxes))
-                sustained: list[float] = []
-                rates = [float(r) for r in str(args.rate).split(",")]
-                for rate in rates:
-                    tag = f"{store}@{rate:g}"
-                    floor = await _run_clients(pool, args, target, "health", rate, inboxes, threads)
-                    floor_rates = _record(harness, tag, floor, ("health",))
-                    mix = await _run_clients(pool, args, target, "mix", rate, inboxes, threads)
-                    mix_rates = _record(harness, tag, mix, METHODS)
-                    for method in METHODS:
-                        for metric in ("p50", "p99", "p999"):
-                            report.ratio(f"{tag}.{method}", f"{tag}.health", metric)
-                    unread = report.phase(f"{tag}.GetUnreadCount")
-                    listing = report.phase(f"{tag}.ListInbox")
-                    ok = (
-                        mix_rates["achieved_rate"] >= 0.97 * rate
-                        and mix_rates["failed_or_dropped"] == 0
-                        and unread.p999_ms < UNREAD_P999_MS
-                        and listing.p99_ms < LIST_P99_MS
-                    )
-                    report.add_figure(
-                        f"{tag}.rates",
-                        {
-                            "offered": rate,
-                            "health": floor_rates,
-                            "mix": mix_rates,
-                            "sustained": ok,
-                            "unread_p999_under_30ms": unread.p999_ms < UNREAD_P999_MS,
-                            "list_p99_under_250ms": listing.p99_ms < LIST_P99_MS,
-                        },
-                    )
-                    if ok:
-                        sustained.append(rate)
-                report.add_figure(
-                    f"{store}.max_sustained_rate", max(sustained) if sustained else None
+    async with harness.server(extra_args=extra, env=_store_env(store)) as target:
+        options = [("grpc.max_send_message_length", 64 * 1024 * 1024)]
+        async with grpc.aio.insecure_channel(target, options=options) as channel:
+            stub = inbox_pb2_grpc.InboxStub(channel)
+            report.add_figure(f"{store}.population", await _populate(stub, args, inboxes))
+            sustained: list[float] = []
+            rates = [float(r) for r in str(args.rate).split(",")]
+            for rate in rates:
+                tag = f"{store}@{rate:g}"
+                floor = await _run_clients(pool, args, target, "health", rate, inboxes, threads)
+                floor_rates = _record(harness, tag, floor, ("health",))
+                mix = await _run_clients(pool, args, target, "mix", rate, inboxes, threads)
+                mix_rates = _record(harness, tag, mix, METHODS)
+                for method in METHODS:
+                    for metric in ("p50", "p99", "p999"):
+                        report.ratio(f"{tag}.{method}", f"{tag}.health", metric)
+                unread = report.phase(f"{tag}.GetUnreadCount")
+                listing = report.phase(f"{tag}.ListInbox")
+                ok = (
+                    mix_rates["achieved_rate"] >= 0.97 * rate
+                    and mix_rates["failed_or_dropped"] == 0
+                    and unread.p999_ms < UNREAD_P999_MS
+                    and listing.p99_ms < LIST_P99_MS
                 )
-                _rate_plots(harness, store, rates)
-                if args.announcement > 0:
-                    await _announce(harness, stub, store, args)
+                report.add_figure(
+                    f"{tag}.rates",
+                    {
+                        "offered": rate,
+                        "health": floor_rates,
+                        "mix": mix_rates,
+                        "sustained": ok,
+                        "unread_p999_under_30ms": unread.p999_ms < UNREAD_P999_MS,
+                        "list_p99_under_250ms": listing.p99_ms < LIST_P99_MS,
+                    },
+                )
+                if ok:
+                    sustained.append(rate)
+            report.add_figure(f"{store}.max_sustained_rate", max(sustained) if sustained else None)
+            _rate_plots(harness, store, rates)
+            if args.announcement > 0:
+                await _announce(harness, stub, store, args)
 
 
 async def run(args: argparse.Namespace, harness: Harness) -> None:

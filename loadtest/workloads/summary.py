@@ -21,8 +21,6 @@ import os
 import random
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -121,13 +119,12 @@ def _accuracy(args: argparse.Namespace, harness: Harness) -> None:
     )
 
 
-@contextmanager
-def _dynamodb_env() -> Iterator[None]:
-    """Point a started ``loom serve`` at DynamoDB Local under a fresh table prefix."""
+def _dynamodb_env() -> dict[str, str]:
+    """Environment pointing a started ``loom serve`` at DynamoDB Local, fresh table prefix."""
     endpoint = os.environ.get("LOOM_TEST_DYNAMODB_ENDPOINT")
     if not endpoint:
         raise SystemExit("--store dynamodb needs LOOM_TEST_DYNAMODB_ENDPOINT (source .engines/env)")
-    env = {
+    return {
         "LOOM_DYNAMODB__ENDPOINT_URL": endpoint,
         "LOOM_DYNAMODB__CREATE_TABLES": "true",
         "LOOM_DYNAMODB__TABLE_PREFIX": f"lt{uuid.uuid4().hex[:8]}-",
@@ -135,16 +132,6 @@ def _dynamodb_env() -> Iterator[None]:
         "AWS_SECRET_ACCESS_KEY": os.environ.get("AWS_SECRET_ACCESS_KEY", "loomload"),
         "AWS_DEFAULT_REGION": os.environ.get("AWS_DEFAULT_REGION", "us-east-1"),
     }
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def _batches(args: argparse.Namespace) -> list[summary_pb2.RecordDeliveryEventsRequest]:
@@ -178,7 +165,10 @@ async def _serve_and_load(args: argparse.Namespace, harness: Harness, store: str
     requests = _batches(args)
     message_ids = sorted({r.message_id for r in requests})
     async with (
-        harness.server(extra_args=["--summary-store", store]) as target,
+        harness.server(
+            extra_args=["--summary-store", store],
+            env=_dynamodb_env() if store == "dynamodb" else None,
+        ) as target,
         grpc.aio.insecure_channel(target) as channel,
     ):
         health = health_pb2_grpc.HealthStub(channel)
@@ -221,8 +211,4 @@ async def run(args: argparse.Namespace, harness: Harness) -> None:
     if not args.skip_accuracy:
         _accuracy(args, harness)
     for store in [s.strip() for s in args.store.split(",") if s.strip()]:
-        if store == "dynamodb":
-            with _dynamodb_env():
-                await _serve_and_load(args, harness, store)
-        else:
-            await _serve_and_load(args, harness, store)
+        await _serve_and_load(args, harness, store)

@@ -35,7 +35,6 @@ import random
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,21 +90,6 @@ CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
 unified thread (10,000 refs) must not trip the 4 MB default."""
 
 _RPC_TIMEOUT_S = 120.0
-
-
-@contextlib.contextmanager
-def _environ(extra: Mapping[str, str]) -> Iterator[None]:
-    """``os.environ`` plus ``extra`` while the server is spawned (it inherits the env)."""
-    saved = {k: os.environ.get(k) for k in extra}
-    os.environ.update(extra)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 @dataclass(slots=True)
@@ -245,10 +229,9 @@ async def _measure_store(
     run_id = f"{int(time.time()):x}{os.getpid():x}"
     env = store_env(store, run_id, os.environ) if harness.target is None else {}
     async with contextlib.AsyncExitStack() as stack:
-        with _environ(env):  # only while spawning: the server inherits it, we keep ours
-            target = await stack.enter_async_context(
-                harness.server(extra_args=["--threadweaver-store", store])
-            )
+        target = await stack.enter_async_context(
+            harness.server(extra_args=["--threadweaver-store", store], env=env)
+        )
         channel = await stack.enter_async_context(
             grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
         )
