@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 import grpc
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
 
 from server.app import LoomServer, build_server
 from server.config import Settings
@@ -60,3 +62,15 @@ async def eventually(
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout_s}s; last: {result!r}")
         await asyncio.sleep(interval_s)
+
+
+def violations(error: grpc.aio.AioRpcError) -> dict[str, str]:
+    """The google.rpc.BadRequest field violations carried by an INVALID_ARGUMENT error."""
+    status = rpc_status.from_call(error)
+    assert status is not None
+    found: dict[str, str] = {}
+    for detail in status.details:
+        bad = error_details_pb2.BadRequest()
+        if detail.Unpack(bad):
+            found.update({v.field: v.description for v in bad.field_violations})
+    return found

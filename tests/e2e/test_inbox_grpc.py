@@ -10,13 +10,11 @@ from pathlib import Path
 import grpc
 import pytest
 import pytest_asyncio
-from google.rpc import error_details_pb2
-from grpc_status import rpc_status
 from loom.v1 import inbox_pb2, inbox_pb2_grpc
 
 from server.config import InboxSettings, Settings
 from tests.engines import settings_for
-from tests.serving import Running, eventually, running_server
+from tests.serving import Running, eventually, running_server, violations
 
 UNREAD = inbox_pb2.INBOX_FILTER_UNREAD
 READ = inbox_pb2.INBOX_FILTER_READ
@@ -78,18 +76,6 @@ async def listing(
 
 def threads_of(page: inbox_pb2.ListInboxResponse) -> list[str]:
     return [e.thread_id for e in page.entries]
-
-
-def violations(error: grpc.aio.AioRpcError) -> dict[str, str]:
-    """The google.rpc.BadRequest field violations carried by an INVALID_ARGUMENT error."""
-    status = rpc_status.from_call(error)
-    assert status is not None
-    found: dict[str, str] = {}
-    for detail in status.details:
-        bad = error_details_pb2.BadRequest()
-        if detail.Unpack(bad):
-            found.update({v.field: v.description for v in bad.field_violations})
-    return found
 
 
 class TestInboxLifecycle:

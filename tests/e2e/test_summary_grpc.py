@@ -9,13 +9,11 @@ from pathlib import Path
 import grpc
 import pytest
 import pytest_asyncio
-from google.rpc import error_details_pb2
-from grpc_status import rpc_status
 from loom.v1 import summary_pb2, summary_pb2_grpc
 
 from tests.conftest import selected_engines
 from tests.engines import settings_for
-from tests.serving import Running, running_server
+from tests.serving import Running, running_server, violations
 
 SUMMARY_ENGINES = ("sqlite", "dynamodb")
 DELIVERED = summary_pb2.DELIVERY_STATUS_DELIVERED
@@ -62,18 +60,6 @@ async def summary(s: summary_pb2_grpc.SummaryStub, message_id: str) -> summary_p
 def by_status(msg: summary_pb2.MessageSummary) -> dict[int, summary_pb2.StatusSummary]:
     assert [st.status for st in msg.statuses] == [DELIVERED, READ, FAILED]
     return {st.status: st for st in msg.statuses}
-
-
-def violations(error: grpc.aio.AioRpcError) -> dict[str, str]:
-    """The google.rpc.BadRequest field violations carried by an INVALID_ARGUMENT error."""
-    status = rpc_status.from_call(error)
-    assert status is not None
-    found: dict[str, str] = {}
-    for detail in status.details:
-        bad = error_details_pb2.BadRequest()
-        if detail.Unpack(bad):
-            found.update({v.field: v.description for v in bad.field_violations})
-    return found
 
 
 async def test_exact_up_to_250_then_estimated(server: Running) -> None:

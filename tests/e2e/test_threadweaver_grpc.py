@@ -10,13 +10,11 @@ from pathlib import Path
 import grpc
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
-from google.rpc import error_details_pb2
-from grpc_status import rpc_status
 from loom.v1 import common_pb2, threadweaver_pb2, threadweaver_pb2_grpc
 
 from server.config import MethodPolicy, Settings
 from tests.engines import settings_for
-from tests.serving import Running, running_server
+from tests.serving import Running, running_server, violations
 
 TS = Timestamp(seconds=1_700_000_000)
 TW = "loom.v1.ThreadWeaver/"
@@ -24,18 +22,6 @@ TW = "loom.v1.ThreadWeaver/"
 
 def woven(gid: str = "g", thread: str = "t", rfc: str = "<m@x>") -> threadweaver_pb2.WovenMessage:
     return threadweaver_pb2.WovenMessage(gid=gid, thread_id=thread, rfc_message_id=rfc, sent_at=TS)
-
-
-def violations(error: grpc.aio.AioRpcError) -> dict[str, str]:
-    """The google.rpc.BadRequest field violations carried by an INVALID_ARGUMENT error."""
-    status = rpc_status.from_call(error)
-    assert status is not None
-    found: dict[str, str] = {}
-    for detail in status.details:
-        bad = error_details_pb2.BadRequest()
-        if detail.Unpack(bad):
-            found.update({v.field: v.description for v in bad.field_violations})
-    return found
 
 
 @pytest.fixture
