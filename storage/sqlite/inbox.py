@@ -21,6 +21,7 @@ and order-free (an older message never overwrites a newer one).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
 from collections.abc import Iterator, Sequence
@@ -72,9 +73,8 @@ _DROP_UNREAD = (
     "ON e.inbox_id = j.value AND e.thread_id = ?2 "
     "WHERE e.last_message_id = ?3 AND e.is_read = 1)"
 )
-_DELIVERY_COLUMNS = (
-    "delivery_id, thread_id, message_id, sender_inbox_id, total, done, state, error, updated_at_ms"
-)
+# Derived from the record so a row and `dataclasses.astuple(record)` always line up.
+_DELIVERY_COLUMNS = ", ".join(f.name for f in dataclasses.fields(DeliveryRecord))
 
 T = TypeVar("T")
 _CHUNK = 500  # bound parameters per IN (...) list, well under SQLite's limit
@@ -234,17 +234,7 @@ class SqliteInboxStore:
         return await self._db.write(run)
 
     async def create_delivery(self, record: DeliveryRecord) -> DeliveryRecord:
-        values = (
-            record.delivery_id,
-            record.thread_id,
-            record.message_id,
-            record.sender_inbox_id,
-            record.total,
-            record.done,
-            record.state,
-            record.error,
-            record.updated_at_ms,
-        )
+        values = dataclasses.astuple(record)
 
         def run(conn: sqlite3.Connection) -> DeliveryRecord:
             conn.execute(
@@ -271,17 +261,7 @@ class SqliteInboxStore:
         return await self._db.read(run)
 
     async def save_delivery(self, record: DeliveryRecord) -> None:
-        values = (
-            record.delivery_id,
-            record.thread_id,
-            record.message_id,
-            record.sender_inbox_id,
-            record.total,
-            record.done,
-            record.state,
-            record.error,
-            record.updated_at_ms,
-        )
+        values = dataclasses.astuple(record)
 
         def run(conn: sqlite3.Connection) -> None:
             conn.execute(
