@@ -27,7 +27,7 @@ from cassandra.query import BatchStatement, BatchType, PreparedStatement
 from server.config import CassandraSettings
 from storage.cassandra import inbox_clock as clock
 from storage.cassandra import inbox_rows as ir
-from storage.cassandra.session import CassandraSession, Row
+from storage.cassandra.session import CassandraSession, Row, gather
 from storage.errors import StorageCorrupt
 from storage.ports import DeliveryRecord, InboxEntry
 
@@ -125,7 +125,7 @@ class CassandraInboxStore:
             await self._write_batches(writes)
             return len(stale)
 
-        return sum(await ir.gather(one_group(g) for g in groups))
+        return sum(await gather(one_group(g) for g in groups))
 
     async def _write_batches(
         self, writes: Sequence[tuple[PreparedStatement, tuple[Any, ...], int]]
@@ -144,7 +144,7 @@ class CassandraInboxStore:
                 used = 0
             batches[-1].add(stmt, params)
             used += size
-        await ir.gather(self._s.run(b) for b in batches)
+        await gather(self._s.run(b) for b in batches)
 
     # --- reads ------------------------------------------------------------------------
 
@@ -180,7 +180,7 @@ class CassandraInboxStore:
         )
         if thread_ids is None:
             return await self._q(cql, (inbox_id,), all_pages=True)
-        parts = await ir.gather(
+        parts = await gather(
             self._q(cql + " AND thread_id IN ?", (inbox_id, list(c)), all_pages=True)
             for c in ir.slices(list(dict.fromkeys(thread_ids)), _IN_KEYS)
         )

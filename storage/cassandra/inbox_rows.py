@@ -10,10 +10,6 @@ max_hint_window, so a hinted write can never resurrect a purged row.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Iterable
-from typing import TypeVar
-
 from storage.cassandra.session import Row
 from storage.errors import StorageCorrupt
 from storage.ports import DeliveryRecord
@@ -23,13 +19,11 @@ __all__ = [
     "TABLES",
     "delivery_record",
     "delivery_values",
-    "gather",
     "integer",
     "slices",
     "text",
 ]
 
-T = TypeVar("T")
 
 _MUTABLE = "WITH compaction = {'class': 'LeveledCompactionStrategy'} AND gc_grace_seconds = 10800"
 TABLES = (
@@ -73,20 +67,6 @@ def delivery_record(row: Row) -> DeliveryRecord:
 
 def slices(items: list[str], size: int) -> list[list[str]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
-
-
-async def gather(aws: Iterable[Awaitable[T]]) -> list[T]:
-    """Runs every awaitable concurrently (the session bounds how many reach the cluster).
-
-    On a failure the siblings are cancelled, so a dead cluster fails a chunk once, fast.
-    """
-    tasks = [asyncio.ensure_future(a) for a in aws]
-    try:
-        return list(await asyncio.gather(*tasks))
-    except BaseException:
-        for t in tasks:
-            t.cancel()
-        raise
 
 
 def text(row: Row, column: str) -> str:

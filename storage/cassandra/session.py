@@ -16,8 +16,8 @@ from __future__ import annotations
 import asyncio
 import re
 import socket
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Iterable, Sequence
+from typing import Any, TypeVar
 
 from cassandra import (
     ConsistencyLevel,
@@ -54,7 +54,7 @@ from cassandra.query import PreparedStatement, dict_factory
 from server.config import CassandraSettings
 from storage.errors import StorageError, StorageUnavailable
 
-__all__ = ["MAX_IN_FLIGHT", "CassandraSession", "Row", "translate"]
+__all__ = ["MAX_IN_FLIGHT", "CassandraSession", "Row", "gather", "translate"]
 
 Row = dict[str, Any]
 
@@ -272,3 +272,20 @@ def _cluster(settings: CassandraSettings, version: int) -> Cluster:
         # the inbox load test showed a flat ~40 ms p99 at any rate without it.
         sockopts=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
     )
+
+
+T = TypeVar("T")
+
+
+async def gather(aws: Iterable[Awaitable[T]]) -> list[T]:
+    """Runs every awaitable concurrently (the session bounds how many reach the cluster).
+
+    On a failure the siblings are cancelled, so a dead cluster fails a batch once, fast.
+    """
+    tasks = [asyncio.ensure_future(a) for a in aws]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for t in tasks:
+            t.cancel()
+        raise

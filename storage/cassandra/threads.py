@@ -17,21 +17,18 @@ current columns), so every writer learns the winner without a second read, as in
 
 from __future__ import annotations
 
-import asyncio
 import heapq
-from collections.abc import Awaitable, Iterable, Sequence
-from typing import TypeVar
+from collections.abc import Sequence
 
 from cassandra.query import BatchStatement, BatchType
 
 from server.config import CassandraSettings
-from storage.cassandra.session import CassandraSession, Row
+from storage.cassandra.session import CassandraSession, Row, gather
 from storage.errors import StorageCorrupt
 from storage.ports import MessageMapping, ThreadKey, UnifiedStats
 
 __all__ = ["CassandraThreadStore"]
 
-T = TypeVar("T")
 
 # Rows are written once and never updated or deleted, so size-tiered compaction is right:
 # leveled compaction only pays for its write amplification when a row's versions spread over
@@ -95,7 +92,7 @@ class CassandraThreadStore:
             )
             return _text(rows[0], "ut") if rows else None
 
-        found = await _gather(one(k) for k in keys)
+        found = await gather(one(k) for k in keys)
         return {k: ut for k, ut in zip(keys, found, strict=True) if ut is not None}
 
     async def put_thread_uts_if_absent(self, items: Sequence[tuple[ThreadKey, str]]) -> list[str]:
@@ -110,7 +107,7 @@ class CassandraThreadStore:
             )
             return _winner(rows, ut)
 
-        winners = await _gather(one(k, ut) for k, ut in proposals.items())
+        winners = await gather(one(k, ut) for k, ut in proposals.items())
         by_key = dict(zip(proposals, winners, strict=True))
         await self._reverse_rows(
             "INSERT INTO {ks}.ut_threads (ut, gid, thread_id) VALUES (?, ?, ?)",
@@ -134,7 +131,7 @@ class CassandraThreadStore:
                 raise StorageCorrupt(f"cassandra: rfc_ut.sent_at is {sent_at!r}")
             return winner, m.rfc_key, sent_at
 
-        won = await _gather(one(m) for m in proposals.values())
+        won = await gather(one(m) for m in proposals.values())
         await self._reverse_rows(
             "INSERT INTO {ks}.ut_messages (ut, rfc_key, sent_at) VALUES (?, ?, ?)", won
         )
@@ -159,11 +156,11 @@ class CassandraThreadStore:
                 batches.append(batch)
             batch.add(stmt, row)
             open_batch[row[0]] = (batch, used + size)
-        await _gather(self._s.run(b) for b in batches)
+        await gather(self._s.run(b) for b in batches)
 
     async def add_merges(self, pairs: Sequence[tuple[str, str]]) -> None:
         rows = dict.fromkeys((a, b) for x, y in pairs if x != y for a, b in ((x, y), (y, x)))
-        await _gather(
+        await gather(
             self._q("INSERT INTO {ks}.ut_merges (ut, neighbour) VALUES (?, ?)", (a, b))
             for a, b in rows
         )
@@ -177,7 +174,7 @@ class CassandraThreadStore:
             )
             return {_text(r, "neighbour") for r in rows}
 
-        found = await _gather(one(ut) for ut in wanted)
+        found = await gather(one(ut) for ut in wanted)
         return {ut: n for ut, n in zip(wanted, found, strict=True) if n}
 
     async def get_threads_of(
@@ -204,10 +201,10 @@ class CassandraThreadStore:
                 return await slice_of(ut, None)
             chunks = [team[i : i + _GIDS_PER_IN] for i in range(0, len(team), _GIDS_PER_IN)]
             # Chunks cover ascending gid ranges, so concatenating them keeps the order.
-            parts = await _gather(slice_of(ut, c) for c in chunks)
+            parts = await gather(slice_of(ut, c) for c in chunks)
             return [t for part in parts for t in part][:limit]
 
-        streams = await _gather(of_ut(ut) for ut in wanted)
+        streams = await gather(of_ut(ut) for ut in wanted)
         merged = heapq.merge(*streams)
         return [t for t, _ in zip(merged, range(limit), strict=False)]
 
@@ -223,7 +220,7 @@ class CassandraThreadStore:
                 return 0, None
             return int(rows[0]["n"]), rows[0]["last"]
 
-        results = await _gather(one(ut) for ut in wanted)
+        results = await gather(one(ut) for ut in wanted)
         lasts = [last for _, last in results if last is not None]
         return UnifiedStats(
             message_count=sum(n for n, _ in results), last_message_at_ms=max(lasts, default=None)
@@ -232,20 +229,6 @@ class CassandraThreadStore:
     async def close(self) -> None:
         if self._owns:
             await self._s.close()
-
-
-async def _gather(aws: Iterable[Awaitable[T]]) -> list[T]:
-    """Runs every awaitable concurrently (the session bounds how many reach the cluster).
-
-    On a failure the siblings are cancelled, so a dead cluster fails a batch once, fast.
-    """
-    tasks = [asyncio.ensure_future(a) for a in aws]
-    try:
-        return list(await asyncio.gather(*tasks))
-    except BaseException:
-        for t in tasks:
-            t.cancel()
-        raise
 
 
 def _winner(rows: list[Row], proposed: str) -> str:
