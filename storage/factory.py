@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from server.config import Settings
 from storage.ports import InboxStore, SummaryStore, ThreadStore
+from storage.settings import EngineSettings
 
 __all__ = ["open_inbox_store", "open_summary_store", "open_thread_store"]
 
 
-async def open_thread_store(settings: Settings) -> ThreadStore:
+async def open_thread_store(settings: EngineSettings) -> ThreadStore:
     """The ThreadStore named by ``storage.threadweaver_store``."""
     engine = settings.storage.threadweaver_store
     if engine == "sqlite":
@@ -36,7 +36,7 @@ async def open_thread_store(settings: Settings) -> ThreadStore:
     raise ValueError(f"threadweaver_store={engine!r} is not supported")
 
 
-async def open_summary_store(settings: Settings) -> SummaryStore:
+async def open_summary_store(settings: EngineSettings) -> SummaryStore:
     """The SummaryStore named by ``storage.summary_store`` (sqlite or dynamodb)."""
     engine = settings.storage.summary_store
     if engine == "sqlite":
@@ -54,7 +54,7 @@ async def open_summary_store(settings: Settings) -> SummaryStore:
     raise ValueError(f"summary_store={engine!r} is not supported")
 
 
-async def open_inbox_store(settings: Settings) -> InboxStore:
+async def open_inbox_store(settings: EngineSettings) -> InboxStore:
     """The InboxStore named by ``storage.inbox_store`` (sqlite or cassandra)."""
     engine = settings.storage.inbox_store
     if engine == "sqlite":

@@ -39,8 +39,8 @@ from google.cloud.bigtable.data import BigtableDataClientAsync, RowMutationEntry
 from google.cloud.bigtable.data import exceptions as bt_exc
 from google.cloud.bigtable.data import row_filters as rf
 
-from server.config import BigtableSettings
 from storage.errors import StorageError, StorageUnavailable
+from storage.settings import BigtableSettings
 
 __all__ = [
     "BigtableHandle",

@@ -36,7 +36,6 @@ from typing import Any
 from google.cloud.bigtable.data import ReadRowsQuery, SetCell
 from google.cloud.bigtable.data import row_filters as rf
 
-from server.config import BigtableSettings
 from storage.bigtable.client import (
     BigtableHandle,
     bounded_gather,
@@ -51,6 +50,7 @@ from storage.bigtable.client import (
 )
 from storage.errors import StorageCorrupt
 from storage.ports import MessageMapping, ThreadKey, UnifiedStats
+from storage.settings import BigtableSettings
 
 __all__ = ["BigtableThreadStore", "decode_thread", "encode_thread"]
 

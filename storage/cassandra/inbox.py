@@ -24,12 +24,12 @@ from typing import Any
 
 from cassandra.query import BatchStatement, BatchType, PreparedStatement
 
-from server.config import CassandraSettings
 from storage.cassandra import inbox_clock as clock
 from storage.cassandra import inbox_rows as ir
 from storage.cassandra.session import CassandraSession, Row, gather
 from storage.errors import StorageCorrupt
 from storage.ports import DeliveryRecord, InboxEntry
+from storage.settings import CassandraSettings
 
 __all__ = ["CassandraInboxStore"]
 

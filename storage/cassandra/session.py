@@ -51,8 +51,8 @@ from cassandra.protocol import (
 )
 from cassandra.query import PreparedStatement, dict_factory
 
-from server.config import CassandraSettings
 from storage.errors import StorageError, StorageUnavailable
+from storage.settings import CassandraSettings
 
 __all__ = ["MAX_IN_FLIGHT", "CassandraSession", "Row", "gather", "translate"]
 

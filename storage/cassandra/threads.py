@@ -22,10 +22,10 @@ from collections.abc import Sequence
 
 from cassandra.query import BatchStatement, BatchType
 
-from server.config import CassandraSettings
 from storage.cassandra.session import CassandraSession, Row, gather
 from storage.errors import StorageCorrupt
 from storage.ports import MessageMapping, ThreadKey, UnifiedStats
+from storage.settings import CassandraSettings
 
 __all__ = ["CassandraThreadStore"]
 

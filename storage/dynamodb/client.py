@@ -22,8 +22,8 @@ import aioboto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from server.config import DynamoDBSettings
 from storage.errors import StorageUnavailable
+from storage.settings import DynamoDBSettings
 
 __all__ = ["DynamoDBClient", "KeyAttribute", "is_conditional_failure", "translate"]
 

@@ -14,10 +14,10 @@ consistent so a retry after a lost race sees the winner's write.
 
 from __future__ import annotations
 
-from server.config import DynamoDBSettings
 from storage.dynamodb.client import DRIVER_ERRORS, DynamoDBClient, is_conditional_failure, translate
 from storage.errors import StorageCorrupt
 from storage.ports import StoredSummary
+from storage.settings import DynamoDBSettings
 
 __all__ = ["TABLE_SUFFIX", "DynamoDBSummaryStore"]
 

@@ -1,0 +1,83 @@
+"""Rerunnable accuracy figures: ``python -m loadtest.benches.summary_accuracy --runs 20``.
+
+Each run records fresh random recipient ids (a random 64-bit run prefix + a counter, hashed by
+the production hash) as DELIVERED events through ``MessageSummary.record`` in 10K batches and
+reads the summary's count at every checkpoint, so one run of 1M yields one sample at each of
+1K, 10K, 50K, 100K and 1M. Prints mean |relative error|, RMS, bias and max per n, plus the
+encoded size at the checkpoint. The unit tests run a few of these; the full 20-run table is
+what the README and the load-test report quote.
+
+Measured (20 runs, seed 2024, 2-core VM, 25.5 s)::
+
+    n          mean |err|  RMS     bias     max |err|  encoded bytes (1 status)
+    1,000      0.345 %     0.414 %  +0.035 %  0.800 %    3,166
+    10,000     0.391 %     0.479 %  -0.022 %  1.220 %    9,392
+    50,000     0.638 %     0.779 %  +0.161 %  1.542 %   11,265
+    100,000    0.647 %     0.798 %  +0.406 %  1.740 %    9,039
+    1,000,000  0.641 %     0.784 %  -0.206 %  1.705 %    6,848
+
+(At 50K this draw is high; 3 x 60 further runs gave RMS 0.49-0.60 %, matching the 0.52 % theory.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import statistics
+import time
+
+from server.summary.model import DeliveryEvent, DeliveryStatus, MessageSummary
+
+CHECKPOINTS = (1_000, 10_000, 50_000, 100_000, 1_000_000)
+
+
+def run_once(seed: int, checkpoints: tuple[int, ...]) -> dict[int, tuple[float, int]]:
+    """Relative error and encoded size at each checkpoint for one random recipient set."""
+    prefix = f"{random.Random(seed).getrandbits(64):016x}"
+    summary = MessageSummary()
+    out: dict[int, tuple[float, int]] = {}
+    done = 0
+    for target in sorted(checkpoints):
+        while done < target:
+            stop = min(target, done + 10_000)
+            summary.record(
+                [
+                    DeliveryEvent(f"{prefix}-{i}", DeliveryStatus.DELIVERED)
+                    for i in range(done, stop)
+                ]
+            )
+            done = stop
+        view = summary.view()
+        out[target] = (
+            view.statuses[DeliveryStatus.DELIVERED].count / target - 1.0,
+            view.encoded_size_bytes,
+        )
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Print the accuracy table."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--sizes", default=",".join(map(str, CHECKPOINTS)))
+    parser.add_argument("--seed", type=int, default=2024)
+    args = parser.parse_args(argv)
+    sizes = tuple(int(s) for s in args.sizes.split(","))
+    t0 = time.perf_counter()
+    runs = [run_once(args.seed + r, sizes) for r in range(args.runs)]
+    print(f"{args.runs} runs in {time.perf_counter() - t0:.1f} s")
+    print("| n | mean abs err | RMS err | bias | max abs err | encoded bytes (1 status) |")
+    print("|---|---|---|---|---|---|")
+    for n in sizes:
+        errs = [r[n][0] for r in runs]
+        print(
+            f"| {n:,} | {statistics.fmean(map(abs, errs)):.3%} "
+            f"| {math.sqrt(statistics.fmean(e * e for e in errs)):.3%} "
+            f"| {statistics.fmean(errs):+.3%} | {max(map(abs, errs)):.3%} "
+            f"| {max(r[n][1] for r in runs):,} |"
+        )
+
+
+if __name__ == "__main__":
+    main()

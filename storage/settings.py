@@ -1,0 +1,122 @@
+"""Settings of the storage engines, beside the engines that read them.
+
+Frozen dataclasses with a docstring per field; `server.config` loads them (defaults < TOML <
+environment < flags) into its `Settings`, and `storage.factory` reads them through the
+`EngineSettings` protocol, so no module under `storage/` imports from `server/`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+__all__ = [
+    "BigtableSettings",
+    "CassandraSettings",
+    "DynamoDBSettings",
+    "EngineSettings",
+    "SqliteSettings",
+    "StorageSettings",
+    "StoreName",
+]
+
+StoreName = Literal["sqlite", "bigtable", "cassandra", "dynamodb"]
+
+
+@dataclass(frozen=True, slots=True)
+class SqliteSettings:
+    """The embedded engine."""
+
+    data_dir: str = "./data"
+    """Directory of the SQLite files (created when missing)."""
+    synchronous: Literal["FULL", "NORMAL"] = "FULL"
+    """FULL survives power loss; NORMAL (WAL) survives a process crash only."""
+    readers: int = 4
+    """Reader threads (WAL lets readers run beside the single writer)."""
+
+
+@dataclass(frozen=True, slots=True)
+class BigtableSettings:
+    """Cloud Bigtable (or its emulator, through BIGTABLE_EMULATOR_HOST)."""
+
+    project: str = "loom"
+    """GCP project id."""
+    instance: str = "loom"
+    """Bigtable instance id."""
+    table_prefix: str = "loom-"
+    """Prefix of every table Loom owns."""
+    create_tables: bool = False
+    """Create missing tables and families at start-up (emulator, first deploy)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CassandraSettings:
+    """Apache Cassandra (or ScyllaDB)."""
+
+    contact_points: tuple[str, ...] = ("127.0.0.1",)
+    """Seed hosts."""
+    port: int = 9042
+    """Native protocol port."""
+    keyspace: str = "loom"
+    """Keyspace of every Loom table."""
+    replication_factor: int = 1
+    """SimpleStrategy factor used when the keyspace is created."""
+    create_schema: bool = False
+    """Create the keyspace and tables at start-up."""
+    request_timeout_s: float = 5.0
+    """Driver-side timeout per statement."""
+
+
+@dataclass(frozen=True, slots=True)
+class DynamoDBSettings:
+    """Amazon DynamoDB (or DynamoDB Local, through endpoint_url)."""
+
+    endpoint_url: str = ""
+    """Empty for AWS itself; http://127.0.0.1:18000 for DynamoDB Local."""
+    region: str = "us-east-1"
+    """AWS region."""
+    table_prefix: str = "loom-"
+    """Prefix of every table Loom owns."""
+    create_tables: bool = False
+    """Create missing tables at start-up."""
+
+
+@dataclass(frozen=True, slots=True)
+class StorageSettings:
+    """Which engine each service stores its state in."""
+
+    threadweaver_store: StoreName = "sqlite"
+    """sqlite, bigtable or cassandra."""
+    summary_store: StoreName = "sqlite"
+    """sqlite or dynamodb."""
+    inbox_store: StoreName = "sqlite"
+    """sqlite or cassandra."""
+
+
+class EngineSettings(Protocol):
+    """What `storage.factory` needs to open any store (`server.config.Settings` has it)."""
+
+    @property
+    def storage(self) -> StorageSettings:
+        """Which engine each service stores its state in."""
+        ...
+
+    @property
+    def sqlite(self) -> SqliteSettings:
+        """The embedded engine."""
+        ...
+
+    @property
+    def bigtable(self) -> BigtableSettings:
+        """Cloud Bigtable."""
+        ...
+
+    @property
+    def cassandra(self) -> CassandraSettings:
+        """Apache Cassandra."""
+        ...
+
+    @property
+    def dynamodb(self) -> DynamoDBSettings:
+        """Amazon DynamoDB."""
+        ...
