@@ -61,7 +61,9 @@ def main(argv: list[str] | None = None) -> int:
         report.write_json(args.json)
         print(f"wrote {args.json}")
     if args.png is not None:
-        report.write_png(args.png)
+        from loadtest.plots import render_png  # matplotlib loads only when a PNG is asked for
+
+        render_png(report, args.png)
         print(f"wrote {args.png}")
     return 0
 

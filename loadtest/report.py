@@ -207,12 +207,6 @@ class Report:
         text = json.dumps(_nan_to_none(self.to_dict()), indent=2, default=str)
         path.write_text(text + "\n", encoding="utf-8")
 
-    def write_png(self, path: Path) -> None:
-        """Render latency and extra charts (matplotlib is imported only when asked)."""
-        from loadtest.plots import render_png
-
-        render_png(self, path)
-
 
 def _nan_to_none(obj: object) -> object:
     if isinstance(obj, float) and math.isnan(obj):

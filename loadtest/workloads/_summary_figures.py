@@ -1,7 +1,7 @@
 """In-process figures of the Summary workload: accuracy vs a HyperLogLog, and stored bytes.
 
 Accuracy is a property of the estimator, not of the server, so it is computed here on the
-domain object the server stores (``MessageSummary``), exactly as ``accuracy_bench`` does: each
+domain object the server stores (``MessageSummary``), exactly as ``loadtest.benches.summary_accuracy`` does: each
 run records fresh random recipient ids in 10K batches and reads the count at every checkpoint,
 so one run up to 1M yields one sample at every n. The same ids go, in the same run, into
 datasketch's ``HyperLogLog`` (p = 14: 16,384 one-byte registers, at least the size of one

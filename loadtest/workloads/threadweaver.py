@@ -132,7 +132,9 @@ async def run(args: argparse.Namespace, harness: Harness) -> None:
         if args.json is not None:
             report.write_json(args.json)
         if args.png is not None:
-            report.write_png(args.png)
+            from loadtest.plots import render_png  # matplotlib loads only when a PNG is asked for
+
+        render_png(report, args.png)
         print(f"threadweaver: CORRECTNESS FAILURE {mismatches}", file=sys.stderr)
         raise SystemExit(1)
 

@@ -1,6 +1,6 @@
 """Compression of the summary body: Zstandard level 3 (the seed used gzip).
 
-Measured with ``python -m server.summary.codec_bench`` (2-core VM, Python 3.11, zstandard 0.25,
+Measured with ``python -m loadtest.benches.summary_codec`` (2-core VM, Python 3.11, zstandard 0.25,
 brotli 1.2.1) on the real uncompressed summary body (n DELIVERED, n/2 READ, n/10 FAILED:
 bitmaps + HLL registers, or exact ids at n <= 250). Compressed bytes (ratio raw/compressed)::
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from loadtest.__main__ import main
+from loadtest.plots import render_png
 from loadtest.recorder import LatencyRecorder
 from loadtest.registry import available, load
 from loadtest.report import Report
@@ -65,7 +66,7 @@ class TestReport:
     def test_png_is_written(self, tmp_path: Path) -> None:
         """The PNG (percentiles, CDF, extra line plot) renders headless."""
         out = tmp_path / "r.png"
-        _report().write_png(out)
+        render_png(_report(), out)
         assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     def test_duplicate_phase_is_refused(self) -> None:

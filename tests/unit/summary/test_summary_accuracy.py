@@ -7,13 +7,13 @@ import time
 
 import pytest
 
-from server.summary.accuracy_bench import run_once
+from loadtest.benches.summary_accuracy import run_once
 from server.summary.limits import DYNAMODB_ITEM_LIMIT_BYTES, ENCODED_SUMMARY_TARGET_BYTES
 from server.summary.model import DeliveryEvent, DeliveryStatus, MessageSummary
 from server.summary.recipients import Tier
 
 D, R, F = DeliveryStatus.DELIVERED, DeliveryStatus.READ, DeliveryStatus.FAILED
-SEED = 2024  # same seeds as `python -m server.summary.accuracy_bench`, so figures line up
+SEED = 2024  # same seeds as `python -m loadtest.benches.summary_accuracy`, so figures line up
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,1 @@
+"""Micro-benchmarks of pure domain code (no server): ``python -m loadtest.benches.<name>``."""
