@@ -13,8 +13,6 @@ from types import ModuleType
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_health.v1._async import HealthServicer
-from grpc_reflection.v1alpha import reflection
 from loom.v1 import (
     inbox_pb2_grpc,
     iterator_pb2_grpc,
@@ -23,10 +21,12 @@ from loom.v1 import (
 )
 
 from server.config import MethodPolicy, Settings
+from server.runtime.health import Health
 from server.runtime.interceptor import RpcInterceptor
 from server.runtime.logs import get_logger
 from server.runtime.mounting import Resources
 from server.runtime.policies import PolicyTable
+from server.runtime.reflection import enable_reflection
 
 __all__ = ["SERVICE_NAMES", "LoomServer", "build_server", "serve"]
 
@@ -72,7 +72,7 @@ class LoomServer:
 
     server: grpc.aio.Server
     port: int
-    health: HealthServicer
+    health: Health
     grace_s: float
     closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
@@ -119,12 +119,10 @@ async def build_server(settings: Settings) -> LoomServer:
         if name not in mounted:
             register(server)
 
-    health = HealthServicer()
+    health = Health()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     health_name = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
-    reflection.enable_server_reflection(
-        (*SERVICE_NAMES, health_name, reflection.SERVICE_NAME), server
-    )
+    enable_reflection(server, (*SERVICE_NAMES, health_name))
     address = f"{settings.server.host}:{settings.server.port}"
     port = server.add_insecure_port(address)
     if port == 0:

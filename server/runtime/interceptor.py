@@ -5,11 +5,17 @@ bulkhead (full: RESOURCE_EXHAUSTED at once), the effective deadline (the method 
 the client's when shorter; exceeded: the work is cancelled and DEADLINE_EXCEEDED returned),
 error mapping (`server.runtime.status`), and one JSON log line with method, status, duration
 and request id. Health and reflection calls pass through untouched.
+
+A request whose bytes are not a valid message (corrupt wire format, invalid UTF-8 in a string
+field) never reaches the handler: the deserializer grpc calls is wrapped so that it returns a
+`_Malformed` marker instead of raising (an exception there becomes UNKNOWN with a Python class
+name in the details), and the call answers INVALID_ARGUMENT "request is not a valid <type>".
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -17,8 +23,14 @@ from typing import Any, NoReturn
 
 import grpc
 import structlog
+from google.protobuf.message import DecodeError
 
-from server.runtime.errors import DeadlineExceeded, ResourceExhausted
+from server.runtime.errors import (
+    DeadlineExceeded,
+    FieldViolation,
+    InvalidArgument,
+    ResourceExhausted,
+)
 from server.runtime.logs import get_logger
 from server.runtime.policies import PolicyTable
 from server.runtime.status import code_for, rich_status
@@ -42,6 +54,37 @@ def _request_id(context: grpc.aio.ServicerContext) -> str:
 def _effective_deadline(context: grpc.aio.ServicerContext, default_s: float) -> float:
     remaining = context.time_remaining()
     return default_s if remaining is None else max(0.0, min(default_s, remaining))
+
+
+class _Malformed:
+    """What the wrapped deserializer returns for bytes that are not a valid request."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, type_name: str, reason: str) -> None:
+        self.error = InvalidArgument(
+            [FieldViolation("", f"not a valid {type_name}: {reason}")],
+            f"request is not a valid {type_name}: {reason}",
+        )
+
+
+def _tolerant(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
+    """`deserializer`, answering `_Malformed` instead of raising on undecodable bytes."""
+    if deserializer is None:
+        return None
+    owner = getattr(deserializer, "__self__", None)
+    descriptor = getattr(owner, "DESCRIPTOR", None)
+    type_name = descriptor.full_name if descriptor is not None else "request message"
+
+    def parse(data: bytes) -> Any:
+        try:
+            return deserializer(data)
+        except DecodeError as exc:
+            # upb says "Error parsing message with type 'X': <reason>"; keep only the reason.
+            reason = str(exc).rpartition(": ")[2] or "undecodable bytes"
+            return _Malformed(type_name, reason[:1].lower() + reason[1:])
+
+    return parse
 
 
 class _Call:
@@ -87,6 +130,8 @@ def _wrap_unary(
 ) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]:
     async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
         call = _Call(table, method, context)
+        if type(request) is _Malformed:
+            await call.fail(request.error)
         policy = table.policy(method)
         try:
             async with asyncio.timeout(_effective_deadline(context, policy.deadline_s)):
@@ -114,6 +159,8 @@ def _wrap_stream(
 
     async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         call = _Call(table, method, context)
+        if type(request) is _Malformed:
+            await call.fail(request.error)
         try:
             async with table.bulkhead(method).slot():
                 async for item in behavior(request, context):
@@ -157,6 +204,61 @@ def _refusal(
     )
 
 
+async def _reject(request: Any, context: grpc.aio.ServicerContext) -> None:
+    """Aborts a health or reflection call whose request (or stream message) was malformed."""
+    if type(request) is _Malformed:
+        await context.abort_with_status(rich_status(request.error))
+
+
+def _decoding_guarded(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    """Health and reflection: untouched, except that undecodable bytes get INVALID_ARGUMENT."""
+    parse = _tolerant(handler.request_deserializer)
+    out = handler.response_serializer
+    if handler.unary_unary is not None:
+        inner_uu = handler.unary_unary
+
+        async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            await _reject(request, context)
+            return await inner_uu(request, context)
+
+        return grpc.unary_unary_rpc_method_handler(unary, parse, out)
+    if handler.unary_stream is not None and not inspect.isasyncgenfunction(handler.unary_stream):
+        inner_uw = handler.unary_stream  # writes with context.write (health's Watch)
+
+        async def unary_write(request: Any, context: grpc.aio.ServicerContext) -> None:
+            await _reject(request, context)
+            await inner_uw(request, context)
+
+        return grpc.unary_stream_rpc_method_handler(unary_write, parse, out)
+    if handler.unary_stream is not None:
+        inner_us = handler.unary_stream
+
+        async def unary_stream(
+            request: Any, context: grpc.aio.ServicerContext
+        ) -> AsyncIterator[Any]:
+            await _reject(request, context)
+            async for item in inner_us(request, context):
+                yield item
+
+        return grpc.unary_stream_rpc_method_handler(unary_stream, parse, out)
+    if handler.stream_stream is not None and inspect.isasyncgenfunction(handler.stream_stream):
+        inner_ss = handler.stream_stream
+
+        async def stream_stream(
+            requests: AsyncIterator[Any], context: grpc.aio.ServicerContext
+        ) -> AsyncIterator[Any]:
+            async def checked() -> AsyncIterator[Any]:
+                async for request in requests:
+                    await _reject(request, context)
+                    yield request
+
+            async for item in inner_ss(checked(), context):
+                yield item
+
+        return grpc.stream_stream_rpc_method_handler(stream_stream, parse, out)
+    return handler
+
+
 class RpcInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     """Wraps every ``/loom.*`` handler with bulkhead, deadline, error mapping and logging."""
 
@@ -170,21 +272,23 @@ class RpcInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     ) -> grpc.RpcMethodHandler:
         handler = await continuation(handler_call_details)
         full = handler_call_details.method
-        if handler is None or not full.startswith(_LOOM_PREFIX):
+        if handler is None:
             return handler
+        if not full.startswith(_LOOM_PREFIX):
+            return _decoding_guarded(handler)
         method = full[1:]
         if self._table.bulkhead(method).full:
             return _refusal(handler, self._table, method)
         if handler.unary_unary is not None:
             return grpc.unary_unary_rpc_method_handler(
                 _wrap_unary(handler.unary_unary, self._table, method),
-                request_deserializer=handler.request_deserializer,
+                request_deserializer=_tolerant(handler.request_deserializer),
                 response_serializer=handler.response_serializer,
             )
         if handler.unary_stream is not None:
             return grpc.unary_stream_rpc_method_handler(
                 _wrap_stream(handler.unary_stream, self._table, method),
-                request_deserializer=handler.request_deserializer,
+                request_deserializer=_tolerant(handler.request_deserializer),
                 response_serializer=handler.response_serializer,
             )
         return handler
