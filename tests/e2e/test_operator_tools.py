@@ -1,4 +1,7 @@
-"""An operator's view: `loom serve` as a process, poked with grpcurl through reflection."""
+"""An operator's view: `loom serve` as a process, poked with grpcurl and ghz through reflection.
+
+Neither tool is given a `.proto` file: everything they know comes from server reflection.
+"""
 
 from __future__ import annotations
 
@@ -18,11 +21,15 @@ import pytest
 TOOLS_BIN = Path.home() / ".cache" / "loom" / "bin"
 
 
-def grpcurl() -> str:
-    found = shutil.which("grpcurl") or shutil.which("grpcurl", path=str(TOOLS_BIN))
+def tool(name: str) -> str:
+    found = shutil.which(name) or shutil.which(name, path=str(TOOLS_BIN))
     if not found:
-        raise AssertionError("grpcurl is not installed: run scripts/tools/install.sh (make tools)")
+        raise AssertionError(f"{name} is not installed: run scripts/tools/install.sh (make tools)")
     return found
+
+
+def grpcurl() -> str:
+    return tool("grpcurl")
 
 
 def free_port() -> int:
@@ -138,3 +145,33 @@ class TestGrpcurl:
         out = run("-d", '{"jobId": "x"}', served, "loom.v1.Iterator/GetJob")
         assert out.returncode != 0
         assert "Unimplemented" in out.stderr
+
+
+class TestGhz:
+    def test_load_runs_through_reflection_alone(self, served: str) -> None:
+        """ghz resolves the method by reflection (no --proto) and every call answers OK."""
+        out = subprocess.run(
+            [
+                tool("ghz"),
+                "--insecure",
+                "--call",
+                "loom.v1.Inbox/GetUnreadCount",
+                "-d",
+                '{"inbox_id": "ghz-inbox"}',
+                "-n",
+                "40",
+                "-c",
+                "4",
+                "--format",
+                "json",
+                served,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert out.returncode == 0, out.stderr or out.stdout
+        report = json.loads(out.stdout)
+        assert report["count"] == 40
+        assert report["statusCodeDistribution"] == {"OK": 40}
