@@ -45,7 +45,8 @@ class ClientSpec:
 
     target: str
     kind: str
-    """"mix" (Yammer's mix over the inbox methods) or "health" (the floor)."""
+    """"mix" (Yammer's mix over the inbox methods), "unread" (GetUnreadCount only: the
+    isolation probe) or "health" (the floor)."""
     rate: float
     """The *global* arrival rate; this client issues 1 / n of it."""
     duration_s: float
@@ -118,8 +119,10 @@ class _Requests:
         spec = self.spec
         if spec.kind == "health":
             return "health", self.health, -1
-        u = rng.random()
         n = len(spec.inboxes)
+        if spec.kind == "unread":
+            return "GetUnreadCount", self.unread[i % n], -1
+        u = rng.random()
         if u < MIX[0][1]:
             return "GetUnreadCount", self.unread[rng.randrange(n)], -1
         if u < MIX[0][1] + MIX[1][1]:

@@ -42,7 +42,7 @@ from loadtest.harness import Harness
 from loadtest.recorder import LatencyRecorder
 from loadtest.workloads._inbox_clients import MIX, ClientResult, ClientSpec, run_client, warm
 
-__all__ = ["add_arguments", "run"]
+__all__ = ["add_arguments", "run", "store_env"]
 
 METHODS = tuple(name for name, _ in MIX)
 UNREAD_P999_MS = 30.0
@@ -72,7 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=5)
 
 
-def _store_env(store: str) -> dict[str, str]:
+def store_env(store: str) -> dict[str, str]:
     if store == "sqlite":
         return {}
     if store != "cassandra":
@@ -313,7 +313,7 @@ async def _store_run(
     inboxes = [f"u{i:05d}" for i in range(args.inboxes)]
     threads = args.group_posts + args.heavy_threads
     extra = ["--inbox-store", store, "--log-level", args.server_log_level]
-    async with harness.server(extra_args=extra, env=_store_env(store)) as target:
+    async with harness.server(extra_args=extra, env=store_env(store)) as target:
         options = [("grpc.max_send_message_length", 64 * 1024 * 1024)]
         async with grpc.aio.insecure_channel(target, options=options) as channel:
             stub = inbox_pb2_grpc.InboxStub(channel)
