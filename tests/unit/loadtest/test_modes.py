@@ -23,10 +23,24 @@ class _FakeRpcError(Exception):
 
 class TestFixedRate:
     async def test_paces_operations_at_the_requested_rate(self) -> None:
-        """200 ops/s for 0.5 s issues 100 operations and takes about half a second."""
-        stats = await run_fixed_rate(_noop, rate=200, duration_s=0.5)
+        """200 ops/s for 0.5 s issues 100 operations, none before its scheduled instant.
+
+        Only the lower bounds are deterministic (a busy machine may run late, never early),
+        so that is what is checked: the schedule is kept, whatever the machine's load.
+        """
+        started: dict[int, float] = {}
+        loop = asyncio.get_running_loop()
+
+        async def op(i: int) -> None:
+            started[i] = loop.time()
+
+        t0 = loop.time()
+        stats = await run_fixed_rate(op, rate=200, duration_s=0.5)
         assert stats.ok == 100
-        assert 0.45 <= stats.wall_s <= 0.9
+        assert sorted(started) == list(range(100))
+        early = [i for i, t in started.items() if t - t0 < i / 200 - 0.002]
+        assert early == []
+        assert stats.wall_s >= 99 / 200
 
     async def test_latency_counts_from_the_scheduled_start(self) -> None:
         """A slow server shows as growing latency, not as a quietly lower send rate.
@@ -89,8 +103,10 @@ class TestClosedLoop:
             await asyncio.sleep(0.01)
 
         stats = await run_closed_loop(op, concurrency=2, duration_s=0.2)
-        assert 0.2 <= stats.wall_s < 0.5
-        assert 10 <= stats.ok <= 45
+        assert stats.wall_s >= 0.2
+        # Each op sleeps >= 10 ms, so a worker can start at most 21 before 0.2 s have passed
+        # (however slow the machine is: a bound from below on each op, not on the run).
+        assert 2 <= stats.ok <= 2 * 21
 
 
 def test_error_code_names() -> None:
