@@ -25,6 +25,8 @@ _CODES: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (errors.ResourceExhausted, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (errors.Unavailable, grpc.StatusCode.UNAVAILABLE),
     (errors.DeadlineExceeded, grpc.StatusCode.DEADLINE_EXCEEDED),
+    (errors.Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
+    (errors.PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
     (StorageError, grpc.StatusCode.UNAVAILABLE),
     (TimeoutError, grpc.StatusCode.DEADLINE_EXCEEDED),
     (NotImplementedError, grpc.StatusCode.UNIMPLEMENTED),
@@ -58,19 +60,34 @@ class _Status(grpc.Status):  # type: ignore[misc]
     trailing_metadata: tuple[tuple[str, str | bytes], ...]
 
 
+_DETAIL_BUDGET = 6 * 1024
+"""Bytes of BadRequest detail at most. The status travels base64-encoded in trailing
+metadata, and clients refuse metadata over 16 KiB (the call then fails RESOURCE_EXHAUSTED
+instead of INVALID_ARGUMENT): a 1,000-message batch with a bad field in each must still
+arrive as INVALID_ARGUMENT, naming the first violations and how many more there are."""
+
+
+def _bad_request(violations: list[errors.FieldViolation]) -> error_details_pb2.BadRequest:
+    bad = error_details_pb2.BadRequest()
+    size = 0
+    for i, v in enumerate(violations):
+        entry = error_details_pb2.BadRequest.FieldViolation(
+            field=v.field, description=v.description[:512]
+        )
+        size += entry.ByteSize() + 3
+        if size > _DETAIL_BUDGET:
+            bad.field_violations.add(description=f"and {len(violations) - i} more violations")
+            break
+        bad.field_violations.append(entry)
+    return bad
+
+
 def rich_status(exc: BaseException, request_id: str | None = None) -> grpc.Status:
     """A `grpc.Status` for `exc`, with BadRequest field violations for invalid input."""
     code = code_for(exc)
-    proto = status_pb2.Status(code=code.value[0], message=_message(exc, code))
+    proto = status_pb2.Status(code=code.value[0], message=_message(exc, code)[:1024])
     if isinstance(exc, errors.InvalidArgument):
-        bad = error_details_pb2.BadRequest(
-            field_violations=[
-                error_details_pb2.BadRequest.FieldViolation(
-                    field=v.field, description=v.description
-                )
-                for v in exc.violations
-            ]
-        )
+        bad = _bad_request(exc.violations)
         detail = any_pb2.Any()
         detail.Pack(bad)
         proto.details.append(detail)

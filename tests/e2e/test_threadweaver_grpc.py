@@ -82,6 +82,23 @@ class TestBadInput:
             )
         assert set(violations(caught.value)) == {"messages[1].gid", "messages[2].thread_id"}
 
+    async def test_a_thousand_bad_items_still_answer_invalid_argument(
+        self, sqlite_server: Running
+    ) -> None:
+        """A bad field in each of 1,000 items: INVALID_ARGUMENT naming the first ones and how
+        many more, never a status too large for the client's metadata limit."""
+        batch = [woven(gid="") for _ in range(1000)]
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await stub(sqlite_server).WeaveMessages(
+                threadweaver_pb2.WeaveMessagesRequest(messages=batch)
+            )
+        assert caught.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+        found = violations(caught.value)
+        assert "messages[0].gid" in found
+        named = len(found) - 1
+        assert 10 < named < 1000
+        assert found[""] == f"and {1000 - named} more violations"
+
     async def test_resolve_limits_and_read_bounds(self, sqlite_server: Running) -> None:
         """ResolveThreads takes 1..100 threads; max_threads is bounded; unknown is NOT_FOUND."""
         s = stub(sqlite_server)
