@@ -21,12 +21,15 @@ from loom.v1 import (
 )
 
 from server.config import MethodPolicy, Settings
-from server.runtime.health import Health
+from server.runtime.auth import Authenticator
+from server.runtime.health import Health, HealthMonitor
 from server.runtime.interceptor import RpcInterceptor
 from server.runtime.logs import get_logger
+from server.runtime.metrics import Metrics
 from server.runtime.mounting import Resources
 from server.runtime.policies import PolicyTable
 from server.runtime.reflection import enable_reflection
+from server.runtime.tls import CertificateReloader, is_loopback, server_credentials
 
 __all__ = ["SERVICE_NAMES", "LoomServer", "build_server", "serve"]
 
@@ -75,41 +78,43 @@ class LoomServer:
     health: Health
     grace_s: float
     closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    certificates: CertificateReloader | None = None
+    """Present when serving TLS: SIGHUP calls its `request_reload`."""
+    metrics: Metrics = field(default_factory=Metrics)
+    metrics_port: int = 0
+    """Where the Prometheus exposition listens (0: not served)."""
+    monitor: HealthMonitor | None = None
 
     async def stop(self) -> None:
         """Graceful drain: report NOT_SERVING, finish in-flight calls, then close stores."""
+        if self.monitor is not None:
+            await self.monitor.stop()
         await self.health.enter_graceful_shutdown()
         await self.server.stop(self.grace_s)
         for close in reversed(self.closers):
             await close()
+        self.metrics.close()
 
 
-async def build_server(settings: Settings) -> LoomServer:
-    """Opens the stores, registers every service and starts listening."""
+def _tune_runtime(settings: Settings) -> None:
     sys.setswitchinterval(settings.server.gil_switch_interval_s)
     # Large requests (20,000-recipient posts) allocate many objects; with CPython's default
     # gen-0 threshold (700) the collector runs constantly and its full passes stall the loop
     # for tens of ms. Everything alive at start-up is frozen out of the collector's walk.
     gc.set_threshold(settings.server.gc_gen0_threshold, 20, 50)
     gc.freeze()
-    modules: list[ModuleType] = [importlib.import_module(name) for name in MOUNTS]
-    defaults: dict[str, MethodPolicy] = {}
-    for module in modules:
-        defaults.update(module.POLICIES)
-    server = grpc.aio.server(
-        interceptors=[RpcInterceptor(PolicyTable(defaults, settings.policies))],
-        options=[
-            ("grpc.max_receive_message_length", settings.server.max_message_bytes),
-            ("grpc.max_send_message_length", settings.server.max_message_bytes),
-            ("grpc.so_reuseport", 0),
-        ],
-    )
-    resources = Resources(settings.breaker)
+
+
+async def _mount_all(
+    server: grpc.aio.Server, settings: Settings, resources: Resources, modules: list[ModuleType]
+) -> list[Callable[[], Awaitable[None]]]:
+    """Mounts every service (closing what was opened if one fails), then the placeholders."""
     closers: list[Callable[[], Awaitable[None]]] = []
     mounted = set()
     try:
         for module in modules:
-            closers += (await module.mount(server, settings, resources)).closers
+            view = resources.for_service(module.SERVICE)
+            closers += (await module.mount(server, settings, view)).closers
             mounted.add(module.SERVICE)
     except BaseException:
         for close in reversed(closers):
@@ -118,29 +123,93 @@ async def build_server(settings: Settings) -> LoomServer:
     for name, register in PLACEHOLDERS.items():
         if name not in mounted:
             register(server)
+    return closers
 
+
+async def build_server(settings: Settings) -> LoomServer:
+    """Opens the stores, registers every service and starts listening.
+
+    TLS and auth settings are checked first (`ConfigError` naming the setting), so a
+    misconfigured server never opens a store or a port.
+    """
+    tls = server_credentials(settings.server)
+    auth = Authenticator(settings.auth) if settings.auth.enabled else None
+    if tls is None and not is_loopback(settings.server.host):
+        _log.warning(
+            "PLAINTEXT on a non-loopback interface: anyone on the network can read and "
+            "forge calls; set server.tls_cert_file and server.tls_key_file",
+            host=settings.server.host,
+        )
+    _tune_runtime(settings)
+    modules: list[ModuleType] = [importlib.import_module(name) for name in MOUNTS]
+    defaults: dict[str, MethodPolicy] = {}
+    for module in modules:
+        defaults.update(module.POLICIES)
+    metrics = Metrics()
+    server = grpc.aio.server(
+        interceptors=[RpcInterceptor(PolicyTable(defaults, settings.policies), auth, metrics)],
+        options=[
+            ("grpc.max_receive_message_length", settings.server.max_message_bytes),
+            ("grpc.max_send_message_length", settings.server.max_message_bytes),
+            ("grpc.so_reuseport", 0),
+        ],
+    )
+    resources = Resources(settings.breaker, metrics)
+    closers = await _mount_all(server, settings, resources, modules)
     health = Health()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     health_name = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
     enable_reflection(server, (*SERVICE_NAMES, health_name))
     address = f"{settings.server.host}:{settings.server.port}"
-    port = server.add_insecure_port(address)
+    port = server.add_secure_port(address, tls[0]) if tls else server.add_insecure_port(address)
     if port == 0:
+        for close in reversed(closers):
+            await close()
         raise OSError(f"cannot bind {address}")
+    metrics_port = 0
+    if settings.server.metrics_port:
+        metrics_port = metrics.serve(settings.server.metrics_host, settings.server.metrics_port)
     await server.start()
     for name in ("", *SERVICE_NAMES):
         await health.set(name, health_pb2.HealthCheckResponse.SERVING)
-    return LoomServer(server, port, health, settings.server.grace_s, closers)
+    monitor = HealthMonitor(
+        health,
+        {
+            service: [resources.breaker(engine) for engine in sorted(engines)]
+            for service, engines in resources.engines_of.items()
+        },
+    )
+    monitor.start()
+    return LoomServer(
+        server,
+        port,
+        health,
+        settings.server.grace_s,
+        closers,
+        tls[1] if tls else None,
+        metrics,
+        metrics_port,
+        monitor,
+    )
 
 
 async def serve(settings: Settings) -> None:
     """Runs until SIGTERM or SIGINT, then drains gracefully."""
     loom = await build_server(settings)
-    _log.info("serving", port=loom.port, stores=str(settings.storage))
+    _log.info(
+        "serving",
+        port=loom.port,
+        stores=str(settings.storage),
+        tls="mutual" if loom.certificates and loom.certificates.mutual else bool(loom.certificates),
+        auth=settings.auth.enabled,
+        metrics_port=loom.metrics_port or None,
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    if loom.certificates is not None:
+        loop.add_signal_handler(signal.SIGHUP, loom.certificates.request_reload)
     await stop.wait()
     _log.info("draining", grace_s=settings.server.grace_s)
     await loom.stop()

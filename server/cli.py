@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from server.app import serve
-from server.config import load_settings
+from server.config import ConfigError, load_settings
+from server.runtime.auth import mint_token
 from server.runtime.logs import configure_logging
 
 __all__ = ["main"]
@@ -40,14 +41,67 @@ def _parser() -> argparse.ArgumentParser:
         help="engine of Inbox's state (default sqlite; cassandra reads [cassandra] settings)",
     )
     s.add_argument("--log-level", help="debug, info, warning or error")
+    s.add_argument("--tls-cert", help="PEM certificate chain: serve TLS (with --tls-key)")
+    s.add_argument("--tls-key", help="PEM private key of --tls-cert")
+    s.add_argument("--tls-client-ca", help="PEM CA bundle: require client certificates (mTLS)")
+    s.add_argument("--metrics-port", type=int, help="Prometheus metrics port (0 = off)")
+
+    t = sub.add_parser("token", help="mint a bearer token the configured server accepts")
+    t.add_argument("--config", type=Path, help="TOML settings file (also LOOM_CONFIG)")
+    t.add_argument(
+        "--scope",
+        action="append",
+        required=True,
+        help="a scope such as inbox:read or iterator:admin (repeat for several)",
+    )
+    t.add_argument("--ttl", default="1h", help="lifetime: seconds, or 30m, 12h, 7d (default 1h)")
+    t.add_argument("--subject", default="loom-cli", help="the token's sub claim")
+    t.add_argument("--private-key", default="", help="PEM RSA/EC private key (RS256/ES256 issuers)")
     return parser
+
+
+def _seconds(text: str) -> float:
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    text = text.strip().lower()
+    factor = units.get(text[-1:], 0)
+    value = float(text[:-1] if factor else text) * (factor or 1)
+    if value <= 0:
+        raise ValueError(f"--ttl must be positive (got {text!r})")
+    return value
+
+
+def _token(args: argparse.Namespace) -> int:
+    try:
+        settings = load_settings(args.config)
+        token = mint_token(
+            settings.auth,
+            args.scope,
+            _seconds(args.ttl),
+            subject=args.subject,
+            private_key_file=args.private_key,
+        )
+    except (ValueError, OSError) as exc:
+        print(f"loom token: {exc}", file=sys.stderr)
+        return 2
+    print(token)
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parses arguments, loads settings (flags win over env over TOML) and serves."""
     args = _parser().parse_args(argv)
+    if args.command == "token":
+        return _token(args)
     overrides: dict[str, dict[str, Any]] = {
-        "server": {"host": args.host, "port": args.port, "log_level": args.log_level},
+        "server": {
+            "host": args.host,
+            "port": args.port,
+            "log_level": args.log_level,
+            "tls_cert_file": args.tls_cert,
+            "tls_key_file": args.tls_key,
+            "tls_client_ca_file": args.tls_client_ca,
+            "metrics_port": args.metrics_port,
+        },
         "sqlite": {"data_dir": args.data_dir},
         "storage": {
             "threadweaver_store": args.threadweaver_store,
@@ -67,8 +121,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)
     else:
         runner = asyncio.Runner()
-    with runner:
-        runner.run(serve(settings))
+    try:
+        with runner:
+            runner.run(serve(settings))
+    except ConfigError as exc:
+        print(f"loom: cannot start: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"loom: cannot start: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -32,9 +32,11 @@ from storage.settings import (
 )
 
 __all__ = [
+    "AuthSettings",
     "BigtableSettings",
     "BreakerSettings",
     "CassandraSettings",
+    "ConfigError",
     "DynamoDBSettings",
     "InboxSettings",
     "MethodPolicy",
@@ -46,6 +48,11 @@ __all__ = [
     "ThreadWeaverSettings",
     "load_settings",
 ]
+
+
+class ConfigError(ValueError):
+    """A setting that cannot work (a missing file, a key that does not match): the message
+    names the setting, and `loom serve` exits non-zero before listening."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +67,9 @@ class MethodPolicy:
     """Longest wait for a slot before RESOURCE_EXHAUSTED."""
     deadline_s: float = 5.0
     """Default deadline; a shorter client deadline wins."""
+    scope: str = ""
+    """Token scope the method requires when auth is on (empty: derived from its name,
+    `server.runtime.auth.method_scope`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +95,43 @@ class ServerSettings:
     """sys.setswitchinterval: how long a storage thread may hold the GIL before the event
     loop gets it back. Python's default 5 ms lets batch work in storage threads (fan-out
     chunks, weave batches) delay every waiting RPC by up to 5 ms per hand-off."""
+    tls_cert_file: str = ""
+    """PEM certificate chain of the server; with `tls_key_file`, the port serves TLS only."""
+    tls_key_file: str = ""
+    """PEM private key matching `tls_cert_file`."""
+    tls_client_ca_file: str = ""
+    """PEM CA bundle; when set, clients must present a certificate it signed (mutual TLS)."""
+    metrics_port: int = 0
+    """Prometheus exposition on this port (0 = off); served on `metrics_host`."""
+    metrics_host: str = "127.0.0.1"
+    """Interface of the metrics endpoint (0.0.0.0 inside a container)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AuthSettings:
+    """Bearer-token (JWT) authentication; off unless a key file is configured."""
+
+    jwt_secret_file: str = ""
+    """File holding the HS256 shared secret (its bytes, surrounding whitespace stripped)."""
+    jwt_public_key_file: str = ""
+    """PEM public key verifying RS256 or ES256 tokens (an asymmetric issuer's)."""
+    audience: str = "loom"
+    """Required `aud` claim."""
+    issuer: str = ""
+    """Required `iss` claim, when set."""
+    leeway_s: float = 30.0
+    """Clock skew tolerated on `exp` and `nbf`."""
+    open_services: tuple[str, ...] = (
+        "grpc.health.v1.Health",
+        "grpc.reflection.v1.ServerReflection",
+        "grpc.reflection.v1alpha.ServerReflection",
+    )
+    """Services callable without a token (probes and tools)."""
+
+    @property
+    def enabled(self) -> bool:
+        """Whether calls must carry a token."""
+        return bool(self.jwt_secret_file or self.jwt_public_key_file)
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +222,7 @@ class Settings:
     cassandra: CassandraSettings = field(default_factory=CassandraSettings)
     dynamodb: DynamoDBSettings = field(default_factory=DynamoDBSettings)
     storage: StorageSettings = field(default_factory=StorageSettings)
+    auth: AuthSettings = field(default_factory=AuthSettings)
     breaker: BreakerSettings = field(default_factory=BreakerSettings)
     threadweaver: ThreadWeaverSettings = field(default_factory=ThreadWeaverSettings)
     summary: SummarySettings = field(default_factory=SummarySettings)

@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TypeVar
 
 import grpc
 from google.rpc import error_details_pb2
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_status import rpc_status
 
 from server.app import LoomServer, build_server
@@ -74,3 +82,106 @@ def violations(error: grpc.aio.AioRpcError) -> dict[str, str]:
         if detail.Unpack(bad):
             found.update({v.field: v.description for v in bad.field_violations})
     return found
+
+
+def free_port() -> int:
+    """A loopback TCP port that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Served:
+    """A `loom serve` process, where it listens, and what it has written to stderr so far."""
+
+    process: subprocess.Popen[bytes]
+    target: str
+    log: Path
+
+    def stderr(self) -> str:
+        return self.log.read_text(encoding="utf-8", errors="replace")
+
+    def log_lines(self) -> list[dict[str, object]]:
+        """Its structured (JSON) log lines."""
+        return [json.loads(x) for x in self.stderr().splitlines() if x.startswith("{")]
+
+
+async def _serving(channel: grpc.aio.Channel) -> bool:
+    try:
+        reply = await health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(service=""), timeout=2.0
+        )
+    except grpc.aio.AioRpcError:
+        return False
+    return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
+
+
+@asynccontextmanager
+async def loom_process(
+    tmp: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    credentials: grpc.ChannelCredentials | None = None,
+    port: int | None = None,
+    data_dir: Path | None = None,
+) -> AsyncIterator[Served]:
+    """`loom serve` as a real process on a free port, SIGTERMed (then killed) at the end.
+
+    The environment is this process's minus LOOM_* (so a test's settings are its own),
+    plus `env`. Health is polled over TLS when `credentials` are given.
+    """
+    port = port or free_port()
+    log = tmp / f"loom-{port}.log"
+    base = {k: v for k, v in os.environ.items() if not k.startswith("LOOM_")}
+    command = [str(Path(sys.executable).with_name("loom")), "serve", "--port", str(port)]
+    command += ["--data-dir", str(data_dir or tmp / f"data-{port}"), *args]
+    process = _spawn(command, log, {**base, **(env or {})})
+    served = Served(process, f"127.0.0.1:{port}", log)
+    try:
+        target = f"localhost:{port}" if credentials else served.target
+        channel = (
+            grpc.aio.secure_channel(target, credentials)
+            if credentials
+            else grpc.aio.insecure_channel(target)
+        )
+        async with channel:
+            await eventually(
+                lambda: _serving(channel) if process.poll() is None else _exited(),
+                bool,
+                timeout_s=60.0,
+                interval_s=0.1,
+            )
+        if process.poll() is not None:
+            raise AssertionError(f"loom serve exited {process.returncode}:\n{served.stderr()}")
+        yield served
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.to_thread(process.wait, 60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                await asyncio.to_thread(process.wait)
+
+
+def _spawn(command: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    with log.open("wb") as sink:
+        return subprocess.Popen(command, stdout=sink, stderr=sink, env=env)
+
+
+async def _exited() -> bool:
+    return True
+
+
+def run_loom(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`loom <args>` to completion (e.g. a `serve` that must refuse to start, or `token`)."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("LOOM_")}
+    return subprocess.run(
+        [str(Path(sys.executable).with_name("loom")), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**base, **(env or {})},
+        check=False,
+    )

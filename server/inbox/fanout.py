@@ -69,6 +69,8 @@ class FanoutStage:
         self._clock = clock
         self._active: dict[str, FanoutJob] = {}
         self._pool = WorkerPool("inbox-fanout", workers, self._work)
+        self.refused = 0
+        """Posts refused because the queue was full (metrics)."""
 
     def start(self) -> None:
         """Starts the workers (inside the running loop)."""
@@ -95,6 +97,10 @@ class FanoutStage:
         """Whether `submit` would be accepted now."""
         return not self._queue.full()
 
+    def depth(self) -> int:
+        """Jobs waiting for a worker (metrics)."""
+        return self._queue.qsize()
+
     def submit(self, job: FanoutJob) -> DeliveryRecord:
         """Queues `job` (no-op when the same delivery is already active here)."""
         current = self._active.get(job.record.delivery_id)
@@ -103,6 +109,7 @@ class FanoutStage:
         try:
             self._queue.put_nowait(job)
         except asyncio.QueueFull:
+            self.refused += 1
             raise ResourceExhausted(
                 "inbox fan-out queue is full; retry PostMessage later"
             ) from None

@@ -28,5 +28,16 @@ async def mount(server: grpc.aio.Server, settings: Settings, resources: Resource
     engine = settings.storage.inbox_store
     service = InboxService(guard_store(store, resources.breaker(engine)), settings.inbox)
     service.start()
+    metrics = resources.metrics
+    inbox = settings.inbox
+    metrics.queue(
+        "inbox_fanout", service.fanout.depth, inbox.fanout_queue, lambda: service.fanout.refused
+    )
+    metrics.queue(
+        "inbox_trim",
+        lambda: service.trimmer.pending,
+        inbox.trim_queue,
+        lambda: service.trimmer.dropped,
+    )
     inbox_pb2_grpc.add_InboxServicer_to_server(InboxHandler(service, settings.inbox), server)
     return Mounted(closers=[store.close, service.stop])

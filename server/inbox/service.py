@@ -116,6 +116,7 @@ class InboxService:
         if recipients <= self._settings.sync_fanout_max or self.fanout.has_room():
             return
         if self.fanout.live(delivery_id_for(thread_id, message_id)) is None:
+            self.fanout.refused += 1
             raise ResourceExhausted("inbox fan-out queue is full; retry PostMessage later")
 
     async def _post_in_background(self, post: Post, recipients: list[str]) -> PostResult:

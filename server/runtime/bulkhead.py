@@ -14,7 +14,11 @@ from contextlib import asynccontextmanager
 
 from server.runtime.errors import ResourceExhausted
 
-__all__ = ["Bulkhead"]
+__all__ = ["Bulkhead", "BulkheadFull"]
+
+
+class BulkheadFull(ResourceExhausted):
+    """A call refused by its method's bulkhead (counted apart from other exhaustion)."""
 
 
 class Bulkhead:
@@ -54,13 +58,13 @@ class Bulkhead:
         """Holds one slot for the body; raises ResourceExhausted when none can be had."""
         if self._sem.locked():
             if self.full:
-                raise ResourceExhausted(f"{self.name}: too many concurrent calls")
+                raise BulkheadFull(f"{self.name}: too many concurrent calls")
             self._waiting += 1
             try:
                 async with asyncio.timeout(self._max_wait_s):
                     await self._sem.acquire()
             except TimeoutError:
-                raise ResourceExhausted(f"{self.name}: no capacity within the wait") from None
+                raise BulkheadFull(f"{self.name}: no capacity within the wait") from None
             finally:
                 self._waiting -= 1
         else:

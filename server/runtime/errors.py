@@ -6,7 +6,9 @@
     ├── FailedPrecondition   the request is valid but the state forbids it
     ├── ResourceExhausted    a bulkhead or queue is full; retry later
     ├── Unavailable          an engine is down or the circuit breaker is open
-    └── DeadlineExceeded     the work did not finish in time
+    ├── DeadlineExceeded     the work did not finish in time
+    ├── Unauthenticated      no credentials, or credentials that do not verify
+    └── PermissionDenied     verified credentials without the scope the method needs
 
 `server.runtime.status` maps each class to a gRPC status code, in one place. Storage
 adapters raise `storage.errors.StorageError` (translated once, inside the adapter); the
@@ -24,7 +26,9 @@ __all__ = [
     "InvalidArgument",
     "LoomError",
     "NotFound",
+    "PermissionDenied",
     "ResourceExhausted",
+    "Unauthenticated",
     "Unavailable",
 ]
 
@@ -76,3 +80,11 @@ class Unavailable(LoomError):
 
 class DeadlineExceeded(LoomError):
     """The work ran out of time and was cancelled."""
+
+
+class Unauthenticated(LoomError):
+    """The call carries no bearer token, or one that does not verify (signature, exp, aud)."""
+
+
+class PermissionDenied(LoomError):
+    """The caller is authenticated but its token lacks the scope this method requires."""

@@ -25,13 +25,16 @@ import grpc
 import structlog
 from google.protobuf.message import DecodeError
 
+from server.runtime.auth import Authenticator, method_scope
+from server.runtime.bulkhead import BulkheadFull
 from server.runtime.errors import (
     DeadlineExceeded,
     FieldViolation,
     InvalidArgument,
-    ResourceExhausted,
+    LoomError,
 )
 from server.runtime.logs import get_logger
+from server.runtime.metrics import Metrics
 from server.runtime.policies import PolicyTable
 from server.runtime.status import code_for, rich_status
 
@@ -90,22 +93,35 @@ def _tolerant(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], 
 class _Call:
     """Bookkeeping shared by the unary and streaming wrappers."""
 
-    __slots__ = ("context", "method", "request_id", "started", "table")
+    __slots__ = ("context", "method", "metrics", "request_id", "started", "table")
 
-    def __init__(self, table: PolicyTable, method: str, context: grpc.aio.ServicerContext) -> None:
+    def __init__(
+        self,
+        table: PolicyTable,
+        method: str,
+        context: grpc.aio.ServicerContext,
+        metrics: Metrics,
+    ) -> None:
         self.table = table
         self.method = method
         self.context = context
+        self.metrics = metrics
         self.request_id = _request_id(context)
         self.started = time.perf_counter()
+        metrics.in_flight.labels(method).inc()
         structlog.contextvars.bind_contextvars(request_id=self.request_id)
         context.set_trailing_metadata((("x-request-id", self.request_id),))
 
     def log(self, code: grpc.StatusCode, exc: BaseException | None = None) -> None:
+        seconds = time.perf_counter() - self.started
+        self.metrics.in_flight.labels(self.method).dec()
+        self.metrics.observe(self.method, code, seconds)
+        if isinstance(exc, BulkheadFull):
+            self.metrics.refusals.labels(self.method).inc()
         fields: dict[str, Any] = {
             "method": self.method,
             "status": code.name,
-            "duration_ms": round((time.perf_counter() - self.started) * 1000, 3),
+            "duration_ms": round(seconds * 1000, 3),
             "request_id": self.request_id,
         }
         if code is grpc.StatusCode.INTERNAL and exc is not None:
@@ -127,9 +143,10 @@ def _wrap_unary(
     behavior: Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]],
     table: PolicyTable,
     method: str,
+    metrics: Metrics,
 ) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]:
     async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
-        call = _Call(table, method, context)
+        call = _Call(table, method, context, metrics)
         if type(request) is _Malformed:
             await call.fail(request.error)
         policy = table.policy(method)
@@ -154,11 +171,12 @@ def _wrap_stream(
     behavior: Callable[[Any, grpc.aio.ServicerContext], AsyncIterator[Any]],
     table: PolicyTable,
     method: str,
+    metrics: Metrics,
 ) -> Callable[[Any, grpc.aio.ServicerContext], AsyncIterator[Any]]:
     """Server streams hold the bulkhead for their whole life; the deadline is the client's."""
 
     async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-        call = _Call(table, method, context)
+        call = _Call(table, method, context, metrics)
         if type(request) is _Malformed:
             await call.fail(request.error)
         try:
@@ -176,18 +194,23 @@ def _wrap_stream(
 
 
 def _refusal(
-    handler: grpc.RpcMethodHandler, table: PolicyTable, method: str
+    handler: grpc.RpcMethodHandler,
+    table: PolicyTable,
+    method: str,
+    error: Exception,
+    metrics: Metrics,
 ) -> grpc.RpcMethodHandler:
-    """A handler that refuses with RESOURCE_EXHAUSTED without parsing the request.
+    """A handler that answers `error` without parsing the request.
 
     Decided when the call arrives, before its message is deserialized: a flood of refused
-    calls carrying large payloads (20,000-recipient posts) must not cost the event loop a
-    parse each, or the shedding itself starves the methods the bulkheads protect.
+    calls carrying large payloads (20,000-recipient posts) or of unauthenticated calls must
+    not cost the event loop a parse each, or the shedding itself starves the methods the
+    bulkheads protect.
     """
 
     async def refuse(request: bytes, context: grpc.aio.ServicerContext) -> Any:
-        call = _Call(table, method, context)
-        await call.fail(ResourceExhausted(f"{method}: too many concurrent calls"))
+        call = _Call(table, method, context, metrics)
+        await call.fail(error)
 
     async def refuse_stream(
         request: bytes, context: grpc.aio.ServicerContext
@@ -195,7 +218,7 @@ def _refusal(
         await refuse(request, context)
         yield  # pragma: no cover - never reached; makes this an async generator
 
-    if handler.unary_stream is not None:
+    if handler.unary_stream is not None or handler.stream_stream is not None:
         return grpc.unary_stream_rpc_method_handler(
             refuse_stream, response_serializer=handler.response_serializer
         )
@@ -260,10 +283,33 @@ def _decoding_guarded(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
 
 
 class RpcInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    """Wraps every ``/loom.*`` handler with bulkhead, deadline, error mapping and logging."""
+    """Wraps every ``/loom.*`` handler with auth, bulkhead, deadline, error mapping and logging."""
 
-    def __init__(self, table: PolicyTable) -> None:
+    def __init__(
+        self,
+        table: PolicyTable,
+        auth: Authenticator | None = None,
+        metrics: Metrics | None = None,
+    ) -> None:
         self._table = table
+        self._auth = auth
+        self._metrics = metrics or Metrics()
+        self._metrics.bulkheads = table.bulkheads
+        self._scopes: dict[str, str] = {}
+
+    def _denied(self, details: grpc.HandlerCallDetails, method: str) -> Exception | None:
+        """The auth error of this call, if any (checked before the request is parsed)."""
+        if self._auth is None or self._auth.is_open(method.partition("/")[0]):
+            return None
+        scope = self._scopes.get(method)
+        if scope is None:
+            scope = method_scope(method, self._table.policy(method).scope)
+            self._scopes[method] = scope
+        try:
+            self._auth.check(details.invocation_metadata or (), scope)
+        except LoomError as exc:
+            return exc
+        return None
 
     async def intercept_service(
         self,
@@ -274,20 +320,33 @@ class RpcInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         full = handler_call_details.method
         if handler is None:
             return handler
+        method = full[1:]
+        denied = self._denied(handler_call_details, method)
+        if denied is not None:
+            return _refusal(handler, self._table, method, denied, self._metrics)
         if not full.startswith(_LOOM_PREFIX):
             return _decoding_guarded(handler)
-        method = full[1:]
+        return self._wrapped(handler, method)
+
+    def _wrapped(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
+        """A Loom method's handler behind its bulkhead, deadline, error mapping and log line."""
         if self._table.bulkhead(method).full:
-            return _refusal(handler, self._table, method)
+            return _refusal(
+                handler,
+                self._table,
+                method,
+                BulkheadFull(f"{method}: too many concurrent calls"),
+                self._metrics,
+            )
         if handler.unary_unary is not None:
             return grpc.unary_unary_rpc_method_handler(
-                _wrap_unary(handler.unary_unary, self._table, method),
+                _wrap_unary(handler.unary_unary, self._table, method, self._metrics),
                 request_deserializer=_tolerant(handler.request_deserializer),
                 response_serializer=handler.response_serializer,
             )
         if handler.unary_stream is not None:
             return grpc.unary_stream_rpc_method_handler(
-                _wrap_stream(handler.unary_stream, self._table, method),
+                _wrap_stream(handler.unary_stream, self._table, method, self._metrics),
                 request_deserializer=_tolerant(handler.request_deserializer),
                 response_serializer=handler.response_serializer,
             )

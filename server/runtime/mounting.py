@@ -7,11 +7,13 @@ resources) -> Mounted``. `server.app` knows only this shape, so adding a service
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from server.config import BreakerSettings
 from server.runtime.breaker import CircuitBreaker
+from server.runtime.metrics import Metrics
 
 __all__ = ["Mounted", "Resources"]
 
@@ -25,14 +27,36 @@ class Mounted:
 
 
 class Resources:
-    """Shared by every service: one circuit breaker per engine."""
+    """Shared by every service: one circuit breaker per engine, and the server's metrics."""
 
-    def __init__(self, breaker_settings: BreakerSettings) -> None:
+    def __init__(self, breaker_settings: BreakerSettings, metrics: Metrics | None = None) -> None:
         self._settings = breaker_settings
         self._breakers: dict[str, CircuitBreaker] = {}
+        self.metrics = metrics or Metrics()
+        """Where background stages register their queues (`Metrics.queue`)."""
+        self.metrics.breakers = self.breakers
+        self._service = ""
+        self.engines_of: dict[str, set[str]] = {}
+        """Service -> the engines whose breakers it has taken (its health follows them)."""
+
+    def breakers(self) -> list[CircuitBreaker]:
+        """Every breaker created so far."""
+        return list(self._breakers.values())
+
+    def for_service(self, service: str) -> Resources:
+        """A view for one service's mount: the breakers it takes are recorded as its own."""
+        view = copy.copy(self)  # shares the breaker and dependency maps
+        view._service = service
+        return view
 
     def breaker(self, engine: str) -> CircuitBreaker:
-        """The breaker guarding `engine` (shared by every store on that engine)."""
+        """The breaker guarding `engine` (shared by every store on that engine).
+
+        Taken through `for_service`, it records that the service depends on `engine`, so
+        the service's health status follows this breaker.
+        """
+        if self._service:
+            self.engines_of.setdefault(self._service, set()).add(engine)
         found = self._breakers.get(engine)
         if found is None:
             s = self._settings

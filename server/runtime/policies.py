@@ -37,6 +37,10 @@ class PolicyTable:
         """The policy of `method` (``loom.v1.Service/Method``)."""
         return self._overrides.get(method) or self._defaults.get(method) or self._fallback
 
+    def bulkheads(self) -> list[Bulkhead]:
+        """Every bulkhead created so far (one per method that has been called)."""
+        return list(self._bulkheads.values())
+
     def bulkhead(self, method: str) -> Bulkhead:
         """The bulkhead of `method`, created on first use (inside the running loop)."""
         found = self._bulkheads.get(method)

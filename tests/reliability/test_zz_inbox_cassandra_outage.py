@@ -154,6 +154,11 @@ async def test_outage_fails_fast_keeps_serving_and_loses_no_acked_delivery(tmp_p
             t_ready = time.monotonic()
             await eventually(lambda: _recent_ok(load), bool, timeout_s=60.0, interval_s=0.2)
             t_recovered = time.monotonic()
+            await eventually(
+                lambda: service_status(running, "loom.v1.Inbox"),
+                lambda s: s == health_pb2.HealthCheckResponse.SERVING,
+                timeout_s=30.0,
+            )
             await asyncio.sleep(1.0)
             load.stop.set()
             await asyncio.gather(*tasks)
@@ -183,9 +188,20 @@ async def _assert_failing_fast_and_serving(running: Running, load: Load, t_down:
         f"most outage calls should be refused by the server, not left to their deadline: "
         f"{answered} UNAVAILABLE of {len(down)}"
     )
+    # Liveness ("") stays up; the Inbox service reports its engine down (readiness).
+    assert await service_status(running, "") == health_pb2.HealthCheckResponse.SERVING
+    await eventually(
+        lambda: service_status(running, "loom.v1.Inbox"),
+        lambda s: s == health_pb2.HealthCheckResponse.NOT_SERVING,
+        timeout_s=30.0,
+    )
+    assert await service_status(running, "") == health_pb2.HealthCheckResponse.SERVING
+
+
+async def service_status(running: Running, service: str) -> int:
     health = health_pb2_grpc.HealthStub(running.channel)
-    reply = await health.Check(health_pb2.HealthCheckRequest(service=""), timeout=30.0)
-    assert reply.status == health_pb2.HealthCheckResponse.SERVING
+    reply = await health.Check(health_pb2.HealthCheckRequest(service=service), timeout=30.0)
+    return int(reply.status)
 
 
 async def _recent_ok(load: Load) -> bool:

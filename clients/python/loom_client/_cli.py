@@ -22,8 +22,10 @@ import os
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
+import grpc
 from google.protobuf import descriptor_pool, json_format, message_factory
 from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -78,6 +80,14 @@ def _parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="metadata sent with the call (repeatable)",
     )
+    parser.add_argument(
+        "--token",
+        default=os.environ.get("LOOM_TOKEN", ""),
+        help="bearer token (`loom token --scope ...`; default: $LOOM_TOKEN)",
+    )
+    parser.add_argument("--tls-ca", default="", help="PEM CA bundle: connect with TLS")
+    parser.add_argument("--tls-cert", default="", help="PEM client certificate (mutual TLS)")
+    parser.add_argument("--tls-key", default="", help="PEM client private key (mutual TLS)")
     commands = parser.add_subparsers(dest="command", required=True)
 
     health = commands.add_parser("health", help="grpc.health.v1 check")
@@ -106,11 +116,24 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _credentials(args: argparse.Namespace) -> grpc.ChannelCredentials | None:
+    if not args.tls_ca:
+        return None
+    key = Path(args.tls_key).read_bytes() if args.tls_key else None
+    cert = Path(args.tls_cert).read_bytes() if args.tls_cert else None
+    return grpc.ssl_channel_credentials(Path(args.tls_ca).read_bytes(), key, cert)
+
+
 async def _run(args: argparse.Namespace) -> int:
     metadata = tuple(_pair(item) for item in args.metadata)
     retry = RetryPolicy(max_attempts=args.retries + 1) if args.retries > 0 else NO_RETRY
     async with LoomClient.connect(
-        args.target, default_timeout=args.timeout, metadata=metadata, retry=retry
+        args.target,
+        default_timeout=args.timeout,
+        metadata=metadata,
+        retry=retry,
+        token=args.token or None,
+        credentials=_credentials(args),
     ) as client:
         if args.command == "health":
             print(json.dumps({"status": await client.health(args.service, timeout=args.timeout)}))

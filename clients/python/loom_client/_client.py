@@ -83,8 +83,10 @@ class LoomClient:
         retry: RetryPolicy = NO_RETRY,
         stream_timeout: float | None = None,
         owns_channel: bool = False,
+        token: str | None = None,
     ) -> None:
-        defaults = CallDefaults(default_timeout, tuple(metadata), retry, stream_timeout)
+        sent = (*tuple(metadata), *(_bearer(token) if token else ()))
+        defaults = CallDefaults(default_timeout, sent, retry, stream_timeout)
         self._channel = channel
         self._owns_channel = owns_channel
         self.threadweaver = ThreadWeaverClient(channel, defaults)
@@ -104,12 +106,16 @@ class LoomClient:
         stream_timeout: float | None = None,
         credentials: grpc.ChannelCredentials | None = None,
         options: Sequence[tuple[str, Any]] = _DEFAULT_OPTIONS,
+        token: str | None = None,
     ) -> LoomClient:
         """A client on a new channel to `target` (TLS when `credentials` is given).
 
         `default_timeout` bounds each unary call, retries included (None: no deadline);
         `metadata` is sent with every call; `retry` applies to calls that pass none (the
-        default retries nothing). Closing the client closes the channel.
+        default retries nothing); `token` is a bearer token (``loom token``) sent as
+        ``authorization`` metadata with every call. TLS: ``credentials=
+        grpc.ssl_channel_credentials(root_ca_pem)`` (add the client key and certificate for
+        mutual TLS). Closing the client closes the channel.
         """
         if credentials is None:
             channel = grpc.aio.insecure_channel(target, options=list(options))
@@ -122,6 +128,7 @@ class LoomClient:
             retry=retry,
             stream_timeout=stream_timeout,
             owns_channel=True,
+            token=token,
         )
 
     @property
@@ -153,6 +160,10 @@ class LoomClient:
         tb: TracebackType | None,
     ) -> None:
         await self.close()
+
+
+def _bearer(token: str) -> tuple[tuple[str, str]]:
+    return (("authorization", f"Bearer {token}"),)
 
 
 def snake_case(rpc_name: str) -> str:
