@@ -7,6 +7,7 @@ import gc
 import importlib
 import signal
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -84,13 +85,24 @@ class LoomServer:
     metrics_port: int = 0
     """Where the Prometheus exposition listens (0: not served)."""
     monitor: HealthMonitor | None = None
+    interceptor: RpcInterceptor | None = None
 
     async def stop(self) -> None:
-        """Graceful drain: report NOT_SERVING, finish in-flight calls, then close stores."""
+        """Graceful drain within `grace_s`: health NOT_SERVING, new calls UNAVAILABLE,
+        running calls finish, then the port closes and background work and stores stop.
+
+        New calls are refused by the interceptor rather than by grpc's own shutdown, which
+        cancels calls that reached the server but had not started yet (CANCELLED is not
+        retryable; UNAVAILABLE tells the client to go to another replica).
+        """
+        deadline = time.monotonic() + self.grace_s
         if self.monitor is not None:
             await self.monitor.stop()
         await self.health.enter_graceful_shutdown()
-        await self.server.stop(self.grace_s)
+        if self.interceptor is not None:
+            self.interceptor.drain()
+        await self.metrics.wait_idle(deadline - time.monotonic())
+        await self.server.stop(max(0.0, deadline - time.monotonic()))
         for close in reversed(self.closers):
             await close()
         self.metrics.close()
@@ -146,8 +158,9 @@ async def build_server(settings: Settings) -> LoomServer:
     for module in modules:
         defaults.update(module.POLICIES)
     metrics = Metrics()
+    interceptor = RpcInterceptor(PolicyTable(defaults, settings.policies), auth, metrics)
     server = grpc.aio.server(
-        interceptors=[RpcInterceptor(PolicyTable(defaults, settings.policies), auth, metrics)],
+        interceptors=[interceptor],
         options=[
             ("grpc.max_receive_message_length", settings.server.max_message_bytes),
             ("grpc.max_send_message_length", settings.server.max_message_bytes),
@@ -190,6 +203,7 @@ async def build_server(settings: Settings) -> LoomServer:
         metrics,
         metrics_port,
         monitor,
+        interceptor,
     )
 
 

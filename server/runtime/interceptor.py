@@ -32,6 +32,7 @@ from server.runtime.errors import (
     FieldViolation,
     InvalidArgument,
     LoomError,
+    Unavailable,
 )
 from server.runtime.logs import get_logger
 from server.runtime.metrics import Metrics
@@ -57,6 +58,9 @@ def _request_id(context: grpc.aio.ServicerContext) -> str:
 def _effective_deadline(context: grpc.aio.ServicerContext, default_s: float) -> float:
     remaining = context.time_remaining()
     return default_s if remaining is None else max(0.0, min(default_s, remaining))
+
+
+_DRAINING = Unavailable("server is shutting down; retry the call (another replica will take it)")
 
 
 class _Malformed:
@@ -108,14 +112,13 @@ class _Call:
         self.metrics = metrics
         self.request_id = _request_id(context)
         self.started = time.perf_counter()
-        metrics.in_flight.labels(method).inc()
+        metrics.call_started(method)
         structlog.contextvars.bind_contextvars(request_id=self.request_id)
         context.set_trailing_metadata((("x-request-id", self.request_id),))
 
     def log(self, code: grpc.StatusCode, exc: BaseException | None = None) -> None:
         seconds = time.perf_counter() - self.started
-        self.metrics.in_flight.labels(self.method).dec()
-        self.metrics.observe(self.method, code, seconds)
+        self.metrics.call_ended(self.method, code, seconds)
         if isinstance(exc, BulkheadFull):
             self.metrics.refusals.labels(self.method).inc()
         fields: dict[str, Any] = {
@@ -295,6 +298,12 @@ class RpcInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         self._auth = auth
         self._metrics = metrics or Metrics()
         self._metrics.bulkheads = table.bulkheads
+        self._draining = False
+
+    def drain(self) -> None:
+        """From now on every new Loom call is refused with UNAVAILABLE (retry elsewhere);
+        calls already running continue. Health and reflection still answer."""
+        self._draining = True
         self._scopes: dict[str, str] = {}
 
     def _denied(self, details: grpc.HandlerCallDetails, method: str) -> Exception | None:
@@ -326,6 +335,8 @@ class RpcInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             return _refusal(handler, self._table, method, denied, self._metrics)
         if not full.startswith(_LOOM_PREFIX):
             return _decoding_guarded(handler)
+        if self._draining:
+            return _refusal(handler, self._table, method, _DRAINING, self._metrics)
         return self._wrapped(handler, method)
 
     def _wrapped(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:

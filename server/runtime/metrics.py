@@ -19,6 +19,7 @@ by a collector, so the hot path pays nothing for them.
 
 from __future__ import annotations
 
+import asyncio
 import platform
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -117,16 +118,39 @@ class Metrics:
             "loom_build_info", "Build of this server", ["version", "python", "grpcio"], registry=r
         )
         build.labels(_version(), platform.python_version(), grpc.__version__).set(1)
+        self.running = 0
+        """Loom calls between arrival and answer, all methods (the drain waits for 0)."""
+        self._idle: asyncio.Event | None = None
         self.queues: dict[str, QueueMetrics] = {}
         self.bulkheads: Callable[[], Iterable[Bulkhead]] = lambda: ()
         self.breakers: Callable[[], Iterable[CircuitBreaker]] = lambda: ()
         r.register(_Live(self))
         self._http: Any = None
 
-    def observe(self, method: str, code: grpc.StatusCode, seconds: float) -> None:
-        """One finished call."""
+    def call_started(self, method: str) -> None:
+        """A Loom call arrived."""
+        self.in_flight.labels(method).inc()
+        self.running += 1
+
+    def call_ended(self, method: str, code: grpc.StatusCode, seconds: float) -> None:
+        """A Loom call was answered."""
+        self.in_flight.labels(method).dec()
         self.requests.labels(method, code.name).inc()
         self.latency.labels(method).observe(seconds)
+        self.running -= 1
+        if self.running == 0 and self._idle is not None:
+            self._idle.set()
+
+    async def wait_idle(self, timeout_s: float) -> bool:
+        """Waits until no Loom call is running (at most `timeout_s`); whether it got there."""
+        self._idle = asyncio.Event()
+        if self.running == 0:
+            return True
+        try:
+            await asyncio.wait_for(self._idle.wait(), max(0.0, timeout_s))
+        except TimeoutError:
+            return False
+        return True
 
     def queue(
         self, name: str, depth: Callable[[], int], capacity: int, dropped: Callable[[], int]
