@@ -299,12 +299,12 @@ class RpcInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         self._metrics = metrics or Metrics()
         self._metrics.bulkheads = table.bulkheads
         self._draining = False
+        self._scopes: dict[str, str] = {}
 
     def drain(self) -> None:
         """From now on every new Loom call is refused with UNAVAILABLE (retry elsewhere);
         calls already running continue. Health and reflection still answer."""
         self._draining = True
-        self._scopes: dict[str, str] = {}
 
     def _denied(self, details: grpc.HandlerCallDetails, method: str) -> Exception | None:
         """The auth error of this call, if any (checked before the request is parsed)."""
