@@ -401,24 +401,28 @@ Global___StreamObjectsRequest: _TypeAlias = StreamObjectsRequest  # noqa: Y015
 
 @_typing.final
 class ObjectChunk(_message.Message):
-    """One emitted chunk: objects of one parent, in key order, under a stable id."""
+    """One emitted chunk: the objects one step of the pipeline read, in
+    (parent, key) order, under a stable id.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
     CHUNK_ID_FIELD_NUMBER: _builtins.int
-    PARENT_KEY_FIELD_NUMBER: _builtins.int
+    PARENT_IDS_FIELD_NUMBER: _builtins.int
     OBJECT_KEYS_FIELD_NUMBER: _builtins.int
     KEY_WIDTH_FIELD_NUMBER: _builtins.int
     RESENT_FIELD_NUMBER: _builtins.int
     chunk_id: _builtins.str
-    """Stable id: a re-sent chunk keeps it. Acknowledge by it."""
+    """Stable id within the job: a re-sent chunk keeps it. Acknowledge by it."""
     key_width: _builtins.int
     """Integers per key (1 for an integer id; more for a composite key)."""
     resent: _builtins.bool
     """True when this chunk was sent before and not acknowledged in time."""
     @_builtins.property
-    def parent_key(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
-        """The key of the objects' parent at the level above (empty at the top)."""
+    def parent_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Each object's parent id at the level above, parallel to the objects
+        (empty when the objects are the scope's own level).
+        """
 
     @_builtins.property
     def object_keys(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
@@ -428,14 +432,14 @@ class ObjectChunk(_message.Message):
         self,
         *,
         chunk_id: _builtins.str = ...,
-        parent_key: _abc.Iterable[_builtins.int] | None = ...,
+        parent_ids: _abc.Iterable[_builtins.int] | None = ...,
         object_keys: _abc.Iterable[_builtins.int] | None = ...,
         key_width: _builtins.int = ...,
         resent: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunk_id", b"chunk_id", "key_width", b"key_width", "object_keys", b"object_keys", "parent_key", b"parent_key", "resent", b"resent"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunk_id", b"chunk_id", "key_width", b"key_width", "object_keys", b"object_keys", "parent_ids", b"parent_ids", "resent", b"resent"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
