@@ -265,7 +265,7 @@ class Settings:
 D = TypeVar("D")
 
 
-def _coerce(value: Any, hint: Any, where: str) -> Any:
+def _coerce(value: Any, hint: Any, where: str) -> Any:  # noqa: PLR0911 - one return per type
     """Turns a TOML or environment value into the field's declared type."""
     origin = typing.get_origin(hint)
     if origin is Literal:

@@ -29,14 +29,14 @@ __all__ = [
     "JobStore",
     "Key",
     "LedgerSummary",
+    "MessageMapping",
     "QueuedMessage",
     "SchemaFacts",
     "SourceLevel",
     "Step",
-    "TaskRecord",
-    "MessageMapping",
     "StoredSummary",
     "SummaryStore",
+    "TaskRecord",
     "ThreadKey",
     "ThreadStore",
     "UnifiedStats",
@@ -349,7 +349,10 @@ class IterationSource(Protocol):
     Only rows satisfying the level's `where` count. Faults become `storage.errors`.
     """
 
-    levels: Sequence[SourceLevel]
+    @property
+    def levels(self) -> Sequence[SourceLevel]:
+        """The configured levels, top first (reads name a level by its index)."""
+        ...
 
     async def schema(self) -> SchemaFacts:
         """Columns and indexes of the levels' tables, from the live catalog."""

@@ -17,8 +17,8 @@ from server.config import (
     CassandraSettings,
     DynamoDBSettings,
     Settings,
-    SqsSettings,
     SqliteSettings,
+    SqsSettings,
     StorageSettings,
 )
 

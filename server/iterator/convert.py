@@ -81,7 +81,16 @@ def start_from_proto(
     elif kind == "level_scope":
         s = request.level_scope
         first, last, field, level_name = list(s.first_key), list(s.last_key), "level_scope", s.level
-    scope = resolve_scope(v, levels, kind, level_name, first, last, field, request.level)
+    scope = resolve_scope(
+        v,
+        levels,
+        kind=kind,
+        level_name=level_name,
+        first=first,
+        last=last,
+        field=field,
+        emit_name=request.level,
+    )
     v.check(
         0 <= request.rate_limit_per_second <= MAX_RATE,
         "rate_limit_per_second",

@@ -51,7 +51,9 @@ class IteratorHandler(iterator_pb2_grpc.IteratorServicer):
         scope, rate, require_ack, ack_timeout, text = convert.start_from_proto(
             request, self._levels
         )
-        view = await self._service.start_job(scope, rate, require_ack, ack_timeout, text)
+        view = await self._service.start_job(
+            scope, rate=rate, require_ack=require_ack, ack_timeout_s=ack_timeout, request_json=text
+        )
         return convert.job_to_proto(view)
 
     async def GetJob(  # noqa: N802

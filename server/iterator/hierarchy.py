@@ -24,7 +24,7 @@ class HierarchyError(ValueError):
     """The hierarchy settings are wrong; the message names the setting."""
 
 
-def check_levels(levels: Sequence[IteratorLevel]) -> None:
+def check_levels(levels: Sequence[IteratorLevel]) -> None:  # noqa: PLR0912 - a flat list of checks
     """Raises HierarchyError for settings that cannot describe a hierarchy."""
     problems = []
     if not levels:

@@ -65,8 +65,19 @@ async def mount(server: grpc.aio.Server, settings: Settings, resources: Resource
     async def source_down(job_id: str, error: str) -> None:
         await holder[0].source_down(job_id, error)
 
-    pipeline = Pipeline(source, queue, store, jobs, s, names, delivery.notify, source_down)
-    service = IteratorService(source, store, jobs, delivery, s, names, pipeline.announce)
+    pipeline = Pipeline(
+        source,
+        queue,
+        store,
+        jobs,
+        s,
+        queue_names=names,
+        on_emit=delivery.notify,
+        on_source_down=source_down,
+    )
+    service = IteratorService(
+        source, store, jobs, delivery, s, level_names=names, announce=pipeline.announce
+    )
     holder.append(service)
     pipeline.start()
     service.start()

@@ -24,9 +24,10 @@ class Scope:
     emit_level: int
 
 
-def resolve_scope(
+def resolve_scope(  # noqa: PLR0911 - each invalid case stops here
     v: Violations,
     levels: Sequence[IteratorLevel],
+    *,
     kind: str | None,
     level_name: str,
     first: Sequence[int],

@@ -28,7 +28,7 @@ from server.iterator.scope import Scope
 from server.runtime.errors import FailedPrecondition, LoomError, NotFound
 from server.runtime.logs import get_logger
 from storage.errors import StorageError
-from storage.ports import IterationSource, JobRecord, JobStore, TaskRecord
+from storage.ports import ChunkState, IterationSource, JobRecord, JobStore, TaskRecord
 
 __all__ = ["IteratorService", "JobView"]
 
@@ -58,6 +58,7 @@ class IteratorService:
         jobs: JobCache,
         delivery: Delivery,
         settings: IteratorSettings,
+        *,
         level_names: list[str],
         announce: Callable[[str, list[TaskRecord]], object],
     ) -> None:
@@ -87,7 +88,7 @@ class IteratorService:
         self._tasks = []
 
     async def start_job(
-        self, scope: Scope, rate: int, require_ack: bool, ack_timeout_s: int, request_json: str
+        self, scope: Scope, *, rate: int, require_ack: bool, ack_timeout_s: int, request_json: str
     ) -> JobView:
         """Creates a job over `scope` (NOT_FOUND when nothing is there) and its first range."""
         if not await self._source.exists(scope.level, scope.first, scope.last):
@@ -203,7 +204,7 @@ class IteratorService:
             self._meters.setdefault(record.job_id, progress.RateMeter()).add(p.emitted_objects)
             if not p.complete:
                 continue
-            settled = "acked" if spec.require_ack else "delivered"
+            settled: ChunkState = "acked" if spec.require_ack else "delivered"
             ledger = await self._store.ledger(record.job_id, settled=settled)
             problem = progress.ledger_disagreement(p, ledger)
             if problem:

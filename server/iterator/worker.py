@@ -52,6 +52,7 @@ class Pipeline:
         store: JobStore,
         jobs: JobCache,
         settings: IteratorSettings,
+        *,
         queue_names: Sequence[str],
         on_emit: Callable[[str], None],
         on_source_down: Callable[[str, str], Awaitable[None]],

@@ -258,8 +258,15 @@ class DynamoDBJobStore:
                 raise translate(exc, "update_item") from exc
             taken.append(
                 ChunkRecord(
-                    seen.chunk_id, seen.width, seen.keys, seen.count, "leased", until,
-                    seen.sends + 1, seen.acked_keys, seen.version + 1,
+                    seen.chunk_id,
+                    seen.width,
+                    seen.keys,
+                    seen.count,
+                    "leased",
+                    until,
+                    seen.sends + 1,
+                    seen.acked_keys,
+                    seen.version + 1,
                 )
             )
             total += seen.count

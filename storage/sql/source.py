@@ -205,7 +205,7 @@ class SqlIterationSource:
         rows = await self._select(level, parents, first, last, after, upto, 1, offset)
         return rows[0] if rows else None
 
-    async def _select(
+    async def _select(  # noqa: PLR0917 - the port's read() arguments, passed through
         self,
         level: int,
         parents: Sequence[int] | None,

@@ -84,7 +84,17 @@ _CHUNK_COLS = "chunk_id, width, keys, count, state, lease_until_ms, sends, acked
 
 
 def _job(row: Sequence[Any]) -> JobRecord:
-    return JobRecord(*row[:5], row[5], row[6], int(row[7]), int(row[8]))
+    return JobRecord(
+        job_id=row[0],
+        created_ms=int(row[1]),
+        spec=row[2],
+        state=row[3],
+        rate=int(row[4]),
+        paused_by=row[5],
+        error=row[6],
+        finished_ms=int(row[7]),
+        version=int(row[8]),
+    )
 
 
 def _task_row(job_id: str, t: TaskRecord) -> tuple[Any, ...]:
@@ -260,8 +270,18 @@ class SqliteJobStore:
             cursor = conn.execute(
                 "UPDATE iter_task SET after = ?, upto = ?, seq = ?, done = ?, rows = ?, "
                 "started_ms = ?, spawned = ? WHERE job_id = ? AND task_id = ? AND seq = ?",
-                (row[6], row[7], t.seq, int(t.done), t.rows, t.started_ms, row[12])
-                + (job_id, t.task_id, expected_seq),
+                (
+                    row[6],
+                    row[7],
+                    t.seq,
+                    int(t.done),
+                    t.rows,
+                    t.started_ms,
+                    row[12],
+                    job_id,
+                    t.task_id,
+                    expected_seq,
+                ),
             )
             if cursor.rowcount != 1:
                 return False

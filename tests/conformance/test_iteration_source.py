@@ -108,9 +108,7 @@ async def test_upto_bound_is_inclusive_and_splits_a_parent(source: IterationSour
     """Reads stop at an inclusive end position, even inside a parent: two ranges cut at a
     probe point cover the parent exactly."""
     everything = _children({1, 2})
-    cut = await source.probe(
-        1, parents=[1], first=(), last=(), after=(), upto=(), offset=20
-    )
+    cut = await source.probe(1, parents=[1], first=(), last=(), after=(), upto=(), offset=20)
     assert cut == everything[20]
     left = await source.read(1, parents=[1, 2], first=(), last=(), after=(), upto=cut, limit=1000)
     right = await source.read(1, parents=[1, 2], first=(), last=(), after=cut, upto=(), limit=1000)
@@ -121,7 +119,9 @@ async def test_upto_bound_is_inclusive_and_splits_a_parent(source: IterationSour
 async def test_probe_past_the_end_is_none(source: IterationSource) -> None:
     """A probe further than the rows left answers None."""
     n = len(_children({4}))
-    assert await source.probe(1, parents=[4], first=(), last=(), after=(), upto=(), offset=n) is None
+    assert (
+        await source.probe(1, parents=[4], first=(), last=(), after=(), upto=(), offset=n) is None
+    )
     last = await source.probe(1, parents=[4], first=(), last=(), after=(), upto=(), offset=n - 1)
     assert last == _children({4})[-1]
 

@@ -86,8 +86,12 @@ async def test_chunks_lease_to_one_caller_and_settle_once(job_store: JobStore) -
         step = Step(replace(ROOT, seq=i + 1), [], _chunk(f"r/{i}", 10), {"emitted_chunks": 1})
         assert await job_store.commit_step(job.job_id, step, i)
     a, b = await asyncio.gather(
-        job_store.lease_chunks(job.job_id, now_ms=100, lease_ms=1000, max_objects=25, max_chunks=10),
-        job_store.lease_chunks(job.job_id, now_ms=100, lease_ms=1000, max_objects=25, max_chunks=10),
+        job_store.lease_chunks(
+            job.job_id, now_ms=100, lease_ms=1000, max_objects=25, max_chunks=10
+        ),
+        job_store.lease_chunks(
+            job.job_id, now_ms=100, lease_ms=1000, max_objects=25, max_chunks=10
+        ),
     )
     ids_a, ids_b = {c.chunk_id for c in a}, {c.chunk_id for c in b}
     assert not ids_a & ids_b
@@ -121,12 +125,16 @@ async def test_partial_acks_are_versioned(job_store: JobStore) -> None:
     """Per-object acks of a leased chunk are saved by compare-and-set on its version."""
     job = _job()
     await job_store.create_job(job, ROOT, {})
-    assert await job_store.commit_step(job.job_id, Step(replace(ROOT, seq=1), [], _chunk("r/0", 4), {}), 0)
+    assert await job_store.commit_step(
+        job.job_id, Step(replace(ROOT, seq=1), [], _chunk("r/0", 4), {}), 0
+    )
     (leased,) = await job_store.lease_chunks(
         job.job_id, now_ms=1, lease_ms=10_000, max_objects=10, max_chunks=10
     )
     assert [c.chunk_id for c in await job_store.leased_chunks(job.job_id, 10)] == ["r/0"]
-    assert await job_store.save_chunk_acks(job.job_id, replace(leased, acked_keys=b"x"), leased.version)
+    assert await job_store.save_chunk_acks(
+        job.job_id, replace(leased, acked_keys=b"x"), leased.version
+    )
     assert not await job_store.save_chunk_acks(job.job_id, leased, leased.version)
     (stored,) = await job_store.leased_chunks(job.job_id, 10)
     assert stored.acked_keys == b"x"

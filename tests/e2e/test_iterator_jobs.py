@@ -90,15 +90,42 @@ async def _drain(stub: iterator_pb2_grpc.IteratorStub, job_id: str, ack: bool = 
 @pytest.mark.parametrize(
     ("scope", "scope_level", "emit", "emit_level", "first", "last"),
     [
-        ({"enterprise_range": pb.EnterpriseRange(first_enterprise_id=1, last_enterprise_id=4)}, 0, "file", 2, 1, 4),
+        (
+            {"enterprise_range": pb.EnterpriseRange(first_enterprise_id=1, last_enterprise_id=4)},
+            0,
+            "file",
+            2,
+            1,
+            4,
+        ),
         ({"enterprise_id": 2}, 0, "version", 3, 2, 2),
-        ({"level_scope": pb.LevelScope(level="user", first_key=[1], last_key=[60])}, 1, "version", 3, 1, 60),
-        ({"enterprise_range": pb.EnterpriseRange(first_enterprise_id=1, last_enterprise_id=4)}, 0, "user", 1, 1, 4),
+        (
+            {"level_scope": pb.LevelScope(level="user", first_key=[1], last_key=[60])},
+            1,
+            "version",
+            3,
+            1,
+            60,
+        ),
+        (
+            {"enterprise_range": pb.EnterpriseRange(first_enterprise_id=1, last_enterprise_id=4)},
+            0,
+            "user",
+            1,
+            1,
+            4,
+        ),
     ],
     ids=["range-files", "enterprise-versions", "users-versions", "range-users"],
 )
 async def test_job_emits_exactly_the_scope(
-    iterator: Running, scope: dict, scope_level: int, emit: str, emit_level: int, first: int, last: int
+    iterator: Running,
+    scope: dict,
+    scope_level: int,
+    emit: str,
+    emit_level: int,
+    first: int,
+    last: int,
 ) -> None:
     """Every valid object of the scope is emitted once; the job completes with counters
     and per-level progress that add up."""
@@ -111,9 +138,11 @@ async def test_job_emits_exactly_the_scope(
     assert len({c.chunk_id for c in chunks}) == len(chunks)
     final = await stub.GetJob(pb.GetJobRequest(job_id=job.job_id))
     assert final.state == pb.JOB_STATE_COMPLETED
-    assert final.objects_emitted == len(truth) and final.iteration_complete
+    assert final.objects_emitted == len(truth)
+    assert final.iteration_complete
     for level in final.levels:
-        assert level.all_discovered and level.ranges == level.ranges_closed
+        assert level.all_discovered
+        assert level.ranges == level.ranges_closed
         assert level.completed == level.discovered
 
 
@@ -167,7 +196,8 @@ async def test_acked_job_shared_by_two_consumers(iterator: Running) -> None:
     assert dropped <= set(seen)
     final = await stub.GetJob(pb.GetJobRequest(job_id=job.job_id))
     assert final.state == pb.JOB_STATE_COMPLETED
-    assert final.objects_acked == len(truth) and final.chunks_acked == final.chunks_emitted
+    assert final.objects_acked == len(truth)
+    assert final.chunks_acked == final.chunks_emitted
     assert final.chunks_resent >= len(dropped)
     again = await stub.AckObjects(
         pb.AckObjectsRequest(job_id=job.job_id, chunk_ids=[next(iter(seen)), "never/0"])
@@ -201,7 +231,8 @@ async def test_pause_resume_rate_and_cancel(iterator: Running) -> None:
     assert cancelled.state == pb.JOB_STATE_CANCELLED
     await _drain(stub, job.job_id)  # the stream ends instead of waiting forever
     listed = await stub.ListJobs(pb.ListJobsRequest(page_size=2))
-    assert listed.jobs[0].job_id == job.job_id and listed.next_page_token
+    assert listed.jobs[0].job_id == job.job_id
+    assert listed.next_page_token
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await stub.ResumeJob(pb.ResumeJobRequest(job_id=job.job_id))
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
@@ -226,15 +257,26 @@ async def test_pause_resume_rate_and_cancel(iterator: Running) -> None:
             "rate_limit_per_second",
         ),
         (
-            pb.StartIterationRequest(level_scope=pb.LevelScope(level="nope", first_key=[1]), level="file"),
+            pb.StartIterationRequest(
+                level_scope=pb.LevelScope(level="nope", first_key=[1]), level="file"
+            ),
             "INVALID_ARGUMENT",
             "level_scope.level",
         ),
         (pb.StartIterationRequest(user_id=1, level="enterprise"), "INVALID_ARGUMENT", "level"),
     ],
-    ids=["unknown-level", "missing-scope", "first-after-last", "negative-rate", "unknown-scope-level", "level-above-scope"],
+    ids=[
+        "unknown-level",
+        "missing-scope",
+        "first-after-last",
+        "negative-rate",
+        "unknown-scope-level",
+        "level-above-scope",
+    ],
 )
-async def test_bad_start_requests(iterator: Running, request_: pb.StartIterationRequest, code: str, field: str | None) -> None:
+async def test_bad_start_requests(
+    iterator: Running, request_: pb.StartIterationRequest, code: str, field: str | None
+) -> None:
     """Each bad StartIteration gets its own clear status, naming the field."""
     stub = iterator_pb2_grpc.IteratorStub(iterator.channel)
     with pytest.raises(grpc.aio.AioRpcError) as err:
@@ -255,7 +297,9 @@ async def test_bad_job_requests(iterator: Running) -> None:
     assert "job_id" in violations(err.value)
     job = await stub.StartIteration(pb.StartIterationRequest(enterprise_id=1, level="user"))
     with pytest.raises(grpc.aio.AioRpcError) as err:
-        async for _ in stub.StreamObjects(pb.StreamObjectsRequest(job_id=job.job_id, max_batch_size=10**6)):
+        async for _ in stub.StreamObjects(
+            pb.StreamObjectsRequest(job_id=job.job_id, max_batch_size=10**6)
+        ):
             pass
     assert "max_batch_size" in violations(err.value)
     with pytest.raises(grpc.aio.AioRpcError) as err:

@@ -31,9 +31,19 @@ async def _serve(port: int, data: Path, source: Path, log: Path) -> asyncio.subp
     }
     with log.open("ab") as out:  # the child keeps its own copy of the descriptor
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "server.cli", "serve", "--port", str(port), "--data-dir",
-            str(data), "--log-level", "warning",
-            stdout=out, stderr=asyncio.subprocess.STDOUT, env=env,
+            sys.executable,
+            "-m",
+            "server.cli",
+            "serve",
+            "--port",
+            str(port),
+            "--data-dir",
+            str(data),
+            "--log-level",
+            "warning",
+            stdout=out,
+            stderr=asyncio.subprocess.STDOUT,
+            env=env,
         )
     await wait_for_health(f"127.0.0.1:{port}", timeout_s=60, process=process)
     return process
@@ -42,7 +52,9 @@ async def _serve(port: int, data: Path, source: Path, log: Path) -> asyncio.subp
 async def test_job_survives_sigkill(tmp_path: Path) -> None:
     """Kill -9 mid-job, restart, finish: nothing missing, acks counted once."""
     source = tmp_path / "source.sqlite3"
-    write_sqlite(source, generate(CorpusShape(enterprises=3, users_per_enterprise=40, large_user_files=6000)))
+    write_sqlite(
+        source, generate(CorpusShape(enterprises=3, users_per_enterprise=40, large_user_files=6000))
+    )
     truth = sorted(
         r[0]
         for r in sqlite3.connect(source).execute(
@@ -73,7 +85,9 @@ async def test_job_survives_sigkill(tmp_path: Path) -> None:
                     deliveries += len(c.object_keys)
                     seen.setdefault(c.chunk_id, list(c.object_keys))
                 await stub.AckObjects(
-                    pb.AckObjectsRequest(job_id=job.job_id, chunk_ids=[c.chunk_id for c in batch.chunks])
+                    pb.AckObjectsRequest(
+                        job_id=job.job_id, chunk_ids=[c.chunk_id for c in batch.chunks]
+                    )
                 )
                 if stop_after is not None and sum(map(len, seen.values())) >= stop_after:
                     return

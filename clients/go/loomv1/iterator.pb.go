@@ -801,13 +801,15 @@ func (x *StreamObjectsRequest) GetMaxBatchSize() int32 {
 	return 0
 }
 
-// One emitted chunk: objects of one parent, in key order, under a stable id.
+// One emitted chunk: the objects one step of the pipeline read, in
+// (parent, key) order, under a stable id.
 type ObjectChunk struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Stable id: a re-sent chunk keeps it. Acknowledge by it.
+	// Stable id within the job: a re-sent chunk keeps it. Acknowledge by it.
 	ChunkId string `protobuf:"bytes,1,opt,name=chunk_id,json=chunkId,proto3" json:"chunk_id,omitempty"`
-	// The key of the objects' parent at the level above (empty at the top).
-	ParentKey []int64 `protobuf:"varint,2,rep,packed,name=parent_key,json=parentKey,proto3" json:"parent_key,omitempty"`
+	// Each object's parent id at the level above, parallel to the objects
+	// (empty when the objects are the scope's own level).
+	ParentIds []int64 `protobuf:"varint,2,rep,packed,name=parent_ids,json=parentIds,proto3" json:"parent_ids,omitempty"`
 	// The objects' keys, flattened: key_width integers per object.
 	ObjectKeys []int64 `protobuf:"varint,3,rep,packed,name=object_keys,json=objectKeys,proto3" json:"object_keys,omitempty"`
 	// Integers per key (1 for an integer id; more for a composite key).
@@ -855,9 +857,9 @@ func (x *ObjectChunk) GetChunkId() string {
 	return ""
 }
 
-func (x *ObjectChunk) GetParentKey() []int64 {
+func (x *ObjectChunk) GetParentIds() []int64 {
 	if x != nil {
-		return x.ParentKey
+		return x.ParentIds
 	}
 	return nil
 }
@@ -1447,7 +1449,7 @@ const file_loom_v1_iterator_proto_rawDesc = "" +
 	"\vObjectChunk\x12\x19\n" +
 	"\bchunk_id\x18\x01 \x01(\tR\achunkId\x12\x1d\n" +
 	"\n" +
-	"parent_key\x18\x02 \x03(\x03R\tparentKey\x12\x1f\n" +
+	"parent_ids\x18\x02 \x03(\x03R\tparentIds\x12\x1f\n" +
 	"\vobject_keys\x18\x03 \x03(\x03R\n" +
 	"objectKeys\x12\x1b\n" +
 	"\tkey_width\x18\x04 \x01(\x05R\bkeyWidth\x12\x16\n" +
