@@ -6,12 +6,28 @@ drivers to be reachable (and starts in milliseconds).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
-from storage.ports import InboxStore, SummaryStore, ThreadStore
+from storage.ports import (
+    InboxStore,
+    IterationSource,
+    JobStore,
+    SourceLevel,
+    SummaryStore,
+    ThreadStore,
+    WorkQueue,
+)
 from storage.settings import EngineSettings
 
-__all__ = ["open_inbox_store", "open_summary_store", "open_thread_store"]
+__all__ = [
+    "open_inbox_store",
+    "open_iteration_source",
+    "open_job_store",
+    "open_summary_store",
+    "open_thread_store",
+    "open_work_queue",
+]
 
 
 async def open_thread_store(settings: EngineSettings) -> ThreadStore:
@@ -70,3 +86,54 @@ async def open_inbox_store(settings: EngineSettings) -> InboxStore:
 
         return await CassandraInboxStore.open(settings.cassandra)
     raise ValueError(f"inbox_store={engine!r} is not supported")
+
+
+async def open_iteration_source(
+    url: str, levels: Sequence[SourceLevel], create_default_schema: bool = False
+) -> IterationSource:
+    """The Iterator's source database at `url` (SQLAlchemy async URL).
+
+    `create_default_schema` creates the default hierarchy's tables when missing (the
+    embedded default source, so a fresh ``loom serve`` has something to validate).
+    """
+    from storage.sql.source import SqlIterationSource
+
+    source = SqlIterationSource.open(url, levels)
+    if create_default_schema:
+        await source.create_default_schema()
+    return source
+
+
+async def open_work_queue(settings: EngineSettings, queues: Sequence[str]) -> WorkQueue:
+    """The Iterator's work queues named by ``storage.iterator_queue`` (sqlite or sqs)."""
+    engine = settings.storage.iterator_queue
+    if engine == "sqlite":
+        from storage.sqlite.queue import SqliteWorkQueue
+
+        return await SqliteWorkQueue.open(
+            Path(settings.sqlite.data_dir) / "iterator-queue.sqlite3",
+            synchronous=settings.sqlite.synchronous,
+        )
+    if engine == "sqs":
+        from storage.sqs.queue import SqsWorkQueue
+
+        return await SqsWorkQueue.open(settings.sqs, queues)
+    raise ValueError(f"iterator_queue={engine!r} is not supported")
+
+
+async def open_job_store(settings: EngineSettings) -> JobStore:
+    """The Iterator's job state named by ``storage.iterator_state`` (sqlite or dynamodb)."""
+    engine = settings.storage.iterator_state
+    if engine == "sqlite":
+        from storage.sqlite.jobs import SqliteJobStore
+
+        return await SqliteJobStore.open(
+            Path(settings.sqlite.data_dir) / "iterator-state.sqlite3",
+            synchronous=settings.sqlite.synchronous,
+            readers=settings.sqlite.readers,
+        )
+    if engine == "dynamodb":
+        from storage.dynamodb.jobs import DynamoDBJobStore
+
+        return await DynamoDBJobStore.open(settings.dynamodb)
+    raise ValueError(f"iterator_state={engine!r} is not supported")

@@ -12,21 +12,35 @@ handful of round trips to the engine, not thousands.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
 __all__ = [
+    "ChunkRecord",
+    "ChunkState",
     "DeliveryRecord",
     "DeliveryState",
     "InboxEntry",
     "InboxStore",
+    "IterationSource",
+    "JobRecord",
+    "JobStateName",
+    "JobStore",
+    "Key",
+    "LedgerSummary",
     "MessageMapping",
+    "QueuedMessage",
+    "SchemaFacts",
+    "SourceLevel",
+    "Step",
     "StoredSummary",
     "SummaryStore",
+    "TaskRecord",
     "ThreadKey",
     "ThreadStore",
     "UnifiedStats",
+    "WorkQueue",
 ]
 
 
@@ -287,4 +301,338 @@ class InboxStore(Protocol):
 
     async def close(self) -> None:
         """Releases connections and threads."""
+        ...
+
+
+# --- Iterator -------------------------------------------------------------------------
+
+Key = tuple[int, ...]
+"""A row's key or position: integers in the source's ORDER BY order."""
+
+
+@dataclass(frozen=True, slots=True)
+class SourceLevel:
+    """One level of the iterated hierarchy as the source adapter needs it."""
+
+    name: str
+    table: str
+    id_columns: tuple[str, ...]
+    """One column for an integer id; several for a composite key (compared as a row value)."""
+    parent_column: str
+    """Column holding the parent's integer id; empty for the top level."""
+    where: str
+    """Extra SQL condition on the table's rows ("valid" rows), or empty."""
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaFacts:
+    """What the live source database says about the configured tables."""
+
+    columns: Mapping[str, frozenset[str]]
+    """Table -> its columns (lower case); a missing table is absent."""
+    indexes: Mapping[str, tuple[tuple[str, ...], ...]]
+    """Table -> the column lists of its indexes and primary key (lower case, in order)."""
+
+
+@runtime_checkable
+class IterationSource(Protocol):
+    """The iterated relational database, read by keyset only (never a scan, never OFFSET
+    except for split probes).
+
+    Two shapes of read, both ordered and bounded by exclusive positions:
+
+    - **bounded** (`parents` None): rows of a level whose id key lies in [first, last];
+      a position is the id key.
+    - **children** (`parents` given, sorted): rows of a level whose parent is one of
+      `parents`; a position is ``(parent, *id key)``, compared as a row value.
+
+    Only rows satisfying the level's `where` count. Faults become `storage.errors`.
+    """
+
+    @property
+    def levels(self) -> Sequence[SourceLevel]:
+        """The configured levels, top first (reads name a level by its index)."""
+        ...
+
+    async def schema(self) -> SchemaFacts:
+        """Columns and indexes of the levels' tables, from the live catalog."""
+        ...
+
+    async def exists(self, level: int, first: Key, last: Key) -> bool:
+        """Whether any row of `level` has an id key in [first, last]."""
+        ...
+
+    async def read(
+        self,
+        level: int,
+        *,
+        parents: Sequence[int] | None,
+        first: Key,
+        last: Key,
+        after: Key,
+        upto: Key,
+        limit: int,
+    ) -> list[Key]:
+        """Up to `limit` positions > `after` and <= `upto` (empty = unbounded), in order."""
+        ...
+
+    async def probe(
+        self,
+        level: int,
+        *,
+        parents: Sequence[int] | None,
+        first: Key,
+        last: Key,
+        after: Key,
+        upto: Key,
+        offset: int,
+    ) -> Key | None:
+        """The position `offset` rows past the first one after `after` within the same
+        bounds (the seed's ``LIMIT 1 OFFSET n`` split probe), or None when fewer remain.
+        A children probe names one parent."""
+        ...
+
+    async def ping(self) -> None:
+        """Raises StorageUnavailable unless the database answers."""
+        ...
+
+    async def close(self) -> None:
+        """Releases connections."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedMessage:
+    """A message taken from a work queue: invisible to others until its visibility ends."""
+
+    body: str
+    receipt: str
+    """Names this delivery; deleting with a receipt of an earlier delivery does nothing."""
+    receive_count: int
+    """Deliveries of this message so far (1 on the first)."""
+
+
+@runtime_checkable
+class WorkQueue(Protocol):
+    """At-least-once queues of small text messages, one per hierarchy level (SQS semantics).
+
+    A received message is hidden for `visibility_s`; unless deleted by then it is delivered
+    again (to anyone). Order is not promised. Messages survive a restart of the server.
+    """
+
+    async def send(self, queue: str, bodies: Sequence[str]) -> None:
+        """Enqueues every body (all or, on a fault, raise; a retry may duplicate)."""
+        ...
+
+    async def receive(
+        self, queue: str, *, max_messages: int, visibility_s: float, wait_s: float
+    ) -> list[QueuedMessage]:
+        """Up to `max_messages` visible messages, waiting up to `wait_s` for the first."""
+        ...
+
+    async def delete(self, queue: str, receipts: Sequence[str]) -> None:
+        """Deletes the messages these receipts name (stale or unknown receipts: no-op)."""
+        ...
+
+    async def set_visibility(self, queue: str, receipt: str, visibility_s: float) -> None:
+        """Hides a received message for `visibility_s` from now (0: visible at once)."""
+        ...
+
+    async def depth(self, queue: str) -> int:
+        """Messages in the queue, visible or not (approximate on SQS)."""
+        ...
+
+    async def close(self) -> None:
+        """Releases connections."""
+        ...
+
+
+JobStateName = Literal["running", "paused", "completed", "cancelled", "failed"]
+"""A job's state as stored (the gRPC enum is the handler's business)."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """One iteration job; replaced whole by compare-and-set on `version`."""
+
+    job_id: str
+    created_ms: int
+    spec: str
+    """The domain's description of the job (scope, emitted level, ...); opaque here."""
+    state: JobStateName
+    rate: int
+    """Objects per second across every worker (0 = unlimited)."""
+    paused_by: str
+    """Who paused it: "" when not paused, "user", or "source" (the database was down)."""
+    error: str
+    finished_ms: int
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRecord:
+    """A range of one level to read: the unit of work, its marker and its outcome.
+
+    Messages only name a task and a step (`seq`); this record is the truth. A step reads
+    one chunk after `after` and is committed by `JobStore.commit_step` only if `seq` still
+    holds what the worker read (the seed's work de-duplication, as a conditional write).
+    """
+
+    task_id: str
+    level: int
+    parents: tuple[int, ...]
+    """Sorted parent ids of a children read; empty for a bounded read."""
+    first: Key
+    """Bounded read: first id key (inclusive)."""
+    last: Key
+    """Bounded read: last id key (inclusive)."""
+    after: Key
+    """The marker: last position read (empty: nothing read yet)."""
+    upto: Key
+    """Last position of the range, inclusive (empty: none); a split lowers it."""
+    seq: int
+    """Steps committed so far."""
+    done: bool
+    rows: int
+    """Rows read since the marker entered its current parent (all rows, for bounded
+    reads): what tells a large parent, to be split, from a small one."""
+    started_ms: int
+    spawned: tuple[str, ...]
+    """Tasks created by the last committed step (re-announced if that step's messages were
+    lost)."""
+
+
+ChunkState = Literal["ready", "leased", "delivered", "acked"]
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkRecord:
+    """One emitted chunk of the ledger: the objects one step read, under a stable id."""
+
+    chunk_id: str
+    width: int
+    """Integers per position in `keys` (the parent id first, for children reads)."""
+    keys: bytes
+    """The objects' positions, packed by the domain (opaque here)."""
+    count: int
+    state: ChunkState
+    lease_until_ms: int
+    """While leased: when it becomes available again (a re-send under the same id)."""
+    sends: int
+    acked_keys: bytes
+    """Objects of this chunk acknowledged one by one so far (packed by the domain)."""
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """What one committed step writes, atomically: the task's new state, the tasks it
+    creates, the chunk it emits and the counters it moves."""
+
+    task: TaskRecord
+    new_tasks: Sequence[TaskRecord]
+    chunk: ChunkRecord | None
+    counters: Mapping[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerSummary:
+    """Completion as the ledger sees it, counted record by record."""
+
+    tasks: int
+    tasks_open: int
+    chunks: int
+    chunks_unsettled: int
+    """Chunks not yet delivered (or acknowledged, for jobs that need acks)."""
+    objects: int
+
+
+@runtime_checkable
+class JobStore(Protocol):
+    """Iterator job state: jobs, task markers, counters and the chunk ledger.
+
+    Every write that must not happen twice is conditional: `commit_step` on the task's
+    `seq`, `update_job` on the job's version, leases and settlements on the chunk's state.
+    Counters move only inside those writes, so they never count a duplicate.
+    """
+
+    async def create_job(
+        self, job: JobRecord, root: TaskRecord, counters: Mapping[str, int]
+    ) -> None:
+        """Stores a new job, its first task and its initial counters together."""
+        ...
+
+    async def get_job(self, job_id: str) -> JobRecord | None:
+        """The job, or None."""
+        ...
+
+    async def list_jobs(self, limit: int, before: tuple[int, str] | None) -> list[JobRecord]:
+        """Up to `limit` jobs ordered by (created_ms, job_id) descending, strictly before
+        `before` when given."""
+        ...
+
+    async def active_jobs(self) -> list[JobRecord]:
+        """Every job that is running or paused."""
+        ...
+
+    async def update_job(self, job: JobRecord, expected_version: int) -> bool:
+        """Replaces the job (version becomes expected + 1) iff its version is `expected`."""
+        ...
+
+    async def get_task(self, job_id: str, task_id: str) -> TaskRecord | None:
+        """The task, or None."""
+        ...
+
+    async def commit_step(self, job_id: str, step: Step, expected_seq: int) -> bool:
+        """Writes `step` iff the task's stored seq is `expected_seq` (else nothing, False).
+
+        New tasks and the chunk are created, counters incremented by `step.counters`, all
+        in one atomic write.
+        """
+        ...
+
+    async def counters(self, job_id: str) -> dict[str, int]:
+        """Every counter of the job (missing ones are zero)."""
+        ...
+
+    async def add_counters(self, job_id: str, deltas: Mapping[str, int]) -> None:
+        """Increments counters (statistics that need no de-duplication)."""
+        ...
+
+    async def lease_chunks(
+        self, job_id: str, *, now_ms: int, lease_ms: int, max_objects: int, max_chunks: int
+    ) -> list[ChunkRecord]:
+        """Leases available chunks (ready, or leased with lease_until <= now): each becomes
+        leased until now + lease_ms and its `sends` grows by one. A chunk is leased by one
+        caller at a time. Stops at `max_chunks` or once `max_objects` are reached (at least
+        one chunk when any is available)."""
+        ...
+
+    async def settle_chunks(
+        self, job_id: str, chunk_ids: Sequence[str], state: ChunkState
+    ) -> tuple[int, int]:
+        """Moves chunks that are not yet delivered/acked to `state` ("delivered" or "acked");
+        returns (chunks, objects) newly settled and adds them to the counters
+        ``<state>_chunks`` / ``<state>_objects`` in the same write. Unknown ids are ignored."""
+        ...
+
+    async def leased_chunks(self, job_id: str, limit: int) -> list[ChunkRecord]:
+        """Chunks sent and not settled (for acknowledging objects by id)."""
+        ...
+
+    async def save_chunk_acks(self, job_id: str, chunk: ChunkRecord, expected_version: int) -> bool:
+        """Stores `chunk.acked_keys` iff the chunk's version is `expected_version`."""
+        ...
+
+    async def ledger(self, job_id: str, *, settled: ChunkState) -> LedgerSummary:
+        """Counts the job's task and chunk records; unsettled = not in `settled` state."""
+        ...
+
+    async def reserve(self, job_id: str, objects: int, rate: float, now_ms: int) -> float:
+        """Rate limiting shared by every worker of every replica (GCRA): books `objects`
+        at `rate` per second and returns how long the caller must wait before using them."""
+        ...
+
+    async def close(self) -> None:
+        """Releases connections."""
         ...

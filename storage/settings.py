@@ -16,11 +16,12 @@ __all__ = [
     "DynamoDBSettings",
     "EngineSettings",
     "SqliteSettings",
+    "SqsSettings",
     "StorageSettings",
     "StoreName",
 ]
 
-StoreName = Literal["sqlite", "bigtable", "cassandra", "dynamodb"]
+StoreName = Literal["sqlite", "bigtable", "cassandra", "dynamodb", "sqs"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +83,20 @@ class DynamoDBSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class SqsSettings:
+    """Amazon SQS (or ElasticMQ, through endpoint_url): the Iterator's work queues."""
+
+    endpoint_url: str = ""
+    """Empty for AWS itself; http://127.0.0.1:19324 for ElasticMQ."""
+    region: str = "us-east-1"
+    """AWS region."""
+    queue_prefix: str = "loom-"
+    """Prefix of every queue Loom owns (one queue per hierarchy level)."""
+    create_queues: bool = False
+    """Create missing queues at start-up."""
+
+
+@dataclass(frozen=True, slots=True)
 class StorageSettings:
     """Which engine each service stores its state in."""
 
@@ -91,6 +106,10 @@ class StorageSettings:
     """sqlite or dynamodb."""
     inbox_store: StoreName = "sqlite"
     """sqlite or cassandra."""
+    iterator_queue: StoreName = "sqlite"
+    """The Iterator's work queues: sqlite (durable, embedded) or sqs."""
+    iterator_state: StoreName = "sqlite"
+    """The Iterator's jobs, markers, counters and chunk ledger: sqlite or dynamodb."""
 
 
 class EngineSettings(Protocol):
@@ -119,4 +138,9 @@ class EngineSettings(Protocol):
     @property
     def dynamodb(self) -> DynamoDBSettings:
         """Amazon DynamoDB."""
+        ...
+
+    @property
+    def sqs(self) -> SqsSettings:
+        """Amazon SQS."""
         ...

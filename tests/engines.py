@@ -18,16 +18,30 @@ from server.config import (
     DynamoDBSettings,
     Settings,
     SqliteSettings,
+    SqsSettings,
     StorageSettings,
 )
 
-ALL_ENGINES = ("sqlite", "bigtable", "cassandra", "dynamodb")
+ALL_ENGINES = ("sqlite", "bigtable", "cassandra", "dynamodb", "sqs", "postgres", "mariadb")
 
 _REQUIRED_ENV = {
     "bigtable": ("BIGTABLE_EMULATOR_HOST",),
     "cassandra": ("LOOM_TEST_CASSANDRA_CONTACT_POINTS", "LOOM_TEST_CASSANDRA_PORT"),
     "dynamodb": ("LOOM_TEST_DYNAMODB_ENDPOINT",),
+    "sqs": ("LOOM_TEST_SQS_ENDPOINT",),
+    "postgres": ("LOOM_TEST_POSTGRES_URL",),
+    "mariadb": ("LOOM_TEST_MARIADB_URL",),
 }
+
+SOURCE_URL_ENV = {"postgres": "LOOM_TEST_POSTGRES_URL", "mariadb": "LOOM_TEST_MARIADB_URL"}
+
+
+def source_url(engine: str, data_dir: Path) -> str:
+    """The SQLAlchemy URL of an iteration source on `engine` (a SQLite file in `data_dir`)."""
+    if engine == "sqlite":
+        return f"sqlite+aiosqlite:///{data_dir / unique('source')}.sqlite3"
+    require(engine)
+    return os.environ[SOURCE_URL_ENV[engine]]
 
 
 class EngineMissing(RuntimeError):
@@ -52,6 +66,8 @@ def unique(prefix: str) -> str:
 def settings_for(engine: str, data_dir: Path, **stores: str) -> Settings:
     """Settings whose stores named in `stores` live on `engine`, in a fresh namespace."""
     require(engine)
+    for store_engine in stores.values():
+        require(store_engine)
     base = Settings()
     namespace = unique("t")
     cassandra_port = int(os.environ.get("LOOM_TEST_CASSANDRA_PORT", "9042"))
@@ -76,6 +92,11 @@ def settings_for(engine: str, data_dir: Path, **stores: str) -> Settings:
             endpoint_url=os.environ.get("LOOM_TEST_DYNAMODB_ENDPOINT", ""),
             table_prefix=f"{namespace}-",
             create_tables=True,
+        ),
+        sqs=SqsSettings(
+            endpoint_url=os.environ.get("LOOM_TEST_SQS_ENDPOINT", ""),
+            queue_prefix=f"{namespace}-",
+            create_queues=True,
         ),
         storage=StorageSettings(**stores),  # type: ignore[arg-type]
     )

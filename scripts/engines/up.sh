@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Starts the local engines (default: bigtable cassandra dynamodb sqs), waits until each really
+# Starts the local engines (default: bigtable cassandra dynamodb sqs postgres mariadb), waits until each really
 # answers, and writes <repo>/.engines/env. Already-running engines are left alone.
 #   scripts/engines/up.sh [--fresh] [engine...]      then:  source .engines/env
 # --fresh (or LOOM_ENGINES_FRESH=1) stops the named engines and wipes their data first.
@@ -8,7 +8,7 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 source "${HERE}/lib.sh"
 
-DEFAULT_ENGINES=(bigtable cassandra dynamodb sqs)
+DEFAULT_ENGINES=(bigtable cassandra dynamodb sqs postgres mariadb)
 fresh="${LOOM_ENGINES_FRESH:-0}"
 engines=()
 for arg in "$@"; do

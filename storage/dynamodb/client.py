@@ -110,6 +110,18 @@ class DynamoDBClient:
             raise translate(exc, f"create_table {name}") from exc
         await self._wait_active(name)
 
+    async def create_table(self, name: str, **spec: Any) -> None:
+        """Creates `name` with a full CreateTable `spec` (composite keys, indexes) unless it
+        exists, then waits until it is ACTIVE. Safe to race, like `ensure_table`."""
+        try:
+            await self.raw.create_table(TableName=name, BillingMode="PAY_PER_REQUEST", **spec)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "ResourceInUseException":
+                raise translate(exc, f"create_table {name}") from exc
+        except DRIVER_ERRORS as exc:
+            raise translate(exc, f"create_table {name}") from exc
+        await self._wait_active(name)
+
     async def _wait_active(self, name: str) -> None:
         deadline = time.monotonic() + _TABLE_ACTIVE_TIMEOUT_S
         while True:

@@ -8,13 +8,16 @@ from pathlib import Path
 import pytest
 
 from storage import factory
-from storage.ports import InboxStore, SummaryStore, ThreadStore
+from storage.ports import InboxStore, JobStore, SummaryStore, ThreadStore, WorkQueue
 from tests.conftest import selected_engines
 from tests.engines import settings_for
 
 THREAD_ENGINES = ("sqlite", "bigtable", "cassandra")
 SUMMARY_ENGINES = ("sqlite", "dynamodb")
 INBOX_ENGINES = ("sqlite", "cassandra")
+SOURCE_ENGINES = ("sqlite", "postgres", "mariadb")
+QUEUE_ENGINES = ("sqlite", "sqs")
+JOB_STATE_ENGINES = ("sqlite", "dynamodb")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -27,6 +30,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "inbox_engine" in metafunc.fixturenames:
         engines = selected_engines(metafunc.config, INBOX_ENGINES)
         metafunc.parametrize("inbox_engine", engines, ids=engines)
+    for name, supported in (
+        ("source_engine", SOURCE_ENGINES),
+        ("queue_engine", QUEUE_ENGINES),
+        ("job_state_engine", JOB_STATE_ENGINES),
+    ):
+        if name in metafunc.fixturenames:
+            engines = selected_engines(metafunc.config, supported)
+            metafunc.parametrize(name, engines, ids=engines)
 
 
 @pytest.fixture
@@ -56,6 +67,28 @@ async def inbox_store(inbox_engine: str, tmp_path: Path) -> AsyncIterator[InboxS
     """An InboxStore on `inbox_engine` with no data in it (fresh keyspace / file)."""
     settings = settings_for(inbox_engine, tmp_path, inbox_store=inbox_engine)
     store = await factory.open_inbox_store(settings)
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+@pytest.fixture
+async def work_queue(queue_engine: str, tmp_path: Path) -> AsyncIterator[WorkQueue]:
+    """Iterator work queues "a" and "b" on `queue_engine`, empty (fresh prefix / file)."""
+    settings = settings_for(queue_engine, tmp_path, iterator_queue=queue_engine)
+    queue = await factory.open_work_queue(settings, ["a", "b"])
+    try:
+        yield queue
+    finally:
+        await queue.close()
+
+
+@pytest.fixture
+async def job_store(job_state_engine: str, tmp_path: Path) -> AsyncIterator[JobStore]:
+    """An Iterator JobStore on `job_state_engine` with no jobs (fresh prefix / file)."""
+    settings = settings_for(job_state_engine, tmp_path, iterator_state=job_state_engine)
+    store = await factory.open_job_store(settings)
     try:
         yield store
     finally:

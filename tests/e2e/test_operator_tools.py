@@ -142,9 +142,20 @@ class TestGrpcurl:
 
     def test_unimplemented_services_say_so(self, served: str) -> None:
         """A contract published ahead of its service answers UNIMPLEMENTED."""
-        out = run("-d", '{"jobId": "x"}', served, "loom.v1.Iterator/GetJob")
+        out = run("-d", "{}", served, "loom.v1.TemplateInduction/GetTemplate")
         assert out.returncode != 0
         assert "Unimplemented" in out.stderr
+
+    def test_iterator_answers_through_grpcurl(self, served: str) -> None:
+        """The Iterator is served: a scope that names nothing is NOT_FOUND, a bad job id is
+        INVALID_ARGUMENT naming the field."""
+        out = run(
+            "-d", '{"enterpriseId": 1, "level": "file"}', served, "loom.v1.Iterator/StartIteration"
+        )
+        assert out.returncode != 0
+        assert "NotFound" in out.stderr
+        out = run("-d", '{"jobId": "x"}', served, "loom.v1.Iterator/GetJob")
+        assert "job_id" in out.stderr
 
 
 class TestGhz:

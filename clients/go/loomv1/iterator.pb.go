@@ -28,14 +28,17 @@ type JobState int32
 const (
 	// Not set.
 	JobState_JOB_STATE_UNSPECIFIED JobState = 0
-	// Discovering and iterating.
+	// Discovering, iterating and delivering.
 	JobState_JOB_STATE_RUNNING JobState = 1
-	// Every user discovered and completed.
+	// Every range iterated and every chunk delivered (and acknowledged when
+	// require_ack): reached once.
 	JobState_JOB_STATE_COMPLETED JobState = 2
 	// Cancelled by CancelJob.
 	JobState_JOB_STATE_CANCELLED JobState = 3
 	// Stopped by an unrecoverable error.
 	JobState_JOB_STATE_FAILED JobState = 4
+	// Paused by PauseJob, or by the server while the source database is down.
+	JobState_JOB_STATE_PAUSED JobState = 5
 )
 
 // Enum value maps for JobState.
@@ -46,6 +49,7 @@ var (
 		2: "JOB_STATE_COMPLETED",
 		3: "JOB_STATE_CANCELLED",
 		4: "JOB_STATE_FAILED",
+		5: "JOB_STATE_PAUSED",
 	}
 	JobState_value = map[string]int32{
 		"JOB_STATE_UNSPECIFIED": 0,
@@ -53,6 +57,7 @@ var (
 		"JOB_STATE_COMPLETED":   2,
 		"JOB_STATE_CANCELLED":   3,
 		"JOB_STATE_FAILED":      4,
+		"JOB_STATE_PAUSED":      5,
 	}
 )
 
@@ -138,6 +143,72 @@ func (x *EnterpriseRange) GetLastEnterpriseId() int64 {
 	return 0
 }
 
+// A scope on any level of the configured hierarchy: one object, or an
+// inclusive range of objects, of that level. A key is one integer per id
+// column of the level (one for an integer id, more for a composite key).
+type LevelScope struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The level's name, e.g. "user".
+	Level string `protobuf:"bytes,1,opt,name=level,proto3" json:"level,omitempty"`
+	// The first (or only) key of the scope.
+	FirstKey []int64 `protobuf:"varint,2,rep,packed,name=first_key,json=firstKey,proto3" json:"first_key,omitempty"`
+	// The last key of the scope, inclusive; empty = the same as first_key.
+	LastKey       []int64 `protobuf:"varint,3,rep,packed,name=last_key,json=lastKey,proto3" json:"last_key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LevelScope) Reset() {
+	*x = LevelScope{}
+	mi := &file_loom_v1_iterator_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LevelScope) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LevelScope) ProtoMessage() {}
+
+func (x *LevelScope) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_iterator_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LevelScope.ProtoReflect.Descriptor instead.
+func (*LevelScope) Descriptor() ([]byte, []int) {
+	return file_loom_v1_iterator_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *LevelScope) GetLevel() string {
+	if x != nil {
+		return x.Level
+	}
+	return ""
+}
+
+func (x *LevelScope) GetFirstKey() []int64 {
+	if x != nil {
+		return x.FirstKey
+	}
+	return nil
+}
+
+func (x *LevelScope) GetLastKey() []int64 {
+	if x != nil {
+		return x.LastKey
+	}
+	return nil
+}
+
 // The request of StartIteration.
 type StartIterationRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -148,20 +219,27 @@ type StartIterationRequest struct {
 	//	*StartIterationRequest_EnterpriseRange
 	//	*StartIterationRequest_EnterpriseId
 	//	*StartIterationRequest_UserId
+	//	*StartIterationRequest_LevelScope
 	Scope isStartIterationRequest_Scope `protobuf_oneof:"scope"`
-	// The hierarchy level whose objects are emitted, e.g. "file" or "version".
+	// The hierarchy level whose objects are emitted, e.g. "file" or "version";
+	// at or below the scope's level.
 	Level string `protobuf:"bytes,4,opt,name=level,proto3" json:"level,omitempty"`
-	// Upper bound on objects emitted per second (0 = unlimited).
+	// Upper bound on objects emitted per second by every worker of every
+	// replica together (0 = unlimited). UpdateJob changes it while running.
 	RateLimitPerSecond int32 `protobuf:"varint,5,opt,name=rate_limit_per_second,json=rateLimitPerSecond,proto3" json:"rate_limit_per_second,omitempty"`
-	// When true, objects count as done only once acknowledged by AckObjects.
-	RequireAck    bool `protobuf:"varint,6,opt,name=require_ack,json=requireAck,proto3" json:"require_ack,omitempty"`
+	// When true, a chunk counts as done only once acknowledged by AckObjects;
+	// unacknowledged chunks are re-sent under the same id after ack_timeout_s.
+	RequireAck bool `protobuf:"varint,6,opt,name=require_ack,json=requireAck,proto3" json:"require_ack,omitempty"`
+	// Seconds a delivered chunk may stay unacknowledged before it is re-sent
+	// (require_ack only; 0 = the server's default).
+	AckTimeoutS   int32 `protobuf:"varint,8,opt,name=ack_timeout_s,json=ackTimeoutS,proto3" json:"ack_timeout_s,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StartIterationRequest) Reset() {
 	*x = StartIterationRequest{}
-	mi := &file_loom_v1_iterator_proto_msgTypes[1]
+	mi := &file_loom_v1_iterator_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -173,7 +251,7 @@ func (x *StartIterationRequest) String() string {
 func (*StartIterationRequest) ProtoMessage() {}
 
 func (x *StartIterationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_iterator_proto_msgTypes[1]
+	mi := &file_loom_v1_iterator_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -186,7 +264,7 @@ func (x *StartIterationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartIterationRequest.ProtoReflect.Descriptor instead.
 func (*StartIterationRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_iterator_proto_rawDescGZIP(), []int{1}
+	return file_loom_v1_iterator_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *StartIterationRequest) GetScope() isStartIterationRequest_Scope {
@@ -223,6 +301,15 @@ func (x *StartIterationRequest) GetUserId() int64 {
 	return 0
 }
 
+func (x *StartIterationRequest) GetLevelScope() *LevelScope {
+	if x != nil {
+		if x, ok := x.Scope.(*StartIterationRequest_LevelScope); ok {
+			return x.LevelScope
+		}
+	}
+	return nil
+}
+
 func (x *StartIterationRequest) GetLevel() string {
 	if x != nil {
 		return x.Level
@@ -244,23 +331,35 @@ func (x *StartIterationRequest) GetRequireAck() bool {
 	return false
 }
 
+func (x *StartIterationRequest) GetAckTimeoutS() int32 {
+	if x != nil {
+		return x.AckTimeoutS
+	}
+	return 0
+}
+
 type isStartIterationRequest_Scope interface {
 	isStartIterationRequest_Scope()
 }
 
 type StartIterationRequest_EnterpriseRange struct {
-	// Every enterprise in the range.
+	// Every enterprise in the range (the first level of the hierarchy).
 	EnterpriseRange *EnterpriseRange `protobuf:"bytes,1,opt,name=enterprise_range,json=enterpriseRange,proto3,oneof"`
 }
 
 type StartIterationRequest_EnterpriseId struct {
-	// One enterprise.
+	// One enterprise (the first level).
 	EnterpriseId int64 `protobuf:"varint,2,opt,name=enterprise_id,json=enterpriseId,proto3,oneof"`
 }
 
 type StartIterationRequest_UserId struct {
-	// One user.
+	// One user (the second level).
 	UserId int64 `protobuf:"varint,3,opt,name=user_id,json=userId,proto3,oneof"`
+}
+
+type StartIterationRequest_LevelScope struct {
+	// Any level: one object or a range of objects.
+	LevelScope *LevelScope `protobuf:"bytes,7,opt,name=level_scope,json=levelScope,proto3,oneof"`
 }
 
 func (*StartIterationRequest_EnterpriseRange) isStartIterationRequest_Scope() {}
@@ -269,7 +368,119 @@ func (*StartIterationRequest_EnterpriseId) isStartIterationRequest_Scope() {}
 
 func (*StartIterationRequest_UserId) isStartIterationRequest_Scope() {}
 
-// An iteration job and its progress counters.
+func (*StartIterationRequest_LevelScope) isStartIterationRequest_Scope() {}
+
+// Progress of one level of the hierarchy within a job.
+type LevelProgress struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The level's name.
+	Level string `protobuf:"bytes,1,opt,name=level,proto3" json:"level,omitempty"`
+	// Objects of this level found so far.
+	Discovered int64 `protobuf:"varint,2,opt,name=discovered,proto3" json:"discovered,omitempty"`
+	// Objects of this level whose children have all been found (for the
+	// emitted level: objects emitted).
+	Completed int64 `protobuf:"varint,3,opt,name=completed,proto3" json:"completed,omitempty"`
+	// Objects of this level emitted to consumers (the emitted level only).
+	Emitted int64 `protobuf:"varint,4,opt,name=emitted,proto3" json:"emitted,omitempty"`
+	// Objects of this level acknowledged (the emitted level, require_ack).
+	Acked int64 `protobuf:"varint,5,opt,name=acked,proto3" json:"acked,omitempty"`
+	// True once no more objects of this level can be found.
+	AllDiscovered bool `protobuf:"varint,6,opt,name=all_discovered,json=allDiscovered,proto3" json:"all_discovered,omitempty"`
+	// Work items (ranges) that read this level, created so far.
+	Ranges int64 `protobuf:"varint,7,opt,name=ranges,proto3" json:"ranges,omitempty"`
+	// Work items that read this level and are closed.
+	RangesClosed  int64 `protobuf:"varint,8,opt,name=ranges_closed,json=rangesClosed,proto3" json:"ranges_closed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LevelProgress) Reset() {
+	*x = LevelProgress{}
+	mi := &file_loom_v1_iterator_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LevelProgress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LevelProgress) ProtoMessage() {}
+
+func (x *LevelProgress) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_iterator_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LevelProgress.ProtoReflect.Descriptor instead.
+func (*LevelProgress) Descriptor() ([]byte, []int) {
+	return file_loom_v1_iterator_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *LevelProgress) GetLevel() string {
+	if x != nil {
+		return x.Level
+	}
+	return ""
+}
+
+func (x *LevelProgress) GetDiscovered() int64 {
+	if x != nil {
+		return x.Discovered
+	}
+	return 0
+}
+
+func (x *LevelProgress) GetCompleted() int64 {
+	if x != nil {
+		return x.Completed
+	}
+	return 0
+}
+
+func (x *LevelProgress) GetEmitted() int64 {
+	if x != nil {
+		return x.Emitted
+	}
+	return 0
+}
+
+func (x *LevelProgress) GetAcked() int64 {
+	if x != nil {
+		return x.Acked
+	}
+	return 0
+}
+
+func (x *LevelProgress) GetAllDiscovered() bool {
+	if x != nil {
+		return x.AllDiscovered
+	}
+	return false
+}
+
+func (x *LevelProgress) GetRanges() int64 {
+	if x != nil {
+		return x.Ranges
+	}
+	return 0
+}
+
+func (x *LevelProgress) GetRangesClosed() int64 {
+	if x != nil {
+		return x.RangesClosed
+	}
+	return 0
+}
+
+// An iteration job and its progress.
 type Job struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Server-assigned job id.
@@ -278,11 +489,11 @@ type Job struct {
 	State JobState `protobuf:"varint,2,opt,name=state,proto3,enum=loom.v1.JobState" json:"state,omitempty"`
 	// The request that started the job.
 	Request *StartIterationRequest `protobuf:"bytes,3,opt,name=request,proto3" json:"request,omitempty"`
-	// Users found in scope so far.
+	// Objects of the second level (users) found in scope so far.
 	UsersDiscovered int64 `protobuf:"varint,4,opt,name=users_discovered,json=usersDiscovered,proto3" json:"users_discovered,omitempty"`
-	// Users whose objects have all been emitted.
+	// Users whose children have all been found.
 	UsersCompleted int64 `protobuf:"varint,5,opt,name=users_completed,json=usersCompleted,proto3" json:"users_completed,omitempty"`
-	// True once discovery has finished (completion needs this and
+	// True once no more users can be found (completion needs this and
 	// users_completed == users_discovered).
 	AllUsersDiscovered bool `protobuf:"varint,6,opt,name=all_users_discovered,json=allUsersDiscovered,proto3" json:"all_users_discovered,omitempty"`
 	// Objects emitted so far.
@@ -291,15 +502,36 @@ type Job struct {
 	ObjectsAcked int64 `protobuf:"varint,8,opt,name=objects_acked,json=objectsAcked,proto3" json:"objects_acked,omitempty"`
 	// When the job was created.
 	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	// Why the job failed, when it did.
-	Error         string `protobuf:"bytes,10,opt,name=error,proto3" json:"error,omitempty"`
+	// Why the job failed or was paused by the server, when it was.
+	Error string `protobuf:"bytes,10,opt,name=error,proto3" json:"error,omitempty"`
+	// Per-level progress, top level first.
+	Levels []*LevelProgress `protobuf:"bytes,11,rep,name=levels,proto3" json:"levels,omitempty"`
+	// Objects emitted per second over the last few seconds.
+	ObjectsPerSecond float64 `protobuf:"fixed64,12,opt,name=objects_per_second,json=objectsPerSecond,proto3" json:"objects_per_second,omitempty"`
+	// Estimated seconds to completion; negative when unknown.
+	EtaSeconds float64 `protobuf:"fixed64,13,opt,name=eta_seconds,json=etaSeconds,proto3" json:"eta_seconds,omitempty"`
+	// The rate limit in force (0 = unlimited).
+	RateLimitPerSecond int32 `protobuf:"varint,14,opt,name=rate_limit_per_second,json=rateLimitPerSecond,proto3" json:"rate_limit_per_second,omitempty"`
+	// Chunks emitted so far.
+	ChunksEmitted int64 `protobuf:"varint,15,opt,name=chunks_emitted,json=chunksEmitted,proto3" json:"chunks_emitted,omitempty"`
+	// Chunks acknowledged so far.
+	ChunksAcked int64 `protobuf:"varint,16,opt,name=chunks_acked,json=chunksAcked,proto3" json:"chunks_acked,omitempty"`
+	// Chunks re-sent after their ack timeout (same chunk id).
+	ChunksResent int64 `protobuf:"varint,17,opt,name=chunks_resent,json=chunksResent,proto3" json:"chunks_resent,omitempty"`
+	// Acknowledged ids that named nothing outstanding (never emitted, or
+	// already acknowledged): ignored, counted here.
+	IgnoredAcks int64 `protobuf:"varint,18,opt,name=ignored_acks,json=ignoredAcks,proto3" json:"ignored_acks,omitempty"`
+	// True once every range has been iterated (delivery may still go on).
+	IterationComplete bool `protobuf:"varint,19,opt,name=iteration_complete,json=iterationComplete,proto3" json:"iteration_complete,omitempty"`
+	// When the job reached COMPLETED, CANCELLED or FAILED.
+	FinishedAt    *timestamppb.Timestamp `protobuf:"bytes,20,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Job) Reset() {
 	*x = Job{}
-	mi := &file_loom_v1_iterator_proto_msgTypes[2]
+	mi := &file_loom_v1_iterator_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -311,7 +543,7 @@ func (x *Job) String() string {
 func (*Job) ProtoMessage() {}
 
 func (x *Job) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_iterator_proto_msgTypes[2]
+	mi := &file_loom_v1_iterator_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -324,7 +556,7 @@ func (x *Job) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Job.ProtoReflect.Descriptor instead.
 func (*Job) Descriptor() ([]byte, []int) {
-	return file_loom_v1_iterator_proto_rawDescGZIP(), []int{2}
+	return file_loom_v1_iterator_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Job) GetJobId() string {
@@ -397,6 +629,76 @@ func (x *Job) GetError() string {
 	return ""
 }
 
+func (x *Job) GetLevels() []*LevelProgress {
+	if x != nil {
+		return x.Levels
+	}
+	return nil
+}
+
+func (x *Job) GetObjectsPerSecond() float64 {
+	if x != nil {
+		return x.ObjectsPerSecond
+	}
+	return 0
+}
+
+func (x *Job) GetEtaSeconds() float64 {
+	if x != nil {
+		return x.EtaSeconds
+	}
+	return 0
+}
+
+func (x *Job) GetRateLimitPerSecond() int32 {
+	if x != nil {
+		return x.RateLimitPerSecond
+	}
+	return 0
+}
+
+func (x *Job) GetChunksEmitted() int64 {
+	if x != nil {
+		return x.ChunksEmitted
+	}
+	return 0
+}
+
+func (x *Job) GetChunksAcked() int64 {
+	if x != nil {
+		return x.ChunksAcked
+	}
+	return 0
+}
+
+func (x *Job) GetChunksResent() int64 {
+	if x != nil {
+		return x.ChunksResent
+	}
+	return 0
+}
+
+func (x *Job) GetIgnoredAcks() int64 {
+	if x != nil {
+		return x.IgnoredAcks
+	}
+	return 0
+}
+
+func (x *Job) GetIterationComplete() bool {
+	if x != nil {
+		return x.IterationComplete
+	}
+	return false
+}
+
+func (x *Job) GetFinishedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FinishedAt
+	}
+	return nil
+}
+
 // The request of GetJob.
 type GetJobRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -408,7 +710,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_loom_v1_iterator_proto_msgTypes[3]
+	mi := &file_loom_v1_iterator_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -420,7 +722,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_iterator_proto_msgTypes[3]
+	mi := &file_loom_v1_iterator_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -433,7 +735,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_iterator_proto_rawDescGZIP(), []int{3}
+	return file_loom_v1_iterator_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *GetJobRequest) GetJobId() string {
@@ -448,7 +750,8 @@ type StreamObjectsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The job whose objects to stream.
 	JobId string `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
-	// Largest batch to send (0 = server default).
+	// Most objects per message, 0..100,000 (0 = server default, 5,000). A
+	// chunk is never cut, so one larger chunk may exceed it.
 	MaxBatchSize  int32 `protobuf:"varint,2,opt,name=max_batch_size,json=maxBatchSize,proto3" json:"max_batch_size,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -456,7 +759,7 @@ type StreamObjectsRequest struct {
 
 func (x *StreamObjectsRequest) Reset() {
 	*x = StreamObjectsRequest{}
-	mi := &file_loom_v1_iterator_proto_msgTypes[4]
+	mi := &file_loom_v1_iterator_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -468,7 +771,7 @@ func (x *StreamObjectsRequest) String() string {
 func (*StreamObjectsRequest) ProtoMessage() {}
 
 func (x *StreamObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_iterator_proto_msgTypes[4]
+	mi := &file_loom_v1_iterator_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -481,7 +784,7 @@ func (x *StreamObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamObjectsRequest.ProtoReflect.Descriptor instead.
 func (*StreamObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_iterator_proto_rawDescGZIP(), []int{4}
+	return file_loom_v1_iterator_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *StreamObjectsRequest) GetJobId() string {
@@ -498,34 +801,40 @@ func (x *StreamObjectsRequest) GetMaxBatchSize() int32 {
 	return 0
 }
 
-// One object of the iterated level.
-type IteratedObject struct {
+// One emitted chunk: the objects one step of the pipeline read, in
+// (parent, key) order, under a stable id.
+type ObjectChunk struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The object's id.
-	ObjectId int64 `protobuf:"varint,1,opt,name=object_id,json=objectId,proto3" json:"object_id,omitempty"`
-	// Its parent's id at the level above.
-	ParentId int64 `protobuf:"varint,2,opt,name=parent_id,json=parentId,proto3" json:"parent_id,omitempty"`
-	// The user it belongs to.
-	UserId        int64 `protobuf:"varint,3,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	// Stable id within the job: a re-sent chunk keeps it. Acknowledge by it.
+	ChunkId string `protobuf:"bytes,1,opt,name=chunk_id,json=chunkId,proto3" json:"chunk_id,omitempty"`
+	// Each object's parent id at the level above, parallel to the objects
+	// (empty when the objects are the scope's own level).
+	ParentIds []int64 `protobuf:"varint,2,rep,packed,name=parent_ids,json=parentIds,proto3" json:"parent_ids,omitempty"`
+	// The objects' keys, flattened: key_width integers per object.
+	ObjectKeys []int64 `protobuf:"varint,3,rep,packed,name=object_keys,json=objectKeys,proto3" json:"object_keys,omitempty"`
+	// Integers per key (1 for an integer id; more for a composite key).
+	KeyWidth int32 `protobuf:"varint,4,opt,name=key_width,json=keyWidth,proto3" json:"key_width,omitempty"`
+	// True when this chunk was sent before and not acknowledged in time.
+	Resent        bool `protobuf:"varint,5,opt,name=resent,proto3" json:"resent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *IteratedObject) Reset() {
-	*x = IteratedObject{}
-	mi := &file_loom_v1_iterator_proto_msgTypes[5]
+func (x *ObjectChunk) Reset() {
+	*x = ObjectChunk{}
+	mi := &file_loom_v1_iterator_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *IteratedObject) String() string {
+func (x *ObjectChunk) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*IteratedObject) ProtoMessage() {}
+func (*ObjectChunk) ProtoMessage() {}
 
-func (x *IteratedObject) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_iterator_proto_msgTypes[5]
+func (x *ObjectChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_iterator_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -536,44 +845,62 @@ func (x *IteratedObject) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use IteratedObject.ProtoReflect.Descriptor instead.
-func (*IteratedObject) Descriptor() ([]byte, []int) {
-	return file_loom_v1_iterator_proto_rawDescGZIP(), []int{5}
+// Deprecated: Use ObjectChunk.ProtoReflect.Descriptor instead.
+func (*ObjectChunk) Descriptor() ([]byte, []int) {
+	return file_loom_v1_iterator_proto_rawDescGZIP(), []int{7}
 }
 
-func (x *IteratedObject) GetObjectId() int64 {
+func (x *ObjectChunk) GetChunkId() string {
 	if x != nil {
-		return x.ObjectId
+		return x.ChunkId
+	}
+	return ""
+}
+
+func (x *ObjectChunk) GetParentIds() []int64 {
+	if x != nil {
+		return x.ParentIds
+	}
+	return nil
+}
+
+func (x *ObjectChunk) GetObjectKeys() []int64 {
+	if x != nil {
+		return x.ObjectKeys
+	}
+	return nil
+}
+
+func (x *ObjectChunk) GetKeyWidth() int32 {
+	if x != nil {
+		return x.KeyWidth
 	}
 	return 0
 }
 
-func (x *IteratedObject) GetParentId() int64 {
+func (x *ObjectChunk) GetResent() bool {
 	if x != nil {
-		return x.ParentId
+		return x.Resent
 	}
-	return 0
+	return false
 }
 
-func (x *IteratedObject) GetUserId() int64 {
-	if x != nil {
-		return x.UserId
-	}
-	return 0
-}
-
-// A batch of emitted objects.
+// A message of StreamObjects: one or more chunks.
 type ObjectBatch struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Objects in keyset order within a user.
-	Objects       []*IteratedObject `protobuf:"bytes,1,rep,name=objects,proto3" json:"objects,omitempty"`
+	// The job.
+	JobId string `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	// The level the objects belong to.
+	Level string `protobuf:"bytes,2,opt,name=level,proto3" json:"level,omitempty"`
+	// The chunks of this message.
+	Chunks        []*ObjectChunk `protobuf:"bytes,3,rep,name=chunks,proto3" json:"chunks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ObjectBatch) Reset() {
 	*x = ObjectBatch{}
-	mi := &file_loom_v1_iterator_proto_msgTypes[6]
+	mi := &file_loom_v1_iterator_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -585,7 +912,7 @@ func (x *ObjectBatch) String() string {
 func (*ObjectBatch) ProtoMessage() {}
 
 func (x *ObjectBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_iterator_proto_msgTypes[6]
+	mi := &file_loom_v1_iterator_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -598,12 +925,26 @@ func (x *ObjectBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectBatch.ProtoReflect.Descriptor instead.
 func (*ObjectBatch) Descriptor() ([]byte, []int) {
-	return file_loom_v1_iterator_proto_rawDescGZIP(), []int{6}
+	return file_loom_v1_iterator_proto_rawDescGZIP(), []int{8}
 }
 
-func (x *ObjectBatch) GetObjects() []*IteratedObject {
+func (x *ObjectBatch) GetJobId() string {
 	if x != nil {
-		return x.Objects
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *ObjectBatch) GetLevel() string {
+	if x != nil {
+		return x.Level
+	}
+	return ""
+}
+
+func (x *ObjectBatch) GetChunks() []*ObjectChunk {
+	if x != nil {
+		return x.Chunks
 	}
 	return nil
 }
@@ -613,15 +954,17 @@ type AckObjectsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The job.
 	JobId string `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
-	// Object ids to acknowledge (up to 10,000).
-	ObjectIds     []int64 `protobuf:"varint,2,rep,packed,name=object_ids,json=objectIds,proto3" json:"object_ids,omitempty"`
+	// Object ids to acknowledge, of integer-keyed levels (up to 10,000).
+	ObjectIds []int64 `protobuf:"varint,2,rep,packed,name=object_ids,json=objectIds,proto3" json:"object_ids,omitempty"`
+	// Chunk ids to acknowledge (up to 10,000).
+	ChunkIds      []string `protobuf:"bytes,3,rep,name=chunk_ids,json=chunkIds,proto3" json:"chunk_ids,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AckObjectsRequest) Reset() {
 	*x = AckObjectsRequest{}
-	mi := &file_loom_v1_iterator_proto_msgTypes[7]
+	mi := &file_loom_v1_iterator_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -633,7 +976,7 @@ func (x *AckObjectsRequest) String() string {
 func (*AckObjectsRequest) ProtoMessage() {}
 
 func (x *AckObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_iterator_proto_msgTypes[7]
+	mi := &file_loom_v1_iterator_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -646,7 +989,7 @@ func (x *AckObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckObjectsRequest.ProtoReflect.Descriptor instead.
 func (*AckObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_iterator_proto_rawDescGZIP(), []int{7}
+	return file_loom_v1_iterator_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *AckObjectsRequest) GetJobId() string {
@@ -663,18 +1006,29 @@ func (x *AckObjectsRequest) GetObjectIds() []int64 {
 	return nil
 }
 
+func (x *AckObjectsRequest) GetChunkIds() []string {
+	if x != nil {
+		return x.ChunkIds
+	}
+	return nil
+}
+
 // The response of AckObjects.
 type AckObjectsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Ids newly acknowledged by this call (repeats are not counted twice).
-	Acked         int64 `protobuf:"varint,1,opt,name=acked,proto3" json:"acked,omitempty"`
+	// Objects newly acknowledged by this call (repeats are not counted twice).
+	Acked int64 `protobuf:"varint,1,opt,name=acked,proto3" json:"acked,omitempty"`
+	// Chunks newly acknowledged by this call.
+	ChunksAcked int64 `protobuf:"varint,2,opt,name=chunks_acked,json=chunksAcked,proto3" json:"chunks_acked,omitempty"`
+	// Ids that named nothing outstanding (never emitted or already acked).
+	Ignored       int64 `protobuf:"varint,3,opt,name=ignored,proto3" json:"ignored,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AckObjectsResponse) Reset() {
 	*x = AckObjectsResponse{}
-	mi := &file_loom_v1_iterator_proto_msgTypes[8]
+	mi := &file_loom_v1_iterator_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -686,7 +1040,7 @@ func (x *AckObjectsResponse) String() string {
 func (*AckObjectsResponse) ProtoMessage() {}
 
 func (x *AckObjectsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_iterator_proto_msgTypes[8]
+	mi := &file_loom_v1_iterator_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -699,12 +1053,173 @@ func (x *AckObjectsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckObjectsResponse.ProtoReflect.Descriptor instead.
 func (*AckObjectsResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_iterator_proto_rawDescGZIP(), []int{8}
+	return file_loom_v1_iterator_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *AckObjectsResponse) GetAcked() int64 {
 	if x != nil {
 		return x.Acked
+	}
+	return 0
+}
+
+func (x *AckObjectsResponse) GetChunksAcked() int64 {
+	if x != nil {
+		return x.ChunksAcked
+	}
+	return 0
+}
+
+func (x *AckObjectsResponse) GetIgnored() int64 {
+	if x != nil {
+		return x.Ignored
+	}
+	return 0
+}
+
+// The request of PauseJob.
+type PauseJobRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The job.
+	JobId         string `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseJobRequest) Reset() {
+	*x = PauseJobRequest{}
+	mi := &file_loom_v1_iterator_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseJobRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseJobRequest) ProtoMessage() {}
+
+func (x *PauseJobRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_iterator_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseJobRequest.ProtoReflect.Descriptor instead.
+func (*PauseJobRequest) Descriptor() ([]byte, []int) {
+	return file_loom_v1_iterator_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *PauseJobRequest) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+// The request of ResumeJob.
+type ResumeJobRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The job.
+	JobId         string `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeJobRequest) Reset() {
+	*x = ResumeJobRequest{}
+	mi := &file_loom_v1_iterator_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeJobRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeJobRequest) ProtoMessage() {}
+
+func (x *ResumeJobRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_iterator_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeJobRequest.ProtoReflect.Descriptor instead.
+func (*ResumeJobRequest) Descriptor() ([]byte, []int) {
+	return file_loom_v1_iterator_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ResumeJobRequest) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+// The request of UpdateJob.
+type UpdateJobRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The job.
+	JobId string `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	// The new rate limit in objects per second (0 = unlimited).
+	RateLimitPerSecond int32 `protobuf:"varint,2,opt,name=rate_limit_per_second,json=rateLimitPerSecond,proto3" json:"rate_limit_per_second,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *UpdateJobRequest) Reset() {
+	*x = UpdateJobRequest{}
+	mi := &file_loom_v1_iterator_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateJobRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateJobRequest) ProtoMessage() {}
+
+func (x *UpdateJobRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_iterator_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateJobRequest.ProtoReflect.Descriptor instead.
+func (*UpdateJobRequest) Descriptor() ([]byte, []int) {
+	return file_loom_v1_iterator_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *UpdateJobRequest) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *UpdateJobRequest) GetRateLimitPerSecond() int32 {
+	if x != nil {
+		return x.RateLimitPerSecond
 	}
 	return 0
 }
@@ -720,7 +1235,7 @@ type CancelJobRequest struct {
 
 func (x *CancelJobRequest) Reset() {
 	*x = CancelJobRequest{}
-	mi := &file_loom_v1_iterator_proto_msgTypes[9]
+	mi := &file_loom_v1_iterator_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -732,7 +1247,7 @@ func (x *CancelJobRequest) String() string {
 func (*CancelJobRequest) ProtoMessage() {}
 
 func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_iterator_proto_msgTypes[9]
+	mi := &file_loom_v1_iterator_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -745,7 +1260,7 @@ func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobRequest.ProtoReflect.Descriptor instead.
 func (*CancelJobRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_iterator_proto_rawDescGZIP(), []int{9}
+	return file_loom_v1_iterator_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CancelJobRequest) GetJobId() string {
@@ -758,7 +1273,7 @@ func (x *CancelJobRequest) GetJobId() string {
 // The request of ListJobs.
 type ListJobsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Page size, 1..1,000 (0 = 100).
+	// Page size, 0..1,000 (0 = 100).
 	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// Token from a previous ListJobsResponse.
 	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
@@ -768,7 +1283,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_loom_v1_iterator_proto_msgTypes[10]
+	mi := &file_loom_v1_iterator_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -780,7 +1295,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_iterator_proto_msgTypes[10]
+	mi := &file_loom_v1_iterator_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -793,7 +1308,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_iterator_proto_rawDescGZIP(), []int{10}
+	return file_loom_v1_iterator_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListJobsRequest) GetPageSize() int32 {
@@ -823,7 +1338,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_loom_v1_iterator_proto_msgTypes[11]
+	mi := &file_loom_v1_iterator_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -835,7 +1350,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_iterator_proto_msgTypes[11]
+	mi := &file_loom_v1_iterator_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -848,7 +1363,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_iterator_proto_rawDescGZIP(), []int{11}
+	return file_loom_v1_iterator_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListJobsResponse) GetJobs() []*Job {
@@ -872,16 +1387,35 @@ const file_loom_v1_iterator_proto_rawDesc = "" +
 	"\x16loom/v1/iterator.proto\x12\aloom.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"o\n" +
 	"\x0fEnterpriseRange\x12.\n" +
 	"\x13first_enterprise_id\x18\x01 \x01(\x03R\x11firstEnterpriseId\x12,\n" +
-	"\x12last_enterprise_id\x18\x02 \x01(\x03R\x10lastEnterpriseId\"\x93\x02\n" +
+	"\x12last_enterprise_id\x18\x02 \x01(\x03R\x10lastEnterpriseId\"Z\n" +
+	"\n" +
+	"LevelScope\x12\x14\n" +
+	"\x05level\x18\x01 \x01(\tR\x05level\x12\x1b\n" +
+	"\tfirst_key\x18\x02 \x03(\x03R\bfirstKey\x12\x19\n" +
+	"\blast_key\x18\x03 \x03(\x03R\alastKey\"\xef\x02\n" +
 	"\x15StartIterationRequest\x12E\n" +
 	"\x10enterprise_range\x18\x01 \x01(\v2\x18.loom.v1.EnterpriseRangeH\x00R\x0fenterpriseRange\x12%\n" +
 	"\renterprise_id\x18\x02 \x01(\x03H\x00R\fenterpriseId\x12\x19\n" +
-	"\auser_id\x18\x03 \x01(\x03H\x00R\x06userId\x12\x14\n" +
+	"\auser_id\x18\x03 \x01(\x03H\x00R\x06userId\x126\n" +
+	"\vlevel_scope\x18\a \x01(\v2\x13.loom.v1.LevelScopeH\x00R\n" +
+	"levelScope\x12\x14\n" +
 	"\x05level\x18\x04 \x01(\tR\x05level\x121\n" +
 	"\x15rate_limit_per_second\x18\x05 \x01(\x05R\x12rateLimitPerSecond\x12\x1f\n" +
 	"\vrequire_ack\x18\x06 \x01(\bR\n" +
-	"requireAckB\a\n" +
-	"\x05scope\"\xa4\x03\n" +
+	"requireAck\x12\"\n" +
+	"\rack_timeout_s\x18\b \x01(\x05R\vackTimeoutSB\a\n" +
+	"\x05scope\"\xf7\x01\n" +
+	"\rLevelProgress\x12\x14\n" +
+	"\x05level\x18\x01 \x01(\tR\x05level\x12\x1e\n" +
+	"\n" +
+	"discovered\x18\x02 \x01(\x03R\n" +
+	"discovered\x12\x1c\n" +
+	"\tcompleted\x18\x03 \x01(\x03R\tcompleted\x12\x18\n" +
+	"\aemitted\x18\x04 \x01(\x03R\aemitted\x12\x14\n" +
+	"\x05acked\x18\x05 \x01(\x03R\x05acked\x12%\n" +
+	"\x0eall_discovered\x18\x06 \x01(\bR\rallDiscovered\x12\x16\n" +
+	"\x06ranges\x18\a \x01(\x03R\x06ranges\x12#\n" +
+	"\rranges_closed\x18\b \x01(\x03R\frangesClosed\"\xd4\x06\n" +
 	"\x03Job\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12'\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x11.loom.v1.JobStateR\x05state\x128\n" +
@@ -894,24 +1428,52 @@ const file_loom_v1_iterator_proto_rawDesc = "" +
 	"\n" +
 	"created_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x14\n" +
 	"\x05error\x18\n" +
-	" \x01(\tR\x05error\"&\n" +
+	" \x01(\tR\x05error\x12.\n" +
+	"\x06levels\x18\v \x03(\v2\x16.loom.v1.LevelProgressR\x06levels\x12,\n" +
+	"\x12objects_per_second\x18\f \x01(\x01R\x10objectsPerSecond\x12\x1f\n" +
+	"\veta_seconds\x18\r \x01(\x01R\n" +
+	"etaSeconds\x121\n" +
+	"\x15rate_limit_per_second\x18\x0e \x01(\x05R\x12rateLimitPerSecond\x12%\n" +
+	"\x0echunks_emitted\x18\x0f \x01(\x03R\rchunksEmitted\x12!\n" +
+	"\fchunks_acked\x18\x10 \x01(\x03R\vchunksAcked\x12#\n" +
+	"\rchunks_resent\x18\x11 \x01(\x03R\fchunksResent\x12!\n" +
+	"\fignored_acks\x18\x12 \x01(\x03R\vignoredAcks\x12-\n" +
+	"\x12iteration_complete\x18\x13 \x01(\bR\x11iterationComplete\x12;\n" +
+	"\vfinished_at\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"finishedAt\"&\n" +
 	"\rGetJobRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\"S\n" +
 	"\x14StreamObjectsRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12$\n" +
-	"\x0emax_batch_size\x18\x02 \x01(\x05R\fmaxBatchSize\"c\n" +
-	"\x0eIteratedObject\x12\x1b\n" +
-	"\tobject_id\x18\x01 \x01(\x03R\bobjectId\x12\x1b\n" +
-	"\tparent_id\x18\x02 \x01(\x03R\bparentId\x12\x17\n" +
-	"\auser_id\x18\x03 \x01(\x03R\x06userId\"@\n" +
-	"\vObjectBatch\x121\n" +
-	"\aobjects\x18\x01 \x03(\v2\x17.loom.v1.IteratedObjectR\aobjects\"I\n" +
+	"\x0emax_batch_size\x18\x02 \x01(\x05R\fmaxBatchSize\"\x9d\x01\n" +
+	"\vObjectChunk\x12\x19\n" +
+	"\bchunk_id\x18\x01 \x01(\tR\achunkId\x12\x1d\n" +
+	"\n" +
+	"parent_ids\x18\x02 \x03(\x03R\tparentIds\x12\x1f\n" +
+	"\vobject_keys\x18\x03 \x03(\x03R\n" +
+	"objectKeys\x12\x1b\n" +
+	"\tkey_width\x18\x04 \x01(\x05R\bkeyWidth\x12\x16\n" +
+	"\x06resent\x18\x05 \x01(\bR\x06resent\"h\n" +
+	"\vObjectBatch\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x14\n" +
+	"\x05level\x18\x02 \x01(\tR\x05level\x12,\n" +
+	"\x06chunks\x18\x03 \x03(\v2\x14.loom.v1.ObjectChunkR\x06chunks\"f\n" +
 	"\x11AckObjectsRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1d\n" +
 	"\n" +
-	"object_ids\x18\x02 \x03(\x03R\tobjectIds\"*\n" +
+	"object_ids\x18\x02 \x03(\x03R\tobjectIds\x12\x1b\n" +
+	"\tchunk_ids\x18\x03 \x03(\tR\bchunkIds\"g\n" +
 	"\x12AckObjectsResponse\x12\x14\n" +
-	"\x05acked\x18\x01 \x01(\x03R\x05acked\")\n" +
+	"\x05acked\x18\x01 \x01(\x03R\x05acked\x12!\n" +
+	"\fchunks_acked\x18\x02 \x01(\x03R\vchunksAcked\x12\x18\n" +
+	"\aignored\x18\x03 \x01(\x03R\aignored\"(\n" +
+	"\x0fPauseJobRequest\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\")\n" +
+	"\x10ResumeJobRequest\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\"\\\n" +
+	"\x10UpdateJobRequest\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x121\n" +
+	"\x15rate_limit_per_second\x18\x02 \x01(\x05R\x12rateLimitPerSecond\")\n" +
 	"\x10CancelJobRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\"M\n" +
 	"\x0fListJobsRequest\x12\x1b\n" +
@@ -920,19 +1482,23 @@ const file_loom_v1_iterator_proto_rawDesc = "" +
 	"page_token\x18\x02 \x01(\tR\tpageToken\"\\\n" +
 	"\x10ListJobsResponse\x12 \n" +
 	"\x04jobs\x18\x01 \x03(\v2\f.loom.v1.JobR\x04jobs\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken*\x84\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken*\x9a\x01\n" +
 	"\bJobState\x12\x19\n" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11JOB_STATE_RUNNING\x10\x01\x12\x17\n" +
 	"\x13JOB_STATE_COMPLETED\x10\x02\x12\x17\n" +
 	"\x13JOB_STATE_CANCELLED\x10\x03\x12\x14\n" +
-	"\x10JOB_STATE_FAILED\x10\x042\x80\x03\n" +
+	"\x10JOB_STATE_FAILED\x10\x04\x12\x14\n" +
+	"\x10JOB_STATE_PAUSED\x10\x052\xa0\x04\n" +
 	"\bIterator\x12>\n" +
 	"\x0eStartIteration\x12\x1e.loom.v1.StartIterationRequest\x1a\f.loom.v1.Job\x12.\n" +
 	"\x06GetJob\x12\x16.loom.v1.GetJobRequest\x1a\f.loom.v1.Job\x12F\n" +
 	"\rStreamObjects\x12\x1d.loom.v1.StreamObjectsRequest\x1a\x14.loom.v1.ObjectBatch0\x01\x12E\n" +
 	"\n" +
-	"AckObjects\x12\x1a.loom.v1.AckObjectsRequest\x1a\x1b.loom.v1.AckObjectsResponse\x124\n" +
+	"AckObjects\x12\x1a.loom.v1.AckObjectsRequest\x1a\x1b.loom.v1.AckObjectsResponse\x122\n" +
+	"\bPauseJob\x12\x18.loom.v1.PauseJobRequest\x1a\f.loom.v1.Job\x124\n" +
+	"\tResumeJob\x12\x19.loom.v1.ResumeJobRequest\x1a\f.loom.v1.Job\x124\n" +
+	"\tUpdateJob\x12\x19.loom.v1.UpdateJobRequest\x1a\f.loom.v1.Job\x124\n" +
 	"\tCancelJob\x12\x19.loom.v1.CancelJobRequest\x1a\f.loom.v1.Job\x12?\n" +
 	"\bListJobs\x12\x18.loom.v1.ListJobsRequest\x1a\x19.loom.v1.ListJobsResponseB/Z-github.com/loom/loom/clients/go/loomv1;loomv1b\x06proto3"
 
@@ -949,47 +1515,61 @@ func file_loom_v1_iterator_proto_rawDescGZIP() []byte {
 }
 
 var file_loom_v1_iterator_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_loom_v1_iterator_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_loom_v1_iterator_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_loom_v1_iterator_proto_goTypes = []any{
 	(JobState)(0),                 // 0: loom.v1.JobState
 	(*EnterpriseRange)(nil),       // 1: loom.v1.EnterpriseRange
-	(*StartIterationRequest)(nil), // 2: loom.v1.StartIterationRequest
-	(*Job)(nil),                   // 3: loom.v1.Job
-	(*GetJobRequest)(nil),         // 4: loom.v1.GetJobRequest
-	(*StreamObjectsRequest)(nil),  // 5: loom.v1.StreamObjectsRequest
-	(*IteratedObject)(nil),        // 6: loom.v1.IteratedObject
-	(*ObjectBatch)(nil),           // 7: loom.v1.ObjectBatch
-	(*AckObjectsRequest)(nil),     // 8: loom.v1.AckObjectsRequest
-	(*AckObjectsResponse)(nil),    // 9: loom.v1.AckObjectsResponse
-	(*CancelJobRequest)(nil),      // 10: loom.v1.CancelJobRequest
-	(*ListJobsRequest)(nil),       // 11: loom.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),      // 12: loom.v1.ListJobsResponse
-	(*timestamppb.Timestamp)(nil), // 13: google.protobuf.Timestamp
+	(*LevelScope)(nil),            // 2: loom.v1.LevelScope
+	(*StartIterationRequest)(nil), // 3: loom.v1.StartIterationRequest
+	(*LevelProgress)(nil),         // 4: loom.v1.LevelProgress
+	(*Job)(nil),                   // 5: loom.v1.Job
+	(*GetJobRequest)(nil),         // 6: loom.v1.GetJobRequest
+	(*StreamObjectsRequest)(nil),  // 7: loom.v1.StreamObjectsRequest
+	(*ObjectChunk)(nil),           // 8: loom.v1.ObjectChunk
+	(*ObjectBatch)(nil),           // 9: loom.v1.ObjectBatch
+	(*AckObjectsRequest)(nil),     // 10: loom.v1.AckObjectsRequest
+	(*AckObjectsResponse)(nil),    // 11: loom.v1.AckObjectsResponse
+	(*PauseJobRequest)(nil),       // 12: loom.v1.PauseJobRequest
+	(*ResumeJobRequest)(nil),      // 13: loom.v1.ResumeJobRequest
+	(*UpdateJobRequest)(nil),      // 14: loom.v1.UpdateJobRequest
+	(*CancelJobRequest)(nil),      // 15: loom.v1.CancelJobRequest
+	(*ListJobsRequest)(nil),       // 16: loom.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),      // 17: loom.v1.ListJobsResponse
+	(*timestamppb.Timestamp)(nil), // 18: google.protobuf.Timestamp
 }
 var file_loom_v1_iterator_proto_depIdxs = []int32{
 	1,  // 0: loom.v1.StartIterationRequest.enterprise_range:type_name -> loom.v1.EnterpriseRange
-	0,  // 1: loom.v1.Job.state:type_name -> loom.v1.JobState
-	2,  // 2: loom.v1.Job.request:type_name -> loom.v1.StartIterationRequest
-	13, // 3: loom.v1.Job.created_at:type_name -> google.protobuf.Timestamp
-	6,  // 4: loom.v1.ObjectBatch.objects:type_name -> loom.v1.IteratedObject
-	3,  // 5: loom.v1.ListJobsResponse.jobs:type_name -> loom.v1.Job
-	2,  // 6: loom.v1.Iterator.StartIteration:input_type -> loom.v1.StartIterationRequest
-	4,  // 7: loom.v1.Iterator.GetJob:input_type -> loom.v1.GetJobRequest
-	5,  // 8: loom.v1.Iterator.StreamObjects:input_type -> loom.v1.StreamObjectsRequest
-	8,  // 9: loom.v1.Iterator.AckObjects:input_type -> loom.v1.AckObjectsRequest
-	10, // 10: loom.v1.Iterator.CancelJob:input_type -> loom.v1.CancelJobRequest
-	11, // 11: loom.v1.Iterator.ListJobs:input_type -> loom.v1.ListJobsRequest
-	3,  // 12: loom.v1.Iterator.StartIteration:output_type -> loom.v1.Job
-	3,  // 13: loom.v1.Iterator.GetJob:output_type -> loom.v1.Job
-	7,  // 14: loom.v1.Iterator.StreamObjects:output_type -> loom.v1.ObjectBatch
-	9,  // 15: loom.v1.Iterator.AckObjects:output_type -> loom.v1.AckObjectsResponse
-	3,  // 16: loom.v1.Iterator.CancelJob:output_type -> loom.v1.Job
-	12, // 17: loom.v1.Iterator.ListJobs:output_type -> loom.v1.ListJobsResponse
-	12, // [12:18] is the sub-list for method output_type
-	6,  // [6:12] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	2,  // 1: loom.v1.StartIterationRequest.level_scope:type_name -> loom.v1.LevelScope
+	0,  // 2: loom.v1.Job.state:type_name -> loom.v1.JobState
+	3,  // 3: loom.v1.Job.request:type_name -> loom.v1.StartIterationRequest
+	18, // 4: loom.v1.Job.created_at:type_name -> google.protobuf.Timestamp
+	4,  // 5: loom.v1.Job.levels:type_name -> loom.v1.LevelProgress
+	18, // 6: loom.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
+	8,  // 7: loom.v1.ObjectBatch.chunks:type_name -> loom.v1.ObjectChunk
+	5,  // 8: loom.v1.ListJobsResponse.jobs:type_name -> loom.v1.Job
+	3,  // 9: loom.v1.Iterator.StartIteration:input_type -> loom.v1.StartIterationRequest
+	6,  // 10: loom.v1.Iterator.GetJob:input_type -> loom.v1.GetJobRequest
+	7,  // 11: loom.v1.Iterator.StreamObjects:input_type -> loom.v1.StreamObjectsRequest
+	10, // 12: loom.v1.Iterator.AckObjects:input_type -> loom.v1.AckObjectsRequest
+	12, // 13: loom.v1.Iterator.PauseJob:input_type -> loom.v1.PauseJobRequest
+	13, // 14: loom.v1.Iterator.ResumeJob:input_type -> loom.v1.ResumeJobRequest
+	14, // 15: loom.v1.Iterator.UpdateJob:input_type -> loom.v1.UpdateJobRequest
+	15, // 16: loom.v1.Iterator.CancelJob:input_type -> loom.v1.CancelJobRequest
+	16, // 17: loom.v1.Iterator.ListJobs:input_type -> loom.v1.ListJobsRequest
+	5,  // 18: loom.v1.Iterator.StartIteration:output_type -> loom.v1.Job
+	5,  // 19: loom.v1.Iterator.GetJob:output_type -> loom.v1.Job
+	9,  // 20: loom.v1.Iterator.StreamObjects:output_type -> loom.v1.ObjectBatch
+	11, // 21: loom.v1.Iterator.AckObjects:output_type -> loom.v1.AckObjectsResponse
+	5,  // 22: loom.v1.Iterator.PauseJob:output_type -> loom.v1.Job
+	5,  // 23: loom.v1.Iterator.ResumeJob:output_type -> loom.v1.Job
+	5,  // 24: loom.v1.Iterator.UpdateJob:output_type -> loom.v1.Job
+	5,  // 25: loom.v1.Iterator.CancelJob:output_type -> loom.v1.Job
+	17, // 26: loom.v1.Iterator.ListJobs:output_type -> loom.v1.ListJobsResponse
+	18, // [18:27] is the sub-list for method output_type
+	9,  // [9:18] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_loom_v1_iterator_proto_init() }
@@ -997,10 +1577,11 @@ func file_loom_v1_iterator_proto_init() {
 	if File_loom_v1_iterator_proto != nil {
 		return
 	}
-	file_loom_v1_iterator_proto_msgTypes[1].OneofWrappers = []any{
+	file_loom_v1_iterator_proto_msgTypes[2].OneofWrappers = []any{
 		(*StartIterationRequest_EnterpriseRange)(nil),
 		(*StartIterationRequest_EnterpriseId)(nil),
 		(*StartIterationRequest_UserId)(nil),
+		(*StartIterationRequest_LevelScope)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1008,7 +1589,7 @@ func file_loom_v1_iterator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loom_v1_iterator_proto_rawDesc), len(file_loom_v1_iterator_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   12,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -23,6 +23,9 @@ const (
 	Iterator_GetJob_FullMethodName         = "/loom.v1.Iterator/GetJob"
 	Iterator_StreamObjects_FullMethodName  = "/loom.v1.Iterator/StreamObjects"
 	Iterator_AckObjects_FullMethodName     = "/loom.v1.Iterator/AckObjects"
+	Iterator_PauseJob_FullMethodName       = "/loom.v1.Iterator/PauseJob"
+	Iterator_ResumeJob_FullMethodName      = "/loom.v1.Iterator/ResumeJob"
+	Iterator_UpdateJob_FullMethodName      = "/loom.v1.Iterator/UpdateJob"
 	Iterator_CancelJob_FullMethodName      = "/loom.v1.Iterator/CancelJob"
 	Iterator_ListJobs_FullMethodName       = "/loom.v1.Iterator/ListJobs"
 )
@@ -35,16 +38,31 @@ const (
 // by default; the hierarchy is configuration, not code) at high throughput
 // with a pipeline of stateless workers over at-least-once queues (Box's
 // "high throughput iteration of relational databases").
+//
+// Objects reach consumers in chunks: each chunk has a stable id, kept when it
+// is re-sent, so a consumer that remembers the chunk ids it has processed sees
+// every object exactly once.
 type IteratorClient interface {
 	// Starts an iteration job over a scope and returns it at once.
+	// NOT_FOUND when the scope names nothing at its level.
 	StartIteration(ctx context.Context, in *StartIterationRequest, opts ...grpc.CallOption) (*Job, error)
-	// Returns a job's state and counters. NOT_FOUND for an unknown job.
+	// Returns a job's state, per-level progress, rate and ETA. NOT_FOUND for an
+	// unknown job.
 	GetJob(ctx context.Context, in *GetJobRequest, opts ...grpc.CallOption) (*Job, error)
-	// Streams the objects a job emits, in batches, until the job completes.
+	// Streams the chunks a job emits, several per message, until every chunk
+	// has been delivered (and, with require_ack, acknowledged). Several
+	// concurrent streams of one job share its chunks: each chunk goes to one.
 	StreamObjects(ctx context.Context, in *StreamObjectsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ObjectBatch], error)
-	// Acknowledges emitted objects (jobs started with require_ack).
+	// Acknowledges emitted chunks by chunk id (or objects by object id) of a
+	// job started with require_ack. Unknown ids are ignored and counted.
 	AckObjects(ctx context.Context, in *AckObjectsRequest, opts ...grpc.CallOption) (*AckObjectsResponse, error)
-	// Cancels a job; its workers stop taking its work.
+	// Pauses a running job: workers leave its work queued until ResumeJob.
+	PauseJob(ctx context.Context, in *PauseJobRequest, opts ...grpc.CallOption) (*Job, error)
+	// Resumes a paused job.
+	ResumeJob(ctx context.Context, in *ResumeJobRequest, opts ...grpc.CallOption) (*Job, error)
+	// Changes a job while it runs (its rate limit).
+	UpdateJob(ctx context.Context, in *UpdateJobRequest, opts ...grpc.CallOption) (*Job, error)
+	// Cancels a job; its workers stop taking its work and its streams end.
 	CancelJob(ctx context.Context, in *CancelJobRequest, opts ...grpc.CallOption) (*Job, error)
 	// Lists jobs, newest first.
 	ListJobs(ctx context.Context, in *ListJobsRequest, opts ...grpc.CallOption) (*ListJobsResponse, error)
@@ -107,6 +125,36 @@ func (c *iteratorClient) AckObjects(ctx context.Context, in *AckObjectsRequest, 
 	return out, nil
 }
 
+func (c *iteratorClient) PauseJob(ctx context.Context, in *PauseJobRequest, opts ...grpc.CallOption) (*Job, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Job)
+	err := c.cc.Invoke(ctx, Iterator_PauseJob_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *iteratorClient) ResumeJob(ctx context.Context, in *ResumeJobRequest, opts ...grpc.CallOption) (*Job, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Job)
+	err := c.cc.Invoke(ctx, Iterator_ResumeJob_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *iteratorClient) UpdateJob(ctx context.Context, in *UpdateJobRequest, opts ...grpc.CallOption) (*Job, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Job)
+	err := c.cc.Invoke(ctx, Iterator_UpdateJob_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *iteratorClient) CancelJob(ctx context.Context, in *CancelJobRequest, opts ...grpc.CallOption) (*Job, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(Job)
@@ -135,16 +183,31 @@ func (c *iteratorClient) ListJobs(ctx context.Context, in *ListJobsRequest, opts
 // by default; the hierarchy is configuration, not code) at high throughput
 // with a pipeline of stateless workers over at-least-once queues (Box's
 // "high throughput iteration of relational databases").
+//
+// Objects reach consumers in chunks: each chunk has a stable id, kept when it
+// is re-sent, so a consumer that remembers the chunk ids it has processed sees
+// every object exactly once.
 type IteratorServer interface {
 	// Starts an iteration job over a scope and returns it at once.
+	// NOT_FOUND when the scope names nothing at its level.
 	StartIteration(context.Context, *StartIterationRequest) (*Job, error)
-	// Returns a job's state and counters. NOT_FOUND for an unknown job.
+	// Returns a job's state, per-level progress, rate and ETA. NOT_FOUND for an
+	// unknown job.
 	GetJob(context.Context, *GetJobRequest) (*Job, error)
-	// Streams the objects a job emits, in batches, until the job completes.
+	// Streams the chunks a job emits, several per message, until every chunk
+	// has been delivered (and, with require_ack, acknowledged). Several
+	// concurrent streams of one job share its chunks: each chunk goes to one.
 	StreamObjects(*StreamObjectsRequest, grpc.ServerStreamingServer[ObjectBatch]) error
-	// Acknowledges emitted objects (jobs started with require_ack).
+	// Acknowledges emitted chunks by chunk id (or objects by object id) of a
+	// job started with require_ack. Unknown ids are ignored and counted.
 	AckObjects(context.Context, *AckObjectsRequest) (*AckObjectsResponse, error)
-	// Cancels a job; its workers stop taking its work.
+	// Pauses a running job: workers leave its work queued until ResumeJob.
+	PauseJob(context.Context, *PauseJobRequest) (*Job, error)
+	// Resumes a paused job.
+	ResumeJob(context.Context, *ResumeJobRequest) (*Job, error)
+	// Changes a job while it runs (its rate limit).
+	UpdateJob(context.Context, *UpdateJobRequest) (*Job, error)
+	// Cancels a job; its workers stop taking its work and its streams end.
 	CancelJob(context.Context, *CancelJobRequest) (*Job, error)
 	// Lists jobs, newest first.
 	ListJobs(context.Context, *ListJobsRequest) (*ListJobsResponse, error)
@@ -169,6 +232,15 @@ func (UnimplementedIteratorServer) StreamObjects(*StreamObjectsRequest, grpc.Ser
 }
 func (UnimplementedIteratorServer) AckObjects(context.Context, *AckObjectsRequest) (*AckObjectsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method AckObjects not implemented")
+}
+func (UnimplementedIteratorServer) PauseJob(context.Context, *PauseJobRequest) (*Job, error) {
+	return nil, status.Error(codes.Unimplemented, "method PauseJob not implemented")
+}
+func (UnimplementedIteratorServer) ResumeJob(context.Context, *ResumeJobRequest) (*Job, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResumeJob not implemented")
+}
+func (UnimplementedIteratorServer) UpdateJob(context.Context, *UpdateJobRequest) (*Job, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdateJob not implemented")
 }
 func (UnimplementedIteratorServer) CancelJob(context.Context, *CancelJobRequest) (*Job, error) {
 	return nil, status.Error(codes.Unimplemented, "method CancelJob not implemented")
@@ -262,6 +334,60 @@ func _Iterator_AckObjects_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Iterator_PauseJob_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PauseJobRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(IteratorServer).PauseJob(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Iterator_PauseJob_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(IteratorServer).PauseJob(ctx, req.(*PauseJobRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Iterator_ResumeJob_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResumeJobRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(IteratorServer).ResumeJob(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Iterator_ResumeJob_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(IteratorServer).ResumeJob(ctx, req.(*ResumeJobRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Iterator_UpdateJob_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateJobRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(IteratorServer).UpdateJob(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Iterator_UpdateJob_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(IteratorServer).UpdateJob(ctx, req.(*UpdateJobRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Iterator_CancelJob_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(CancelJobRequest)
 	if err := dec(in); err != nil {
@@ -316,6 +442,18 @@ var Iterator_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "AckObjects",
 			Handler:    _Iterator_AckObjects_Handler,
+		},
+		{
+			MethodName: "PauseJob",
+			Handler:    _Iterator_PauseJob_Handler,
+		},
+		{
+			MethodName: "ResumeJob",
+			Handler:    _Iterator_ResumeJob_Handler,
+		},
+		{
+			MethodName: "UpdateJob",
+			Handler:    _Iterator_UpdateJob_Handler,
 		},
 		{
 			MethodName: "CancelJob",

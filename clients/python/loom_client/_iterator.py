@@ -55,7 +55,7 @@ class IteratorClient(ServiceClient):
         metadata: Metadata = (),
         retry: RetryPolicy | None = None,
     ) -> AsyncIterator[iterator_pb2.ObjectBatch]:
-        """Streams a job's object batches until the job completes.
+        """Streams a job's chunks (several per message) until every one is delivered.
 
         Retried (when the policy allows) only before the first batch arrives; breaking out
         of the loop cancels the stream.
@@ -70,8 +70,41 @@ class IteratorClient(ServiceClient):
         metadata: Metadata = (),
         retry: RetryPolicy | None = None,
     ) -> iterator_pb2.AckObjectsResponse:
-        """Acknowledges emitted objects (jobs started with ``require_ack``). Idempotent."""
+        """Acknowledges chunks (by chunk id) or objects of a ``require_ack`` job. Idempotent."""
         return await self._unary(self._stub.AckObjects, request, timeout, metadata, retry)
+
+    async def pause_job(
+        self,
+        request: iterator_pb2.PauseJobRequest,
+        *,
+        timeout: float | None = None,
+        metadata: Metadata = (),
+        retry: RetryPolicy | None = None,
+    ) -> iterator_pb2.Job:
+        """Pauses a running job (idempotent): its work stays queued until resumed."""
+        return await self._unary(self._stub.PauseJob, request, timeout, metadata, retry)
+
+    async def resume_job(
+        self,
+        request: iterator_pb2.ResumeJobRequest,
+        *,
+        timeout: float | None = None,
+        metadata: Metadata = (),
+        retry: RetryPolicy | None = None,
+    ) -> iterator_pb2.Job:
+        """Resumes a paused job (idempotent)."""
+        return await self._unary(self._stub.ResumeJob, request, timeout, metadata, retry)
+
+    async def update_job(
+        self,
+        request: iterator_pb2.UpdateJobRequest,
+        *,
+        timeout: float | None = None,
+        metadata: Metadata = (),
+        retry: RetryPolicy | None = None,
+    ) -> iterator_pb2.Job:
+        """Changes a running job's rate limit (idempotent); every replica follows it."""
+        return await self._unary(self._stub.UpdateJob, request, timeout, metadata, retry)
 
     async def cancel_job(
         self,

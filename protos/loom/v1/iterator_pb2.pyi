@@ -29,13 +29,17 @@ class _JobStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_JobState.Val
     JOB_STATE_UNSPECIFIED: _JobState.ValueType  # 0
     """Not set."""
     JOB_STATE_RUNNING: _JobState.ValueType  # 1
-    """Discovering and iterating."""
+    """Discovering, iterating and delivering."""
     JOB_STATE_COMPLETED: _JobState.ValueType  # 2
-    """Every user discovered and completed."""
+    """Every range iterated and every chunk delivered (and acknowledged when
+    require_ack): reached once.
+    """
     JOB_STATE_CANCELLED: _JobState.ValueType  # 3
     """Cancelled by CancelJob."""
     JOB_STATE_FAILED: _JobState.ValueType  # 4
     """Stopped by an unrecoverable error."""
+    JOB_STATE_PAUSED: _JobState.ValueType  # 5
+    """Paused by PauseJob, or by the server while the source database is down."""
 
 class JobState(_JobState, metaclass=_JobStateEnumTypeWrapper):
     """The lifecycle of a job."""
@@ -43,13 +47,17 @@ class JobState(_JobState, metaclass=_JobStateEnumTypeWrapper):
 JOB_STATE_UNSPECIFIED: JobState.ValueType  # 0
 """Not set."""
 JOB_STATE_RUNNING: JobState.ValueType  # 1
-"""Discovering and iterating."""
+"""Discovering, iterating and delivering."""
 JOB_STATE_COMPLETED: JobState.ValueType  # 2
-"""Every user discovered and completed."""
+"""Every range iterated and every chunk delivered (and acknowledged when
+require_ack): reached once.
+"""
 JOB_STATE_CANCELLED: JobState.ValueType  # 3
 """Cancelled by CancelJob."""
 JOB_STATE_FAILED: JobState.ValueType  # 4
 """Stopped by an unrecoverable error."""
+JOB_STATE_PAUSED: JobState.ValueType  # 5
+"""Paused by PauseJob, or by the server while the source database is down."""
 Global___JobState: _TypeAlias = JobState  # noqa: Y015
 
 @_typing.final
@@ -79,6 +87,43 @@ class EnterpriseRange(_message.Message):
 Global___EnterpriseRange: _TypeAlias = EnterpriseRange  # noqa: Y015
 
 @_typing.final
+class LevelScope(_message.Message):
+    """A scope on any level of the configured hierarchy: one object, or an
+    inclusive range of objects, of that level. A key is one integer per id
+    column of the level (one for an integer id, more for a composite key).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LEVEL_FIELD_NUMBER: _builtins.int
+    FIRST_KEY_FIELD_NUMBER: _builtins.int
+    LAST_KEY_FIELD_NUMBER: _builtins.int
+    level: _builtins.str
+    """The level's name, e.g. "user"."""
+    @_builtins.property
+    def first_key(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """The first (or only) key of the scope."""
+
+    @_builtins.property
+    def last_key(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """The last key of the scope, inclusive; empty = the same as first_key."""
+
+    def __init__(
+        self,
+        *,
+        level: _builtins.str = ...,
+        first_key: _abc.Iterable[_builtins.int] | None = ...,
+        last_key: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["first_key", b"first_key", "last_key", b"last_key", "level", b"level"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LevelScope: _TypeAlias = LevelScope  # noqa: Y015
+
+@_typing.final
 class StartIterationRequest(_message.Message):
     """The request of StartIteration."""
 
@@ -87,22 +132,38 @@ class StartIterationRequest(_message.Message):
     ENTERPRISE_RANGE_FIELD_NUMBER: _builtins.int
     ENTERPRISE_ID_FIELD_NUMBER: _builtins.int
     USER_ID_FIELD_NUMBER: _builtins.int
+    LEVEL_SCOPE_FIELD_NUMBER: _builtins.int
     LEVEL_FIELD_NUMBER: _builtins.int
     RATE_LIMIT_PER_SECOND_FIELD_NUMBER: _builtins.int
     REQUIRE_ACK_FIELD_NUMBER: _builtins.int
+    ACK_TIMEOUT_S_FIELD_NUMBER: _builtins.int
     enterprise_id: _builtins.int
-    """One enterprise."""
+    """One enterprise (the first level)."""
     user_id: _builtins.int
-    """One user."""
+    """One user (the second level)."""
     level: _builtins.str
-    """The hierarchy level whose objects are emitted, e.g. "file" or "version"."""
+    """The hierarchy level whose objects are emitted, e.g. "file" or "version";
+    at or below the scope's level.
+    """
     rate_limit_per_second: _builtins.int
-    """Upper bound on objects emitted per second (0 = unlimited)."""
+    """Upper bound on objects emitted per second by every worker of every
+    replica together (0 = unlimited). UpdateJob changes it while running.
+    """
     require_ack: _builtins.bool
-    """When true, objects count as done only once acknowledged by AckObjects."""
+    """When true, a chunk counts as done only once acknowledged by AckObjects;
+    unacknowledged chunks are re-sent under the same id after ack_timeout_s.
+    """
+    ack_timeout_s: _builtins.int
+    """Seconds a delivered chunk may stay unacknowledged before it is re-sent
+    (require_ack only; 0 = the server's default).
+    """
     @_builtins.property
     def enterprise_range(self) -> Global___EnterpriseRange:
-        """Every enterprise in the range."""
+        """Every enterprise in the range (the first level of the hierarchy)."""
+
+    @_builtins.property
+    def level_scope(self) -> Global___LevelScope:
+        """Any level: one object or a range of objects."""
 
     def __init__(
         self,
@@ -110,23 +171,77 @@ class StartIterationRequest(_message.Message):
         enterprise_range: Global___EnterpriseRange | None = ...,
         enterprise_id: _builtins.int = ...,
         user_id: _builtins.int = ...,
+        level_scope: Global___LevelScope | None = ...,
         level: _builtins.str = ...,
         rate_limit_per_second: _builtins.int = ...,
         require_ack: _builtins.bool = ...,
+        ack_timeout_s: _builtins.int = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["enterprise_id", b"enterprise_id", "enterprise_range", b"enterprise_range", "scope", b"scope", "user_id", b"user_id"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["enterprise_id", b"enterprise_id", "enterprise_range", b"enterprise_range", "level_scope", b"level_scope", "scope", b"scope", "user_id", b"user_id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["enterprise_id", b"enterprise_id", "enterprise_range", b"enterprise_range", "level", b"level", "rate_limit_per_second", b"rate_limit_per_second", "require_ack", b"require_ack", "scope", b"scope", "user_id", b"user_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_timeout_s", b"ack_timeout_s", "enterprise_id", b"enterprise_id", "enterprise_range", b"enterprise_range", "level", b"level", "level_scope", b"level_scope", "rate_limit_per_second", b"rate_limit_per_second", "require_ack", b"require_ack", "scope", b"scope", "user_id", b"user_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_scope: _TypeAlias = _typing.Literal["enterprise_range", "enterprise_id", "user_id"]  # noqa: Y015
+    _WhichOneofReturnType_scope: _TypeAlias = _typing.Literal["enterprise_range", "enterprise_id", "user_id", "level_scope"]  # noqa: Y015
     _WhichOneofArgType_scope: _TypeAlias = _typing.Literal["scope", b"scope"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_scope) -> _WhichOneofReturnType_scope | None: ...
 
 Global___StartIterationRequest: _TypeAlias = StartIterationRequest  # noqa: Y015
 
 @_typing.final
+class LevelProgress(_message.Message):
+    """Progress of one level of the hierarchy within a job."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LEVEL_FIELD_NUMBER: _builtins.int
+    DISCOVERED_FIELD_NUMBER: _builtins.int
+    COMPLETED_FIELD_NUMBER: _builtins.int
+    EMITTED_FIELD_NUMBER: _builtins.int
+    ACKED_FIELD_NUMBER: _builtins.int
+    ALL_DISCOVERED_FIELD_NUMBER: _builtins.int
+    RANGES_FIELD_NUMBER: _builtins.int
+    RANGES_CLOSED_FIELD_NUMBER: _builtins.int
+    level: _builtins.str
+    """The level's name."""
+    discovered: _builtins.int
+    """Objects of this level found so far."""
+    completed: _builtins.int
+    """Objects of this level whose children have all been found (for the
+    emitted level: objects emitted).
+    """
+    emitted: _builtins.int
+    """Objects of this level emitted to consumers (the emitted level only)."""
+    acked: _builtins.int
+    """Objects of this level acknowledged (the emitted level, require_ack)."""
+    all_discovered: _builtins.bool
+    """True once no more objects of this level can be found."""
+    ranges: _builtins.int
+    """Work items (ranges) that read this level, created so far."""
+    ranges_closed: _builtins.int
+    """Work items that read this level and are closed."""
+    def __init__(
+        self,
+        *,
+        level: _builtins.str = ...,
+        discovered: _builtins.int = ...,
+        completed: _builtins.int = ...,
+        emitted: _builtins.int = ...,
+        acked: _builtins.int = ...,
+        all_discovered: _builtins.bool = ...,
+        ranges: _builtins.int = ...,
+        ranges_closed: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acked", b"acked", "all_discovered", b"all_discovered", "completed", b"completed", "discovered", b"discovered", "emitted", b"emitted", "level", b"level", "ranges", b"ranges", "ranges_closed", b"ranges_closed"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LevelProgress: _TypeAlias = LevelProgress  # noqa: Y015
+
+@_typing.final
 class Job(_message.Message):
-    """An iteration job and its progress counters."""
+    """An iteration job and its progress."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -140,16 +255,26 @@ class Job(_message.Message):
     OBJECTS_ACKED_FIELD_NUMBER: _builtins.int
     CREATED_AT_FIELD_NUMBER: _builtins.int
     ERROR_FIELD_NUMBER: _builtins.int
+    LEVELS_FIELD_NUMBER: _builtins.int
+    OBJECTS_PER_SECOND_FIELD_NUMBER: _builtins.int
+    ETA_SECONDS_FIELD_NUMBER: _builtins.int
+    RATE_LIMIT_PER_SECOND_FIELD_NUMBER: _builtins.int
+    CHUNKS_EMITTED_FIELD_NUMBER: _builtins.int
+    CHUNKS_ACKED_FIELD_NUMBER: _builtins.int
+    CHUNKS_RESENT_FIELD_NUMBER: _builtins.int
+    IGNORED_ACKS_FIELD_NUMBER: _builtins.int
+    ITERATION_COMPLETE_FIELD_NUMBER: _builtins.int
+    FINISHED_AT_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     """Server-assigned job id."""
     state: Global___JobState.ValueType
     """Current state."""
     users_discovered: _builtins.int
-    """Users found in scope so far."""
+    """Objects of the second level (users) found in scope so far."""
     users_completed: _builtins.int
-    """Users whose objects have all been emitted."""
+    """Users whose children have all been found."""
     all_users_discovered: _builtins.bool
-    """True once discovery has finished (completion needs this and
+    """True once no more users can be found (completion needs this and
     users_completed == users_discovered).
     """
     objects_emitted: _builtins.int
@@ -157,7 +282,25 @@ class Job(_message.Message):
     objects_acked: _builtins.int
     """Objects acknowledged so far."""
     error: _builtins.str
-    """Why the job failed, when it did."""
+    """Why the job failed or was paused by the server, when it was."""
+    objects_per_second: _builtins.float
+    """Objects emitted per second over the last few seconds."""
+    eta_seconds: _builtins.float
+    """Estimated seconds to completion; negative when unknown."""
+    rate_limit_per_second: _builtins.int
+    """The rate limit in force (0 = unlimited)."""
+    chunks_emitted: _builtins.int
+    """Chunks emitted so far."""
+    chunks_acked: _builtins.int
+    """Chunks acknowledged so far."""
+    chunks_resent: _builtins.int
+    """Chunks re-sent after their ack timeout (same chunk id)."""
+    ignored_acks: _builtins.int
+    """Acknowledged ids that named nothing outstanding (never emitted, or
+    already acknowledged): ignored, counted here.
+    """
+    iteration_complete: _builtins.bool
+    """True once every range has been iterated (delivery may still go on)."""
     @_builtins.property
     def request(self) -> Global___StartIterationRequest:
         """The request that started the job."""
@@ -165,6 +308,14 @@ class Job(_message.Message):
     @_builtins.property
     def created_at(self) -> _timestamp_pb2.Timestamp:
         """When the job was created."""
+
+    @_builtins.property
+    def levels(self) -> _containers.RepeatedCompositeFieldContainer[Global___LevelProgress]:
+        """Per-level progress, top level first."""
+
+    @_builtins.property
+    def finished_at(self) -> _timestamp_pb2.Timestamp:
+        """When the job reached COMPLETED, CANCELLED or FAILED."""
 
     def __init__(
         self,
@@ -179,10 +330,20 @@ class Job(_message.Message):
         objects_acked: _builtins.int = ...,
         created_at: _timestamp_pb2.Timestamp | None = ...,
         error: _builtins.str = ...,
+        levels: _abc.Iterable[Global___LevelProgress] | None = ...,
+        objects_per_second: _builtins.float = ...,
+        eta_seconds: _builtins.float = ...,
+        rate_limit_per_second: _builtins.int = ...,
+        chunks_emitted: _builtins.int = ...,
+        chunks_acked: _builtins.int = ...,
+        chunks_resent: _builtins.int = ...,
+        ignored_acks: _builtins.int = ...,
+        iteration_complete: _builtins.bool = ...,
+        finished_at: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "request", b"request"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "finished_at", b"finished_at", "request", b"request"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["all_users_discovered", b"all_users_discovered", "created_at", b"created_at", "error", b"error", "job_id", b"job_id", "objects_acked", b"objects_acked", "objects_emitted", b"objects_emitted", "request", b"request", "state", b"state", "users_completed", b"users_completed", "users_discovered", b"users_discovered"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["all_users_discovered", b"all_users_discovered", "chunks_acked", b"chunks_acked", "chunks_emitted", b"chunks_emitted", "chunks_resent", b"chunks_resent", "created_at", b"created_at", "error", b"error", "eta_seconds", b"eta_seconds", "finished_at", b"finished_at", "ignored_acks", b"ignored_acks", "iteration_complete", b"iteration_complete", "job_id", b"job_id", "levels", b"levels", "objects_acked", b"objects_acked", "objects_emitted", b"objects_emitted", "objects_per_second", b"objects_per_second", "rate_limit_per_second", b"rate_limit_per_second", "request", b"request", "state", b"state", "users_completed", b"users_completed", "users_discovered", b"users_discovered"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -221,7 +382,9 @@ class StreamObjectsRequest(_message.Message):
     job_id: _builtins.str
     """The job whose objects to stream."""
     max_batch_size: _builtins.int
-    """Largest batch to send (0 = server default)."""
+    """Most objects per message, 0..100,000 (0 = server default, 5,000). A
+    chunk is never cut, so one larger chunk may exceed it.
+    """
     def __init__(
         self,
         *,
@@ -237,54 +400,78 @@ class StreamObjectsRequest(_message.Message):
 Global___StreamObjectsRequest: _TypeAlias = StreamObjectsRequest  # noqa: Y015
 
 @_typing.final
-class IteratedObject(_message.Message):
-    """One object of the iterated level."""
+class ObjectChunk(_message.Message):
+    """One emitted chunk: the objects one step of the pipeline read, in
+    (parent, key) order, under a stable id.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
-    OBJECT_ID_FIELD_NUMBER: _builtins.int
-    PARENT_ID_FIELD_NUMBER: _builtins.int
-    USER_ID_FIELD_NUMBER: _builtins.int
-    object_id: _builtins.int
-    """The object's id."""
-    parent_id: _builtins.int
-    """Its parent's id at the level above."""
-    user_id: _builtins.int
-    """The user it belongs to."""
+    CHUNK_ID_FIELD_NUMBER: _builtins.int
+    PARENT_IDS_FIELD_NUMBER: _builtins.int
+    OBJECT_KEYS_FIELD_NUMBER: _builtins.int
+    KEY_WIDTH_FIELD_NUMBER: _builtins.int
+    RESENT_FIELD_NUMBER: _builtins.int
+    chunk_id: _builtins.str
+    """Stable id within the job: a re-sent chunk keeps it. Acknowledge by it."""
+    key_width: _builtins.int
+    """Integers per key (1 for an integer id; more for a composite key)."""
+    resent: _builtins.bool
+    """True when this chunk was sent before and not acknowledged in time."""
+    @_builtins.property
+    def parent_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Each object's parent id at the level above, parallel to the objects
+        (empty when the objects are the scope's own level).
+        """
+
+    @_builtins.property
+    def object_keys(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """The objects' keys, flattened: key_width integers per object."""
+
     def __init__(
         self,
         *,
-        object_id: _builtins.int = ...,
-        parent_id: _builtins.int = ...,
-        user_id: _builtins.int = ...,
+        chunk_id: _builtins.str = ...,
+        parent_ids: _abc.Iterable[_builtins.int] | None = ...,
+        object_keys: _abc.Iterable[_builtins.int] | None = ...,
+        key_width: _builtins.int = ...,
+        resent: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["object_id", b"object_id", "parent_id", b"parent_id", "user_id", b"user_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunk_id", b"chunk_id", "key_width", b"key_width", "object_keys", b"object_keys", "parent_ids", b"parent_ids", "resent", b"resent"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
-Global___IteratedObject: _TypeAlias = IteratedObject  # noqa: Y015
+Global___ObjectChunk: _TypeAlias = ObjectChunk  # noqa: Y015
 
 @_typing.final
 class ObjectBatch(_message.Message):
-    """A batch of emitted objects."""
+    """A message of StreamObjects: one or more chunks."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
-    OBJECTS_FIELD_NUMBER: _builtins.int
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    LEVEL_FIELD_NUMBER: _builtins.int
+    CHUNKS_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.str
+    """The job."""
+    level: _builtins.str
+    """The level the objects belong to."""
     @_builtins.property
-    def objects(self) -> _containers.RepeatedCompositeFieldContainer[Global___IteratedObject]:
-        """Objects in keyset order within a user."""
+    def chunks(self) -> _containers.RepeatedCompositeFieldContainer[Global___ObjectChunk]:
+        """The chunks of this message."""
 
     def __init__(
         self,
         *,
-        objects: _abc.Iterable[Global___IteratedObject] | None = ...,
+        job_id: _builtins.str = ...,
+        level: _builtins.str = ...,
+        chunks: _abc.Iterable[Global___ObjectChunk] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["objects", b"objects"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunks", b"chunks", "job_id", b"job_id", "level", b"level"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -298,21 +485,27 @@ class AckObjectsRequest(_message.Message):
 
     JOB_ID_FIELD_NUMBER: _builtins.int
     OBJECT_IDS_FIELD_NUMBER: _builtins.int
+    CHUNK_IDS_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     """The job."""
     @_builtins.property
     def object_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
-        """Object ids to acknowledge (up to 10,000)."""
+        """Object ids to acknowledge, of integer-keyed levels (up to 10,000)."""
+
+    @_builtins.property
+    def chunk_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Chunk ids to acknowledge (up to 10,000)."""
 
     def __init__(
         self,
         *,
         job_id: _builtins.str = ...,
         object_ids: _abc.Iterable[_builtins.int] | None = ...,
+        chunk_ids: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "object_ids", b"object_ids"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunk_ids", b"chunk_ids", "job_id", b"job_id", "object_ids", b"object_ids"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -325,20 +518,98 @@ class AckObjectsResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     ACKED_FIELD_NUMBER: _builtins.int
+    CHUNKS_ACKED_FIELD_NUMBER: _builtins.int
+    IGNORED_FIELD_NUMBER: _builtins.int
     acked: _builtins.int
-    """Ids newly acknowledged by this call (repeats are not counted twice)."""
+    """Objects newly acknowledged by this call (repeats are not counted twice)."""
+    chunks_acked: _builtins.int
+    """Chunks newly acknowledged by this call."""
+    ignored: _builtins.int
+    """Ids that named nothing outstanding (never emitted or already acked)."""
     def __init__(
         self,
         *,
         acked: _builtins.int = ...,
+        chunks_acked: _builtins.int = ...,
+        ignored: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["acked", b"acked"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acked", b"acked", "chunks_acked", b"chunks_acked", "ignored", b"ignored"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___AckObjectsResponse: _TypeAlias = AckObjectsResponse  # noqa: Y015
+
+@_typing.final
+class PauseJobRequest(_message.Message):
+    """The request of PauseJob."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.str
+    """The job."""
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PauseJobRequest: _TypeAlias = PauseJobRequest  # noqa: Y015
+
+@_typing.final
+class ResumeJobRequest(_message.Message):
+    """The request of ResumeJob."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.str
+    """The job."""
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ResumeJobRequest: _TypeAlias = ResumeJobRequest  # noqa: Y015
+
+@_typing.final
+class UpdateJobRequest(_message.Message):
+    """The request of UpdateJob."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    RATE_LIMIT_PER_SECOND_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.str
+    """The job."""
+    rate_limit_per_second: _builtins.int
+    """The new rate limit in objects per second (0 = unlimited)."""
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.str = ...,
+        rate_limit_per_second: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "rate_limit_per_second", b"rate_limit_per_second"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpdateJobRequest: _TypeAlias = UpdateJobRequest  # noqa: Y015
 
 @_typing.final
 class CancelJobRequest(_message.Message):
@@ -371,7 +642,7 @@ class ListJobsRequest(_message.Message):
     PAGE_SIZE_FIELD_NUMBER: _builtins.int
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     page_size: _builtins.int
-    """Page size, 1..1,000 (0 = 100)."""
+    """Page size, 0..1,000 (0 = 100)."""
     page_token: _builtins.str
     """Token from a previous ListJobsResponse."""
     def __init__(

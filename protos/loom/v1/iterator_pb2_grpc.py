@@ -30,6 +30,10 @@ class IteratorStub:
     by default; the hierarchy is configuration, not code) at high throughput
     with a pipeline of stateless workers over at-least-once queues (Box's
     "high throughput iteration of relational databases").
+
+    Objects reach consumers in chunks: each chunk has a stable id, kept when it
+    is re-sent, so a consumer that remembers the chunk ids it has processed sees
+    every object exactly once.
     """
 
     def __init__(self, channel):
@@ -58,6 +62,21 @@ class IteratorStub:
                 request_serializer=loom_dot_v1_dot_iterator__pb2.AckObjectsRequest.SerializeToString,
                 response_deserializer=loom_dot_v1_dot_iterator__pb2.AckObjectsResponse.FromString,
                 _registered_method=True)
+        self.PauseJob = channel.unary_unary(
+                '/loom.v1.Iterator/PauseJob',
+                request_serializer=loom_dot_v1_dot_iterator__pb2.PauseJobRequest.SerializeToString,
+                response_deserializer=loom_dot_v1_dot_iterator__pb2.Job.FromString,
+                _registered_method=True)
+        self.ResumeJob = channel.unary_unary(
+                '/loom.v1.Iterator/ResumeJob',
+                request_serializer=loom_dot_v1_dot_iterator__pb2.ResumeJobRequest.SerializeToString,
+                response_deserializer=loom_dot_v1_dot_iterator__pb2.Job.FromString,
+                _registered_method=True)
+        self.UpdateJob = channel.unary_unary(
+                '/loom.v1.Iterator/UpdateJob',
+                request_serializer=loom_dot_v1_dot_iterator__pb2.UpdateJobRequest.SerializeToString,
+                response_deserializer=loom_dot_v1_dot_iterator__pb2.Job.FromString,
+                _registered_method=True)
         self.CancelJob = channel.unary_unary(
                 '/loom.v1.Iterator/CancelJob',
                 request_serializer=loom_dot_v1_dot_iterator__pb2.CancelJobRequest.SerializeToString,
@@ -75,38 +94,68 @@ class IteratorServicer:
     by default; the hierarchy is configuration, not code) at high throughput
     with a pipeline of stateless workers over at-least-once queues (Box's
     "high throughput iteration of relational databases").
+
+    Objects reach consumers in chunks: each chunk has a stable id, kept when it
+    is re-sent, so a consumer that remembers the chunk ids it has processed sees
+    every object exactly once.
     """
 
     def StartIteration(self, request, context):
         """Starts an iteration job over a scope and returns it at once.
+        NOT_FOUND when the scope names nothing at its level.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def GetJob(self, request, context):
-        """Returns a job's state and counters. NOT_FOUND for an unknown job.
+        """Returns a job's state, per-level progress, rate and ETA. NOT_FOUND for an
+        unknown job.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def StreamObjects(self, request, context):
-        """Streams the objects a job emits, in batches, until the job completes.
+        """Streams the chunks a job emits, several per message, until every chunk
+        has been delivered (and, with require_ack, acknowledged). Several
+        concurrent streams of one job share its chunks: each chunk goes to one.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def AckObjects(self, request, context):
-        """Acknowledges emitted objects (jobs started with require_ack).
+        """Acknowledges emitted chunks by chunk id (or objects by object id) of a
+        job started with require_ack. Unknown ids are ignored and counted.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PauseJob(self, request, context):
+        """Pauses a running job: workers leave its work queued until ResumeJob.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResumeJob(self, request, context):
+        """Resumes a paused job.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateJob(self, request, context):
+        """Changes a job while it runs (its rate limit).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def CancelJob(self, request, context):
-        """Cancels a job; its workers stop taking its work.
+        """Cancels a job; its workers stop taking its work and its streams end.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -142,6 +191,21 @@ def add_IteratorServicer_to_server(servicer, server):
                     request_deserializer=loom_dot_v1_dot_iterator__pb2.AckObjectsRequest.FromString,
                     response_serializer=loom_dot_v1_dot_iterator__pb2.AckObjectsResponse.SerializeToString,
             ),
+            'PauseJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.PauseJob,
+                    request_deserializer=loom_dot_v1_dot_iterator__pb2.PauseJobRequest.FromString,
+                    response_serializer=loom_dot_v1_dot_iterator__pb2.Job.SerializeToString,
+            ),
+            'ResumeJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumeJob,
+                    request_deserializer=loom_dot_v1_dot_iterator__pb2.ResumeJobRequest.FromString,
+                    response_serializer=loom_dot_v1_dot_iterator__pb2.Job.SerializeToString,
+            ),
+            'UpdateJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateJob,
+                    request_deserializer=loom_dot_v1_dot_iterator__pb2.UpdateJobRequest.FromString,
+                    response_serializer=loom_dot_v1_dot_iterator__pb2.Job.SerializeToString,
+            ),
             'CancelJob': grpc.unary_unary_rpc_method_handler(
                     servicer.CancelJob,
                     request_deserializer=loom_dot_v1_dot_iterator__pb2.CancelJobRequest.FromString,
@@ -165,6 +229,10 @@ class Iterator:
     by default; the hierarchy is configuration, not code) at high throughput
     with a pipeline of stateless workers over at-least-once queues (Box's
     "high throughput iteration of relational databases").
+
+    Objects reach consumers in chunks: each chunk has a stable id, kept when it
+    is re-sent, so a consumer that remembers the chunk ids it has processed sees
+    every object exactly once.
     """
 
     @staticmethod
@@ -265,6 +333,87 @@ class Iterator:
             '/loom.v1.Iterator/AckObjects',
             loom_dot_v1_dot_iterator__pb2.AckObjectsRequest.SerializeToString,
             loom_dot_v1_dot_iterator__pb2.AckObjectsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PauseJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/loom.v1.Iterator/PauseJob',
+            loom_dot_v1_dot_iterator__pb2.PauseJobRequest.SerializeToString,
+            loom_dot_v1_dot_iterator__pb2.Job.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResumeJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/loom.v1.Iterator/ResumeJob',
+            loom_dot_v1_dot_iterator__pb2.ResumeJobRequest.SerializeToString,
+            loom_dot_v1_dot_iterator__pb2.Job.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/loom.v1.Iterator/UpdateJob',
+            loom_dot_v1_dot_iterator__pb2.UpdateJobRequest.SerializeToString,
+            loom_dot_v1_dot_iterator__pb2.Job.FromString,
             options,
             channel_credentials,
             insecure,

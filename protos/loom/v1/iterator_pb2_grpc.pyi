@@ -31,6 +31,10 @@ class IteratorStub:
     by default; the hierarchy is configuration, not code) at high throughput
     with a pipeline of stateless workers over at-least-once queues (Box's
     "high throughput iteration of relational databases").
+
+    Objects reach consumers in chunks: each chunk has a stable id, kept when it
+    is re-sent, so a consumer that remembers the chunk ids it has processed sees
+    every object exactly once.
     """
 
     @_typing.overload
@@ -38,15 +42,30 @@ class IteratorStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> IteratorAsyncStub: ...
     StartIteration: _grpc.UnaryUnaryMultiCallable[_iterator_pb2.StartIterationRequest, _iterator_pb2.Job]
-    """Starts an iteration job over a scope and returns it at once."""
+    """Starts an iteration job over a scope and returns it at once.
+    NOT_FOUND when the scope names nothing at its level.
+    """
     GetJob: _grpc.UnaryUnaryMultiCallable[_iterator_pb2.GetJobRequest, _iterator_pb2.Job]
-    """Returns a job's state and counters. NOT_FOUND for an unknown job."""
+    """Returns a job's state, per-level progress, rate and ETA. NOT_FOUND for an
+    unknown job.
+    """
     StreamObjects: _grpc.UnaryStreamMultiCallable[_iterator_pb2.StreamObjectsRequest, _iterator_pb2.ObjectBatch]
-    """Streams the objects a job emits, in batches, until the job completes."""
+    """Streams the chunks a job emits, several per message, until every chunk
+    has been delivered (and, with require_ack, acknowledged). Several
+    concurrent streams of one job share its chunks: each chunk goes to one.
+    """
     AckObjects: _grpc.UnaryUnaryMultiCallable[_iterator_pb2.AckObjectsRequest, _iterator_pb2.AckObjectsResponse]
-    """Acknowledges emitted objects (jobs started with require_ack)."""
+    """Acknowledges emitted chunks by chunk id (or objects by object id) of a
+    job started with require_ack. Unknown ids are ignored and counted.
+    """
+    PauseJob: _grpc.UnaryUnaryMultiCallable[_iterator_pb2.PauseJobRequest, _iterator_pb2.Job]
+    """Pauses a running job: workers leave its work queued until ResumeJob."""
+    ResumeJob: _grpc.UnaryUnaryMultiCallable[_iterator_pb2.ResumeJobRequest, _iterator_pb2.Job]
+    """Resumes a paused job."""
+    UpdateJob: _grpc.UnaryUnaryMultiCallable[_iterator_pb2.UpdateJobRequest, _iterator_pb2.Job]
+    """Changes a job while it runs (its rate limit)."""
     CancelJob: _grpc.UnaryUnaryMultiCallable[_iterator_pb2.CancelJobRequest, _iterator_pb2.Job]
-    """Cancels a job; its workers stop taking its work."""
+    """Cancels a job; its workers stop taking its work and its streams end."""
     ListJobs: _grpc.UnaryUnaryMultiCallable[_iterator_pb2.ListJobsRequest, _iterator_pb2.ListJobsResponse]
     """Lists jobs, newest first."""
 
@@ -56,19 +75,38 @@ class IteratorAsyncStub(IteratorStub):
     by default; the hierarchy is configuration, not code) at high throughput
     with a pipeline of stateless workers over at-least-once queues (Box's
     "high throughput iteration of relational databases").
+
+    Objects reach consumers in chunks: each chunk has a stable id, kept when it
+    is re-sent, so a consumer that remembers the chunk ids it has processed sees
+    every object exactly once.
     """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     StartIteration: _aio.UnaryUnaryMultiCallable[_iterator_pb2.StartIterationRequest, _iterator_pb2.Job]  # type: ignore[assignment]
-    """Starts an iteration job over a scope and returns it at once."""
+    """Starts an iteration job over a scope and returns it at once.
+    NOT_FOUND when the scope names nothing at its level.
+    """
     GetJob: _aio.UnaryUnaryMultiCallable[_iterator_pb2.GetJobRequest, _iterator_pb2.Job]  # type: ignore[assignment]
-    """Returns a job's state and counters. NOT_FOUND for an unknown job."""
+    """Returns a job's state, per-level progress, rate and ETA. NOT_FOUND for an
+    unknown job.
+    """
     StreamObjects: _aio.UnaryStreamMultiCallable[_iterator_pb2.StreamObjectsRequest, _iterator_pb2.ObjectBatch]  # type: ignore[assignment]
-    """Streams the objects a job emits, in batches, until the job completes."""
+    """Streams the chunks a job emits, several per message, until every chunk
+    has been delivered (and, with require_ack, acknowledged). Several
+    concurrent streams of one job share its chunks: each chunk goes to one.
+    """
     AckObjects: _aio.UnaryUnaryMultiCallable[_iterator_pb2.AckObjectsRequest, _iterator_pb2.AckObjectsResponse]  # type: ignore[assignment]
-    """Acknowledges emitted objects (jobs started with require_ack)."""
+    """Acknowledges emitted chunks by chunk id (or objects by object id) of a
+    job started with require_ack. Unknown ids are ignored and counted.
+    """
+    PauseJob: _aio.UnaryUnaryMultiCallable[_iterator_pb2.PauseJobRequest, _iterator_pb2.Job]  # type: ignore[assignment]
+    """Pauses a running job: workers leave its work queued until ResumeJob."""
+    ResumeJob: _aio.UnaryUnaryMultiCallable[_iterator_pb2.ResumeJobRequest, _iterator_pb2.Job]  # type: ignore[assignment]
+    """Resumes a paused job."""
+    UpdateJob: _aio.UnaryUnaryMultiCallable[_iterator_pb2.UpdateJobRequest, _iterator_pb2.Job]  # type: ignore[assignment]
+    """Changes a job while it runs (its rate limit)."""
     CancelJob: _aio.UnaryUnaryMultiCallable[_iterator_pb2.CancelJobRequest, _iterator_pb2.Job]  # type: ignore[assignment]
-    """Cancels a job; its workers stop taking its work."""
+    """Cancels a job; its workers stop taking its work and its streams end."""
     ListJobs: _aio.UnaryUnaryMultiCallable[_iterator_pb2.ListJobsRequest, _iterator_pb2.ListJobsResponse]  # type: ignore[assignment]
     """Lists jobs, newest first."""
 
@@ -77,6 +115,10 @@ class IteratorServicer(metaclass=_abc_1.ABCMeta):
     by default; the hierarchy is configuration, not code) at high throughput
     with a pipeline of stateless workers over at-least-once queues (Box's
     "high throughput iteration of relational databases").
+
+    Objects reach consumers in chunks: each chunk has a stable id, kept when it
+    is re-sent, so a consumer that remembers the chunk ids it has processed sees
+    every object exactly once.
     """
 
     @_abc_1.abstractmethod
@@ -85,7 +127,9 @@ class IteratorServicer(metaclass=_abc_1.ABCMeta):
         request: _iterator_pb2.StartIterationRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_iterator_pb2.Job, _abc.Awaitable[_iterator_pb2.Job]]:
-        """Starts an iteration job over a scope and returns it at once."""
+        """Starts an iteration job over a scope and returns it at once.
+        NOT_FOUND when the scope names nothing at its level.
+        """
 
     @_abc_1.abstractmethod
     def GetJob(
@@ -93,7 +137,9 @@ class IteratorServicer(metaclass=_abc_1.ABCMeta):
         request: _iterator_pb2.GetJobRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_iterator_pb2.Job, _abc.Awaitable[_iterator_pb2.Job]]:
-        """Returns a job's state and counters. NOT_FOUND for an unknown job."""
+        """Returns a job's state, per-level progress, rate and ETA. NOT_FOUND for an
+        unknown job.
+        """
 
     @_abc_1.abstractmethod
     def StreamObjects(
@@ -101,7 +147,10 @@ class IteratorServicer(metaclass=_abc_1.ABCMeta):
         request: _iterator_pb2.StreamObjectsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_iterator_pb2.ObjectBatch], _abc.AsyncIterator[_iterator_pb2.ObjectBatch]]:
-        """Streams the objects a job emits, in batches, until the job completes."""
+        """Streams the chunks a job emits, several per message, until every chunk
+        has been delivered (and, with require_ack, acknowledged). Several
+        concurrent streams of one job share its chunks: each chunk goes to one.
+        """
 
     @_abc_1.abstractmethod
     def AckObjects(
@@ -109,7 +158,33 @@ class IteratorServicer(metaclass=_abc_1.ABCMeta):
         request: _iterator_pb2.AckObjectsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_iterator_pb2.AckObjectsResponse, _abc.Awaitable[_iterator_pb2.AckObjectsResponse]]:
-        """Acknowledges emitted objects (jobs started with require_ack)."""
+        """Acknowledges emitted chunks by chunk id (or objects by object id) of a
+        job started with require_ack. Unknown ids are ignored and counted.
+        """
+
+    @_abc_1.abstractmethod
+    def PauseJob(
+        self,
+        request: _iterator_pb2.PauseJobRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_iterator_pb2.Job, _abc.Awaitable[_iterator_pb2.Job]]:
+        """Pauses a running job: workers leave its work queued until ResumeJob."""
+
+    @_abc_1.abstractmethod
+    def ResumeJob(
+        self,
+        request: _iterator_pb2.ResumeJobRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_iterator_pb2.Job, _abc.Awaitable[_iterator_pb2.Job]]:
+        """Resumes a paused job."""
+
+    @_abc_1.abstractmethod
+    def UpdateJob(
+        self,
+        request: _iterator_pb2.UpdateJobRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_iterator_pb2.Job, _abc.Awaitable[_iterator_pb2.Job]]:
+        """Changes a job while it runs (its rate limit)."""
 
     @_abc_1.abstractmethod
     def CancelJob(
@@ -117,7 +192,7 @@ class IteratorServicer(metaclass=_abc_1.ABCMeta):
         request: _iterator_pb2.CancelJobRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_iterator_pb2.Job, _abc.Awaitable[_iterator_pb2.Job]]:
-        """Cancels a job; its workers stop taking its work."""
+        """Cancels a job; its workers stop taking its work and its streams end."""
 
     @_abc_1.abstractmethod
     def ListJobs(

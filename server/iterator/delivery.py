@@ -1,0 +1,138 @@
+"""From the chunk ledger to consumers: StreamObjects and AckObjects.
+
+Workers write each emitted chunk into the ledger under a stable id (``<task>/<step>``) in
+the same write that advances the marker, so a chunk exists exactly once whatever the queues
+redelivered. Streams *lease* available chunks: a chunk goes to one stream at a time, so
+several consumers of one job share its chunks. Without acks a chunk is settled as delivered
+once its message has been written to the stream; a server that dies in between leaves it
+leased, and it is sent again when the lease ends (at least once). With ``require_ack`` the
+lease is the ack timeout: an unacknowledged chunk is re-sent under the same id, so a
+consumer that remembers chunk ids sees every object exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import replace
+
+from server.iterator import model
+from server.iterator.model import JobSpec
+from server.runtime.errors import FailedPrecondition, NotFound
+from storage.ports import ChunkRecord, JobStore
+
+__all__ = ["AckResult", "Delivery"]
+
+_SEND_LEASE_MS = 30_000
+"""Without acks: how long a chunk being written to a stream stays leased to it."""
+_MAX_LEASED_SCAN = 10_000
+
+
+class AckResult(tuple[int, int, int]):
+    """(objects acked, chunks acked, ignored ids)."""
+
+
+class Delivery:
+    """Streams the ledger to consumers and settles acknowledgements."""
+
+    def __init__(self, store: JobStore, poll_s: float) -> None:
+        self._store = store
+        self._poll_s = poll_s
+        self._events: dict[str, asyncio.Event] = {}
+
+    def notify(self, job_id: str) -> None:
+        """A chunk of `job_id` was committed in this server: wake its streams."""
+        event = self._events.get(job_id)
+        if event is not None:
+            event.set()
+
+    async def stream(
+        self, job_id: str, spec: JobSpec, max_objects: int
+    ) -> AsyncIterator[list[ChunkRecord]]:
+        """Lists of leased chunks (one stream message each) until the job is finished."""
+        event = self._events.setdefault(job_id, asyncio.Event())
+        lease_ms = spec.ack_timeout_s * 1000 if spec.require_ack else _SEND_LEASE_MS
+        while True:
+            event.clear()
+            chunks = await self._store.lease_chunks(
+                job_id,
+                now_ms=_now_ms(),
+                lease_ms=lease_ms,
+                max_objects=max_objects,
+                max_chunks=1000,
+            )
+            if chunks:
+                resent = sum(1 for c in chunks if c.sends > 1)
+                yield chunks
+                if not spec.require_ack:
+                    await self._store.settle_chunks(
+                        job_id, [c.chunk_id for c in chunks], "delivered"
+                    )
+                if resent:
+                    await self._store.add_counters(job_id, {model.RESENT_CHUNKS: resent})
+                continue
+            job = await self._store.get_job(job_id)
+            if job is None or job.state in ("completed", "cancelled", "failed"):
+                return
+            try:
+                async with asyncio.timeout(self._poll_s * 4):
+                    await event.wait()
+            except TimeoutError:
+                pass
+
+    async def ack(
+        self, job_id: str, spec: JobSpec, chunk_ids: Sequence[str], object_ids: Sequence[int]
+    ) -> AckResult:
+        """Settles acknowledged chunks (by id) and objects (by id); unknown ids ignored."""
+        if not spec.require_ack:
+            raise FailedPrecondition(f"job {job_id} was started without require_ack")
+        chunks = objects = ignored = 0
+        if chunk_ids:
+            chunks, objects = await self._store.settle_chunks(job_id, chunk_ids, "acked")
+            ignored += len(set(chunk_ids)) - chunks
+        if object_ids:
+            more_objects, more_chunks, missing = await self._ack_objects(job_id, object_ids)
+            objects += more_objects
+            chunks += more_chunks
+            ignored += missing
+        if ignored:
+            await self._store.add_counters(job_id, {model.IGNORED_ACKS: ignored})
+        return AckResult((objects, chunks, ignored))
+
+    async def _ack_objects(self, job_id: str, object_ids: Sequence[int]) -> tuple[int, int, int]:
+        wanted = set(object_ids)
+        acked = whole = 0
+        for chunk in await self._store.leased_chunks(job_id, _MAX_LEASED_SCAN):
+            flat = model.unpack(chunk.width, chunk.keys)
+            ids = set(flat[chunk.width - 1 :: chunk.width])
+            hit = ids & wanted
+            if not hit:
+                continue
+            done = set(model.unpack(1, chunk.acked_keys))
+            new = hit - done
+            wanted -= hit
+            if not new:
+                continue
+            done |= new
+            if done >= ids:
+                settled, _ = await self._store.settle_chunks(job_id, [chunk.chunk_id], "acked")
+                whole += settled
+            else:
+                _, data = model.pack([(i,) for i in sorted(done)])
+                updated = replace(chunk, acked_keys=data)
+                if not await self._store.save_chunk_acks(job_id, updated, chunk.version):
+                    wanted |= new  # raced with a lease or another ack: report as not acked
+                    continue
+            acked += len(new)
+        return acked, whole, len(wanted)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def require_job(found: object, job_id: str) -> None:
+    """NOT_FOUND for a job id that names nothing."""
+    if found is None:
+        raise NotFound(f"job {job_id} not found")

@@ -1,0 +1,113 @@
+"""The Iterator gRPC servicer: protobuf in, domain call, protobuf out; nothing else.
+
+StreamObjects runs as long as its job does, so it has no deadline of its own beyond the
+client's (the interceptor applies none to streams) and a bulkhead sized for a few
+consumers per job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+
+import grpc
+from loom.v1 import iterator_pb2, iterator_pb2_grpc
+
+from server.config import IteratorLevel, IteratorSettings, MethodPolicy
+from server.iterator import convert
+from server.iterator.service import IteratorService
+
+__all__ = ["POLICIES", "IteratorHandler"]
+
+_S = "loom.v1.Iterator/"
+POLICIES: dict[str, MethodPolicy] = {
+    _S + "StartIteration": MethodPolicy(max_concurrency=16, max_waiting=32, deadline_s=10.0),
+    _S + "GetJob": MethodPolicy(max_concurrency=64, max_waiting=64, deadline_s=5.0),
+    _S + "StreamObjects": MethodPolicy(max_concurrency=64, max_waiting=0, max_wait_s=0.0),
+    _S + "AckObjects": MethodPolicy(max_concurrency=64, max_waiting=128, deadline_s=10.0),
+    _S + "PauseJob": MethodPolicy(max_concurrency=16, max_waiting=32, deadline_s=5.0),
+    _S + "ResumeJob": MethodPolicy(max_concurrency=16, max_waiting=32, deadline_s=5.0),
+    _S + "UpdateJob": MethodPolicy(max_concurrency=16, max_waiting=32, deadline_s=5.0),
+    _S + "CancelJob": MethodPolicy(max_concurrency=16, max_waiting=32, deadline_s=5.0),
+    _S + "ListJobs": MethodPolicy(max_concurrency=16, max_waiting=32, deadline_s=10.0),
+}
+
+
+class IteratorHandler(iterator_pb2_grpc.IteratorServicer):
+    """Serves `loom.v1.Iterator` from an `IteratorService`."""
+
+    def __init__(
+        self,
+        service: IteratorService,
+        levels: Sequence[IteratorLevel],
+        settings: IteratorSettings,
+    ) -> None:
+        self._service = service
+        self._levels = levels
+        self._settings = settings
+
+    async def StartIteration(  # noqa: N802 - gRPC method name
+        self, request: iterator_pb2.StartIterationRequest, context: grpc.aio.ServicerContext
+    ) -> iterator_pb2.Job:
+        scope, rate, require_ack, ack_timeout, text = convert.start_from_proto(
+            request, self._levels
+        )
+        view = await self._service.start_job(
+            scope, rate=rate, require_ack=require_ack, ack_timeout_s=ack_timeout, request_json=text
+        )
+        return convert.job_to_proto(view)
+
+    async def GetJob(  # noqa: N802
+        self, request: iterator_pb2.GetJobRequest, context: grpc.aio.ServicerContext
+    ) -> iterator_pb2.Job:
+        job_id = convert.job_id_from_proto(request.job_id)
+        return convert.job_to_proto(await self._service.view(job_id))
+
+    async def StreamObjects(  # noqa: N802
+        self, request: iterator_pb2.StreamObjectsRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[iterator_pb2.ObjectBatch]:
+        job_id, max_objects = convert.stream_from_proto(request, self._settings.max_stream_batch)
+        view = await self._service.view(job_id)
+        level = self._service.names[view.spec.emit_level]
+        scope_read = view.spec.emit_level == view.spec.scope_level
+        async for chunks in self._service.delivery.stream(job_id, view.spec, max_objects):
+            yield convert.batch_to_proto(job_id, level, scope_read, chunks)
+
+    async def AckObjects(  # noqa: N802
+        self, request: iterator_pb2.AckObjectsRequest, context: grpc.aio.ServicerContext
+    ) -> iterator_pb2.AckObjectsResponse:
+        job_id, chunk_ids, object_ids = convert.ack_from_proto(request)
+        view = await self._service.view(job_id)
+        objects, chunks, ignored = await self._service.delivery.ack(
+            job_id, view.spec, chunk_ids, object_ids
+        )
+        return iterator_pb2.AckObjectsResponse(acked=objects, chunks_acked=chunks, ignored=ignored)
+
+    async def PauseJob(  # noqa: N802
+        self, request: iterator_pb2.PauseJobRequest, context: grpc.aio.ServicerContext
+    ) -> iterator_pb2.Job:
+        job_id = convert.job_id_from_proto(request.job_id)
+        return convert.job_to_proto(await self._service.pause(job_id))
+
+    async def ResumeJob(  # noqa: N802
+        self, request: iterator_pb2.ResumeJobRequest, context: grpc.aio.ServicerContext
+    ) -> iterator_pb2.Job:
+        job_id = convert.job_id_from_proto(request.job_id)
+        return convert.job_to_proto(await self._service.resume(job_id))
+
+    async def UpdateJob(  # noqa: N802
+        self, request: iterator_pb2.UpdateJobRequest, context: grpc.aio.ServicerContext
+    ) -> iterator_pb2.Job:
+        job_id, rate = convert.rate_from_proto(request)
+        return convert.job_to_proto(await self._service.update_rate(job_id, rate))
+
+    async def CancelJob(  # noqa: N802
+        self, request: iterator_pb2.CancelJobRequest, context: grpc.aio.ServicerContext
+    ) -> iterator_pb2.Job:
+        job_id = convert.job_id_from_proto(request.job_id)
+        return convert.job_to_proto(await self._service.cancel(job_id))
+
+    async def ListJobs(  # noqa: N802
+        self, request: iterator_pb2.ListJobsRequest, context: grpc.aio.ServicerContext
+    ) -> iterator_pb2.ListJobsResponse:
+        limit, before = convert.list_from_proto(request)
+        return convert.list_to_proto(await self._service.list_jobs(limit, before), limit)

@@ -1,0 +1,85 @@
+"""Wires the Iterator into the server: source, queues and job state (each behind its
+engine's breaker), the hierarchy checked against the live schema, workers, servicer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import grpc
+from loom.v1 import iterator_pb2_grpc
+
+from server.config import Settings
+from server.iterator.delivery import Delivery
+from server.iterator.handler import POLICIES, IteratorHandler
+from server.iterator.hierarchy import check_levels, check_schema, source_levels
+from server.iterator.jobcache import JobCache
+from server.iterator.service import IteratorService
+from server.iterator.worker import Pipeline
+from server.runtime.guard import guard_store
+from server.runtime.logs import get_logger
+from server.runtime.mounting import Mounted, Resources
+from storage import factory
+
+__all__ = ["POLICIES", "SERVICE", "mount"]
+
+SERVICE = "loom.v1.Iterator"
+_log = get_logger("iterator")
+
+
+async def mount(server: grpc.aio.Server, settings: Settings, resources: Resources) -> Mounted:
+    """Opens the stores, validates the hierarchy, starts the workers, registers the servicer.
+
+    A hierarchy that does not match the source stops start-up with an error naming the
+    setting. With no ``source_url`` the source is an embedded SQLite file with the default
+    schema (empty until something writes to it), so ``loom serve`` runs with no set-up.
+    """
+    s = settings.iterator
+    check_levels(s.levels)
+    url = s.source_url
+    create = False
+    if not url:
+        path = Path(settings.sqlite.data_dir) / "iterator-source.sqlite3"
+        url, create = f"sqlite+aiosqlite:///{path.resolve()}", True
+    raw_source = await factory.open_iteration_source(url, source_levels(s.levels), create)
+    closers = [raw_source.close]
+    try:
+        warnings = check_schema(s.levels, await raw_source.schema())
+        for warning in warnings:
+            _log.warning("iterator hierarchy", warning=warning)
+        raw_queue = await factory.open_work_queue(settings, [lv.name for lv in s.levels])
+        closers.append(raw_queue.close)
+        raw_store = await factory.open_job_store(settings)
+        closers.append(raw_store.close)
+    except BaseException:
+        for close in reversed(closers):
+            await close()
+        raise
+    source = guard_store(raw_source, resources.breaker("iterator-source"))
+    queue = guard_store(raw_queue, resources.breaker(settings.storage.iterator_queue))
+    store = guard_store(raw_store, resources.breaker(settings.storage.iterator_state))
+    jobs = JobCache(store)
+    delivery = Delivery(store, s.poll_interval_s)
+    names = [lv.name for lv in s.levels]
+    holder: list[IteratorService] = []
+
+    async def source_down(job_id: str, error: str) -> None:
+        await holder[0].source_down(job_id, error)
+
+    pipeline = Pipeline(
+        source,
+        queue,
+        store,
+        jobs,
+        s,
+        queue_names=names,
+        on_emit=delivery.notify,
+        on_source_down=source_down,
+    )
+    service = IteratorService(
+        source, store, jobs, delivery, s, level_names=names, announce=pipeline.announce
+    )
+    holder.append(service)
+    pipeline.start()
+    service.start()
+    iterator_pb2_grpc.add_IteratorServicer_to_server(IteratorHandler(service, s.levels, s), server)
+    return Mounted(closers=[*closers, pipeline.stop, service.stop])

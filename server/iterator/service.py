@@ -1,0 +1,255 @@
+"""The Iterator's use cases: start, inspect and steer jobs; decide completion; ride out a
+source outage.
+
+Job state changes are compare-and-set on the job's version, so two replicas (or a user and
+the completion checker) never both move a job: COMPLETED is reached exactly once. Each
+server checks the running jobs every `check_interval_s`: counters first (cheap), then the
+ledger, record by record, which must agree before the job is marked COMPLETED.
+
+When the source database fails, the job whose step failed pauses itself ("source"); a
+monitor pings the source every `source_probe_s` (through the same circuit breaker) and
+resumes those jobs once it answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from server.config import IteratorSettings
+from server.iterator import model, progress
+from server.iterator.delivery import Delivery
+from server.iterator.jobcache import JobCache
+from server.iterator.scope import Scope
+from server.runtime.errors import FailedPrecondition, LoomError, NotFound
+from server.runtime.logs import get_logger
+from storage.errors import StorageError
+from storage.ports import ChunkState, IterationSource, JobRecord, JobStore, TaskRecord
+
+__all__ = ["IteratorService", "JobView"]
+
+_log = get_logger("iterator")
+_FINAL = ("completed", "cancelled", "failed")
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    """A job as GetJob shows it."""
+
+    record: JobRecord
+    spec: model.JobSpec
+    progress: progress.Progress
+    objects_per_second: float
+    eta_seconds: float
+    counters: dict[str, int]
+
+
+class IteratorService:
+    """Jobs over one source, one queue set and one job store."""
+
+    def __init__(
+        self,
+        source: IterationSource,
+        store: JobStore,
+        jobs: JobCache,
+        delivery: Delivery,
+        settings: IteratorSettings,
+        *,
+        level_names: list[str],
+        announce: Callable[[str, list[TaskRecord]], object],
+    ) -> None:
+        self._source = source
+        self._store = store
+        self._jobs = jobs
+        self.delivery = delivery
+        self._s = settings
+        self.names = level_names
+        self._announce = announce
+        self._meters: dict[str, progress.RateMeter] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self) -> None:
+        """Starts the completion checker and the source monitor."""
+        if not self._tasks:
+            self._tasks = [
+                asyncio.create_task(self._check_loop(), name="iterator-checker"),
+                asyncio.create_task(self._source_loop(), name="iterator-source-monitor"),
+            ]
+
+    async def stop(self) -> None:
+        """Stops the background loops."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+
+    async def start_job(
+        self, scope: Scope, *, rate: int, require_ack: bool, ack_timeout_s: int, request_json: str
+    ) -> JobView:
+        """Creates a job over `scope` (NOT_FOUND when nothing is there) and its first range."""
+        if not await self._source.exists(scope.level, scope.first, scope.last):
+            raise NotFound(
+                f"no {self.names[scope.level]} in {list(scope.first)}..{list(scope.last)}"
+            )
+        now = _now_ms()
+        spec = model.JobSpec(
+            scope.level,
+            scope.first,
+            scope.last,
+            scope.emit_level,
+            require_ack,
+            ack_timeout_s or self._s.ack_timeout_s,
+            request_json,
+        )
+        job_id = uuid.uuid4().hex
+        record = JobRecord(job_id, now, spec.dumps(), "running", rate, "", "", 0, 1)
+        root = TaskRecord(
+            "r", scope.level, (), scope.first, scope.last, (), (), 0, False, 0, now, ()
+        )
+        await self._store.create_job(record, root, {model.tasks(scope.level): 1})
+        await self._announce(job_id, [root])  # type: ignore[misc]
+        return await self.view(job_id)
+
+    async def view(self, job_id: str) -> JobView:
+        """The job's record, progress, rate and ETA. NOT_FOUND for an unknown job."""
+        record = await self._store.get_job(job_id)
+        if record is None:
+            raise NotFound(f"job {job_id} not found")
+        spec = model.JobSpec.loads(record.spec)
+        counters = await self._store.counters(job_id)
+        p = progress.progress(spec, self.names, counters)
+        meter = self._meters.setdefault(job_id, progress.RateMeter())
+        if record.state not in _FINAL:
+            meter.add(p.emitted_objects)
+        rate = meter.rate() if record.state == "running" else 0.0
+        eta = 0.0 if record.state == "completed" else progress.eta_seconds(p, rate)
+        return JobView(record, spec, p, rate, eta, counters)
+
+    async def pause(self, job_id: str) -> JobView:
+        """Pauses a running job (a paused one stays paused)."""
+        return await self._transition(job_id, "paused", "user", allowed=("running", "paused"))
+
+    async def resume(self, job_id: str) -> JobView:
+        """Resumes a paused job (a running one stays running)."""
+        return await self._transition(job_id, "running", "", allowed=("running", "paused"))
+
+    async def cancel(self, job_id: str) -> JobView:
+        """Cancels a job that has not finished (a cancelled one stays cancelled)."""
+        return await self._transition(
+            job_id, "cancelled", "", allowed=("running", "paused", "cancelled")
+        )
+
+    async def update_rate(self, job_id: str, rate: int) -> JobView:
+        """Sets the job's rate limit; every worker of every replica follows within ~0.25 s."""
+        while True:
+            record = await self._store.get_job(job_id)
+            if record is None:
+                raise NotFound(f"job {job_id} not found")
+            if record.state in _FINAL:
+                raise FailedPrecondition(f"job {job_id} is {record.state}")
+            if await self._store.update_job(replace(record, rate=rate), record.version):
+                return await self.view(job_id)
+
+    async def _transition(
+        self, job_id: str, state: str, paused_by: str, allowed: tuple[str, ...]
+    ) -> JobView:
+        while True:
+            record = await self._store.get_job(job_id)
+            if record is None:
+                raise NotFound(f"job {job_id} not found")
+            if record.state not in allowed:
+                raise FailedPrecondition(f"job {job_id} is {record.state}")
+            if record.state == state:
+                return await self.view(job_id)
+            changed = replace(
+                record,
+                state=state,  # type: ignore[arg-type]
+                paused_by=paused_by,
+                error="" if state == "running" else record.error,
+                finished_ms=_now_ms() if state in _FINAL else 0,
+            )
+            if await self._store.update_job(changed, record.version):
+                self._jobs.put(replace(changed, version=record.version + 1))
+                if state in _FINAL:
+                    self.delivery.notify(job_id)
+                return await self.view(job_id)
+
+    async def list_jobs(self, limit: int, before: tuple[int, str] | None) -> list[JobView]:
+        """A page of jobs, newest first."""
+        records = await self._store.list_jobs(limit, before)
+        return [await self.view(r.job_id) for r in records]
+
+    async def source_down(self, job_id: str, error: str) -> None:
+        """A step of `job_id` found the source down: the job pauses itself."""
+        record = await self._store.get_job(job_id)
+        if record is None or record.state != "running":
+            return
+        changed = replace(record, state="paused", paused_by="source", error=error)
+        if await self._store.update_job(changed, record.version):
+            self._jobs.put(replace(changed, version=record.version + 1))
+            _log.warning("job paused: source unavailable", job_id=job_id, error=error)
+
+    async def check_once(self) -> None:
+        """Completes every running job whose counters and ledger both say it is done."""
+        for record in await self._store.active_jobs():
+            if record.state != "running":
+                continue
+            spec = model.JobSpec.loads(record.spec)
+            counters = await self._store.counters(record.job_id)
+            p = progress.progress(spec, self.names, counters)
+            self._meters.setdefault(record.job_id, progress.RateMeter()).add(p.emitted_objects)
+            if not p.complete:
+                continue
+            settled: ChunkState = "acked" if spec.require_ack else "delivered"
+            ledger = await self._store.ledger(record.job_id, settled=settled)
+            problem = progress.ledger_disagreement(p, ledger)
+            if problem:
+                # Counters move inside the same writes as the records: they cannot disagree
+                # unless something outside Loom changed the state. Never complete silently.
+                _log.error("ledger disagrees with counters", job_id=record.job_id, why=problem)
+                final = replace(record, state="failed", error=f"ledger check: {problem}")
+            else:
+                final = replace(record, state="completed")
+            final = replace(final, finished_ms=_now_ms())
+            if await self._store.update_job(final, record.version):
+                self.delivery.notify(record.job_id)
+                _log.info("job finished", job_id=record.job_id, state=final.state)
+
+    async def _check_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._s.check_interval_s)
+            with contextlib.suppress(LoomError, StorageError):
+                await self.check_once()
+
+    async def _source_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._s.source_probe_s)
+            with contextlib.suppress(LoomError, StorageError):
+                waiting = [
+                    r
+                    for r in await self._store.active_jobs()
+                    if r.state == "paused" and r.paused_by == "source"
+                ]
+                if not waiting:
+                    continue
+                try:
+                    await self._source.ping()
+                except LoomError:
+                    continue
+                for record in waiting:
+                    with contextlib.suppress(FailedPrecondition, NotFound):
+                        await self._resume_after_outage(record)
+
+    async def _resume_after_outage(self, record: JobRecord) -> None:
+        changed = replace(record, state="running", paused_by="", error="")
+        if await self._store.update_job(changed, record.version):
+            self._jobs.put(replace(changed, version=record.version + 1))
+            _log.info("job resumed: source is back", job_id=record.job_id)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)

@@ -1,0 +1,159 @@
+"""One step of a range, as pure functions: what a chunk read turns into.
+
+A *task* reads one level: either a bounded id range (the scope) or the children of a sorted
+list of parents (every row one chunk of the level above found). A step reads one chunk
+after the task's marker and commits, atomically and only if no copy of the same message
+committed first, the task's new marker, the tasks it creates, the chunk it emits and the
+counters it moves. Because counters move only inside that conditional write, a redelivered
+or duplicated message can never count anything twice — which is what lets completion be
+decided by counters (Box's discovered / all-discovered / completed events) and checked
+against the ledger.
+
+Parent completion is exact even with empty parents and split parents: a parent q of a
+children task is closed by the step whose read crosses q's end — q >= the old marker's
+parent and q < the new marker's parent — and, when the task ends, every q up to (but not
+including) the parent its inclusive end bound sits in. A split piece ends inside its parent,
+so only the piece that reaches the parent's real end closes it.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from server.iterator import model
+from storage.ports import ChunkRecord, Key, Step, TaskRecord
+
+__all__ = ["StepInput", "child_id", "closed_parents", "piece_id", "plan_step"]
+
+
+def child_id(task_id: str, seq: int) -> str:
+    """The id of the task created by step `seq` of `task_id` (stable across redeliveries)."""
+    return f"{task_id}.{seq}"
+
+
+def piece_id(task_id: str, seq: int, index: int) -> str:
+    """The id of split piece `index` cut at step `seq` of `task_id`."""
+    return f"{task_id}.{seq}s{index}"
+
+
+def chunk_id(task_id: str, seq: int) -> str:
+    """The stable id of the chunk emitted by step `seq` of `task_id`."""
+    return f"{task_id}/{seq}"
+
+
+def closed_parents(task: TaskRecord, new_after: Key, finished: bool) -> int:
+    """Parents of a children task closed between its marker and `new_after`."""
+    parents = task.parents
+    lo = bisect.bisect_left(parents, task.after[0]) if task.after else 0
+    if finished:
+        hi = bisect.bisect_left(parents, task.upto[0]) if task.upto else len(parents)
+    else:
+        hi = bisect.bisect_left(parents, new_after[0]) if new_after else lo
+    return max(0, hi - lo)
+
+
+@dataclass(frozen=True, slots=True)
+class StepInput:
+    """What the worker learned in one step."""
+
+    rows: Sequence[Key]
+    """Positions read (in order)."""
+    limit: int
+    """The LIMIT of the read: fewer rows means the range is exhausted."""
+    split_points: Sequence[Key] = ()
+    """Positions where the rest of the range is cut (each ends a piece, inclusive)."""
+    now_ms: int = 0
+
+
+def plan_step(task: TaskRecord, spec: model.JobSpec, got: StepInput) -> Step:
+    """The atomic write of one step of `task` (pure)."""
+    rows = list(got.rows)
+    level = task.level
+    children_read = bool(task.parents)
+    new_after = rows[-1] if rows else task.after
+    finished = len(rows) < got.limit
+    counters: dict[str, int] = {model.found(level): len(rows)}
+    new_tasks: list[TaskRecord] = []
+    chunk = None
+    seq = task.seq
+
+    # Rows since the marker entered its current parent: a large parent is told by it.
+    if not children_read:
+        run = task.rows + len(rows)
+    elif rows and (not task.after or rows[-1][0] != task.after[0]):
+        run = sum(1 for r in rows if r[0] == rows[-1][0])
+    else:
+        run = task.rows + len(rows)
+
+    if level == spec.emit_level:
+        if rows:
+            width, data = model.pack(rows)
+            chunk = ChunkRecord(
+                chunk_id(task.task_id, seq), width, data, len(rows), "ready", 0, 0, b"", 1
+            )
+            counters[model.EMITTED_OBJECTS] = len(rows)
+            counters[model.EMITTED_CHUNKS] = 1
+    elif rows:
+        ids = sorted({r[-1] for r in rows})
+        new_tasks.append(
+            TaskRecord(
+                child_id(task.task_id, seq),
+                level + 1,
+                tuple(ids),
+                (),
+                (),
+                (),
+                (),
+                0,
+                False,
+                0,
+                got.now_ms,
+                (),
+            )
+        )
+        counters[model.tasks(level + 1)] = 1
+
+    upto = task.upto
+    if got.split_points and not finished:
+        cuts = list(got.split_points)
+        ends = [*cuts[1:], task.upto]
+        for index, (start, end) in enumerate(zip(cuts, ends, strict=True)):
+            new_tasks.append(
+                TaskRecord(
+                    piece_id(task.task_id, seq, index),
+                    level,
+                    task.parents,
+                    task.first,
+                    task.last,
+                    start,
+                    end,
+                    0,
+                    False,
+                    0,
+                    got.now_ms,
+                    (),
+                )
+            )
+        counters[model.tasks(level)] = counters.get(model.tasks(level), 0) + len(cuts)
+        upto = cuts[0]
+        # The task now ends at the first cut: it may already have read all of its range.
+        finished = finished or (bool(rows) and rows[-1] >= upto)
+
+    if children_read:
+        shown = replace(task, upto=upto)
+        counters[model.closed(level - 1)] = closed_parents(shown, new_after, finished)
+    if finished:
+        counters[model.tasks_done(level)] = 1
+    new_task = replace(
+        task,
+        after=new_after,
+        upto=upto,
+        seq=seq + 1,
+        done=finished,
+        rows=run,
+        started_ms=got.now_ms if got.split_points else task.started_ms,
+        spawned=tuple(t.task_id for t in new_tasks),
+    )
+    return Step(new_task, new_tasks, chunk, {k: v for k, v in counters.items() if v})

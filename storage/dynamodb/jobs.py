@@ -1,0 +1,428 @@
+"""JobStore on DynamoDB: one table, one partition per job, transactions for steps.
+
+Table ``<table_prefix>iterator`` (hash ``pk``, range ``sk``)::
+
+    pk = j#<job>  sk = job         the job: state, spec, rate, version, tat (rate limiter)
+                  sk = counters    one numeric attribute per counter (ADD)
+                  sk = t#<task>    a task: level, parents, bounds, marker, seq, done, spawned
+                  sk = c#<chunk>   a ledger chunk: keys (binary), count, state, lease, sends
+
+GSI ``available`` (``avail_job``, ``avail_at``) is sparse: a chunk carries the two attributes
+while it can be leased (``avail_at`` = 0 when ready, the lease end while leased) and loses
+them when settled, so a stream's lease is one Query of what is due, never a scan. GSI
+``jobs`` (``jobs_all``, ``created_key``) lists jobs newest first.
+
+A step is one TransactWriteItems: the task update conditioned on ``seq``, the new tasks,
+the chunk and the counters' ADD, so a lost race writes nothing and counters never count a
+duplicate (the seed's Redis counters, made exact). Conditional failures are outcomes;
+every other driver error becomes StorageUnavailable (`storage.dynamodb.client`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from storage.dynamodb.client import DRIVER_ERRORS, DynamoDBClient, translate
+from storage.dynamodb.job_items import (
+    chunk_from_item,
+    chunk_item,
+    counter_update,
+    job_from_item,
+    job_item,
+    task_from_item,
+    task_item,
+    transaction_lost,
+)
+from storage.ports import ChunkRecord, ChunkState, JobRecord, LedgerSummary, Step, TaskRecord
+from storage.settings import DynamoDBSettings
+
+__all__ = ["TABLE_SUFFIX", "DynamoDBJobStore"]
+
+TABLE_SUFFIX = "iterator"
+_UNSETTLED = ("ready", "leased")
+
+
+class DynamoDBJobStore:
+    """`storage.ports.JobStore` on one DynamoDB table."""
+
+    def __init__(self, client: DynamoDBClient) -> None:
+        self._client = client
+        self._db = client.raw
+        self._table = client.table_name(TABLE_SUFFIX)
+
+    @classmethod
+    async def open(cls, settings: DynamoDBSettings) -> DynamoDBJobStore:
+        """Opens the client; creates the table and its indexes when ``create_tables``."""
+        client = await DynamoDBClient.open(settings)
+        try:
+            if settings.create_tables:
+                await client.create_table(client.table_name(TABLE_SUFFIX), **_TABLE_SPEC)
+        except BaseException:
+            await client.close()
+            raise
+        return cls(client)
+
+    async def _call(self, what: str, **kwargs: Any) -> Any:
+        try:
+            return await getattr(self._db, what)(TableName=self._table, **kwargs)
+        except DRIVER_ERRORS as exc:
+            raise translate(exc, what) from exc
+
+    async def _transact(self, items: list[dict[str, Any]]) -> bool:
+        for item in items:
+            next(iter(item.values()))["TableName"] = self._table
+        try:
+            await self._db.transact_write_items(TransactItems=items)
+        except DRIVER_ERRORS as exc:
+            if transaction_lost(exc):
+                return False
+            raise translate(exc, "transact_write_items") from exc
+        return True
+
+    async def create_job(
+        self, job: JobRecord, root: TaskRecord, counters: Mapping[str, int]
+    ) -> None:
+        await self._transact(
+            [
+                {"Put": {"Item": job_item(job)}},
+                {"Put": {"Item": task_item(job.job_id, root)}},
+                {"Update": counter_update(job.job_id, counters)},
+            ]
+        )
+
+    async def get_job(self, job_id: str) -> JobRecord | None:
+        reply = await self._call(
+            "get_item", Key={"pk": {"S": f"j#{job_id}"}, "sk": {"S": "job"}}, ConsistentRead=True
+        )
+        item = reply.get("Item")
+        return None if item is None else job_from_item(item)
+
+    async def list_jobs(self, limit: int, before: tuple[int, str] | None) -> list[JobRecord]:
+        cond = "jobs_all = :a"
+        values: dict[str, Any] = {":a": {"S": "jobs"}}
+        if before is not None:
+            cond += " AND created_key < :k"
+            values[":k"] = {"S": f"{before[0]:015d}:{before[1]}"}
+        reply = await self._call(
+            "query",
+            IndexName="jobs",
+            KeyConditionExpression=cond,
+            ExpressionAttributeValues=values,
+            ScanIndexForward=False,
+            Limit=limit,
+        )
+        found = [job_from_item(i) for i in reply.get("Items", [])]
+        # The index is eventually consistent: read the records themselves.
+        fresh = [await self.get_job(j.job_id) for j in found]
+        return [j for j in fresh if j is not None]
+
+    async def active_jobs(self) -> list[JobRecord]:
+        jobs: list[JobRecord] = []
+        kwargs: dict[str, Any] = {
+            "IndexName": "jobs",
+            "KeyConditionExpression": "jobs_all = :a",
+            "FilterExpression": "#s IN (:r, :p)",
+            "ExpressionAttributeNames": {"#s": "state"},
+            "ExpressionAttributeValues": {
+                ":a": {"S": "jobs"},
+                ":r": {"S": "running"},
+                ":p": {"S": "paused"},
+            },
+        }
+        while True:
+            reply = await self._call("query", **kwargs)
+            jobs.extend(job_from_item(i) for i in reply.get("Items", []))
+            if "LastEvaluatedKey" not in reply:
+                return jobs
+            kwargs["ExclusiveStartKey"] = reply["LastEvaluatedKey"]
+
+    async def update_job(self, job: JobRecord, expected_version: int) -> bool:
+        item = job_item(job)
+        names = {"#s": "state", "#e": "error"}
+        values = {
+            ":spec": item["spec"],
+            ":s": item["state"],
+            ":rate": item["rate"],
+            ":pb": item["paused_by"],
+            ":e": item["error"],
+            ":f": item["finished_ms"],
+            ":nv": {"N": str(expected_version + 1)},
+            ":v": {"N": str(expected_version)},
+        }
+        return await self._transact(
+            [
+                {
+                    "Update": {
+                        "Key": {"pk": {"S": f"j#{job.job_id}"}, "sk": {"S": "job"}},
+                        "UpdateExpression": "SET spec = :spec, #s = :s, rate = :rate, "
+                        "paused_by = :pb, #e = :e, finished_ms = :f, version = :nv",
+                        "ConditionExpression": "version = :v",
+                        "ExpressionAttributeNames": names,
+                        "ExpressionAttributeValues": values,
+                    }
+                }
+            ]
+        )
+
+    async def get_task(self, job_id: str, task_id: str) -> TaskRecord | None:
+        reply = await self._call(
+            "get_item",
+            Key={"pk": {"S": f"j#{job_id}"}, "sk": {"S": f"t#{task_id}"}},
+            ConsistentRead=True,
+        )
+        item = reply.get("Item")
+        return None if item is None else task_from_item(item)
+
+    async def commit_step(self, job_id: str, step: Step, expected_seq: int) -> bool:
+        t = step.task
+        new = task_item(job_id, t)
+        items: list[dict[str, Any]] = [
+            {
+                "Update": {
+                    "Key": {"pk": new["pk"], "sk": new["sk"]},
+                    "UpdateExpression": "SET #a = :a, upto = :u, seq = :s, done = :d, #r = :r, "
+                    "started_ms = :st, spawned = :sp",
+                    "ConditionExpression": "seq = :expected",
+                    "ExpressionAttributeNames": {"#a": "after", "#r": "rows"},
+                    "ExpressionAttributeValues": {
+                        ":a": new["after"],
+                        ":u": new["upto"],
+                        ":s": new["seq"],
+                        ":d": new["done"],
+                        ":r": new["rows"],
+                        ":st": new["started_ms"],
+                        ":sp": new["spawned"],
+                        ":expected": {"N": str(expected_seq)},
+                    },
+                }
+            }
+        ]
+        items += [{"Put": {"Item": task_item(job_id, n)}} for n in step.new_tasks]
+        if step.chunk is not None:
+            items.append({"Put": {"Item": chunk_item(job_id, step.chunk)}})
+        if step.counters:
+            items.append({"Update": counter_update(job_id, step.counters)})
+        return await self._transact(items)
+
+    async def counters(self, job_id: str) -> dict[str, int]:
+        reply = await self._call(
+            "get_item",
+            Key={"pk": {"S": f"j#{job_id}"}, "sk": {"S": "counters"}},
+            ConsistentRead=True,
+        )
+        item = reply.get("Item", {})
+        return {k[2:]: int(v["N"]) for k, v in item.items() if k.startswith("c_")}
+
+    async def add_counters(self, job_id: str, deltas: Mapping[str, int]) -> None:
+        if any(deltas.values()):
+            await self._call("update_item", **counter_update(job_id, deltas))
+
+    async def lease_chunks(
+        self, job_id: str, *, now_ms: int, lease_ms: int, max_objects: int, max_chunks: int
+    ) -> list[ChunkRecord]:
+        reply = await self._call(
+            "query",
+            IndexName="available",
+            KeyConditionExpression="avail_job = :j AND avail_at <= :now",
+            ExpressionAttributeValues={":j": {"S": job_id}, ":now": {"N": str(now_ms)}},
+            Limit=max_chunks,
+        )
+        taken: list[ChunkRecord] = []
+        total = 0
+        until = now_ms + lease_ms
+        for item in reply.get("Items", []):
+            seen = chunk_from_item(item)
+            if taken and total + seen.count > max_objects:
+                break
+            try:
+                await self._db.update_item(
+                    TableName=self._table,
+                    Key={"pk": item["pk"], "sk": item["sk"]},
+                    UpdateExpression="SET #s = :l, lease_until_ms = :u, avail_at = :u, "
+                    "sends = sends + :one, version = version + :one",
+                    ConditionExpression="avail_at = :seen AND #s IN (:ready, :leased)",
+                    ExpressionAttributeNames={"#s": "state"},
+                    ExpressionAttributeValues={
+                        ":l": {"S": "leased"},
+                        ":u": {"N": str(until)},
+                        ":one": {"N": "1"},
+                        ":seen": item["avail_at"],
+                        ":ready": {"S": "ready"},
+                        ":leased": {"S": "leased"},
+                    },
+                )
+            except DRIVER_ERRORS as exc:
+                if transaction_lost(exc):
+                    continue  # another stream leased it first
+                raise translate(exc, "update_item") from exc
+            taken.append(
+                ChunkRecord(
+                    seen.chunk_id,
+                    seen.width,
+                    seen.keys,
+                    seen.count,
+                    "leased",
+                    until,
+                    seen.sends + 1,
+                    seen.acked_keys,
+                    seen.version + 1,
+                )
+            )
+            total += seen.count
+        return taken
+
+    async def settle_chunks(
+        self, job_id: str, chunk_ids: Sequence[str], state: ChunkState
+    ) -> tuple[int, int]:
+        chunks = objects = 0
+        for chunk_id in dict.fromkeys(chunk_ids):
+            reply = await self._call(
+                "get_item",
+                Key={"pk": {"S": f"j#{job_id}"}, "sk": {"S": f"c#{chunk_id}"}},
+                ConsistentRead=True,
+            )
+            item = reply.get("Item")
+            if item is None or item["state"]["S"] not in _UNSETTLED:
+                continue
+            count = int(item["count"]["N"])
+            ok = await self._transact(
+                [
+                    {
+                        "Update": {
+                            "Key": {"pk": item["pk"], "sk": item["sk"]},
+                            "UpdateExpression": "SET #s = :s, version = version + :one "
+                            "REMOVE avail_job, avail_at",
+                            "ConditionExpression": "#s IN (:ready, :leased)",
+                            "ExpressionAttributeNames": {"#s": "state"},
+                            "ExpressionAttributeValues": {
+                                ":s": {"S": state},
+                                ":one": {"N": "1"},
+                                ":ready": {"S": "ready"},
+                                ":leased": {"S": "leased"},
+                            },
+                        }
+                    },
+                    {
+                        "Update": counter_update(
+                            job_id, {f"{state}_chunks": 1, f"{state}_objects": count}
+                        )
+                    },
+                ]
+            )
+            if ok:
+                chunks += 1
+                objects += count
+        return chunks, objects
+
+    async def _partition(self, job_id: str, prefix: str, **extra: Any) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = []
+        kwargs: dict[str, Any] = {
+            "KeyConditionExpression": "pk = :pk AND begins_with(sk, :p)",
+            "ExpressionAttributeValues": {":pk": {"S": f"j#{job_id}"}, ":p": {"S": prefix}},
+            "ConsistentRead": True,
+            **extra,
+        }
+        while True:
+            reply = await self._call("query", **kwargs)
+            items.extend(reply.get("Items", []))
+            if "LastEvaluatedKey" not in reply:
+                return items
+            kwargs["ExclusiveStartKey"] = reply["LastEvaluatedKey"]
+
+    async def leased_chunks(self, job_id: str, limit: int) -> list[ChunkRecord]:
+        items = await self._partition(job_id, "c#")
+        leased = [chunk_from_item(i) for i in items if i["state"]["S"] == "leased"]
+        return leased[:limit]
+
+    async def save_chunk_acks(self, job_id: str, chunk: ChunkRecord, expected_version: int) -> bool:
+        try:
+            await self._db.update_item(
+                TableName=self._table,
+                Key={"pk": {"S": f"j#{job_id}"}, "sk": {"S": f"c#{chunk.chunk_id}"}},
+                UpdateExpression="SET acked_keys = :a, version = version + :one",
+                ConditionExpression="version = :v",
+                ExpressionAttributeValues={
+                    ":a": {"B": chunk.acked_keys},
+                    ":one": {"N": "1"},
+                    ":v": {"N": str(expected_version)},
+                },
+            )
+        except DRIVER_ERRORS as exc:
+            if transaction_lost(exc):
+                return False
+            raise translate(exc, "update_item") from exc
+        return True
+
+    async def ledger(self, job_id: str, *, settled: ChunkState) -> LedgerSummary:
+        tasks = await self._partition(job_id, "t#", ProjectionExpression="done")
+        chunks = await self._partition(
+            job_id, "c#", ProjectionExpression="#s, #c", ExpressionAttributeNames=_LEDGER_NAMES
+        )
+        return LedgerSummary(
+            tasks=len(tasks),
+            tasks_open=sum(1 for t in tasks if not t["done"]["BOOL"]),
+            chunks=len(chunks),
+            chunks_unsettled=sum(1 for c in chunks if c["state"]["S"] != settled),
+            objects=sum(int(c["count"]["N"]) for c in chunks),
+        )
+
+    async def reserve(self, job_id: str, objects: int, rate: float, now_ms: int) -> float:
+        key = {"pk": {"S": f"j#{job_id}"}, "sk": {"S": "job"}}
+        while True:
+            reply = await self._call("get_item", Key=key, ConsistentRead=True)
+            old = reply.get("Item", {}).get("tat_ms", {"N": "0"})
+            start = max(float(old["N"]), float(now_ms))
+            new = start + objects * 1000.0 / rate
+            try:
+                await self._db.update_item(
+                    TableName=self._table,
+                    Key=key,
+                    UpdateExpression="SET tat_ms = :new",
+                    ConditionExpression="attribute_not_exists(tat_ms) OR tat_ms = :old",
+                    ExpressionAttributeValues={":new": {"N": repr(new)}, ":old": old},
+                )
+            except DRIVER_ERRORS as exc:
+                if transaction_lost(exc):
+                    continue  # another worker booked first: book after it
+                raise translate(exc, "update_item") from exc
+            return (start - now_ms) / 1000.0
+
+    async def close(self) -> None:
+        await self._client.close()
+
+
+_LEDGER_NAMES = {"#s": "state", "#c": "count"}
+
+_TABLE_SPEC: dict[str, Any] = {
+    "AttributeDefinitions": [
+        {"AttributeName": "pk", "AttributeType": "S"},
+        {"AttributeName": "sk", "AttributeType": "S"},
+        {"AttributeName": "avail_job", "AttributeType": "S"},
+        {"AttributeName": "avail_at", "AttributeType": "N"},
+        {"AttributeName": "jobs_all", "AttributeType": "S"},
+        {"AttributeName": "created_key", "AttributeType": "S"},
+    ],
+    "KeySchema": [
+        {"AttributeName": "pk", "KeyType": "HASH"},
+        {"AttributeName": "sk", "KeyType": "RANGE"},
+    ],
+    "GlobalSecondaryIndexes": [
+        {
+            "IndexName": "available",
+            "KeySchema": [
+                {"AttributeName": "avail_job", "KeyType": "HASH"},
+                {"AttributeName": "avail_at", "KeyType": "RANGE"},
+            ],
+            "Projection": {"ProjectionType": "ALL"},
+        },
+        {
+            "IndexName": "jobs",
+            "KeySchema": [
+                {"AttributeName": "jobs_all", "KeyType": "HASH"},
+                {"AttributeName": "created_key", "KeyType": "RANGE"},
+            ],
+            "Projection": {"ProjectionType": "ALL"},
+        },
+    ],
+}

@@ -1,0 +1,273 @@
+"""IterationSource on any SQL database SQLAlchemy's async Core reaches: SQLite (aiosqlite),
+PostgreSQL (asyncpg), MariaDB/MySQL (aiomysql).
+
+Every read is a keyset range over the ORDER BY columns — ``(parent, id...)`` for children,
+the id columns for a bounded read — compared as a row value ``(a, b) > (?, ?)``, never as
+an OR-chain, so the engine seeks its ``(parent, id)`` index instead of scanning. A read for
+many small parents is one statement (``parent IN (...)``): Box's users have a handful of files
+each, and one round trip per user would cap the pipeline at the round-trip rate.
+
+Statements are built once per (level, shape) from identifiers quoted by the dialect; the
+configured ``where`` is the operator's SQL, used verbatim. Driver errors become
+`storage.errors.StorageUnavailable` here, once.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import bindparam, inspect, text
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.sql.elements import TextClause
+
+from storage.errors import StorageUnavailable
+from storage.ports import Key, SchemaFacts, SourceLevel
+from storage.sql.schema import DEFAULT_SCHEMA
+
+__all__ = ["SqlIterationSource", "create_engine_for"]
+
+_FAULTS = (SQLAlchemyError, OSError, ConnectionError, TimeoutError)
+
+
+def create_engine_for(url: str) -> AsyncEngine:
+    """An async engine with short connect timeouts (a dead source must fail fast)."""
+    connect_args: dict[str, Any] = {}
+    if url.startswith("postgresql"):
+        connect_args = {"timeout": 3, "command_timeout": 60}
+    elif url.startswith("mysql"):
+        connect_args = {"connect_timeout": 3}
+    elif url.startswith("sqlite"):
+        connect_args = {"timeout": 5}
+    return (
+        create_async_engine(
+            url, connect_args=connect_args, pool_pre_ping=True, pool_size=8, max_overflow=8
+        )
+        if not url.startswith("sqlite")
+        else create_async_engine(url, connect_args=connect_args)
+    )
+
+
+class _Shapes:
+    """The statements of one level, built once per shape.
+
+    A children read is cut in up to three statements so each is a plain index seek: the
+    parent the marker is in (``parent = ? AND id > ?``), the parents wholly inside the range
+    (``parent IN (...)``), and the parent the end bound is in (``parent = ? AND id <= ?``).
+    Engines do not seek on a row value that spans an ``IN`` list (SQLite filters it, turning
+    a deep marker in a large parent into a rescan from the parent's first row).
+    """
+
+    def __init__(self, level: SourceLevel, quote: Any) -> None:
+        self.level = level
+        self.ids = [quote(c) for c in level.id_columns]
+        self.parent = quote(level.parent_column) if level.parent_column else ""
+        self.table = quote(level.table)
+        self._cache: dict[tuple[str, bool, bool, bool], TextClause] = {}
+
+    def statement(self, kind: str, after: bool, upto: bool, probe: bool) -> TextClause:
+        """kind: "bounded" (id range), "one" (a single parent) or "many" (an IN list)."""
+        shape = (kind, after, upto, probe)
+        found = self._cache.get(shape)
+        if found is None:
+            found = self._cache[shape] = self._build(*shape)
+        return found
+
+    @staticmethod
+    def _cmp(cols: Sequence[str], op: str, prefix: str) -> str:
+        params = [f":{prefix}{i}" for i in range(len(cols))]
+        if len(cols) == 1:
+            return f"{cols[0]} {op} {params[0]}"
+        return f"({', '.join(cols)}) {op} ({', '.join(params)})"
+
+    def _build(self, kind: str, after: bool, upto: bool, probe: bool) -> TextClause:
+        conds = []
+        if kind == "bounded":
+            conds.append(self._cmp(self.ids, ">=", "f"))
+            conds.append(self._cmp(self.ids, "<=", "l"))
+        elif kind == "one":
+            conds.append(f"{self.parent} = :parent")
+        else:
+            conds.append(f"{self.parent} IN :parents")
+        if after:
+            conds.append(self._cmp(self.ids, ">", "a"))
+        if upto:
+            conds.append(self._cmp(self.ids, "<=", "b"))
+        if self.level.where:
+            conds.append(f"({self.level.where})")
+        order = ", ".join(self.ids if kind == "bounded" else [self.parent, *self.ids])
+        sql = (
+            f"SELECT {order} FROM {self.table} WHERE {' AND '.join(conds)} "
+            f"ORDER BY {order} LIMIT :limit"
+        )
+        if probe:
+            sql += " OFFSET :offset"
+        stmt = text(sql)
+        if kind == "many":
+            stmt = stmt.bindparams(bindparam("parents", expanding=True))
+        return stmt
+
+
+def _bind(prefix: str, key: Key) -> dict[str, int]:
+    return {f"{prefix}{i}": v for i, v in enumerate(key)}
+
+
+class SqlIterationSource:
+    """`storage.ports.IterationSource` over one SQLAlchemy async engine."""
+
+    def __init__(self, engine: AsyncEngine, levels: Sequence[SourceLevel]) -> None:
+        self._engine = engine
+        self.levels = tuple(levels)
+        quote = engine.dialect.identifier_preparer.quote
+        self._shapes = [_Shapes(level, quote) for level in self.levels]
+
+    @classmethod
+    def open(cls, url: str, levels: Sequence[SourceLevel]) -> SqlIterationSource:
+        """A source on `url` (connections are made on first use)."""
+        return cls(create_engine_for(url), levels)
+
+    @property
+    def dialect(self) -> str:
+        """sqlite, postgresql or mysql."""
+        return str(self._engine.dialect.name)
+
+    async def create_default_schema(self) -> None:
+        """Creates the default hierarchy's tables and indexes when missing."""
+        try:
+            async with self._engine.begin() as conn:
+                for statement in DEFAULT_SCHEMA:
+                    await conn.execute(text(statement))
+        except _FAULTS as exc:
+            raise StorageUnavailable(f"source {self.dialect}: {type(exc).__name__}: {exc}") from exc
+
+    async def schema(self) -> SchemaFacts:
+        tables = {level.table for level in self.levels}
+
+        def inspect_all(conn: Connection) -> SchemaFacts:
+            insp = inspect(conn)
+            present = {t.lower(): t for t in insp.get_table_names()}
+            columns: dict[str, frozenset[str]] = {}
+            indexes: dict[str, tuple[tuple[str, ...], ...]] = {}
+            for table in tables:
+                actual = present.get(table.lower())
+                if actual is None:
+                    continue
+                columns[table] = frozenset(c["name"].lower() for c in insp.get_columns(actual))
+                found = [
+                    tuple(str(c).lower() for c in ix["column_names"] if c)
+                    for ix in insp.get_indexes(actual)
+                ]
+                pk = insp.get_pk_constraint(actual).get("constrained_columns") or []
+                if pk:
+                    found.append(tuple(str(c).lower() for c in pk))
+                indexes[table] = tuple(found)
+            return SchemaFacts(columns, indexes)
+
+        try:
+            async with self._engine.connect() as conn:
+                return await conn.run_sync(inspect_all)
+        except _FAULTS as exc:
+            raise StorageUnavailable(f"source {self.dialect}: {type(exc).__name__}: {exc}") from exc
+
+    async def exists(self, level: int, first: Key, last: Key) -> bool:
+        rows = await self.read(
+            level, parents=None, first=first, last=last, after=(), upto=(), limit=1
+        )
+        return bool(rows)
+
+    async def read(
+        self,
+        level: int,
+        *,
+        parents: Sequence[int] | None,
+        first: Key,
+        last: Key,
+        after: Key,
+        upto: Key,
+        limit: int,
+    ) -> list[Key]:
+        return await self._select(level, parents, first, last, after, upto, limit, None)
+
+    async def probe(
+        self,
+        level: int,
+        *,
+        parents: Sequence[int] | None,
+        first: Key,
+        last: Key,
+        after: Key,
+        upto: Key,
+        offset: int,
+    ) -> Key | None:
+        rows = await self._select(level, parents, first, last, after, upto, 1, offset)
+        return rows[0] if rows else None
+
+    async def _select(  # noqa: PLR0917 - the port's read() arguments, passed through
+        self,
+        level: int,
+        parents: Sequence[int] | None,
+        first: Key,
+        last: Key,
+        after: Key,
+        upto: Key,
+        limit: int,
+        offset: int | None,
+    ) -> list[Key]:
+        shapes = self._shapes[level]
+        if parents is None:
+            params: dict[str, Any] = {"limit": limit, **_bind("f", first), **_bind("l", last)}
+            params.update(_bind("a", after))
+            params.update(_bind("b", upto))
+            if offset is not None:
+                params["offset"] = offset
+            stmt = shapes.statement("bounded", bool(after), bool(upto), offset is not None)
+            return await self._run(stmt, params)
+        # Parents before the marker or past the end bound need no seek at all.
+        lo = bisect.bisect_left(parents, after[0]) if after else 0
+        hi = bisect.bisect_right(parents, upto[0]) if upto else len(parents)
+        window = list(parents[lo:hi])
+        if offset is not None and len(window) > 1:
+            raise ValueError("a split probe reads one parent")
+        rows: list[Key] = []
+        while window and len(rows) < limit:
+            parent = window[0]
+            head_after = after[1:] if after and after[0] == parent else ()
+            tail_upto = upto[1:] if upto and upto[0] == parent else ()
+            if head_after or tail_upto or len(window) == 1:
+                params = {"limit": limit - len(rows), "parent": parent}
+                params.update(_bind("a", head_after))
+                params.update(_bind("b", tail_upto))
+                if offset is not None:
+                    params["offset"] = offset
+                stmt = shapes.statement(
+                    "one", bool(head_after), bool(tail_upto), offset is not None
+                )
+                window = window[1:]
+            else:
+                end = len(window) - 1 if upto and window[-1] == upto[0] else len(window)
+                params = {"limit": limit - len(rows), "parents": window[:end]}
+                stmt = shapes.statement("many", False, False, False)
+                window = window[end:]
+            rows.extend(await self._run(stmt, params))
+        return rows
+
+    async def _run(self, stmt: TextClause, params: dict[str, Any]) -> list[Key]:
+        try:
+            async with self._engine.connect() as conn:
+                result = await conn.execute(stmt, params)
+                return [tuple(row) for row in result.all()]
+        except _FAULTS as exc:
+            raise StorageUnavailable(f"source {self.dialect}: {type(exc).__name__}: {exc}") from exc
+
+    async def ping(self) -> None:
+        try:
+            async with self._engine.connect() as conn:
+                await conn.execute(text("SELECT 1"))
+        except _FAULTS as exc:
+            raise StorageUnavailable(f"source {self.dialect}: {type(exc).__name__}: {exc}") from exc
+
+    async def close(self) -> None:
+        await self._engine.dispose()

@@ -1,0 +1,163 @@
+"""WorkQueue on Amazon SQS (ElasticMQ in tests): one standard queue per hierarchy level.
+
+Standard queues are exactly the seed's MQS contract — at-least-once, unordered, with a
+visibility timeout — and the pipeline de-duplicates work itself (marker compare-and-set),
+so FIFO queues' throughput limits would buy nothing. Sends and deletes go in batches of
+10 (SQS's maximum); a receipt handle is only valid for its own delivery, so a worker whose
+message already reappeared cannot delete the new delivery. Driver errors become
+`storage.errors.StorageUnavailable` here, once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import aioboto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+
+from storage.errors import StorageUnavailable
+from storage.ports import QueuedMessage
+from storage.settings import SqsSettings
+
+__all__ = ["SqsWorkQueue"]
+
+_CONFIG = Config(
+    connect_timeout=2.0,
+    read_timeout=25.0,
+    retries={"max_attempts": 3, "mode": "standard"},
+    max_pool_connections=64,
+)
+_ERRORS: tuple[type[BaseException], ...] = (BotoCoreError, ClientError, OSError)
+_STALE = {"ReceiptHandleIsInvalid", "MessageNotInflight", "InvalidParameterValue"}
+
+
+def _code(exc: BaseException) -> str:
+    if isinstance(exc, ClientError):
+        return str(exc.response.get("Error", {}).get("Code", ""))
+    return ""
+
+
+def _translate(exc: BaseException, what: str) -> StorageUnavailable:
+    return StorageUnavailable(f"sqs {what}: {type(exc).__name__}: {exc}")
+
+
+class SqsWorkQueue:
+    """`storage.ports.WorkQueue` on SQS queues ``<queue_prefix><name>``."""
+
+    def __init__(self, client: Any, urls: dict[str, str], stack: contextlib.AsyncExitStack) -> None:
+        self._client = client
+        self._urls = urls
+        self._stack = stack
+
+    @classmethod
+    async def open(cls, settings: SqsSettings, names: Sequence[str]) -> SqsWorkQueue:
+        """Resolves (or, with ``create_queues``, creates) one queue per name."""
+        stack = contextlib.AsyncExitStack()
+        kwargs: dict[str, Any] = {"region_name": settings.region, "config": _CONFIG}
+        if settings.endpoint_url:
+            kwargs["endpoint_url"] = settings.endpoint_url
+        try:
+            client = await stack.enter_async_context(aioboto3.Session().client("sqs", **kwargs))
+            urls = {}
+            for name in names:
+                full = f"{settings.queue_prefix}{name}"
+                if settings.create_queues:
+                    reply = await client.create_queue(QueueName=full)
+                else:
+                    reply = await client.get_queue_url(QueueName=full)
+                urls[name] = reply["QueueUrl"]
+        except _ERRORS as exc:
+            await stack.aclose()
+            raise _translate(exc, "open") from exc
+        except BaseException:
+            await stack.aclose()
+            raise
+        return cls(client, urls, stack)
+
+    def _url(self, queue: str) -> str:
+        return self._urls[queue]
+
+    async def send(self, queue: str, bodies: Sequence[str]) -> None:
+        url = self._url(queue)
+        try:
+            for start in range(0, len(bodies), 10):
+                part = bodies[start : start + 10]
+                reply = await self._client.send_message_batch(
+                    QueueUrl=url,
+                    Entries=[{"Id": str(i), "MessageBody": b} for i, b in enumerate(part)],
+                )
+                if reply.get("Failed"):
+                    raise StorageUnavailable(f"sqs send: {reply['Failed'][:3]}")
+        except _ERRORS as exc:
+            raise _translate(exc, "send") from exc
+
+    async def receive(
+        self, queue: str, *, max_messages: int, visibility_s: float, wait_s: float
+    ) -> list[QueuedMessage]:
+        try:
+            reply = await self._client.receive_message(
+                QueueUrl=self._url(queue),
+                MaxNumberOfMessages=max(1, min(10, max_messages)),
+                VisibilityTimeout=max(0, math.ceil(visibility_s)),
+                WaitTimeSeconds=max(0, min(20, int(wait_s))),
+                MessageSystemAttributeNames=["ApproximateReceiveCount"],
+            )
+        except _ERRORS as exc:
+            raise _translate(exc, "receive") from exc
+        return [
+            QueuedMessage(
+                m["Body"],
+                m["ReceiptHandle"],
+                int(m.get("Attributes", {}).get("ApproximateReceiveCount", "1")),
+            )
+            for m in reply.get("Messages", [])
+        ]
+
+    async def delete(self, queue: str, receipts: Sequence[str]) -> None:
+        url = self._url(queue)
+        try:
+            for start in range(0, len(receipts), 10):
+                part = receipts[start : start + 10]
+                await self._client.delete_message_batch(
+                    QueueUrl=url,
+                    Entries=[{"Id": str(i), "ReceiptHandle": r} for i, r in enumerate(part)],
+                )
+        except _ERRORS as exc:
+            if _code(exc) in _STALE:
+                return
+            raise _translate(exc, "delete") from exc
+
+    async def set_visibility(self, queue: str, receipt: str, visibility_s: float) -> None:
+        try:
+            await self._client.change_message_visibility(
+                QueueUrl=self._url(queue),
+                ReceiptHandle=receipt,
+                VisibilityTimeout=max(0, math.ceil(visibility_s)),
+            )
+        except _ERRORS as exc:
+            if _code(exc) in _STALE:
+                return
+            raise _translate(exc, "change_message_visibility") from exc
+
+    async def depth(self, queue: str) -> int:
+        try:
+            reply = await self._client.get_queue_attributes(
+                QueueUrl=self._url(queue),
+                AttributeNames=[
+                    "ApproximateNumberOfMessages",
+                    "ApproximateNumberOfMessagesNotVisible",
+                ],
+            )
+        except _ERRORS as exc:
+            raise _translate(exc, "get_queue_attributes") from exc
+        attrs = reply.get("Attributes", {})
+        return int(attrs.get("ApproximateNumberOfMessages", 0)) + int(
+            attrs.get("ApproximateNumberOfMessagesNotVisible", 0)
+        )
+
+    async def close(self) -> None:
+        await self._stack.aclose()

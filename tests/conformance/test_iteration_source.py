@@ -1,0 +1,145 @@
+"""The IterationSource contract, run unchanged on SQLite, PostgreSQL and MariaDB.
+
+Each test creates its own tables (a unique prefix in the shared test database): a parent
+table, a child table with soft-deleted rows, and a leaf table keyed by a composite key.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from storage import factory
+from storage.ports import IterationSource, SourceLevel
+from tests.engines import source_url
+
+# parent p: ids 1..5 (3 deleted); child c: rows of parents 1, 2, 4, 5 (none for 3);
+# leaf v: composite key (a, b) under child ids.
+PARENTS = [(1, 0), (2, 0), (3, 1), (4, 0), (5, 0)]
+CHILDREN = [(i, (1, 1, 2, 4, 5)[i % 5], int(i % 7 == 0)) for i in range(1, 301)]
+LEAVES = [(c, a, b) for c in (10, 20) for a in (1, 2) for b in (1, 2, 3)]
+
+
+@pytest.fixture
+async def source(source_engine: str, tmp_path: Path) -> AsyncIterator[IterationSource]:
+    url = source_url(source_engine, tmp_path)
+    ns = f"t{uuid.uuid4().hex[:8]}"
+    engine = create_async_engine(url)
+    async with engine.begin() as conn:
+        await conn.execute(text(f"CREATE TABLE {ns}_p (id BIGINT PRIMARY KEY, deleted INT)"))
+        await conn.execute(
+            text(f"CREATE TABLE {ns}_c (id BIGINT PRIMARY KEY, pid BIGINT, deleted INT)")
+        )
+        await conn.execute(text(f"CREATE INDEX {ns}_c_pid ON {ns}_c (pid, id)"))
+        await conn.execute(
+            text(f"CREATE TABLE {ns}_v (cid BIGINT, a BIGINT, b BIGINT, PRIMARY KEY (cid, a, b))")
+        )
+        await conn.execute(
+            text(f"INSERT INTO {ns}_p VALUES (:i, :d)"), [{"i": i, "d": d} for i, d in PARENTS]
+        )
+        await conn.execute(
+            text(f"INSERT INTO {ns}_c VALUES (:i, :p, :d)"),
+            [{"i": i, "p": p, "d": d} for i, p, d in CHILDREN],
+        )
+        await conn.execute(
+            text(f"INSERT INTO {ns}_v VALUES (:c, :a, :b)"),
+            [{"c": c, "a": a, "b": b} for c, a, b in LEAVES],
+        )
+    await engine.dispose()
+    levels = [
+        SourceLevel("p", f"{ns}_p", ("id",), "", "deleted = 0"),
+        SourceLevel("c", f"{ns}_c", ("id",), "pid", "deleted = 0"),
+        SourceLevel("v", f"{ns}_v", ("a", "b"), "cid", ""),
+    ]
+    src = await factory.open_iteration_source(url, levels)
+    try:
+        yield src
+    finally:
+        await src.close()
+        cleanup = create_async_engine(url)
+        async with cleanup.begin() as conn:
+            for t in ("v", "c", "p"):
+                await conn.execute(text(f"DROP TABLE {ns}_{t}"))
+        await cleanup.dispose()
+
+
+def _children(parents: set[int]) -> list[tuple[int, int]]:
+    return sorted((p, i) for i, p, d in CHILDREN if p in parents and not d)
+
+
+async def _walk(src: IterationSource, level: int, parents: list[int], limit: int) -> list:
+    rows: list = []
+    after: tuple = ()
+    while True:
+        chunk = await src.read(
+            level, parents=parents, first=(), last=(), after=after, upto=(), limit=limit
+        )
+        rows += chunk
+        if len(chunk) < limit:
+            return rows
+        after = chunk[-1]
+
+
+async def test_bounded_read_keeps_valid_rows_in_the_range(source: IterationSource) -> None:
+    """A bounded read returns the level's valid ids in [first, last], in order."""
+    rows = await source.read(0, parents=None, first=(2,), last=(5,), after=(), upto=(), limit=10)
+    assert rows == [(2,), (4,), (5,)]
+    assert await source.exists(0, (1,), (1,))
+    assert not await source.exists(0, (3,), (3,))  # soft-deleted
+    assert not await source.exists(0, (6,), (9,))
+
+
+@pytest.mark.parametrize("limit", [1, 7, 50, 1000], ids=lambda n: f"limit{n}")
+async def test_keyset_walk_over_many_parents_sees_every_child_once(
+    source: IterationSource, limit: int
+) -> None:
+    """Walking children of several parents chunk by chunk yields each valid row once, in
+    (parent, id) order, whatever the chunk size (parents without children included)."""
+    rows = await _walk(source, 1, [1, 2, 3, 5], limit)
+    assert rows == _children({1, 2, 3, 5})
+
+
+async def test_upto_bound_is_inclusive_and_splits_a_parent(source: IterationSource) -> None:
+    """Reads stop at an inclusive end position, even inside a parent: two ranges cut at a
+    probe point cover the parent exactly."""
+    everything = _children({1, 2})
+    cut = await source.probe(1, parents=[1], first=(), last=(), after=(), upto=(), offset=20)
+    assert cut == everything[20]
+    left = await source.read(1, parents=[1, 2], first=(), last=(), after=(), upto=cut, limit=1000)
+    right = await source.read(1, parents=[1, 2], first=(), last=(), after=cut, upto=(), limit=1000)
+    assert left + right == everything
+    assert left[-1] == cut
+
+
+async def test_probe_past_the_end_is_none(source: IterationSource) -> None:
+    """A probe further than the rows left answers None."""
+    n = len(_children({4}))
+    assert (
+        await source.probe(1, parents=[4], first=(), last=(), after=(), upto=(), offset=n) is None
+    )
+    last = await source.probe(1, parents=[4], first=(), last=(), after=(), upto=(), offset=n - 1)
+    assert last == _children({4})[-1]
+
+
+async def test_composite_keys_compare_as_row_values(source: IterationSource) -> None:
+    """A composite-keyed level is walked by (parent, a, b) > marker, one row at a time."""
+    rows = await _walk(source, 2, [10, 20], 1)
+    assert rows == sorted(LEAVES)
+    after = await source.read(
+        2, parents=[10, 20], first=(), last=(), after=(10, 1, 3), upto=(20, 1, 2), limit=100
+    )
+    assert after == [(10, 2, 1), (10, 2, 2), (10, 2, 3), (20, 1, 1), (20, 1, 2)]
+
+
+async def test_schema_reports_tables_columns_and_indexes(source: IterationSource) -> None:
+    """The live catalog shows each table's columns and its (parent, id) index."""
+    facts = await source.schema()
+    child = source.levels[1].table
+    assert {"id", "pid", "deleted"} <= set(facts.columns[child])
+    assert any(ix[:2] == ("pid", "id") for ix in facts.indexes[child])
+    await source.ping()

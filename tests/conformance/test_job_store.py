@@ -1,0 +1,152 @@
+"""The Iterator JobStore contract, run unchanged on SQLite and DynamoDB Local."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import replace
+
+from storage.ports import ChunkRecord, JobRecord, JobStore, Step, TaskRecord
+
+
+def _job(created: int = 1000) -> JobRecord:
+    return JobRecord(uuid.uuid4().hex, created, '{"x":1}', "running", 0, "", "", 0, 1)
+
+
+ROOT = TaskRecord("r", 0, (), (1,), (9,), (), (), 0, False, 0, 5, ())
+
+
+def _chunk(cid: str, n: int) -> ChunkRecord:
+    return ChunkRecord(cid, 1, bytes(8 * n), n, "ready", 0, 0, b"", 1)
+
+
+async def test_job_round_trip_and_versioned_update(job_store: JobStore) -> None:
+    """A created job reads back; updates need the current version."""
+    job = _job()
+    await job_store.create_job(job, ROOT, {"tasks.0": 1})
+    assert await job_store.get_job(job.job_id) == job
+    assert await job_store.get_task(job.job_id, "r") == ROOT
+    assert await job_store.counters(job.job_id) == {"tasks.0": 1}
+    paused = replace(job, state="paused", paused_by="user")
+    assert await job_store.update_job(paused, 1)
+    assert await job_store.update_job(replace(job, state="cancelled"), 1) is False
+    assert await job_store.get_job(job.job_id) == replace(paused, version=2)
+    assert await job_store.get_job("f" * 32) is None
+
+
+async def test_jobs_list_newest_first_and_active(job_store: JobStore) -> None:
+    """list_jobs pages newest first; active_jobs holds running and paused ones only."""
+    jobs = [_job(created=1000 + i) for i in range(5)]
+    for j in jobs:
+        await job_store.create_job(j, ROOT, {})
+    done = replace(jobs[0], state="completed")
+    assert await job_store.update_job(done, 1)
+    page = await job_store.list_jobs(3, None)
+    assert [j.job_id for j in page] == [j.job_id for j in reversed(jobs)][:3]
+    rest = await job_store.list_jobs(3, (page[-1].created_ms, page[-1].job_id))
+    assert [j.job_id for j in rest] == [jobs[1].job_id, jobs[0].job_id]
+    active = {j.job_id for j in await job_store.active_jobs()}
+    assert active >= {j.job_id for j in jobs[1:]}
+    assert jobs[0].job_id not in active
+
+
+async def test_commit_step_is_conditional_and_atomic(job_store: JobStore) -> None:
+    """Of two commits of the same step exactly one applies, with its tasks, chunk and
+    counters; the loser writes nothing."""
+    job = _job()
+    await job_store.create_job(job, ROOT, {"tasks.0": 1})
+    child = TaskRecord("r.0", 1, (1, 2), (), (), (), (), 0, False, 0, 5, ())
+    winner = Step(
+        replace(ROOT, after=(4,), seq=1, spawned=("r.0",)),
+        [child],
+        _chunk("r/0", 3),
+        {"found.0": 3, "tasks.1": 1},
+    )
+    loser = Step(replace(ROOT, after=(9,), seq=1), [], _chunk("r/0-other", 9), {"found.0": 9})
+    results = await asyncio.gather(
+        job_store.commit_step(job.job_id, winner, 0), job_store.commit_step(job.job_id, loser, 0)
+    )
+    assert sorted(results) == [False, True]
+    won = winner if results[0] else loser
+    assert await job_store.get_task(job.job_id, "r") == won.task
+    counters = await job_store.counters(job.job_id)
+    assert counters["found.0"] == (3 if won is winner else 9)
+    ledger = await job_store.ledger(job.job_id, settled="delivered")
+    assert (ledger.chunks, ledger.objects) == (1, 3 if won is winner else 9)
+    assert ledger.tasks == (2 if won is winner else 1)
+    assert await job_store.commit_step(job.job_id, winner, 0) is False
+
+
+async def test_chunks_lease_to_one_caller_and_settle_once(job_store: JobStore) -> None:
+    """A ready chunk is leased by one caller; an expired lease makes it available again;
+    settling counts each chunk once and ignores unknown ids."""
+    job = _job()
+    await job_store.create_job(job, ROOT, {})
+    for i in range(3):
+        step = Step(replace(ROOT, seq=i + 1), [], _chunk(f"r/{i}", 10), {"emitted_chunks": 1})
+        assert await job_store.commit_step(job.job_id, step, i)
+    a, b = await asyncio.gather(
+        job_store.lease_chunks(
+            job.job_id, now_ms=100, lease_ms=1000, max_objects=25, max_chunks=10
+        ),
+        job_store.lease_chunks(
+            job.job_id, now_ms=100, lease_ms=1000, max_objects=25, max_chunks=10
+        ),
+    )
+    ids_a, ids_b = {c.chunk_id for c in a}, {c.chunk_id for c in b}
+    assert not ids_a & ids_b
+    assert ids_a | ids_b <= {"r/0", "r/1", "r/2"}
+    assert all(c.sends == 1 and c.state == "leased" for c in a + b)
+    everything = set()
+    for _ in range(5):  # whatever was not leased above is still ready
+        more = await job_store.lease_chunks(
+            job.job_id, now_ms=200, lease_ms=1000, max_objects=100, max_chunks=10
+        )
+        everything |= {c.chunk_id for c in more}
+    assert everything | ids_a | ids_b == {"r/0", "r/1", "r/2"}
+    again = await job_store.lease_chunks(
+        job.job_id, now_ms=5000, lease_ms=1000, max_objects=100, max_chunks=10
+    )
+    assert {c.chunk_id for c in again} == {"r/0", "r/1", "r/2"}
+    assert all(c.sends == 2 for c in again)
+    assert await job_store.settle_chunks(job.job_id, ["r/0", "r/1", "nope"], "acked") == (2, 20)
+    assert await job_store.settle_chunks(job.job_id, ["r/0"], "acked") == (0, 0)
+    counters = await job_store.counters(job.job_id)
+    assert (counters["acked_chunks"], counters["acked_objects"]) == (2, 20)
+    later = await job_store.lease_chunks(
+        job.job_id, now_ms=99_000, lease_ms=1000, max_objects=100, max_chunks=10
+    )
+    assert [c.chunk_id for c in later] == ["r/2"]
+    ledger = await job_store.ledger(job.job_id, settled="acked")
+    assert (ledger.chunks, ledger.chunks_unsettled, ledger.objects) == (3, 1, 30)
+
+
+async def test_partial_acks_are_versioned(job_store: JobStore) -> None:
+    """Per-object acks of a leased chunk are saved by compare-and-set on its version."""
+    job = _job()
+    await job_store.create_job(job, ROOT, {})
+    assert await job_store.commit_step(
+        job.job_id, Step(replace(ROOT, seq=1), [], _chunk("r/0", 4), {}), 0
+    )
+    (leased,) = await job_store.lease_chunks(
+        job.job_id, now_ms=1, lease_ms=10_000, max_objects=10, max_chunks=10
+    )
+    assert [c.chunk_id for c in await job_store.leased_chunks(job.job_id, 10)] == ["r/0"]
+    assert await job_store.save_chunk_acks(
+        job.job_id, replace(leased, acked_keys=b"x"), leased.version
+    )
+    assert not await job_store.save_chunk_acks(job.job_id, leased, leased.version)
+    (stored,) = await job_store.leased_chunks(job.job_id, 10)
+    assert stored.acked_keys == b"x"
+
+
+async def test_rate_reservations_queue_up(job_store: JobStore) -> None:
+    """Booking objects at a rate makes the next booking wait for the earlier ones."""
+    job = _job()
+    await job_store.create_job(job, ROOT, {})
+    assert await job_store.reserve(job.job_id, 100, 100.0, 10_000) == 0.0
+    assert await job_store.reserve(job.job_id, 50, 100.0, 10_000) == 1.0
+    assert await job_store.reserve(job.job_id, 1, 100.0, 12_000) == 0.0
+    await job_store.add_counters(job.job_id, {"ignored_acks": 2})
+    await job_store.add_counters(job.job_id, {"ignored_acks": 3})
+    assert (await job_store.counters(job.job_id))["ignored_acks"] == 5

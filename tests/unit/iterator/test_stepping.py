@@ -1,0 +1,108 @@
+"""One step of a range as a pure function: markers, children, chunks, splits and the
+counters that decide completion."""
+
+from __future__ import annotations
+
+from server.iterator import model
+from server.iterator.progress import eta_seconds, progress
+from server.iterator.sizing import ChunkSizer
+from server.iterator.stepping import StepInput, closed_parents, plan_step
+from storage.ports import TaskRecord
+
+SPEC = model.JobSpec(0, (1,), (9,), 2, False, 30, "{}")
+ROOT = TaskRecord("r", 0, (), (1,), (9,), (), (), 0, False, 0, 0, ())
+
+
+def _children(parents: tuple[int, ...], level: int = 1, after=(), upto=()) -> TaskRecord:
+    return TaskRecord("r.0", level, parents, (), (), after, upto, 0, False, 0, 0, ())
+
+
+class TestPlanStep:
+    def test_a_parent_chunk_creates_one_child_task_and_advances_the_marker(self) -> None:
+        """Rows of a level above the emitted one become one children task for the next."""
+        step = plan_step(ROOT, SPEC, StepInput([(1,), (2,), (5,)], limit=3, now_ms=7))
+        assert step.task.after == (5,)
+        assert step.task.seq == 1
+        assert not step.task.done
+        (child,) = step.new_tasks
+        assert (child.task_id, child.level, child.parents) == ("r.0", 1, (1, 2, 5))
+        assert step.counters == {"found.0": 3, "tasks.1": 1}
+        assert step.chunk is None
+
+    def test_a_short_read_closes_the_task(self) -> None:
+        """Fewer rows than the LIMIT: the range is exhausted and counted closed."""
+        step = plan_step(ROOT, SPEC, StepInput([(1,)], limit=3))
+        assert step.task.done
+        assert step.counters["tasks_done.0"] == 1
+
+    def test_the_emitted_level_writes_a_chunk_with_a_stable_id(self) -> None:
+        """Emitting rows packs them into a chunk named by task and step."""
+        task = _children((1, 2), level=2)
+        step = plan_step(task, SPEC, StepInput([(1, 10), (1, 11), (2, 12)], limit=5))
+        assert step.chunk is not None
+        assert step.chunk.chunk_id == "r.0/0"
+        assert model.unpack(step.chunk.width, step.chunk.keys) == [1, 10, 1, 11, 2, 12]
+        assert step.counters[model.EMITTED_OBJECTS] == 3
+        assert step.counters["closed.1"] == 2  # both parents passed, the task is done
+
+    def test_empty_parents_are_closed_when_passed(self) -> None:
+        """Parents with no children count as closed once the read moves past them."""
+        task = _children((1, 2, 3, 4))
+        step = plan_step(task, SPEC, StepInput([(1, 5), (4, 9)], limit=2))
+        assert step.counters["closed.0"] == 3  # 1, 2 and 3 are behind the marker (4, 9)
+        done = plan_step(step.task, SPEC, StepInput([], limit=2))
+        assert done.counters["closed.0"] == 1
+
+    def test_split_cuts_the_rest_into_pieces_and_the_parent_closes_once(self) -> None:
+        """A split keeps the first cut, creates pieces up to the old end, and only the last
+        piece closes the split parent."""
+        task = _children((7,))
+        step = plan_step(
+            task, SPEC, StepInput([(7, 1), (7, 2)], limit=2, split_points=[(7, 5), (7, 9)])
+        )
+        assert step.task.upto == (7, 5)
+        pieces = [t for t in step.new_tasks if t.level == 1]
+        assert [(t.after, t.upto) for t in pieces] == [((7, 5), (7, 9)), ((7, 9), ())]
+        assert step.counters["tasks.1"] == 2
+        first = plan_step(step.task, SPEC, StepInput([(7, 3), (7, 5)], limit=4))
+        middle = plan_step(pieces[0], SPEC, StepInput([(7, 9)], limit=4))
+        last = plan_step(pieces[1], SPEC, StepInput([(7, 12)], limit=4))
+        closed = [s.counters.get("closed.0", 0) for s in (step, first, middle, last)]
+        assert closed == [0, 0, 0, 1]
+
+    def test_closed_parents_counts_between_markers(self) -> None:
+        """closed_parents counts parents whose end lies between old and new marker."""
+        task = _children((1, 3, 5, 7), after=(3, 1))
+        assert closed_parents(task, (5, 2), finished=False) == 1
+        assert closed_parents(task, (5, 2), finished=True) == 3
+
+
+class TestProgress:
+    def test_completion_needs_every_range_closed_and_every_chunk_settled(self) -> None:
+        """Counters say complete only when ranges and settled chunks both add up."""
+        counters = {"tasks.0": 1, "tasks_done.0": 1, "tasks.1": 2, "tasks_done.1": 2}
+        counters |= {"tasks.2": 3, "tasks_done.2": 3, "emitted_chunks": 4, "found.2": 40}
+        p = progress(SPEC, ["e", "u", "f"], counters)
+        assert p.iteration_complete
+        assert not p.complete
+        p = progress(SPEC, ["e", "u", "f"], counters | {"delivered_chunks": 4})
+        assert p.complete
+        assert eta_seconds(p, 10.0) >= 0
+
+    def test_eta_is_unknown_before_any_level_is_fully_discovered(self) -> None:
+        """No level fully discovered: the ETA says unknown (negative)."""
+        p = progress(SPEC, ["e", "u", "f"], {"tasks.0": 1})
+        assert eta_seconds(p, 100.0) < 0
+
+
+class TestChunkSizer:
+    def test_limit_follows_the_time_target_within_bounds(self) -> None:
+        """Slow reads shrink the LIMIT, fast ones grow it, both within the bounds."""
+        sizer = ChunkSizer(target_s=0.05, minimum=100, maximum=5000, initial=1000)
+        assert sizer.limit(1) == 1000
+        sizer.observe(1, 1000, 0.5)  # 0.5 ms per row: 100 rows fit in 50 ms
+        assert sizer.limit(1) == 100
+        for _ in range(30):
+            sizer.observe(1, 1000, 0.001)
+        assert sizer.limit(1) == 5000
+        assert sizer.limit(2) == 1000
