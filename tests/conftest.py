@@ -3,14 +3,38 @@
 from __future__ import annotations
 
 import os
+import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
 from server.runtime.logs import configure_logging
 from tests.engines import ALL_ENGINES
 
-# JSON log lines as in production, but only warnings and up: one line per OK RPC is noise here.
-configure_logging("warning")
+
+class _SessionLog:
+    """Every log line of the in-process servers goes to one file for the whole run (at debug
+    level, so the privacy scan sees everything a server could ever write); warnings and
+    errors are also shown on stderr, as in production."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._file = path.open("a", encoding="utf-8")
+
+    def write(self, text: str) -> int:
+        self._file.write(text)
+        if '"level": "warning"' in text or '"level": "error"' in text:
+            sys.stderr.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        self._file.flush()
+
+
+SESSION_LOG = Path(tempfile.mkdtemp(prefix="loom-test-logs-")) / "session.log"
+"""Where every in-process server of this run logs (scanned by tests/e2e/test_zz_privacy.py)."""
+configure_logging("debug", stream=_SessionLog(SESSION_LOG))  # type: ignore[arg-type]
 
 # DynamoDB Local accepts any credentials, but botocore insists on having some.
 os.environ.setdefault("AWS_ACCESS_KEY_ID", "loomtest")  # DynamoDB Local: letters and digits only

@@ -33,6 +33,7 @@ class Running:
 
     loom: LoomServer
     channel: grpc.aio.Channel
+    settings: Settings
 
     @property
     def target(self) -> str:
@@ -48,7 +49,7 @@ async def running_server(settings: Settings) -> AsyncIterator[Running]:
         options=[("grpc.max_receive_message_length", 64 * 1024 * 1024)],
     )
     try:
-        yield Running(loom, channel)
+        yield Running(loom, channel, settings)
     finally:
         await channel.close()
         await loom.stop()
@@ -82,6 +83,10 @@ def violations(error: grpc.aio.AioRpcError) -> dict[str, str]:
         if detail.Unpack(bad):
             found.update({v.field: v.description for v in bad.field_violations})
     return found
+
+
+SERVER_LOGS: list[Path] = []
+"""The log file of every `loom serve` process this run started (the privacy scan reads them)."""
 
 
 def free_port() -> int:
@@ -133,6 +138,7 @@ async def loom_process(
     """
     port = port or free_port()
     log = tmp / f"loom-{port}.log"
+    SERVER_LOGS.append(log)
     base = {k: v for k, v in os.environ.items() if not k.startswith("LOOM_")}
     command = [str(Path(sys.executable).with_name("loom")), "serve", "--port", str(port)]
     command += ["--data-dir", str(data_dir or tmp / f"data-{port}"), *args]

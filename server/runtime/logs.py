@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import TextIO
 
 import structlog
 
 __all__ = ["configure_logging", "get_logger"]
 
 
-def configure_logging(level: str = "info") -> None:
-    """JSON lines with an ISO timestamp and level; idempotent."""
+def configure_logging(level: str = "info", stream: TextIO | None = None) -> None:
+    """JSON lines with an ISO timestamp and level, on stderr (or `stream`); idempotent."""
     numeric = logging.getLevelNamesMapping().get(level.upper(), logging.INFO)
     structlog.configure(
         processors=[
@@ -27,7 +28,7 @@ def configure_logging(level: str = "info") -> None:
             structlog.processors.JSONRenderer(),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=stream or sys.stderr),
         cache_logger_on_first_use=True,
     )
 

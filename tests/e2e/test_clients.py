@@ -12,6 +12,7 @@ import os
 import shutil
 import sys
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 
 import grpc
@@ -21,6 +22,8 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from loom.v1 import common_pb2, threadweaver_pb2
 from loom_client import LoomClient, LoomError, RetryPolicy
 
+from server.config import AuthSettings
+from server.runtime.auth import mint_token
 from tests.engines import settings_for
 from tests.serving import Running, running_server
 
@@ -38,6 +41,23 @@ async def server(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Runn
         yield running
 
 
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def auth_server(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Running]:
+    """A server that requires bearer tokens (HS256 shared secret)."""
+    tmp = Path(tmp_path_factory.mktemp("clients-auth"))
+    secret = tmp / "jwt.secret"
+    secret.write_bytes(b"s3cret-" * 8)
+    base = settings_for("sqlite", tmp)
+    settings = replace(base, auth=AuthSettings(jwt_secret_file=str(secret)))
+    async with running_server(settings) as running:
+        yield running
+
+
+def token(running: Running, *scopes: str) -> dict[str, str]:
+    """The environment the examples read their bearer token from."""
+    return {"LOOM_TOKEN": mint_token(running.settings.auth, scopes, 300)}
+
+
 @pytest_asyncio.fixture(loop_scope="session")
 async def client(server: Running) -> AsyncIterator[LoomClient]:
     async with LoomClient.connect(server.target, retry=RetryPolicy()) as connected:
@@ -48,14 +68,16 @@ def woven(gid: str, thread: str, rfc: str) -> threadweaver_pb2.WovenMessage:
     return threadweaver_pb2.WovenMessage(gid=gid, thread_id=thread, rfc_message_id=rfc, sent_at=TS)
 
 
-async def run(*argv: str, cwd: Path, timeout_s: float = 300.0) -> str:
+async def run(
+    *argv: str, cwd: Path, timeout_s: float = 300.0, env: dict[str, str] | None = None
+) -> str:
     """Runs a command without blocking the loop; fails with its output unless it exits 0."""
     process = await asyncio.create_subprocess_exec(
         *argv,
         cwd=cwd,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
-        env={**os.environ, "NO_COLOR": "1"},
+        env={**os.environ, "NO_COLOR": "1", **(env or {})},
     )
     try:
         output, _ = await asyncio.wait_for(process.communicate(), timeout_s)
@@ -175,6 +197,15 @@ class TestGoClient:
         output = await run(go, "run", "./cmd/example", "-target", server.target, cwd=GO_DIR)
         assert_example_output(output)
 
+    async def test_example_with_a_bearer_token(self, auth_server: Running) -> None:
+        """The same example against a server requiring tokens, given $LOOM_TOKEN."""
+        go = shutil.which("go") or "go"
+        env = token(auth_server, "threadweaver:write")
+        output = await run(
+            go, "run", "./cmd/example", "-target", auth_server.target, cwd=GO_DIR, env=env
+        )
+        assert_example_output(output)
+
 
 class TestTypeScriptClient:
     async def test_example(self, server: Running) -> None:
@@ -186,4 +217,11 @@ class TestTypeScriptClient:
                 "run `cd clients/typescript && npm ci` (make test does this)"
             )
         output = await run(str(tsx), "src/example.ts", server.target, cwd=TS_DIR)
+        assert_example_output(output)
+
+    async def test_example_with_a_bearer_token(self, auth_server: Running) -> None:
+        """The same example against a server requiring tokens, given $LOOM_TOKEN."""
+        tsx = TS_DIR / "node_modules" / ".bin" / "tsx"
+        env = token(auth_server, "threadweaver:write")
+        output = await run(str(tsx), "src/example.ts", auth_server.target, cwd=TS_DIR, env=env)
         assert_example_output(output)

@@ -6,7 +6,11 @@
  * The .proto files are loaded at runtime with @grpc/proto-loader (no generated code):
  *
  *   npx tsx src/example.ts 127.0.0.1:50051
+ *
+ * Against a server with auth on, set LOOM_TOKEN to a bearer token (`loom token --scope
+ * threadweaver:write`); against a TLS server, LOOM_TLS_CA to the PEM CA of its certificate.
  */
+import * as fs from "node:fs";
 import * as path from "node:path";
 
 import * as grpc from "@grpc/grpc-js";
@@ -52,6 +56,7 @@ interface GetUnifiedThreadResponse {
 
 type Unary<Req, Res> = (
   request: Req,
+  metadata: grpc.Metadata,
   options: grpc.CallOptions,
   callback: (error: grpc.ServiceError | null, response?: Res) => void,
 ) => grpc.ClientUnaryCall;
@@ -85,11 +90,25 @@ interface FieldViolation {
   description: string;
 }
 
+/** The bearer token of every call ($LOOM_TOKEN), as `authorization` metadata. */
+function callMetadata(): grpc.Metadata {
+  const metadata = new grpc.Metadata();
+  const token = process.env.LOOM_TOKEN;
+  if (token) metadata.set("authorization", `Bearer ${token}`);
+  return metadata;
+}
+
+/** TLS when $LOOM_TLS_CA names the server's CA, plaintext otherwise (local development). */
+function channelCredentials(): grpc.ChannelCredentials {
+  const ca = process.env.LOOM_TLS_CA;
+  return ca ? grpc.credentials.createSsl(fs.readFileSync(ca)) : grpc.credentials.createInsecure();
+}
+
 /** Promisifies one unary call with a deadline. */
 function call<Req, Res>(method: Unary<Req, Res>, client: grpc.Client, request: Req): Promise<Res> {
   const deadline = new Date(Date.now() + 10_000);
   return new Promise((resolve, reject) => {
-    method.call(client, request, { deadline }, (error, response) => {
+    method.call(client, request, callMetadata(), { deadline }, (error, response) => {
       if (error) reject(error);
       else resolve(response as Res);
     });
@@ -125,7 +144,7 @@ async function main(target: string): Promise<void> {
   const loom = grpc.loadPackageDefinition(definition) as unknown as {
     loom: { v1: { ThreadWeaver: ClientConstructor<ThreadWeaverClient> } };
   };
-  const weaver = new loom.loom.v1.ThreadWeaver(target, grpc.credentials.createInsecure());
+  const weaver = new loom.loom.v1.ThreadWeaver(target, channelCredentials());
 
   // One email, as seen in the sender's and in the recipient's mailbox: different threads, one
   // RFC 822 Message-ID, which is what unifies them.

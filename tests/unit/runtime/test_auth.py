@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -26,6 +27,10 @@ def settings(tmp_path: Path) -> AuthSettings:
 
 def bearer(token: str) -> list[tuple[str, str]]:
     return [("authorization", f"Bearer {token}")]
+
+
+def _now() -> int:
+    return int(time.time())
 
 
 def signed(claims: dict[str, object], key: bytes = SECRET) -> str:
@@ -90,23 +95,29 @@ class TestAuthenticator:
     @pytest.mark.parametrize(
         ("metadata", "message"),
         [
-            ([], "missing bearer token"),
-            ([("authorization", "Basic dXNlcjpwdw==")], "Bearer"),
-            (bearer("not.a.jwt"), "does not verify"),
-            (bearer(signed({"scope": "inbox:read"}, key=b"x" * 40)), "does not verify"),
-            (bearer(signed({"scope": "inbox:read", "exp": int(time.time()) - 3600})), "expired"),
-            (bearer(signed({"scope": "inbox:read", "nbf": int(time.time()) + 3600})), "nbf"),
-            (bearer(signed({"scope": "inbox:read", "aud": "someone-else"})), "audience"),
-            (bearer(jwt.encode({"aud": "loom", "scope": "inbox:read"}, SECRET)), "'exp'"),
+            (lambda: [], "missing bearer token"),
+            (lambda: [("authorization", "Basic dXNlcjpwdw==")], "Bearer"),
+            (lambda: bearer("not.a.jwt"), "does not verify"),
+            (lambda: bearer(signed({"scope": "inbox:read"}, key=b"x" * 40)), "does not verify"),
+            (lambda: bearer(signed({"scope": "inbox:read", "exp": _now() - 3600})), "expired"),
+            (lambda: bearer(signed({"scope": "inbox:read", "nbf": _now() + 3600})), "nbf"),
+            (lambda: bearer(signed({"scope": "inbox:read", "aud": "someone-else"})), "audience"),
+            (lambda: bearer(jwt.encode({"aud": "loom", "scope": "inbox:read"}, SECRET)), "'exp'"),
         ],
         ids=["none", "basic", "garbage", "wrong-key", "expired", "not-yet", "wrong-aud", "no-exp"],
     )
     def test_bad_credentials_are_unauthenticated(
-        self, settings: AuthSettings, metadata: list[tuple[str, str]], message: str
+        self,
+        settings: AuthSettings,
+        metadata: Callable[[], list[tuple[str, str]]],
+        message: str,
     ) -> None:
-        """No token, another scheme, a bad signature, exp, nbf, aud: UNAUTHENTICATED."""
+        """No token, another scheme, a bad signature, exp, nbf, aud: UNAUTHENTICATED.
+
+        Tokens are signed when the test runs (not at collection), so their times are fresh.
+        """
         with pytest.raises(Unauthenticated, match=message):
-            Authenticator(settings).check(metadata, "inbox:read")
+            Authenticator(settings).check(metadata(), "inbox:read")
 
     def test_clock_skew_within_the_leeway_is_tolerated(self, settings: AuthSettings) -> None:
         """A token that expired 10 s ago still passes with the default 30 s leeway."""

@@ -3,6 +3,10 @@
 // violations that an INVALID_ARGUMENT error carries.
 //
 //	go run ./cmd/example -target 127.0.0.1:50051
+//
+// Against a server with auth on, pass a bearer token (`loom token --scope threadweaver:write`)
+// with -token or $LOOM_TOKEN; against a TLS server, its CA with -tls-ca (and the name the
+// certificate holds, e.g. localhost:50051, as -target).
 package main
 
 import (
@@ -17,6 +21,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -27,15 +32,51 @@ import (
 func main() {
 	target := flag.String("target", "127.0.0.1:50051", "Loom server address (host:port)")
 	timeout := flag.Duration("timeout", 10*time.Second, "deadline of each call")
+	token := flag.String("token", os.Getenv("LOOM_TOKEN"), "bearer token (default $LOOM_TOKEN)")
+	tlsCA := flag.String("tls-ca", "", "PEM CA of the server's certificate: connect with TLS")
 	flag.Parse()
-	if err := run(*target, *timeout); err != nil {
+	options, err := dialOptions(*token, *tlsCA)
+	if err != nil {
+		log.Printf("example failed: %v", err)
+		os.Exit(1)
+	}
+	if err := run(*target, *timeout, options); err != nil {
 		log.Printf("example failed: %v", err)
 		os.Exit(1)
 	}
 }
 
-func run(target string, timeout time.Duration) error {
-	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+// bearer sends `authorization: Bearer <token>` with every call.
+type bearer struct {
+	token  string
+	secure bool
+}
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + b.token}, nil
+}
+
+// RequireTransportSecurity lets a token travel in plaintext only to a plaintext (local) server.
+func (b bearer) RequireTransportSecurity() bool { return b.secure }
+
+func dialOptions(token, tlsCA string) ([]grpc.DialOption, error) {
+	transport := insecure.NewCredentials()
+	if tlsCA != "" {
+		tlsCredentials, err := credentials.NewClientTLSFromFile(tlsCA, "")
+		if err != nil {
+			return nil, fmt.Errorf("tls-ca %s: %w", tlsCA, err)
+		}
+		transport = tlsCredentials
+	}
+	options := []grpc.DialOption{grpc.WithTransportCredentials(transport)}
+	if token != "" {
+		options = append(options, grpc.WithPerRPCCredentials(bearer{token, tlsCA != ""}))
+	}
+	return options, nil
+}
+
+func run(target string, timeout time.Duration, options []grpc.DialOption) error {
+	conn, err := grpc.NewClient(target, options...)
 	if err != nil {
 		return fmt.Errorf("connect %s: %w", target, err)
 	}
