@@ -39,6 +39,7 @@ async def mount(server: grpc.aio.Server, settings: Settings, resources: Resource
     create = False
     if not url:
         path = Path(settings.sqlite.data_dir) / "iterator-source.sqlite3"
+        path.parent.mkdir(parents=True, exist_ok=True)  # no other store may have made it
         url, create = f"sqlite+aiosqlite:///{path.resolve()}", True
     raw_source = await factory.open_iteration_source(url, source_levels(s.levels), create)
     closers = [raw_source.close]
