@@ -65,12 +65,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     keep: list[pytest.Item] = []
     dropped: list[pytest.Item] = []
     for item in items:
-        marker = item.get_closest_marker("engine")
+        engines = [m.args[0] for m in item.iter_markers("engine")]
         skip = item.get_closest_marker("skip")
         no_engine_left = skip is not None and str(skip.kwargs.get("reason", "")).startswith(
             "got empty parameter set"
         )  # a suite parametrized over engines, none of them selected
-        if not no_engine_left and (marker is None or selected_engines(config, (marker.args[0],))):
+        covered = all(selected_engines(config, (engine,)) for engine in engines)
+        if not no_engine_left and covered:
             keep.append(item)
         else:
             dropped.append(item)

@@ -100,3 +100,41 @@ def settings_for(engine: str, data_dir: Path, **stores: str) -> Settings:
         ),
         storage=StorageSettings(**stores),  # type: ignore[arg-type]
     )
+
+
+def server_env(**stores: str) -> dict[str, str]:
+    """LOOM_* variables for a `loom serve` process whose named stores live on the named
+    engines, in a fresh namespace (keyspace, table prefixes). Reuse the same dict to restart
+    a server on the same data."""
+    for engine in stores.values():
+        require(engine)
+    namespace = unique("p")
+    env = {f"LOOM_STORAGE__{store.upper()}": engine for store, engine in stores.items()}
+    engines = set(stores.values())
+    if "cassandra" in engines:
+        env |= {
+            "LOOM_CASSANDRA__CONTACT_POINTS": os.environ["LOOM_TEST_CASSANDRA_CONTACT_POINTS"],
+            "LOOM_CASSANDRA__PORT": os.environ["LOOM_TEST_CASSANDRA_PORT"],
+            "LOOM_CASSANDRA__KEYSPACE": f"loom_{namespace}",
+            "LOOM_CASSANDRA__CREATE_SCHEMA": "true",
+        }
+    if "bigtable" in engines:
+        env |= {
+            "LOOM_BIGTABLE__PROJECT": "loom-test",
+            "LOOM_BIGTABLE__INSTANCE": "loom-test",
+            "LOOM_BIGTABLE__TABLE_PREFIX": f"{namespace}-",
+            "LOOM_BIGTABLE__CREATE_TABLES": "true",
+        }
+    if "dynamodb" in engines:
+        env |= {
+            "LOOM_DYNAMODB__ENDPOINT_URL": os.environ["LOOM_TEST_DYNAMODB_ENDPOINT"],
+            "LOOM_DYNAMODB__TABLE_PREFIX": f"{namespace}-",
+            "LOOM_DYNAMODB__CREATE_TABLES": "true",
+        }
+    if "sqs" in engines:
+        env |= {
+            "LOOM_SQS__ENDPOINT_URL": os.environ["LOOM_TEST_SQS_ENDPOINT"],
+            "LOOM_SQS__QUEUE_PREFIX": f"{namespace}-",
+            "LOOM_SQS__CREATE_QUEUES": "true",
+        }
+    return env
