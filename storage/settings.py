@@ -48,6 +48,8 @@ class BigtableSettings:
     """Prefix of every table Loom owns."""
     create_tables: bool = False
     """Create missing tables and families at start-up (emulator, first deploy)."""
+    request_timeout_s: float = 4.0
+    """Bound of every Bigtable operation, retries included (below the RPCs' 5 s deadlines)."""
 
 
 @dataclass(frozen=True, slots=True)

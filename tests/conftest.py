@@ -31,10 +31,19 @@ class _SessionLog:
     def flush(self) -> None:
         self._file.flush()
 
+    def close(self) -> None:
+        self._file.close()
+
 
 SESSION_LOG = Path(tempfile.mkdtemp(prefix="loom-test-logs-")) / "session.log"
 """Where every in-process server of this run logs (scanned by tests/e2e/test_zz_privacy.py)."""
-configure_logging("debug", stream=_SessionLog(SESSION_LOG))  # type: ignore[arg-type]
+_SESSION_STREAM = _SessionLog(SESSION_LOG)
+configure_logging("debug", stream=_SESSION_STREAM)  # type: ignore[arg-type]
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    _SESSION_STREAM.close()
+
 
 # DynamoDB Local accepts any credentials, but botocore insists on having some.
 os.environ.setdefault("AWS_ACCESS_KEY_ID", "loomtest")  # DynamoDB Local: letters and digits only

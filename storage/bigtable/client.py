@@ -228,8 +228,23 @@ class BigtableHandle:
         return cls(settings, client)
 
     def table(self, name: str) -> Any:
-        """The async table `table_prefix + name` (untyped: the library ships no stubs)."""
-        return self._client.get_table(self._settings.instance, self._settings.table_prefix + name)
+        """The async table `table_prefix + name` (untyped: the library ships no stubs).
+
+        Every operation is bounded by `request_timeout_s` (the client's defaults are 20-60 s):
+        a hung Bigtable must fail calls as engine faults, which open the breaker, before the
+        RPC's own deadline cancels them (a cancelled call tells the breaker nothing).
+        """
+        t = self._settings.request_timeout_s
+        return self._client.get_table(
+            self._settings.instance,
+            self._settings.table_prefix + name,
+            default_operation_timeout=t,
+            default_attempt_timeout=t,
+            default_read_rows_operation_timeout=t,
+            default_read_rows_attempt_timeout=t,
+            default_mutate_rows_operation_timeout=t,
+            default_mutate_rows_attempt_timeout=t,
+        )
 
     async def close(self) -> None:
         """Closes the data client's channels and background refresh task."""
