@@ -29,9 +29,9 @@ from server.runtime.metrics import Metrics
 from server.runtime.mounting import Resources
 from server.runtime.policies import PolicyTable
 from server.runtime.reflection import enable_reflection
-from server.runtime.tls import CertificateReloader, is_loopback, server_credentials
+from server.runtime.tls import CertificateReloader, check_tls, is_loopback, server_credentials
 
-__all__ = ["SERVICE_NAMES", "LoomServer", "build_server", "serve"]
+__all__ = ["SERVICE_NAMES", "LoomServer", "build_server", "check_startup", "serve"]
 
 _log = get_logger("server")
 
@@ -138,6 +138,14 @@ async def _mount_all(
     return closers
 
 
+def check_startup(settings: Settings) -> None:
+    """Raises `ConfigError` for unusable TLS or auth settings, creating no gRPC object (so a
+    parent can check before it forks its workers)."""
+    check_tls(settings.server)
+    if settings.auth.enabled:
+        Authenticator(settings.auth)
+
+
 async def build_server(settings: Settings) -> LoomServer:
     """Opens the stores, registers every service and starts listening.
 
@@ -164,7 +172,7 @@ async def build_server(settings: Settings) -> LoomServer:
         options=[
             ("grpc.max_receive_message_length", settings.server.max_message_bytes),
             ("grpc.max_send_message_length", settings.server.max_message_bytes),
-            ("grpc.so_reuseport", 0),
+            ("grpc.so_reuseport", 1 if settings.server.reuse_port else 0),
         ],
     )
     resources = Resources(settings.breaker, metrics)

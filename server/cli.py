@@ -9,8 +9,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from server.app import serve
-from server.config import ConfigError, load_settings
+import structlog
+
+from server.app import check_startup, serve
+from server.config import ConfigError, Settings, load_settings
+from server.processes import serve_workers
 from server.runtime.auth import mint_token
 from server.runtime.logs import configure_logging
 
@@ -45,6 +48,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--tls-key", help="PEM private key of --tls-cert")
     s.add_argument("--tls-client-ca", help="PEM CA bundle: require client certificates (mTLS)")
     s.add_argument("--metrics-port", type=int, help="Prometheus metrics port (0 = off)")
+    s.add_argument(
+        "--workers", type=int, help="server processes sharing the port, one per core (default 1)"
+    )
 
     t = sub.add_parser("token", help="mint a bearer token the configured server accepts")
     t.add_argument("--config", type=Path, help="TOML settings file (also LOOM_CONFIG)")
@@ -101,6 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "tls_key_file": args.tls_key,
             "tls_client_ca_file": args.tls_client_ca,
             "metrics_port": args.metrics_port,
+            "workers": args.workers,
         },
         "sqlite": {"data_dir": args.data_dir},
         "storage": {
@@ -115,6 +122,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"loom: bad settings: {exc}", file=sys.stderr)
         return 2
     configure_logging(settings.server.log_level)
+    if settings.server.workers < 1:
+        print("loom: bad settings: server.workers must be >= 1", file=sys.stderr)
+        return 2
+    if settings.server.workers == 1:
+        return run_server(settings)
+    try:
+        check_startup(settings)  # in the parent, once, before any worker is forked
+    except ConfigError as exc:
+        print(f"loom: cannot start: {exc}", file=sys.stderr)
+        return 2
+    return serve_workers(settings, settings.server.workers, run_server)
+
+
+def run_server(settings: Settings, worker: int | None = None) -> int:
+    """One server process until SIGTERM/SIGINT: 0 after a clean drain."""
+    if worker is not None:
+        structlog.contextvars.bind_contextvars(worker=worker)
     if settings.server.use_uvloop:
         import uvloop
 

@@ -110,6 +110,10 @@ class ServerSettings:
     """Prometheus exposition on this port (0 = off); served on `metrics_host`."""
     metrics_host: str = "127.0.0.1"
     """Interface of the metrics endpoint (0.0.0.0 inside a container)."""
+    workers: int = 1
+    """Server processes sharing the port (`loom serve --workers N`): one per core."""
+    reuse_port: bool = False
+    """Bind with SO_REUSEPORT (set for every process of `--workers N`)."""
 
 
 @dataclass(frozen=True, slots=True)

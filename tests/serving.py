@@ -172,7 +172,7 @@ async def loom_process(
 
 
 def _spawn(command: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    with log.open("wb") as sink:
+    with log.open("ab") as sink:  # O_APPEND: every worker process's lines land whole
         return subprocess.Popen(command, stdout=sink, stderr=sink, env=env)
 
 

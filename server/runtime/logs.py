@@ -28,7 +28,9 @@ def configure_logging(level: str = "info", stream: TextIO | None = None) -> None
             structlog.processors.JSONRenderer(),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(file=stream or sys.stderr),
+        # One write() per line (PrintLogger writes the text and the newline separately), so
+        # the lines of `--workers N` processes sharing stderr never interleave mid-line.
+        logger_factory=structlog.WriteLoggerFactory(file=stream or sys.stderr),
         cache_logger_on_first_use=True,
     )
 

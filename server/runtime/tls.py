@@ -23,7 +23,7 @@ import grpc
 from server.config import ConfigError, ServerSettings
 from server.runtime.logs import get_logger
 
-__all__ = ["CertificateReloader", "is_loopback", "server_credentials"]
+__all__ = ["CertificateReloader", "check_tls", "is_loopback", "server_credentials"]
 
 _log = get_logger("tls")
 
@@ -111,6 +111,12 @@ class CertificateReloader:
         self._pems = pems
         _log.info("tls certificates reloaded")
         return _configuration(pems)
+
+
+def check_tls(settings: ServerSettings) -> None:
+    """Raises `ConfigError` when the TLS settings cannot work (no gRPC object is made)."""
+    if settings.tls_cert_file or settings.tls_key_file or settings.tls_client_ca_file:
+        _load(settings)
 
 
 def server_credentials(

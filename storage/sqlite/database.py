@@ -51,9 +51,11 @@ class SqliteDatabase:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
             conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            # The busy timeout first: switching to WAL takes a lock that another process
+            # (`loom serve --workers N`) may hold while it opens the same file.
+            conn.execute("PRAGMA busy_timeout=5000")
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={self._synchronous}")
-            conn.execute("PRAGMA busy_timeout=5000")
             conn.execute("PRAGMA foreign_keys=ON")
             self._local.conn = conn
             with self._lock:
