@@ -24,7 +24,17 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-__all__ = ["ServerStartError", "free_port", "loom_command", "loom_server", "wait_for_health"]
+__all__ = [
+    "SERVER_PIDS",
+    "ServerStartError",
+    "free_port",
+    "loom_command",
+    "loom_server",
+    "wait_for_health",
+]
+
+SERVER_PIDS: dict[str, int] = {}
+"""Target -> PID of each running server this process started (soak samples its RSS and fds)."""
 
 
 class ServerStartError(RuntimeError):
@@ -144,6 +154,8 @@ async def loom_server(
                     await wait_for_health(target, timeout_s=startup_timeout_s, process=process)
                 except ServerStartError as exc:
                     raise ServerStartError(f"{exc}; log {log}:\n{_log_tail(log)}") from None
+                SERVER_PIDS[target] = process.pid
                 yield target
             finally:
+                SERVER_PIDS.pop(target, None)
                 await _stop(process, stop_timeout_s)
