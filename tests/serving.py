@@ -137,6 +137,7 @@ async def loom_process(
     plus `env`. Health is polled over TLS when `credentials` are given.
     """
     port = port or free_port()
+    tmp.mkdir(parents=True, exist_ok=True)
     log = tmp / f"loom-{port}.log"
     SERVER_LOGS.append(log)
     base = {k: v for k, v in os.environ.items() if not k.startswith("LOOM_")}
