@@ -13,14 +13,22 @@ PORT="${LOOM_POSTGRES_PORT:-15432}"
 READY_TIMEOUT="${LOOM_POSTGRES_TIMEOUT:-60}"
 DATA="${STATE_DIR}/data"
 
+# The server's bin dir: the one holding `postgres` (psql alone, from postgresql-client, comes
+# with machines that have no server).
+server_bin_dir() {
+  local found
+  found="$(ls -d /usr/lib/postgresql/*/bin/postgres 2>/dev/null | sort -V | tail -n1)"
+  [[ -n "${found}" ]] && dirname "${found}"
+}
+
 pg_bin() {
   local dir
-  dir="$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n1)"
+  dir="$(server_bin_dir || true)"
   if [[ -z "${dir}" ]]; then
     command -v apt-get >/dev/null || die "PostgreSQL is not installed and apt-get is missing"
     say "installing Debian's postgresql (first run only)"
     apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >&2
-    dir="$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n1)"
+    dir="$(server_bin_dir)"
   fi
   printf '%s\n' "${dir}"
 }
@@ -63,7 +71,7 @@ do_stop() { stop_engine 30; }
 check_ready() {
   port_open "${HOST}" "${PORT}" || return 1
   local bin
-  bin="$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n1)"
+  bin="$(server_bin_dir)"
   "${bin}/psql" -h "${HOST}" -p "${PORT}" -U postgres -d postgres -tAc \
     "SELECT 1 FROM pg_database WHERE datname = 'loom'" 2>/dev/null | grep -q 1 && return 0
   "${bin}/psql" -h "${HOST}" -p "${PORT}" -U postgres -d postgres -qc "CREATE DATABASE loom" \
