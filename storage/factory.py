@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from storage.ports import InboxStore, SummaryStore, ThreadStore
+from storage.ports import InboxStore, SummaryStore, TemplateStore, ThreadStore
 from storage.settings import EngineSettings
 
-__all__ = ["open_inbox_store", "open_summary_store", "open_thread_store"]
+__all__ = ["open_inbox_store", "open_summary_store", "open_template_store", "open_thread_store"]
 
 
 async def open_thread_store(settings: EngineSettings) -> ThreadStore:
@@ -70,3 +70,26 @@ async def open_inbox_store(settings: EngineSettings) -> InboxStore:
 
         return await CassandraInboxStore.open(settings.cassandra)
     raise ValueError(f"inbox_store={engine!r} is not supported")
+
+
+async def open_template_store(settings: EngineSettings, *, email_ttl_s: float) -> TemplateStore:
+    """The TemplateStore named by ``storage.templates_store`` (sqlite or bigtable).
+
+    `email_ttl_s` is the TemplateInduction email TTL: Bigtable's max-age GC on the `email`
+    and `user` families, the SQLite adapter's own expiry.
+    """
+    engine = settings.storage.templates_store
+    if engine == "sqlite":
+        from storage.sqlite.templates import SqliteTemplateStore
+
+        return await SqliteTemplateStore.open(
+            Path(settings.sqlite.data_dir) / "templates.sqlite3",
+            email_ttl_s=email_ttl_s,
+            synchronous=settings.sqlite.synchronous,
+            readers=settings.sqlite.readers,
+        )
+    if engine == "bigtable":
+        from storage.bigtable.templates import BigtableTemplateStore
+
+        return await BigtableTemplateStore.open(settings.bigtable, email_ttl_s=email_ttl_s)
+    raise ValueError(f"templates_store={engine!r} is not supported")

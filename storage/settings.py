@@ -91,6 +91,8 @@ class StorageSettings:
     """sqlite or dynamodb."""
     inbox_store: StoreName = "sqlite"
     """sqlite or cassandra."""
+    templates_store: StoreName = "sqlite"
+    """sqlite or bigtable."""
 
 
 class EngineSettings(Protocol):

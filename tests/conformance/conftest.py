@@ -8,13 +8,15 @@ from pathlib import Path
 import pytest
 
 from storage import factory
-from storage.ports import InboxStore, SummaryStore, ThreadStore
+from storage.ports import InboxStore, SummaryStore, TemplateStore, ThreadStore
 from tests.conftest import selected_engines
 from tests.engines import settings_for
 
 THREAD_ENGINES = ("sqlite", "bigtable", "cassandra")
 SUMMARY_ENGINES = ("sqlite", "dynamodb")
 INBOX_ENGINES = ("sqlite", "cassandra")
+TEMPLATE_ENGINES = ("sqlite", "bigtable")
+TEMPLATE_TTL_S = 2.0
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -24,6 +26,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "summary_engine" in metafunc.fixturenames:
         engines = selected_engines(metafunc.config, SUMMARY_ENGINES)
         metafunc.parametrize("summary_engine", engines, ids=engines)
+    if "template_engine" in metafunc.fixturenames:
+        engines = selected_engines(metafunc.config, TEMPLATE_ENGINES)
+        metafunc.parametrize("template_engine", engines, ids=engines)
     if "inbox_engine" in metafunc.fixturenames:
         engines = selected_engines(metafunc.config, INBOX_ENGINES)
         metafunc.parametrize("inbox_engine", engines, ids=engines)
@@ -56,6 +61,17 @@ async def inbox_store(inbox_engine: str, tmp_path: Path) -> AsyncIterator[InboxS
     """An InboxStore on `inbox_engine` with no data in it (fresh keyspace / file)."""
     settings = settings_for(inbox_engine, tmp_path, inbox_store=inbox_engine)
     store = await factory.open_inbox_store(settings)
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+@pytest.fixture
+async def template_store(template_engine: str, tmp_path: Path) -> AsyncIterator[TemplateStore]:
+    """A TemplateStore on `template_engine`, empty, whose emails expire after 2 s."""
+    settings = settings_for(template_engine, tmp_path, templates_store=template_engine)
+    store = await factory.open_template_store(settings, email_ttl_s=TEMPLATE_TTL_S)
     try:
         yield store
     finally:
