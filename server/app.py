@@ -19,7 +19,6 @@ from loom.v1 import (
     inbox_pb2_grpc,
     iterator_pb2_grpc,
     summary_pb2_grpc,
-    templates_pb2_grpc,
 )
 
 from server.config import MethodPolicy, Settings
@@ -33,19 +32,18 @@ __all__ = ["SERVICE_NAMES", "LoomServer", "build_server", "serve"]
 _log = get_logger("server")
 
 # Implemented services: each module has SERVICE, POLICIES and mount() (server.runtime.mounting).
-MOUNTS = ("server.threadweaver.mount", "server.summary.mount", "server.inbox.mount")
+MOUNTS = (
+    "server.threadweaver.mount",
+    "server.summary.mount",
+    "server.inbox.mount",
+    "server.templates.mount",
+)
 
 # Contracts published ahead of their implementation: they answer UNIMPLEMENTED.
 PLACEHOLDERS: dict[str, Callable[[grpc.aio.Server], None]] = {
     "loom.v1.Iterator": lambda s: iterator_pb2_grpc.add_IteratorServicer_to_server(
         iterator_pb2_grpc.IteratorServicer(),  # type: ignore[abstract]
         s,
-    ),
-    "loom.v1.TemplateInduction": lambda s: (
-        templates_pb2_grpc.add_TemplateInductionServicer_to_server(
-            templates_pb2_grpc.TemplateInductionServicer(),  # type: ignore[abstract]
-            s,
-        )
     ),
     "loom.v1.Inbox": lambda s: inbox_pb2_grpc.add_InboxServicer_to_server(
         inbox_pb2_grpc.InboxServicer(),  # type: ignore[abstract]

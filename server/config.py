@@ -43,6 +43,7 @@ __all__ = [
     "SqliteSettings",
     "StorageSettings",
     "SummarySettings",
+    "TemplatesSettings",
     "ThreadWeaverSettings",
     "load_settings",
 ]
@@ -166,6 +167,62 @@ class InboxSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class TemplatesSettings:
+    """TemplateInduction: Crusher's k, S, A and TTL, the clustering scheme, the SEDA stages."""
+
+    k_anonymity: int = 5
+    """k: distinct recipients a cluster needs before a template forms (Crusher: 1,000)."""
+    max_emails: int = 200
+    """S: emails stored per cluster row; a row with a template and S emails is full."""
+    reinduce_after_s: float = 3600.0
+    """A: a template this old is re-formed from the row's current emails."""
+    email_ttl_s: float = 7 * 24 * 3600.0
+    """Stored emails and recipients expire this long after their write."""
+    full_cache_size: int = 100_000
+    """Rows in the full-template cache (LRU); emails of a full row are ignored."""
+    full_cache_ttl_s: float = 600.0
+    """How long a row stays in the full-template cache (then re-checked)."""
+    template_cache_size: int = 100_000
+    """Rows whose templates AnnotateEmail keeps in memory (LRU)."""
+    template_cache_ttl_s: float = 60.0
+    """How long a cached row's templates are trusted (other replicas' formations)."""
+    absent_cache_ttl_s: float = 1.0
+    """How long "this row has no template" is trusted."""
+    scheme: Literal["loom", "paper"] = "loom"
+    """Clustering scheme: Loom's (sender, LSH bands, k-anonymous text) or the paper's."""
+    lsh_bands: int = 3
+    """Loom: bands (rows an email is stored in)."""
+    lsh_rows: int = 4
+    """Loom: MinHash values AND-ed per band."""
+    text_similarity: float = 0.9
+    """Loom: share of a group's core text an email must contain to join that group."""
+    match_threshold: float = 0.8
+    """Loom: share of a template's signature an email must contain to be annotated with it."""
+    cpu_workers: int = 2
+    """Processes of the CPU stage (parse, XPaths, MinHash; template formation)."""
+    cpu_queue: int = 5000
+    """Emails waiting for the CPU stage; beyond that SubmitEmails drops (and counts)."""
+    cpu_batch: int = 16
+    """Emails handed to a worker process at once (amortises the hand-off)."""
+    io_concurrency: int = 32
+    """I/O stage tasks storing emails and fetching s, t, n concurrently."""
+    io_queue: int = 10_000
+    """Fingerprinted emails waiting for the I/O stage; beyond that dropped (and counted)."""
+    io_batch: int = 64
+    """Emails one I/O task stores in one store call."""
+    formation_workers: int = 1
+    """Template formations running at once (each holds one CPU process while it runs)."""
+    formation_queue: int = 1000
+    """Rows waiting for formation; beyond that a formation is dropped (retried later)."""
+    max_body_bytes: int = 1024 * 1024
+    """Largest html_body accepted (UTF-8 bytes); larger is INVALID_ARGUMENT."""
+    max_batch: int = 1000
+    """Emails per SubmitEmails call."""
+    recipient_hash_key: str = "loom-templates"
+    """Key of the BLAKE2b hash that stands for recipient ids in storage (set per deployment)."""
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     """Everything the server reads at start-up."""
 
@@ -179,6 +236,7 @@ class Settings:
     threadweaver: ThreadWeaverSettings = field(default_factory=ThreadWeaverSettings)
     summary: SummarySettings = field(default_factory=SummarySettings)
     inbox: InboxSettings = field(default_factory=InboxSettings)
+    templates: TemplatesSettings = field(default_factory=TemplatesSettings)
     policies: Mapping[str, MethodPolicy] = field(default_factory=dict)
     """Per-method overrides keyed by full method name ``loom.v1.Service/Method``."""
 

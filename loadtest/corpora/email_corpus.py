@@ -26,14 +26,62 @@ from loadtest.corpora.email_sources import SourceTemplate
 
 __all__ = ["LabeledEmail", "build_corpus", "human_email", "render_handlebars"]
 
-_FIRST = ["Ava", "Bob", "Chen", "Dana", "Emil", "Fatima", "Grace", "Hiro", "Ines", "Jonas",
-          "Kemal", "Lena", "Mateo", "Nora", "Omar", "Priya", "Quinn", "Rosa", "Sven", "Tara"]
-_LAST = ["Smith", "Garcia", "Okafor", "Nguyen", "Müller", "Rossi", "Kowalski", "Tanaka",
-         "Haddad", "Silva", "Novak", "Berg", "Moreau", "Ibrahim", "Lopez", "Kim"]
-_WORDS = ("alpha river stone maple cloud orbit velvet cedar harbor ember lantern meadow "
-          "quartz summit willow copper falcon garnet horizon island jasmine").split()
-_ITEMS = ["Ship's Cannon", "Telescope", "Rope (10 m)", "Compass", "Lantern", "Map of Tortuga",
-          "Spyglass", "Anchor", "Parrot feed", "Sextant"]
+_FIRST = [
+    "Ava",
+    "Bob",
+    "Chen",
+    "Dana",
+    "Emil",
+    "Fatima",
+    "Grace",
+    "Hiro",
+    "Ines",
+    "Jonas",
+    "Kemal",
+    "Lena",
+    "Mateo",
+    "Nora",
+    "Omar",
+    "Priya",
+    "Quinn",
+    "Rosa",
+    "Sven",
+    "Tara",
+]
+_LAST = [
+    "Smith",
+    "Garcia",
+    "Okafor",
+    "Nguyen",
+    "Müller",
+    "Rossi",
+    "Kowalski",
+    "Tanaka",
+    "Haddad",
+    "Silva",
+    "Novak",
+    "Berg",
+    "Moreau",
+    "Ibrahim",
+    "Lopez",
+    "Kim",
+]
+_WORDS = (
+    "alpha river stone maple cloud orbit velvet cedar harbor ember lantern meadow "
+    "quartz summit willow copper falcon garnet horizon island jasmine"
+).split()
+_ITEMS = [
+    "Ship's Cannon",
+    "Telescope",
+    "Rope (10 m)",
+    "Compass",
+    "Lantern",
+    "Map of Tortuga",
+    "Spyglass",
+    "Anchor",
+    "Parrot feed",
+    "Sextant",
+]
 
 
 @dataclass(frozen=True)
@@ -61,7 +109,13 @@ def _date(rng: random.Random, order: str) -> str:
 def _value(name: str, rng: random.Random, constants: dict[str, str], order: str) -> str:
     """A personal value for the template variable `name` (per-vendor constants stay fixed)."""
     key = name.split(".")[-1].lower().strip("./ ")
-    if key.startswith("site") or "color" in key or "accent" in key or "tint" in key or "shade" in key:
+    if (
+        key.startswith("site")
+        or "color" in key
+        or "accent" in key
+        or "tint" in key
+        or "shade" in key
+    ):
         return constants.setdefault(key, f"{rng.choice(_WORDS).title()} {key}")
     if "url" in key or "link" in key:
         return f"https://ghost-blog.example/{rng.choice(_WORDS)}/{rng.randint(1000, 99999)}"
@@ -134,7 +188,9 @@ def render_handlebars(
             literal = re.match(r"""t\s+(['"])(.*?)(?<!\\)\1""", value, re.DOTALL)
             if literal:
                 text = literal.group(2).replace("\\'", "'")
-                out.append(re.sub(r"\{(\w+)\}", lambda g: _value(g.group(1), rng, constants, order), text))
+                out.append(
+                    re.sub(r"\{(\w+)\}", lambda g: _value(g.group(1), rng, constants, order), text)
+                )
                 continue
             name = value.split()[-1] if value.split() else value
             out.append(_value(name, rng, constants, order))
@@ -159,14 +215,20 @@ def _static(source: str, rng: random.Random, order: str) -> str:
         return "".join(out)
 
     html = _ROW_RUN.sub(rows, source)
-    html = _EMAIL.sub(lambda _: f"{rng.choice(_FIRST).lower()}{rng.randint(1, 999)}@mail.example", html)
+    html = _EMAIL.sub(
+        lambda _: f"{rng.choice(_FIRST).lower()}{rng.randint(1, 999)}@mail.example", html
+    )
 
     def digits(m: re.Match[str]) -> str:
         text = re.sub(r"\d", lambda _: str(rng.randint(0, 9)), m.group(1))
         return f">{text}<"
 
     html = _DIGITS.sub(digits, html)
-    html = re.sub(r"(Hi|Hello|Dear),?\s+[A-Z][a-z]+(\s[A-Z][a-z]+)?", lambda m: f"{m.group(1)}, {_name(rng)}", html)
+    html = re.sub(
+        r"(Hi|Hello|Dear),?\s+[A-Z][a-z]+(\s[A-Z][a-z]+)?",
+        lambda m: f"{m.group(1)}, {_name(rng)}",
+        html,
+    )
     paragraphs = [m.span() for m in re.finditer(r"<p>[^<]{40,}</p>", html)]
     if paragraphs and rng.random() < 0.4:
         a, b = rng.choice(paragraphs)
@@ -183,8 +245,10 @@ def _subject(t: SourceTemplate, rng: random.Random) -> str:
 def human_email(rng: random.Random, sender: str) -> tuple[str, str]:
     """(subject, html) of a one-off human email in a webmail client's markup."""
     style = rng.randrange(3)
-    lines = [" ".join(rng.choice(_WORDS) for _ in range(rng.randint(4, 14))).capitalize() + "."
-             for _ in range(rng.randint(1, 6))]
+    lines = [
+        " ".join(rng.choice(_WORDS) for _ in range(rng.randint(4, 14))).capitalize() + "."
+        for _ in range(rng.randint(1, 6))
+    ]
     greet = f"Hi {rng.choice(_FIRST)},"
     if style == 0:
         body = "".join(f"<div>{line}</div>" for line in lines)
@@ -211,8 +275,14 @@ def build_corpus(
     pairs = [s for s in sources if s.family.startswith("ghost")][:2]
     variants: list[tuple[SourceTemplate, str]] = [(s, "") for s in sources]
     for s in pairs:  # near-identical twins: the same template with one block added
-        twin = s.source.replace("</body>", "<table><tr><td><p>{{t 'Questions? Reply to this email.'}}</p></td></tr></table></body>", 1)
-        variants.append((SourceTemplate(s.family, s.name + "-twin", s.sender, twin, s.partials), "twin"))
+        twin = s.source.replace(
+            "</body>",
+            "<table><tr><td><p>{{t 'Questions? Reply to this email.'}}</p></td></tr></table></body>",
+            1,
+        )
+        variants.append(
+            (SourceTemplate(s.family, s.name + "-twin", s.sender, twin, s.partials), "twin")
+        )
     for index, (t, _) in enumerate(variants):
         constants: dict[str, str] = {}
         order = "DMY" if index % 2 else "MDY"
@@ -223,14 +293,30 @@ def build_corpus(
             else:
                 html = render_handlebars(t.source, t.partials, rng, constants, order)
             out.append(
-                LabeledEmail(f"{t.family}/{t.name}/{n}", t.sender, f"user{user}", _subject(t, rng),
-                             html, f"{t.family}/{t.name}", False)
+                LabeledEmail(
+                    f"{t.family}/{t.name}/{n}",
+                    t.sender,
+                    f"user{user}",
+                    _subject(t, rng),
+                    html,
+                    f"{t.family}/{t.name}",
+                    False,
+                )
             )
     for h in range(humans):
         person = f"{rng.choice(_FIRST).lower()}.{rng.choice(_LAST).lower()}{h}@mail.example"
         for n in range(rng.randint(1, 3)):
             subject, html = human_email(rng, person)
-            out.append(LabeledEmail(f"human/{h}/{n}", person, f"user{rng.randrange(users)}", subject,
-                                    html, f"human/{h}/{n}", True))
+            out.append(
+                LabeledEmail(
+                    f"human/{h}/{n}",
+                    person,
+                    f"user{rng.randrange(users)}",
+                    subject,
+                    html,
+                    f"human/{h}/{n}",
+                    True,
+                )
+            )
     rng.shuffle(out)
     return out

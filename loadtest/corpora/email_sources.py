@@ -53,10 +53,26 @@ PACKAGES = (
         "sha512-D369qivOmfn4YwvBD1DljOGsHnJzBEQhBsiFnBZD+GjWrBpdZQYYNHneiQcKQVJwUom8eHWml1n5FRLQIwVFOg==",
         "MIT",
         (
-            ("ghost-staff", "noreply@ghost-blog.example", "package/core/server/services/staff/email-templates/"),
-            ("ghost-comments", "noreply@ghost-blog.example", "package/core/server/services/comments/email-templates/"),
-            ("ghost-gifts", "noreply@ghost-blog.example", "package/core/server/services/gifts/email-templates/"),
-            ("ghost-mail", "ghost@ghost-admin.example", "package/core/server/services/mail/templates/"),
+            (
+                "ghost-staff",
+                "noreply@ghost-blog.example",
+                "package/core/server/services/staff/email-templates/",
+            ),
+            (
+                "ghost-comments",
+                "noreply@ghost-blog.example",
+                "package/core/server/services/comments/email-templates/",
+            ),
+            (
+                "ghost-gifts",
+                "noreply@ghost-blog.example",
+                "package/core/server/services/gifts/email-templates/",
+            ),
+            (
+                "ghost-mail",
+                "ghost@ghost-admin.example",
+                "package/core/server/services/mail/templates/",
+            ),
         ),
     ),
 )
@@ -90,7 +106,14 @@ def _tarball(pkg: Package) -> Path:
     path = folder / f"{pkg.name}-{pkg.version}.tgz"
     if not path.exists() or _integrity(path) != pkg.integrity:
         subprocess.run(
-            ["npm", "pack", f"{pkg.name}@{pkg.version}", "--silent", "--pack-destination", str(folder)],
+            [
+                "npm",
+                "pack",
+                f"{pkg.name}@{pkg.version}",
+                "--silent",
+                "--pack-destination",
+                str(folder),
+            ],
             check=True,
             stdout=subprocess.DEVNULL,
             timeout=600,

@@ -74,7 +74,9 @@ def _sender_prefix(sender: str) -> bytes:
     return hashlib.blake2b(sender.strip().lower().encode(), digest_size=8).digest()
 
 
-def keys_for(sender: str, structure: Structure, fingerprints: Sequence[int], p: SchemeParams) -> tuple[bytes, ...]:
+def keys_for(
+    sender: str, structure: Structure, fingerprints: Sequence[int], p: SchemeParams
+) -> tuple[bytes, ...]:
     """The email's cluster row keys in annotation priority order."""
     if p.scheme == "paper":
         return tuple(v.to_bytes(8, "big") for v in fingerprints)

@@ -27,7 +27,9 @@ _MONTHS = {
 _WORD_DATE = re.compile(
     r"\b(?:(\d{1,2})\s+([A-Za-z]{3})[a-z]*\.?,?\s+(\d{4})|([A-Za-z]{3})[a-z]*\.?\s+(\d{1,2}),?\s+(\d{4}))\b"
 )
-_MONEY = re.compile(r"^(?:[$€£¥]\s?-?[\d,]+(?:\.\d{1,2})?|-?[\d,]+(?:\.\d{1,2})?\s?(?:USD|EUR|GBP|[$€£]))$")
+_MONEY = re.compile(
+    r"^(?:[$€£¥]\s?-?[\d,]+(?:\.\d{1,2})?|-?[\d,]+(?:\.\d{1,2})?\s?(?:USD|EUR|GBP|[$€£]))$"
+)
 _NUMBER = re.compile(r"^-?\d[\d,]*(?:\.\d+)?$")
 _ID = re.compile(r"^#?(?=[A-Z0-9\-]*\d)[A-Z0-9][A-Z0-9\-]{5,39}$", re.IGNORECASE)
 _URL = re.compile(r"^(?:https?://|www\.)\S+$", re.IGNORECASE)
@@ -103,8 +105,10 @@ def normalize(value: str, kind: str, order: str = "") -> str:
             return _iso(int(m.group(1)), int(m.group(2)), int(m.group(3)))
         w = _WORD_DATE.search(v)
         if w:
-            day, mon, year = (w.group(1), w.group(2), w.group(3)) if w.group(1) else (
-                w.group(5), w.group(4), w.group(6)
+            day, mon, year = (
+                (w.group(1), w.group(2), w.group(3))
+                if w.group(1)
+                else (w.group(5), w.group(4), w.group(6))
             )
             month = _MONTHS.get(mon.lower()[:3], 0)
             return _iso(int(year), month, int(day))

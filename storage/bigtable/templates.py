@@ -19,8 +19,8 @@ full row stays under the emulator's 4 MiB response limit.
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from google.cloud.bigtable.data import ReadRowsQuery, RowRange, SetCell
@@ -157,7 +157,9 @@ class BigtableTemplateStore:
         out: list[tuple[bytes, bytes]] = []
         cursor = after
         while len(out) < limit:
-            row_range = RowRange(start_key=cursor, start_is_inclusive=False) if cursor else RowRange()
+            row_range = (
+                RowRange(start_key=cursor, start_is_inclusive=False) if cursor else RowRange()
+            )
             query = ReadRowsQuery(row_ranges=[row_range], row_filter=only, limit=_SCAN_PAGE)
             with translate_errors("list templates"):
                 rows = list(await self._table.read_rows(query))
@@ -177,4 +179,3 @@ class BigtableTemplateStore:
 
     async def close(self) -> None:
         await self._handle.close()
-

@@ -98,7 +98,9 @@ class SqliteTemplateStore:
                 row = conn.execute(
                     "SELECT formed_ms FROM cluster_template WHERE key = ?", (key,)
                 ).fetchone()
-                out[key] = ClusterCounts(int(emails), int(users), None if row is None else int(row[0]))
+                out[key] = ClusterCounts(
+                    int(emails), int(users), None if row is None else int(row[0])
+                )
             return out
 
         return await self._db.write(run)

@@ -24,7 +24,9 @@ async def test_counts_are_emails_and_distinct_users(template_store: TemplateStor
 
 async def test_emails_read_back(template_store: TemplateStore) -> None:
     """get_emails returns the stored payloads of one row, bounded by limit."""
-    await template_store.add_emails([_w(b"k", f"e{i}", f"u{i}", f"body{i}".encode()) for i in range(5)])
+    await template_store.add_emails(
+        [_w(b"k", f"e{i}", f"u{i}", f"body{i}".encode()) for i in range(5)]
+    )
     everything = await template_store.get_emails(b"k", 100)
     assert sorted(everything) == [f"body{i}".encode() for i in range(5)]
     assert len(await template_store.get_emails(b"k", 2)) == 2
@@ -60,7 +62,9 @@ async def test_emails_and_users_expire_at_the_ttl(template_store: TemplateStore)
     await template_store.add_emails([_w(b"ttl", "e1", "u1"), _w(b"ttl", "e2", "u2")])
     await template_store.put_templates(b"ttl", b"tpl", "a@x.example", int(time.time() * 1000))
     assert len(await template_store.get_emails(b"ttl", 10)) == 2
-    await eventually(lambda: template_store.get_emails(b"ttl", 10), lambda got: got == [], timeout_s=20)
+    await eventually(
+        lambda: template_store.get_emails(b"ttl", 10), lambda got: got == [], timeout_s=20
+    )
     counts = await template_store.add_emails([_w(b"ttl", "e3", "u3")])
     assert counts[b"ttl"].emails == 1
     assert counts[b"ttl"].users == 1

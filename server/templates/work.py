@@ -1,0 +1,47 @@
+"""What the CPU stage's worker processes run: fingerprinting batches and forming templates.
+
+Top-level functions of plain, picklable arguments, so they run in a process pool started
+with ``forkserver`` (never forked from a process that holds gRPC threads). A bad email
+never raises out of a batch: its slot comes back None and the caller counts it, without
+the exception text (which could quote the body) ever leaving the worker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from server.templates.fingerprint import minhash, parse_structure
+from server.templates.model import Parsed, TemplateValue, decode_cluster_email
+from server.templates.schemes import SchemeParams, form_templates, keys_for
+
+__all__ = ["fingerprint_batch", "form_row", "warm_up"]
+
+
+def warm_up() -> int:
+    """Imports everything a worker needs before the first real batch arrives."""
+    parse_structure("<html><body><p>warm</p></body></html>")
+    return 0
+
+
+def fingerprint_batch(
+    items: Sequence[tuple[str, str]], params: SchemeParams
+) -> list[Parsed | None]:
+    """(sender, html) -> the paper's fingerprints, the scheme's keys and the text nodes."""
+    out: list[Parsed | None] = []
+    for sender, html in items:
+        try:
+            structure = parse_structure(html)
+            fingerprints = minhash(structure.xpaths)
+            keys = keys_for(sender, structure, fingerprints, params)
+            out.append(Parsed(fingerprints, keys, structure.texts))
+        except Exception:
+            out.append(None)
+    return out
+
+
+def form_row(
+    key: bytes, payloads: Sequence[bytes], k: int, now_ms: int, params: SchemeParams
+) -> list[TemplateValue]:
+    """FormTemplate(h) over the row's fetched emails (k re-checked inside)."""
+    emails = [decode_cluster_email(p) for p in payloads]
+    return form_templates(key, emails, k, now_ms, params)
