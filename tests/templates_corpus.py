@@ -1,7 +1,7 @@
 """A small synthetic corpus for the TemplateInduction tests (no download needed).
 
 Two templates of one vendor share one layout (a receipt and a password reset, as real
-vendors do), with personal values, 1–8 line items and an optional block; plus one-off
+vendors do), with personal values, 1-8 line items and an optional block; plus one-off
 human emails. Bodies are written here, by us.
 """
 
@@ -15,8 +15,20 @@ _LAYOUT = """<!DOCTYPE html><html><head><style>td{{padding:4px}}</style></head><
 <table class="footer"><tr><td><p>Acme Shop, 1 Market Street, Springfield</p><p>You receive this because you have an Acme account.</p></td></tr></table>
 </td></tr></table></body></html>"""
 
-NAMES = ["Ava Smith", "Bob Garcia", "Chen Okafor", "Dana Nguyen", "Emil Rossi", "Fatima Tanaka",
-         "Grace Silva", "Hiro Novak", "Ines Berg", "Jonas Moreau", "Kemal Lopez", "Lena Kim"]
+NAMES = [
+    "Ava Smith",
+    "Bob Garcia",
+    "Chen Okafor",
+    "Dana Nguyen",
+    "Emil Rossi",
+    "Fatima Tanaka",
+    "Grace Silva",
+    "Hiro Novak",
+    "Ines Berg",
+    "Jonas Moreau",
+    "Kemal Lopez",
+    "Lena Kim",
+]
 
 
 def receipt(rng: random.Random, name: str, day_first: bool = True) -> tuple[str, str]:
@@ -31,7 +43,7 @@ def receipt(rng: random.Random, name: str, day_first: bool = True) -> tuple[str,
     gift = "<p>Gift wrapping included.</p>" if rng.random() < 0.4 else ""
     content = (
         f"<h2>Thanks for your order</h2><p>Hi {name},</p><p>Order number</p><p>{order}</p>"
-        f"<p>Order date</p><p>{date}</p><table class=\"items\"><tr><th>Item</th><th>Qty</th><th>Price</th></tr>{items}</table>"
+        f'<p>Order date</p><p>{date}</p><table class="items"><tr><th>Item</th><th>Qty</th><th>Price</th></tr>{items}</table>'
         f"<p>Total</p><p>${rng.randint(10, 900)}.{rng.randint(0, 99):02d}</p>{gift}<p>Track your package in your account.</p>"
     )
     return f"Your Acme order {order}", _LAYOUT.format(content=content)
@@ -41,7 +53,7 @@ def reset(rng: random.Random, name: str) -> tuple[str, str]:
     """(subject, html) of an Acme password reset, in the same layout."""
     content = (
         f"<h2>Reset your password</h2><p>Hi {name},</p><p>Someone asked to reset the password of your account.</p>"
-        f"<p><a href=\"https://acme.example/reset/{rng.randint(10**8, 10**9)}\">Choose a new password</a></p>"
+        f'<p><a href="https://acme.example/reset/{rng.randint(10**8, 10**9)}">Choose a new password</a></p>'
         f"<p>This link expires in 24 hours.</p><p>If it was not you, ignore this email.</p>"
     )
     return "Reset your Acme password", _LAYOUT.format(content=content)
@@ -49,5 +61,8 @@ def reset(rng: random.Random, name: str) -> tuple[str, str]:
 
 def human(rng: random.Random) -> tuple[str, str]:
     """(subject, html) of a one-off human email."""
-    lines = "".join(f"<div>{' '.join(rng.choice(['see', 'you', 'at', 'the', 'lake', 'soon', 'bring', 'cake']) for _ in range(8))}</div>" for _ in range(3))
+    lines = "".join(
+        f"<div>{' '.join(rng.choice(['see', 'you', 'at', 'the', 'lake', 'soon', 'bring', 'cake']) for _ in range(8))}</div>"
+        for _ in range(3)
+    )
     return "hello", f'<div dir="ltr"><div>Hi,</div>{lines}<div>Sam</div></div>'

@@ -4,14 +4,14 @@ Each real template (`email_sources`) becomes `per_template` emails to distinct r
 
 - Handlebars sources (Ghost): a small renderer fills every ``{{value}}`` with a personal
   value typed by its name (names, emails, URLs, amounts, dates, titles), repeats every
-  ``{{#each}}`` block 1–8 times (line items), keeps or drops every ``{{#if}}`` block at
+  ``{{#each}}`` block 1-8 times (line items), keeps or drops every ``{{#if}}`` block at
   random (optional blocks), inlines partials and keeps ``{{t '…'}}`` literals.
-- Static HTML (Foundation's compiled demos): runs of identical table rows become 1–8 rows
+- Static HTML (Foundation's compiled demos): runs of identical table rows become 1-8 rows
   of random items, digits, amounts and e-mail addresses in text become personal values,
   and one paragraph is dropped at random (an optional block).
 
 Then noise that must never form a template: one-off human emails (webmail-style HTML, one
-person writing to 1–3 people, fewer than k) and structurally near-identical pairs: a
+person writing to 1-3 people, fewer than k) and structurally near-identical pairs: a
 template and a copy with one block changed, sent as two different templates. Ground
 truth: an email's label is its template (``family/name``), or unique for noise.
 """
@@ -66,10 +66,29 @@ _LAST = [
     "Lopez",
     "Kim",
 ]
-_WORDS = (
-    "alpha river stone maple cloud orbit velvet cedar harbor ember lantern meadow "
-    "quartz summit willow copper falcon garnet horizon island jasmine"
-).split()
+_WORDS = [
+    "alpha",
+    "river",
+    "stone",
+    "maple",
+    "cloud",
+    "orbit",
+    "velvet",
+    "cedar",
+    "harbor",
+    "ember",
+    "lantern",
+    "meadow",
+    "quartz",
+    "summit",
+    "willow",
+    "copper",
+    "falcon",
+    "garnet",
+    "horizon",
+    "island",
+    "jasmine",
+]
 _ITEMS = [
     "Ship's Cannon",
     "Telescope",
@@ -108,7 +127,7 @@ def _date(rng: random.Random, order: str) -> str:
 
 def _value(name: str, rng: random.Random, constants: dict[str, str], order: str) -> str:
     """A personal value for the template variable `name` (per-vendor constants stay fixed)."""
-    key = name.split(".")[-1].lower().strip("./ ")
+    key = name.rsplit(".", maxsplit=1)[-1].lower().strip("./ ")
     if (
         key.startswith("site")
         or "color" in key
@@ -142,7 +161,7 @@ _TAG = re.compile(r"\{\{\{?(.*?)\}?\}\}", re.DOTALL)
 def render_handlebars(
     source: str, partials: dict[str, str], rng: random.Random, constants: dict[str, str], order: str
 ) -> str:
-    """A Handlebars template instantiated: values, 1–8 each-items, random optional blocks."""
+    """A Handlebars template instantiated: values, 1-8 each-items, random optional blocks."""
     tokens: list[tuple[str, str]] = []
     pos = 0
     for m in _TAG.finditer(source):

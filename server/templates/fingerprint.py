@@ -11,8 +11,9 @@ items look alike) and the text nodes with the indexed XPath of their element.
 
 Parser: selectolax (Lexbor). Measured on the real-template corpus, parse + walk:
 `python -m loadtest.benches.templates_parse` (selectolax vs lxml, README figure).
-Everything here is bounded, so junk input costs bounded work: at most `MAX_ELEMENTS`
-elements are walked, `MAX_TEXTS` text nodes kept, each cut to `MAX_TEXT_CHARS`.
+Everything here is bounded, so junk input costs bounded work: at most `MAX_TAGS` tags
+parsed, `MAX_ELEMENTS` elements walked to depth `MAX_DEPTH`, `MAX_TEXTS` text nodes kept,
+each cut to `MAX_TEXT_CHARS`.
 
 Runs in the CPU stage's worker processes: pure, no I/O, deterministic on every machine
 (mmh3 is specified byte for byte; a unit test pins known values).
@@ -44,6 +45,12 @@ MAX_TEXTS = 2_000
 """Text nodes kept per email."""
 MAX_TEXT_CHARS = 200
 """Characters kept per text node (whitespace collapsed)."""
+MAX_TAGS = 8_000
+"""Tags parsed per email: the body is cut before the next ``<``. Lexbor's cost grows with
+the square of nesting depth (50,000 unclosed ``<div>`` take seconds), a real email has a
+few hundred to a few thousand tags."""
+MAX_DEPTH = 128
+"""Elements deeper than this are not walked (paths would grow with the square of depth)."""
 
 _SKIP = frozenset({"head", "script", "style", "noscript", "template", "title", "meta", "link"})
 _EMPTY_MINHASH = 0xFFFFFFFFFFFFFFFF
@@ -76,10 +83,21 @@ def _collapse(text: str) -> str:
     return " ".join(text.split())[:MAX_TEXT_CHARS]
 
 
+def _first_tags(html: str, limit: int) -> str:
+    """`html` cut just before its `limit`-th ``<`` (unchanged when it has fewer)."""
+    at = -1
+    for _ in range(limit):
+        at = html.find("<", at + 1)
+        if at < 0:
+            return html
+    return html[:at]
+
+
 def parse_structure(html: str | bytes) -> Structure:
     """Parses `html` (any bytes: malformed HTML and binary junk are fine) and walks it."""
     if isinstance(html, bytes):
         html = html.decode("utf-8", errors="replace")
+    html = _first_tags(html, MAX_TAGS)
     root = LexborHTMLParser(html).root
     xpaths: set[str] = set()
     plain: set[str] = set()
@@ -89,24 +107,24 @@ def parse_structure(html: str | bytes) -> Structure:
     walked = 0
     # Explicit stack (deep junk nesting must not hit Python's recursion limit):
     # (node, its indexed path, its plain path).
-    stack: list[tuple[LexborNode, str, str]] = [(root, f"/{root.tag}[0]", f"/{root.tag}")]
+    stack: list[tuple[LexborNode, str, str, int]] = [(root, f"/{root.tag}[0]", f"/{root.tag}", 0)]
     while stack and walked < MAX_ELEMENTS:
-        node, path, plain_path = stack.pop()
+        node, path, plain_path, depth = stack.pop()
         walked += 1
         xpaths.add(path)
         plain.add(plain_path)
         counts: dict[str, int] = {}
-        children: list[tuple[LexborNode, str, str]] = []
+        children: list[tuple[LexborNode, str, str, int]] = []
         own: list[str] = []
         child = node.child
         while child is not None:
             tag = child.tag
             if tag == "-text":
                 own.append(child.text_content or "")
-            elif tag and tag[0] not in "-_!" and tag not in _SKIP:
+            elif tag and tag[0] not in "-_!" and tag not in _SKIP and depth < MAX_DEPTH:
                 index = counts.get(tag, 0)
                 counts[tag] = index + 1
-                children.append((child, f"{path}/{tag}[{index}]", f"{plain_path}/{tag}"))
+                children.append((child, f"{path}/{tag}[{index}]", f"{plain_path}/{tag}", depth + 1))
             child = child.next
         if own and len(texts) < MAX_TEXTS:
             text = _collapse(" ".join(own))

@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
+from typing import TypeVar
 
 from server.config import TemplatesSettings
 from server.runtime.errors import LoomError
@@ -53,6 +54,7 @@ from storage.ports import ClusterWrite, TemplateStore
 __all__ = ["Counters", "Pipeline"]
 
 _log = get_logger("templates.pipeline")
+T = TypeVar("T")
 
 
 @dataclass
@@ -156,7 +158,7 @@ class Pipeline:
         return found
 
     @staticmethod
-    def _drain(queue: asyncio.Queue[object], first: object, limit: int) -> list[object]:
+    def _drain(queue: asyncio.Queue[T], first: T, limit: int) -> list[T]:
         batch = [first]
         while len(batch) < limit:
             try:
@@ -168,7 +170,7 @@ class Pipeline:
     async def _cpu_work(self) -> None:
         while True:
             first = await self.cpu_queue.get()
-            batch: list[EmailIn] = self._drain(self.cpu_queue, first, self._s.cpu_batch)  # type: ignore[arg-type, assignment]
+            batch = self._drain(self.cpu_queue, first, self._s.cpu_batch)
             try:
                 parsed = await self.fingerprint([(e.sender, e.html_body) for e in batch])
             except Exception as exc:
@@ -188,9 +190,7 @@ class Pipeline:
     async def _io_work(self) -> None:
         while True:
             first = await self.io_queue.get()
-            batch: list[tuple[EmailIn, Parsed]] = self._drain(
-                self.io_queue, first, self._s.io_batch
-            )  # type: ignore[arg-type, assignment]
+            batch = self._drain(self.io_queue, first, self._s.io_batch)
             try:
                 await self._check_eligibility(batch)
             except (LoomError, StorageError) as exc:

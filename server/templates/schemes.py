@@ -103,7 +103,7 @@ def _recipients(emails: Sequence[ClusterEmail]) -> int:
     return len({e.user for e in emails})
 
 
-def _template(
+def _template(  # noqa: PLR0917 - a private assembler of one value
     template_id: str,
     key: bytes,
     emails: Sequence[ClusterEmail],

@@ -45,7 +45,7 @@ def _numeric_date(text: str) -> tuple[int, int, int] | None:
     return a, b, year + 2000 if year < 100 else year
 
 
-def classify(value: str) -> str:
+def classify(value: str) -> str:  # noqa: PLR0911 - one return per type reads best
     """The generic type of one text value."""
     v = value.strip()
     if _ISO_DATE.search(v) or _WORD_DATE.search(v) or _numeric_date(v) is not None:
@@ -92,7 +92,7 @@ def _iso(year: int, month: int, day: int) -> str:
     return f"{year:04d}-{month:02d}-{day:02d}"
 
 
-def normalize(value: str, kind: str, order: str = "") -> str:
+def normalize(value: str, kind: str, order: str = "") -> str:  # noqa: PLR0911
     """`value` in a canonical form for its `kind` ("" when it does not parse).
 
     Dates become ISO 8601; an ambiguous numeric date (both numbers <= 12) is read in the

@@ -37,7 +37,9 @@ async def server(
     base = settings_for(templates_engine, data, templates_store=templates_engine)
     settings = replace(
         base,
-        templates=replace(base.templates, k_anonymity=K, cpu_workers=1, max_body_bytes=256 * 1024, max_batch=100),
+        templates=replace(
+            base.templates, k_anonymity=K, cpu_workers=1, max_body_bytes=256 * 1024, max_batch=100
+        ),
     )
     async with running_server(settings) as running:
         yield running
@@ -47,8 +49,12 @@ def stub(running: Running) -> templates_pb2_grpc.TemplateInductionStub:
     return templates_pb2_grpc.TemplateInductionStub(running.channel)
 
 
-def email(eid: str, recipient: str, subject: str, html: str, sender: str = SENDER) -> templates_pb2.Email:
-    return templates_pb2.Email(email_id=eid, sender=sender, recipient_id=recipient, subject=subject, html_body=html)
+def email(
+    eid: str, recipient: str, subject: str, html: str, sender: str = SENDER
+) -> templates_pb2.Email:
+    return templates_pb2.Email(
+        email_id=eid, sender=sender, recipient_id=recipient, subject=subject, html_body=html
+    )
 
 
 async def stats(s: templates_pb2_grpc.TemplateInductionStub) -> templates_pb2.InductionStats:
@@ -57,6 +63,7 @@ async def stats(s: templates_pb2_grpc.TemplateInductionStub) -> templates_pb2.In
 
 async def settle(s: templates_pb2_grpc.TemplateInductionStub) -> None:
     """Waits until every accepted email went through the pipeline and formations ran."""
+
     def idle(st: templates_pb2.InductionStats) -> bool:
         done = st.processed + st.failed + st.dropped_io == st.accepted
         return done and st.cpu_queue_depth == st.io_queue_depth == st.formation_queue_depth == 0
@@ -71,17 +78,29 @@ async def test_template_forms_at_the_kth_recipient_and_annotates(server: Running
     sent = [email(f"r{i}", f"user-{i}", *receipt(rng, NAMES[i])) for i in range(K - 1)]
     await s.SubmitEmails(templates_pb2.SubmitEmailsRequest(emails=sent))
     await settle(s)
-    before = await s.AnnotateEmail(templates_pb2.AnnotateEmailRequest(email=email("p", "x", probe_subject, probe_html)))
+    before = await s.AnnotateEmail(
+        templates_pb2.AnnotateEmailRequest(email=email("p", "x", probe_subject, probe_html))
+    )
     assert before.template_id == ""
     assert len(before.fingerprints) == 3
     # The same recipient again does not count: still k-1 distinct.
-    await s.SubmitEmails(templates_pb2.SubmitEmailsRequest(emails=[email("r-again", "user-0", *receipt(rng, NAMES[0]))]))
+    await s.SubmitEmails(
+        templates_pb2.SubmitEmailsRequest(
+            emails=[email("r-again", "user-0", *receipt(rng, NAMES[0]))]
+        )
+    )
     await settle(s)
-    again = await s.AnnotateEmail(templates_pb2.AnnotateEmailRequest(email=email("p", "x", probe_subject, probe_html)))
+    again = await s.AnnotateEmail(
+        templates_pb2.AnnotateEmailRequest(email=email("p", "x", probe_subject, probe_html))
+    )
     assert again.template_id == ""
-    await s.SubmitEmails(templates_pb2.SubmitEmailsRequest(emails=[email("r-k", "user-k", *receipt(rng, NAMES[5]))]))
+    await s.SubmitEmails(
+        templates_pb2.SubmitEmailsRequest(emails=[email("r-k", "user-k", *receipt(rng, NAMES[5]))])
+    )
     got = await eventually(
-        lambda: s.AnnotateEmail(templates_pb2.AnnotateEmailRequest(email=email("p", "x", probe_subject, probe_html))),
+        lambda: s.AnnotateEmail(
+            templates_pb2.AnnotateEmailRequest(email=email("p", "x", probe_subject, probe_html))
+        ),
         lambda r: r.template_id != "",
     )
     assert got.vertical == "receipt"
@@ -113,11 +132,15 @@ async def test_two_templates_sharing_a_layout_stay_apart(server: Running) -> Non
     await settle(s)
 
     async def ids() -> tuple[str, str]:
-        a = await s.AnnotateEmail(templates_pb2.AnnotateEmailRequest(email=email("qa", "x", *receipt(rng, "Al Bo"))))
-        b = await s.AnnotateEmail(templates_pb2.AnnotateEmailRequest(email=email("qb", "x", *reset(rng, "Cy Do"))))
+        a = await s.AnnotateEmail(
+            templates_pb2.AnnotateEmailRequest(email=email("qa", "x", *receipt(rng, "Al Bo")))
+        )
+        b = await s.AnnotateEmail(
+            templates_pb2.AnnotateEmailRequest(email=email("qb", "x", *reset(rng, "Cy Do")))
+        )
         return a.template_id, b.template_id
 
-    a, b = await eventually(ids, lambda pair: all(pair))
+    a, b = await eventually(ids, all)
     assert a != b
     reset_template = await s.GetTemplate(templates_pb2.GetTemplateRequest(template_id=b))
     assert reset_template.vertical == "account"
@@ -133,9 +156,15 @@ async def test_one_off_human_mail_never_forms_a_template(server: Running) -> Non
     ]
     await s.SubmitEmails(templates_pb2.SubmitEmailsRequest(emails=batch))
     await settle(s)
-    got = await s.AnnotateEmail(templates_pb2.AnnotateEmailRequest(email=email("q", "x", *human(rng), sender="person0@mail.example")))
+    got = await s.AnnotateEmail(
+        templates_pb2.AnnotateEmailRequest(
+            email=email("q", "x", *human(rng), sender="person0@mail.example")
+        )
+    )
     assert got.template_id == ""
-    listed = await s.ListTemplates(templates_pb2.ListTemplatesRequest(sender="person0@mail.example"))
+    listed = await s.ListTemplates(
+        templates_pb2.ListTemplatesRequest(sender="person0@mail.example")
+    )
     assert list(listed.templates) == []
 
 
@@ -143,7 +172,10 @@ async def test_no_response_or_stat_carries_a_body_or_recipient(server: Running) 
     """Templates expose only k-anonymous text; nothing returned names a recipient or a value."""
     s, rng = stub(server), random.Random(4)
     secret_name = "Quentin Secretface"
-    batch = [email(f"s{i}", f"secret-recipient-{i}", *receipt(rng, secret_name if i == 0 else NAMES[i])) for i in range(K + 2)]
+    batch = [
+        email(f"s{i}", f"secret-recipient-{i}", *receipt(rng, secret_name if i == 0 else NAMES[i]))
+        for i in range(K + 2)
+    ]
     await s.SubmitEmails(templates_pb2.SubmitEmailsRequest(emails=batch))
     await settle(s)
     pages = await s.ListTemplates(templates_pb2.ListTemplatesRequest(page_size=1000))
@@ -162,7 +194,9 @@ async def test_list_templates_pages_and_filters_by_sender(server: Running) -> No
     seen: list[str] = []
     token = ""
     while True:
-        page = await s.ListTemplates(templates_pb2.ListTemplatesRequest(page_size=1, page_token=token))
+        page = await s.ListTemplates(
+            templates_pb2.ListTemplatesRequest(page_size=1, page_token=token)
+        )
         seen += [t.template_id for t in page.templates]
         token = page.next_page_token
         if not token:
@@ -177,13 +211,21 @@ async def test_bad_input_is_invalid_argument_naming_each_field(server: Running) 
     s = stub(server)
     big = "<p>" + "x" * (300 * 1024) + "</p>"
     with pytest.raises(grpc.aio.AioRpcError) as err:
-        await s.SubmitEmails(templates_pb2.SubmitEmailsRequest(emails=[email("e1", "", "s", "<p>hi</p>"), email("e2", "u", "s", big)]))
+        await s.SubmitEmails(
+            templates_pb2.SubmitEmailsRequest(
+                emails=[email("e1", "", "s", "<p>hi</p>"), email("e2", "u", "s", big)]
+            )
+        )
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     found = violations(err.value)
     assert "emails[0].recipient_id" in found
     assert "emails[1].html_body" in found
     with pytest.raises(grpc.aio.AioRpcError) as err:
-        await s.SubmitEmails(templates_pb2.SubmitEmailsRequest(emails=[email(f"e{i}", "u", "s", "<p/>") for i in range(101)]))
+        await s.SubmitEmails(
+            templates_pb2.SubmitEmailsRequest(
+                emails=[email(f"e{i}", "u", "s", "<p/>") for i in range(101)]
+            )
+        )
     assert "emails" in violations(err.value)
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await s.SubmitEmails(templates_pb2.SubmitEmailsRequest())
@@ -206,7 +248,11 @@ async def test_junk_duplicates_and_huge_bodies_never_stall_the_stages(server: Ru
     unclosed = "<table><tr><td><div><span>" * 3000
     got = await s.SubmitEmails(
         templates_pb2.SubmitEmailsRequest(
-            emails=[email("j1", "u1", "s", junk), email("j2", "u2", "s", unclosed), email("j1", "u1", "s", junk)]
+            emails=[
+                email("j1", "u1", "s", junk),
+                email("j2", "u2", "s", unclosed),
+                email("j1", "u1", "s", junk),
+            ]
         )
     )
     assert (got.accepted, got.dropped, got.duplicates) == (2, 0, 1)
@@ -215,5 +261,7 @@ async def test_junk_duplicates_and_huge_bodies_never_stall_the_stages(server: Ru
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await s.SubmitEmails(templates_pb2.SubmitEmailsRequest(emails=[email("h", "u", "s", huge)]))
     assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-    annotated = await s.AnnotateEmail(templates_pb2.AnnotateEmailRequest(email=email("j", "u", "s", junk)))
+    annotated = await s.AnnotateEmail(
+        templates_pb2.AnnotateEmailRequest(email=email("j", "u", "s", junk))
+    )
     assert len(annotated.fingerprints) == 3
