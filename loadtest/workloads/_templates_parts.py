@@ -1,0 +1,182 @@
+"""Pieces of the TemplateInduction workload: calls, waiting, and the figures' arithmetic."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import multiprocessing
+import random
+import time
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+
+from loom.v1 import templates_pb2, templates_pb2_grpc
+
+from server.templates.model import ClusterEmail
+from server.templates.schemes import SchemeParams, form_templates, match_template, tokens_of
+from server.templates.work import fingerprint_batch
+
+__all__ = [
+    "Quality",
+    "cpu_floor",
+    "juicer_batch",
+    "pairwise_quality",
+    "settle",
+    "stats",
+    "submit_all",
+    "to_proto",
+]
+
+
+def to_proto(
+    email_id: str, sender: str, recipient: str, subject: str, html: str
+) -> templates_pb2.Email:
+    """One Email message."""
+    return templates_pb2.Email(
+        email_id=email_id, sender=sender, recipient_id=recipient, subject=subject, html_body=html
+    )
+
+
+async def stats(stub: templates_pb2_grpc.TemplateInductionStub) -> templates_pb2.InductionStats:
+    """The server's induction counters."""
+    return await stub.GetInductionStats(templates_pb2.GetInductionStatsRequest(), timeout=5)
+
+
+async def settle(
+    stub: templates_pb2_grpc.TemplateInductionStub, timeout_s: float = 600
+) -> templates_pb2.InductionStats:
+    """Waits until every admitted email left the pipeline and no formation is queued."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        st = await stats(stub)
+        done = st.processed + st.failed + st.dropped_io >= st.accepted
+        if done and st.cpu_queue_depth == st.io_queue_depth == st.formation_queue_depth == 0:
+            return st
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"pipeline not idle after {timeout_s}s: {st}")
+        await asyncio.sleep(0.05)
+
+
+async def submit_all(
+    stub: templates_pb2_grpc.TemplateInductionStub,
+    emails: Sequence[templates_pb2.Email],
+    *,
+    batch: int,
+    concurrency: int,
+) -> tuple[int, int]:
+    """SubmitEmails in batches from `concurrency` callers; a caller told of drops backs off.
+
+    Returns (accepted, dropped). Backing off is what a fire-and-forget producer does when
+    the server sheds; the drops still count against the run.
+    """
+    batches = [list(emails[i : i + batch]) for i in range(0, len(emails), batch)]
+    queue: asyncio.Queue[list[templates_pb2.Email]] = asyncio.Queue()
+    for b in batches:
+        queue.put_nowait(b)
+    totals = [0, 0]
+
+    async def caller() -> None:
+        while not queue.empty():
+            part = queue.get_nowait()
+            reply = await stub.SubmitEmails(
+                templates_pb2.SubmitEmailsRequest(emails=part), timeout=30
+            )
+            totals[0] += reply.accepted
+            totals[1] += reply.dropped
+            if reply.dropped:
+                await asyncio.sleep(0.05)
+
+    await asyncio.gather(*(caller() for _ in range(concurrency)))
+    return totals[0], totals[1]
+
+
+def cpu_floor(
+    items: Sequence[tuple[str, str]], workers: int, batch: int, params: SchemeParams
+) -> float:
+    """Emails/s of parse + fingerprint alone, same process count and batch as the server."""
+    ctx = multiprocessing.get_context("forkserver")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+        list(pool.map(fingerprint_batch, [items[:batch]] * workers, [params] * workers))  # warm
+        chunks = [list(items[i : i + batch]) for i in range(0, len(items), batch)]
+        t0 = time.perf_counter()
+        for _ in pool.map(fingerprint_batch, chunks, [params] * len(chunks)):
+            pass
+        return len(items) / (time.perf_counter() - t0)
+
+
+@dataclass(frozen=True)
+class Quality:
+    """Pairwise clustering quality of predicted template ids against ground truth."""
+
+    precision: float
+    recall: float
+    noise_templated: int
+    templates: int
+
+
+def pairwise_quality(rows: Sequence[tuple[str, str, bool]]) -> Quality:
+    """(truth label, predicted id or "", is noise) per email -> pairwise precision/recall.
+
+    A pair is predicted together when both emails got the same non-empty template id, and
+    truly together when they share a label; an email with no template pairs with nothing.
+    """
+    tp = fp = fn = 0
+    for (l1, p1, _), (l2, p2, _) in itertools.combinations(rows, 2):
+        same_truth = l1 == l2
+        same_pred = p1 != "" and p1 == p2
+        tp += same_truth and same_pred
+        fp += same_pred and not same_truth
+        fn += same_truth and not same_pred
+    precision = tp / (tp + fp) if tp + fp else 0.0
+    recall = tp / (tp + fn) if tp + fn else 0.0
+    noise = sum(1 for _, p, n in rows if n and p)
+    return Quality(precision, recall, noise, len({p for _, p, _ in rows if p}))
+
+
+def juicer_batch(
+    emails: Sequence[tuple[int, str, str, str, str]],
+    *,
+    rate: float,
+    k: int,
+    params: SchemeParams,
+    seed: int = 11,
+) -> tuple[int, int]:
+    """Juicer's weekly MapReduce over a `rate` sample: (sampled emails, templates found).
+
+    `emails` are (template, sender, recipient, subject, html). The sample is clustered with
+    the same keys and formation as the online service, with `k` scaled for the sample; a
+    ground-truth template counts as found when any of its sampled emails matches a
+    formed template.
+    """
+    rng = random.Random(seed)
+    sample = [e for e in emails if rng.random() < rate]
+    parsed = fingerprint_batch([(s, h) for _, s, _, _, h in sample], params)
+    rows: dict[bytes, list[ClusterEmail]] = defaultdict(list)
+    for (_, sender, recipient, subject, _), p in zip(sample, parsed, strict=True):
+        if p is not None:
+            for key in p.keys:
+                rows[key].append(ClusterEmail(recipient, sender, subject, p.texts, 0))
+    formed = {key: form_templates(key, row, k, 0, params) for key, row in rows.items()}
+    found: set[int] = set()
+    for (template, _, _, subject, _), p in zip(sample, parsed, strict=True):
+        if p is None:
+            continue
+        toks = tokens_of(subject, p.texts)
+        if any(match_template(formed.get(key, []), toks, params)[0] for key in p.keys):
+            found.add(template)
+    return len(sample), len(found)
+
+
+def templates_reaching_k(emails: Sequence[tuple[int, str]], k: int) -> int:
+    """Ground-truth templates whose emails reached k distinct recipients."""
+    users: dict[int, set[str]] = defaultdict(set)
+    for template, recipient in emails:
+        users[template].add(recipient)
+    return sum(1 for u in users.values() if len(u) >= k)
+
+
+def most_common(values: Sequence[int], n: int) -> list[int]:
+    """The `n` most frequent values."""
+    return [v for v, _ in Counter(values).most_common(n)]
