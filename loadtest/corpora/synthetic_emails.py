@@ -20,8 +20,65 @@ import numpy as np
 
 __all__ = ["SyntheticEmail", "ZipfStream", "skeleton"]
 
-_WORDS = ["account", "order", "total", "item", "shipping", "receipt", "invoice", "payment", "delivery", "review", "thank", "team", "support", "manage", "update", "confirm", "details", "summary", "balance", "credit", "offer", "member", "service", "plan", "storage", "device", "travel", "booking", "seat", "hotel", "flight", "reward", "points", "profile", "notice", "secure"]
-_FILL = ["lorem", "ipsum", "dolor", "sit", "amet", "consectetur", "adipiscing", "elit", "sed", "do", "eiusmod", "tempor", "incididunt", "ut", "labore", "et", "dolore", "magna", "aliqua"]
+_WORDS = [
+    "account",
+    "order",
+    "total",
+    "item",
+    "shipping",
+    "receipt",
+    "invoice",
+    "payment",
+    "delivery",
+    "review",
+    "thank",
+    "team",
+    "support",
+    "manage",
+    "update",
+    "confirm",
+    "details",
+    "summary",
+    "balance",
+    "credit",
+    "offer",
+    "member",
+    "service",
+    "plan",
+    "storage",
+    "device",
+    "travel",
+    "booking",
+    "seat",
+    "hotel",
+    "flight",
+    "reward",
+    "points",
+    "profile",
+    "notice",
+    "secure",
+]
+_FILL = [
+    "lorem",
+    "ipsum",
+    "dolor",
+    "sit",
+    "amet",
+    "consectetur",
+    "adipiscing",
+    "elit",
+    "sed",
+    "do",
+    "eiusmod",
+    "tempor",
+    "incididunt",
+    "ut",
+    "labore",
+    "et",
+    "dolore",
+    "magna",
+    "aliqua",
+]
 _BLOCKS = ("para", "items", "address", "button", "two_col", "notice")
 
 
