@@ -178,6 +178,8 @@ class TemplatesSettings:
     """A: a template this old is re-formed from the row's current emails."""
     email_ttl_s: float = 7 * 24 * 3600.0
     """Stored emails and recipients expire this long after their write."""
+    reform_interval_s: float = 1.0
+    """Least time between two re-formations of one row (first formations are immediate)."""
     full_cache_size: int = 100_000
     """Rows in the full-template cache (LRU); emails of a full row are ignored."""
     full_cache_ttl_s: float = 600.0
@@ -190,7 +192,7 @@ class TemplatesSettings:
     """How long "this row has no template" is trusted."""
     scheme: Literal["loom", "paper"] = "loom"
     """Clustering scheme: Loom's (sender, LSH bands, k-anonymous text) or the paper's."""
-    lsh_bands: int = 3
+    lsh_bands: int = 2
     """Loom: bands (rows an email is stored in)."""
     lsh_rows: int = 4
     """Loom: MinHash values AND-ed per band."""

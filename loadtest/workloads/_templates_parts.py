@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from loom.v1 import templates_pb2, templates_pb2_grpc
 
-from server.templates.model import ClusterEmail
+from server.templates.model import ClusterEmail, EmailIn
 from server.templates.schemes import SchemeParams, form_templates, match_template, tokens_of
 from server.templates.work import fingerprint_batch
 
@@ -95,11 +95,16 @@ async def submit_all(
 def cpu_floor(
     items: Sequence[tuple[str, str]], workers: int, batch: int, params: SchemeParams
 ) -> float:
-    """Emails/s of parse + fingerprint alone, same process count and batch as the server."""
+    """Emails/s of parse + fingerprint alone, same process count and batch as the server.
+
+    `items` are (sender, html); no recipient, so no stored form is built: the floor is the
+    paper's fingerprint and the scheme's keys only.
+    """
+    emails = [EmailIn("", sender, "", "", html, 0) for sender, html in items]
     ctx = multiprocessing.get_context("forkserver")
     with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-        list(pool.map(fingerprint_batch, [items[:batch]] * workers, [params] * workers))  # warm
-        chunks = [list(items[i : i + batch]) for i in range(0, len(items), batch)]
+        list(pool.map(fingerprint_batch, [emails[:batch]] * workers, [params] * workers))  # warm
+        chunks = [emails[i : i + batch] for i in range(0, len(emails), batch)]
         t0 = time.perf_counter()
         for _ in pool.map(fingerprint_batch, chunks, [params] * len(chunks)):
             pass
@@ -152,7 +157,7 @@ def juicer_batch(
     """
     rng = random.Random(seed)
     sample = [e for e in emails if rng.random() < rate]
-    parsed = fingerprint_batch([(s, h) for _, s, _, _, h in sample], params)
+    parsed = fingerprint_batch([EmailIn("", s, "", "", h, 0) for _, s, _, _, h in sample], params)
     rows: dict[bytes, list[ClusterEmail]] = defaultdict(list)
     for (_, sender, recipient, subject, _), p in zip(sample, parsed, strict=True):
         if p is not None:

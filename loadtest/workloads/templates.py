@@ -76,6 +76,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--background-rate", type=float, default=500.0, help="emails/s during delay"
     )
+    parser.add_argument("--juicer-emails", type=int, default=30_000, help="stream for recall")
     parser.add_argument("--juicer-rate", type=float, default=0.005)
     parser.add_argument("--juicer-k", type=int, default=2)
     parser.add_argument("--pools", default="1,2,4,8")

@@ -56,6 +56,10 @@ class Parsed:
     """Cluster row keys of the configured scheme, in annotation priority order."""
     texts: tuple[tuple[str, str], ...]
     """(indexed XPath, text) of the email's text nodes."""
+    user: str = ""
+    """Keyed hash of the recipient (empty when annotating)."""
+    payload: bytes = b""
+    """The stored form of the email (`encode_cluster_email`), built in the worker."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,14 +37,11 @@ from server.runtime.logs import get_logger
 from server.runtime.workers import WorkerPool
 from server.templates.cache import TtlLru
 from server.templates.model import (
-    ClusterEmail,
     EmailIn,
     Parsed,
     TemplateValue,
     decode_templates,
-    encode_cluster_email,
     encode_templates,
-    recipient_hash,
 )
 from server.templates.schemes import SchemeParams, match_template, tokens_of
 from server.templates.work import fingerprint_batch, form_row
@@ -102,6 +99,10 @@ class Pipeline:
         self.form_queue: asyncio.Queue[bytes] = asyncio.Queue(max(1, settings.formation_queue))
         self._pending: set[bytes] = set()
         self._dirty: set[bytes] = set()
+        self._timers: set[bytes] = set()
+        self._recent = TtlLru[bytes, float](
+            settings.template_cache_size, settings.reform_interval_s, clock
+        )
         self.full = TtlLru[bytes, bool](settings.full_cache_size, settings.full_cache_ttl_s, clock)
         self.templates = TtlLru[bytes, list[TemplateValue]](
             settings.template_cache_size, settings.template_cache_ttl_s, clock
@@ -132,10 +133,12 @@ class Pipeline:
         self.counters.accepted += 1
         return True
 
-    async def fingerprint(self, items: list[tuple[str, str]]) -> list[Parsed | None]:
+    async def fingerprint(self, items: list[EmailIn]) -> list[Parsed | None]:
         """Runs a batch through the CPU pool (also AnnotateEmail's path)."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, fingerprint_batch, items, self.params)
+        return await loop.run_in_executor(
+            self._executor, fingerprint_batch, items, self.params, self._key
+        )
 
     async def templates_of(self, keys: tuple[bytes, ...]) -> dict[bytes, list[TemplateValue]]:
         """Each key's templates: from the cache, missing ones in one store call."""
@@ -172,7 +175,7 @@ class Pipeline:
             first = await self.cpu_queue.get()
             batch = self._drain(self.cpu_queue, first, self._s.cpu_batch)
             try:
-                parsed = await self.fingerprint([(e.sender, e.html_body) for e in batch])
+                parsed = await self.fingerprint(batch)
             except Exception as exc:
                 self.counters.failed += len(batch)
                 _log.warning("cpu batch failed", error=type(exc).__name__, emails=len(batch))
@@ -202,16 +205,13 @@ class Pipeline:
         writes: list[ClusterWrite] = []
         by_key: dict[bytes, list[tuple[EmailIn, Parsed]]] = {}
         for email, parsed in batch:
-            user = recipient_hash(email.recipient_id, self._key)
-            stored = ClusterEmail(
-                user, email.sender, email.subject, parsed.texts, email.received_at_ms
-            )
-            payload = encode_cluster_email(stored)
             wrote = False
             for key in parsed.keys:
                 if key in self.full:
                     continue
-                writes.append(ClusterWrite(key, email.email_id, user.encode(), payload))
+                writes.append(
+                    ClusterWrite(key, email.email_id, parsed.user.encode(), parsed.payload)
+                )
                 by_key.setdefault(key, []).append((email, parsed))
                 wrote = True
             self.counters.processed += 1
@@ -225,10 +225,10 @@ class Pipeline:
             if c.users < k:
                 continue
             if c.template_at_ms is None:
-                self._schedule(key)
+                self._schedule(key, first=True)
                 continue
             if now_ms - c.template_at_ms >= self._s.reinduce_after_s * 1000:
-                self._schedule(key)
+                self._schedule(key, first=False)
             if c.emails >= self._s.max_emails:
                 self.full.put(key, True)
             elif self.params.scheme == "loom":
@@ -241,10 +241,25 @@ class Pipeline:
                 templates, tokens_of(email.subject, parsed.texts), self.params
             )
             if found is None:
-                self._schedule(key)
+                self._schedule(key, first=False)
                 return
 
-    def _schedule(self, key: bytes) -> None:
+    def _schedule(self, key: bytes, *, first: bool) -> None:
+        """Queues a formation of row `key` (at most one queued or running per row).
+
+        A first formation runs at once (the template forms the moment n >= k). A
+        re-formation (age >= A, or an email no template explains) runs at most once per
+        `reform_interval_s` per row; one that comes sooner is deferred to the interval's
+        end, so a busy shared row cannot monopolise the CPU stage.
+        """
+        if not first:
+            started = self._recent.get(key)
+            if started is not None:
+                if key not in self._timers:
+                    self._timers.add(key)
+                    delay = max(0.0, started + self._s.reform_interval_s - self._clock())
+                    asyncio.get_running_loop().call_later(delay, self._deferred, key)
+                return
         if key in self._pending:
             self._dirty.add(key)
             return
@@ -255,10 +270,15 @@ class Pipeline:
             return
         self._pending.add(key)
 
+    def _deferred(self, key: bytes) -> None:
+        self._timers.discard(key)
+        self._schedule(key, first=True)
+
     async def _form_work(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
             key = await self.form_queue.get()
+            self._recent.put(key, self._clock())
             try:
                 payloads = await self._store.get_emails(key, self._s.max_emails)
                 now_ms = _now_ms()
@@ -289,6 +309,6 @@ class Pipeline:
                 self._pending.discard(key)
                 if key in self._dirty:
                     self._dirty.discard(key)
-                    self._schedule(key)
+                    self._schedule(key, first=False)
                 with contextlib.suppress(ValueError):
                     self.form_queue.task_done()

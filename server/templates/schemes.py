@@ -60,7 +60,7 @@ class SchemeParams:
 
     scheme: str = "loom"
     """``loom`` or ``paper``."""
-    bands: int = 3
+    bands: int = 2
     """Loom: LSH bands (an email is stored in one row per band)."""
     rows: int = 4
     """Loom: MinHash values AND-ed within one band."""

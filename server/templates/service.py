@@ -90,7 +90,7 @@ class TemplateService:
     async def annotate(self, email: EmailIn) -> Annotation:
         """The email's fingerprints, its template (if formed) and its field values."""
         try:
-            (parsed,) = await self._pipeline.fingerprint([(email.sender, email.html_body)])
+            (parsed,) = await self._pipeline.fingerprint([email])
         except RuntimeError as exc:  # the pool is shutting down or broken
             raise Unavailable("template CPU stage unavailable") from exc
         if parsed is None:

@@ -11,7 +11,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from server.templates.fingerprint import minhash, parse_structure
-from server.templates.model import Parsed, TemplateValue, decode_cluster_email
+from server.templates.model import (
+    ClusterEmail,
+    EmailIn,
+    Parsed,
+    TemplateValue,
+    decode_cluster_email,
+    encode_cluster_email,
+    recipient_hash,
+)
 from server.templates.schemes import SchemeParams, form_templates, keys_for
 
 __all__ = ["fingerprint_batch", "form_row", "warm_up"]
@@ -24,16 +32,23 @@ def warm_up() -> int:
 
 
 def fingerprint_batch(
-    items: Sequence[tuple[str, str]], params: SchemeParams
+    items: Sequence[EmailIn], params: SchemeParams, hash_key: bytes = b""
 ) -> list[Parsed | None]:
-    """(sender, html) -> the paper's fingerprints, the scheme's keys and the text nodes."""
+    """Emails -> the paper's fingerprints, the scheme's keys, the text nodes and, for an
+    email with a recipient, its keyed recipient hash and stored form (so the event loop
+    neither hashes nor compresses)."""
     out: list[Parsed | None] = []
-    for sender, html in items:
+    for e in items:
         try:
-            structure = parse_structure(html)
+            structure = parse_structure(e.html_body)
             fingerprints = minhash(structure.xpaths)
-            keys = keys_for(sender, structure, fingerprints, params)
-            out.append(Parsed(fingerprints, keys, structure.texts))
+            keys = keys_for(e.sender, structure, fingerprints, params)
+            user = payload = None
+            if e.recipient_id:
+                user = recipient_hash(e.recipient_id, hash_key)
+                stored = ClusterEmail(user, e.sender, e.subject, structure.texts, e.received_at_ms)
+                payload = encode_cluster_email(stored)
+            out.append(Parsed(fingerprints, keys, structure.texts, user or "", payload or b""))
         except Exception:
             out.append(None)
     return out
