@@ -211,7 +211,7 @@ async def _delay(harness: Harness, args: argparse.Namespace) -> None:
 async def _juicer(harness: Harness, args: argparse.Namespace) -> None:
     emails = ZipfStream(
         alpha=args.alpha, templates=args.templates, max_per_template=args.max_per_template, seed=3
-    ).take(args.emails)
+    ).take(args.juicer_emails)
     rng = random.Random(8)
     async with (
         harness.server(
