@@ -36,7 +36,7 @@ async def test_debug_logs_hold_no_body_and_no_recipient(tmp_path: Path) -> None:
         "LOOM_TEMPLATES__CPU_WORKERS": "1",
         "LOOM_TEMPLATES__MAX_BODY_BYTES": "65536",
     }
-    async with loom_server(
+    async with loom_server(  # noqa: SIM117 - the channel needs the server's address
         data_dir=tmp_path / "data", extra_args=["--log-level", "debug"], log_path=log, env=env
     ) as target:
         async with grpc.aio.insecure_channel(target) as channel:
