@@ -96,7 +96,12 @@ class Pipeline:
         self.io_queue: asyncio.Queue[tuple[EmailIn, Parsed]] = asyncio.Queue(
             max(1, settings.io_queue)
         )
-        self.form_queue: asyncio.Queue[bytes] = asyncio.Queue(max(1, settings.formation_queue))
+        # (0 first formation | 1 re-formation, arrival, row key): first formations go first,
+        # so a new template is never stuck behind re-formations of busy rows.
+        self.form_queue: asyncio.PriorityQueue[tuple[int, int, bytes]] = asyncio.PriorityQueue(
+            max(1, settings.formation_queue)
+        )
+        self._arrivals = 0
         self._pending: set[bytes] = set()
         self._dirty: set[bytes] = set()
         self._timers: set[bytes] = set()
@@ -263,21 +268,27 @@ class Pipeline:
         if key in self._pending:
             self._dirty.add(key)
             return
+        self._arrivals += 1
         try:
-            self.form_queue.put_nowait(key)
+            self.form_queue.put_nowait((0 if first else 1, self._arrivals, key))
         except asyncio.QueueFull:
             self.counters.dropped_formations += 1
             return
         self._pending.add(key)
 
+    def formations_waiting(self) -> int:
+        """Formations queued or deferred to the end of their row's re-formation interval."""
+        return self.form_queue.qsize() + len(self._timers)
+
     def _deferred(self, key: bytes) -> None:
         self._timers.discard(key)
-        self._schedule(key, first=True)
+        self._recent.pop(key)
+        self._schedule(key, first=False)
 
     async def _form_work(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            key = await self.form_queue.get()
+            _, _, key = await self.form_queue.get()
             self._recent.put(key, self._clock())
             try:
                 payloads = await self._store.get_emails(key, self._s.max_emails)

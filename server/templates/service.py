@@ -70,7 +70,7 @@ class TemplateService:
     def queue_depths(self) -> tuple[int, int, int]:
         """(CPU, I/O, formation) queue depths now."""
         p = self._pipeline
-        return p.cpu_queue.qsize(), p.io_queue.qsize(), p.form_queue.qsize()
+        return p.cpu_queue.qsize(), p.io_queue.qsize(), p.formations_waiting()
 
     def submit(self, emails: list[EmailIn]) -> Submitted:
         """Fire and forget: admits each distinct email id once; a full stage drops."""

@@ -857,7 +857,7 @@ type InductionStats struct {
 	CpuQueueDepth int64 `protobuf:"varint,11,opt,name=cpu_queue_depth,json=cpuQueueDepth,proto3" json:"cpu_queue_depth,omitempty"`
 	// Emails waiting for the I/O stage now.
 	IoQueueDepth int64 `protobuf:"varint,12,opt,name=io_queue_depth,json=ioQueueDepth,proto3" json:"io_queue_depth,omitempty"`
-	// Formations waiting now.
+	// Formations waiting now (queued, or deferred by the re-formation interval).
 	FormationQueueDepth int64 `protobuf:"varint,13,opt,name=formation_queue_depth,json=formationQueueDepth,proto3" json:"formation_queue_depth,omitempty"`
 	unknownFields       protoimpl.UnknownFields
 	sizeCache           protoimpl.SizeCache

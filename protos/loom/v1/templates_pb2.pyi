@@ -467,7 +467,7 @@ class InductionStats(_message.Message):
     io_queue_depth: _builtins.int
     """Emails waiting for the I/O stage now."""
     formation_queue_depth: _builtins.int
-    """Formations waiting now."""
+    """Formations waiting now (queued, or deferred by the re-formation interval)."""
     def __init__(
         self,
         *,
