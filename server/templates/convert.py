@@ -35,6 +35,14 @@ DEFAULT_PAGE_SIZE = 100
 _MAX_MS = 253_402_300_799_999
 
 
+def _body_size(v: Violations, field: str, body: str, limit: int) -> None:
+    """UTF-8 size check that encodes only bodies that might be too large (4 bytes a char)."""
+    if len(body) * 4 <= limit:
+        return
+    size = len(body.encode())
+    v.check(size <= limit, field, f"must be at most {limit} bytes (got {size})")
+
+
 def _email(v: Violations, path: str, e: templates_pb2.Email, limits: TemplatesSettings) -> EmailIn:
     v.identifier(f"{path}email_id", e.email_id, max_bytes=MAX_ID_BYTES)
     v.identifier(f"{path}sender", e.sender, max_bytes=MAX_ID_BYTES)
@@ -44,12 +52,7 @@ def _email(v: Violations, path: str, e: templates_pb2.Email, limits: TemplatesSe
         f"{path}subject",
         f"must be at most {MAX_SUBJECT_BYTES} bytes",
     )
-    size = len(e.html_body.encode())
-    v.check(
-        size <= limits.max_body_bytes,
-        f"{path}html_body",
-        f"must be at most {limits.max_body_bytes} bytes (got {size})",
-    )
+    _body_size(v, f"{path}html_body", e.html_body, limits.max_body_bytes)
     at = 0
     if e.HasField("received_at"):
         at = e.received_at.seconds * 1000 + e.received_at.nanos // 1_000_000
@@ -78,12 +81,7 @@ def email_from_proto(
     if v.check(request.HasField("email"), "email", "is required"):
         e = request.email
         v.identifier("email.sender", e.sender, max_bytes=MAX_ID_BYTES)
-        size = len(e.html_body.encode())
-        v.check(
-            size <= limits.max_body_bytes,
-            "email.html_body",
-            f"must be at most {limits.max_body_bytes} bytes (got {size})",
-        )
+        _body_size(v, "email.html_body", e.html_body, limits.max_body_bytes)
         v.check(
             len(e.subject.encode()) <= MAX_SUBJECT_BYTES,
             "email.subject",
