@@ -202,13 +202,15 @@ class TemplatesSettings:
     """Loom: share of a template's signature an email must contain to be annotated with it."""
     cpu_workers: int = 2
     """Processes of the CPU stage (parse, XPaths, MinHash; template formation)."""
-    cpu_queue: int = 5000
-    """Emails waiting for the CPU stage; beyond that SubmitEmails drops (and counts)."""
+    cpu_queue: int = 1000
+    """Emails waiting for the CPU stage; beyond that SubmitEmails drops (and counts). Sized
+    in time: ~1-2 s of this machine's throughput, so queueing never delays a template by
+    more than that (a longer queue only converts overload into template delay)."""
     cpu_batch: int = 16
     """Emails handed to a worker process at once (amortises the hand-off)."""
     io_concurrency: int = 32
     """I/O stage tasks storing emails and fetching s, t, n concurrently."""
-    io_queue: int = 10_000
+    io_queue: int = 2000
     """Fingerprinted emails waiting for the I/O stage; beyond that dropped (and counted)."""
     io_batch: int = 64
     """Emails one I/O task stores in one store call."""

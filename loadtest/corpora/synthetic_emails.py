@@ -135,9 +135,19 @@ def _block(kind: str, fixed: str, rng: random.Random) -> str:
 
 
 def instantiate(
-    template: int, index: int, recipient: str, rng: random.Random, size: int
+    template: int,
+    index: int,
+    recipient: str,
+    rng: random.Random,
+    size: int,
+    *,
+    all_blocks: bool = False,
 ) -> SyntheticEmail:
-    """Email `index` of `template` to `recipient`, about `size` bytes of HTML."""
+    """Email `index` of `template` to `recipient`, about `size` bytes of HTML.
+
+    `all_blocks` keeps every optional block, so every instance has the same structure (the
+    template-delay phase measures the pipeline, not how optional blocks split clusters).
+    """
     sender, subject, blocks = skeleton(template)
     parts = [
         "<!DOCTYPE html><html><head><style>.button{padding:8px}</style></head><body>",
@@ -147,7 +157,7 @@ def instantiate(
     parts += [
         _block(kind, fixed, rng)
         for kind, fixed, optional in blocks
-        if not optional or rng.random() < 0.5
+        if all_blocks or not optional or rng.random() < 0.5
     ]
     tail = '<tr><td><p class="footer">You receive this email because you have an account.</p></td></tr></table></body></html>'
     body = "".join(parts)

@@ -9,9 +9,11 @@ Every server is a real ``loom serve`` (SQLite, or ``--store bigtable``) configur
 
 - ``throughput``: the CPU floor (the same emails through the same fingerprint function in a
   process pool of the server's size, no server) then end-to-end SubmitEmails → processed,
-  emails/s; figure ``throughput_vs_floor``.
+  emails/s; figure ``throughput_vs_floor``. Meanwhile a health Check at ``--probe-rate``
+  measures what the induction costs every other service on the loop (phases
+  ``health_idle`` and ``health_during_induction``).
 - ``delay``: under background load, `--delay-templates` new templates each get k emails to
-  k distinct recipients; the delay is from the k-th SubmitEmails returning to the first
+  k distinct recipients (every optional block kept, so the k emails form one cluster); the delay is from the k-th SubmitEmails returning to the first
   AnnotateEmail that names the template (polled every 20 ms); p50/p99.
 - ``juicer``: templates found online (ground-truth templates whose probe email is
   annotated) vs a Juicer-style batch over a `--juicer-rate` sample of the same stream.
@@ -32,6 +34,7 @@ import time
 from collections.abc import Mapping, Sequence
 
 import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from loom.v1 import templates_pb2, templates_pb2_grpc
 
 from loadtest.corpora.email_corpus import build_corpus
@@ -80,6 +83,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--juicer-rate", type=float, default=0.005)
     parser.add_argument("--juicer-k", type=int, default=2)
     parser.add_argument("--pools", default="1,2,4,8")
+    parser.add_argument("--probe-rate", type=float, default=50.0, help="health checks/s")
     parser.add_argument("--repeats", type=int, default=2, help="runs per configuration (best)")
     parser.add_argument("--alphas", default="1.001,1.01,1.1,1.5")
     parser.add_argument("--seda-emails", type=int, default=6_000)
@@ -97,6 +101,34 @@ def _env(args: argparse.Namespace, extra: Mapping[str, str]) -> dict[str, str]:
     return env
 
 
+async def _probe_health(
+    health: health_pb2_grpc.HealthStub,
+    rate: float,
+    *,
+    seconds: float | None = None,
+    stop: asyncio.Event | None = None,
+    rec: LatencyRecorder | None = None,
+) -> LatencyRecorder:
+    """Health checks at `rate`/s for `seconds` (or until `stop`), latencies recorded."""
+    rec = rec or LatencyRecorder()
+    request = health_pb2.HealthCheckRequest(service="loom.v1.TemplateInduction")
+    start = time.perf_counter()
+    n = 0
+    while (seconds is None or time.perf_counter() - start < seconds) and not (
+        stop and stop.is_set()
+    ):
+        due = start + n / rate
+        await asyncio.sleep(max(0.0, due - time.perf_counter()))
+        t = time.perf_counter()
+        try:
+            await health.Check(request, timeout=5)
+            rec.record(time.perf_counter() - max(t, due))
+        except grpc.aio.AioRpcError as exc:
+            rec.record_error(exc.code().name)
+        n += 1
+    return rec
+
+
 def _protos(emails: Sequence[SyntheticEmail]) -> list[templates_pb2.Email]:
     return [to_proto(e.email_id, e.sender, e.recipient, e.subject, e.html) for e in emails]
 
@@ -106,7 +138,12 @@ async def _end_to_end(
     args: argparse.Namespace,
     emails: Sequence[SyntheticEmail],
     env: Mapping[str, str],
+    *,
+    record_health: bool = False,
 ) -> dict[str, float]:
+    """One server, the whole stream through SubmitEmails until processed; meanwhile a
+    `grpc.health.v1` Check at `--probe-rate` stands for every other service's latency
+    (same event loop), next to the same probe on the idle server just before."""
     protos = _protos(emails)
     async with (
         harness.server(extra_args=["--templates-store", args.store], env=_env(args, env)) as target,
@@ -115,12 +152,22 @@ async def _end_to_end(
         ) as channel,
     ):
         stub = templates_pb2_grpc.TemplateInductionStub(channel)
+        health = health_pb2_grpc.HealthStub(channel)
+        idle = await _probe_health(health, args.probe_rate, seconds=3.0)
+        busy = LatencyRecorder()
+        stop = asyncio.Event()
+        prober = asyncio.create_task(_probe_health(health, args.probe_rate, stop=stop, rec=busy))
         t0 = time.perf_counter()
         accepted, dropped = await submit_all(
             stub, protos, batch=args.batch, concurrency=args.callers
         )
         st = await settle(stub)
         wall = time.perf_counter() - t0
+        stop.set()
+        await prober
+    if record_health:
+        harness.report.add_phase("health_idle", idle.stats(3.0), idle.samples_ms())
+        harness.report.add_phase("health_during_induction", busy.stats(wall), busy.samples_ms())
     return {
         "emails": len(protos),
         "accepted": accepted,
@@ -150,7 +197,7 @@ async def _throughput(harness: Harness, args: argparse.Namespace) -> None:
                 params,
             )
         )
-        runs.append(await _end_to_end(harness, args, emails, _TUNED))
+        runs.append(await _end_to_end(harness, args, emails, _TUNED, record_health=not runs))
     best = max(runs, key=lambda r: r["processed_per_s"])
     harness.report.add_figure("cpu_floor_per_s", [round(f, 1) for f in floors])
     harness.report.add_figure("end_to_end", runs)
@@ -194,7 +241,7 @@ async def _delay(harness: Harness, args: argparse.Namespace) -> None:
         async def one(template: int) -> None:
             await asyncio.sleep(rng.random() * 2)
             for n in range(args.k):
-                e = instantiate(template, n, f"d{template}-{n}", rng, 10 * 1024)
+                e = instantiate(template, n, f"d{template}-{n}", rng, 10 * 1024, all_blocks=True)
                 request = templates_pb2.SubmitEmailsRequest(emails=_protos([e]))
                 for _ in range(200):  # shed by admission control: send it again
                     if (await stub.SubmitEmails(request)).accepted:
@@ -202,7 +249,7 @@ async def _delay(harness: Harness, args: argparse.Namespace) -> None:
                     await asyncio.sleep(0.05)
                 await asyncio.sleep(0.05)
             t_k = time.perf_counter()
-            probe = instantiate(template, 99, "probe", rng, 10 * 1024)
+            probe = instantiate(template, 99, "probe", rng, 10 * 1024, all_blocks=True)
             request = templates_pb2.AnnotateEmailRequest(email=_protos([probe])[0])
             while time.perf_counter() - t_k < 60:
                 if (await stub.AnnotateEmail(request)).template_id:

@@ -51,6 +51,8 @@ from storage.ports import ClusterWrite, TemplateStore
 __all__ = ["Counters", "Pipeline"]
 
 _log = get_logger("templates.pipeline")
+FULL_ROW_FACTOR = 4
+"""A full row keeps storing emails no template of it explains, up to this many times S."""
 T = TypeVar("T")
 
 
@@ -108,7 +110,8 @@ class Pipeline:
         self._recent = TtlLru[bytes, float](
             settings.template_cache_size, settings.reform_interval_s, clock
         )
-        self.full = TtlLru[bytes, bool](settings.full_cache_size, settings.full_cache_ttl_s, clock)
+        self.full = TtlLru[bytes, int](settings.full_cache_size, settings.full_cache_ttl_s, clock)
+        """Full-template cache: row key -> its email count s when it was found full."""
         self.templates = TtlLru[bytes, list[TemplateValue]](
             settings.template_cache_size, settings.template_cache_ttl_s, clock
         )
@@ -212,7 +215,7 @@ class Pipeline:
         for email, parsed in batch:
             wrote = False
             for key in parsed.keys:
-                if key in self.full:
+                if key in self.full and not self._unexplained_in_full_row(key, email, parsed):
                     continue
                 writes.append(
                     ClusterWrite(key, email.email_id, parsed.user.encode(), parsed.payload)
@@ -235,9 +238,26 @@ class Pipeline:
             if now_ms - c.template_at_ms >= self._s.reinduce_after_s * 1000:
                 self._schedule(key, first=False)
             if c.emails >= self._s.max_emails:
-                self.full.put(key, True)
-            elif self.params.scheme == "loom":
+                self.full.put(key, c.emails)
+            if self.params.scheme == "loom":
                 await self._check_explained(key, by_key.get(key, []))
+
+    def _unexplained_in_full_row(self, key: bytes, email: EmailIn, parsed: Parsed) -> bool:
+        """Whether a full row must still store this email (Loom's scheme only).
+
+        A full row stops storing its templates' emails, but a row may hold several
+        templates of one layout: an email that none of its cached templates explains may
+        be a rarer template's, so it is stored until the row holds `FULL_ROW_FACTOR` times S
+        emails (a bound on the row, under Bigtable's read limits).
+        """
+        if self.params.scheme != "loom":
+            return False
+        size = self.full.get(key)
+        templates = self.templates.get(key)
+        if size is None or templates is None or size >= FULL_ROW_FACTOR * self._s.max_emails:
+            return False
+        found, _ = match_template(templates, tokens_of(email.subject, parsed.texts), self.params)
+        return found is None
 
     async def _check_explained(self, key: bytes, emails: list[tuple[EmailIn, Parsed]]) -> None:
         templates = (await self.templates_of((key,)))[key]
@@ -291,7 +311,7 @@ class Pipeline:
             _, _, key = await self.form_queue.get()
             self._recent.put(key, self._clock())
             try:
-                payloads = await self._store.get_emails(key, self._s.max_emails)
+                payloads = await self._store.get_emails(key, FULL_ROW_FACTOR * self._s.max_emails)
                 now_ms = _now_ms()
                 formed = await loop.run_in_executor(
                     self._executor,
