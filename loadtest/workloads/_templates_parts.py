@@ -65,11 +65,12 @@ async def submit_all(
     *,
     batch: int,
     concurrency: int,
+    resend: bool = True,
 ) -> tuple[int, int]:
-    """SubmitEmails in batches from `concurrency` callers; a caller told of drops backs off.
+    """SubmitEmails in batches from `concurrency` callers; a caller told of drops backs off
+    and (with `resend`) sends the dropped tail again, so the whole stream gets in.
 
-    Returns (accepted, dropped). Backing off is what a fire-and-forget producer does when
-    the server sheds; the drops still count against the run.
+    Returns (accepted, dropped): every refusal counts, including those later resent.
     """
     batches = [list(emails[i : i + batch]) for i in range(0, len(emails), batch)]
     queue: asyncio.Queue[list[templates_pb2.Email]] = asyncio.Queue()
@@ -80,13 +81,15 @@ async def submit_all(
     async def caller() -> None:
         while not queue.empty():
             part = queue.get_nowait()
-            reply = await stub.SubmitEmails(
-                templates_pb2.SubmitEmailsRequest(emails=part), timeout=30
-            )
-            totals[0] += reply.accepted
-            totals[1] += reply.dropped
-            if reply.dropped:
+            while part:
+                request = templates_pb2.SubmitEmailsRequest(emails=part)
+                reply = await stub.SubmitEmails(request, timeout=30)
+                totals[0] += reply.accepted
+                totals[1] += reply.dropped
+                if not reply.dropped:
+                    break
                 await asyncio.sleep(0.05)
+                part = part[len(part) - reply.dropped :] if resend else []
 
     await asyncio.gather(*(caller() for _ in range(concurrency)))
     return totals[0], totals[1]

@@ -73,7 +73,11 @@ class TemplateService:
         return p.cpu_queue.qsize(), p.io_queue.qsize(), p.formations_waiting()
 
     def submit(self, emails: list[EmailIn]) -> Submitted:
-        """Fire and forget: admits each distinct email id once; a full stage drops."""
+        """Fire and forget: admits each distinct email id once; a full stage drops.
+
+        Once one email is dropped every later one of the request is too, so the dropped
+        emails are always the request's tail: a producer may resend exactly those.
+        """
         seen: set[str] = set()
         accepted = dropped = duplicates = 0
         for email in emails:
@@ -81,9 +85,11 @@ class TemplateService:
                 duplicates += 1
                 continue
             seen.add(email.email_id)
-            if self._pipeline.admit(email):
+            if not dropped and self._pipeline.admit(email):
                 accepted += 1
             else:
+                if dropped:
+                    self._pipeline.counters.dropped_cpu += 1
                 dropped += 1
         return Submitted(accepted, dropped, duplicates)
 

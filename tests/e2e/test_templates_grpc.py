@@ -265,3 +265,26 @@ async def test_junk_duplicates_and_huge_bodies_never_stall_the_stages(server: Ru
         templates_pb2.AnnotateEmailRequest(email=email("j", "u", "s", junk))
     )
     assert len(annotated.fingerprints) == 3
+
+
+async def test_a_full_cpu_queue_drops_the_tail_and_counts_it(tmp_path: Path) -> None:
+    """Admission control: a full CPU queue refuses at once, the refused are the request's
+    tail, and the counters say so; resending the tail later gets it in."""
+    base = settings_for("sqlite", tmp_path, templates_store="sqlite")
+    settings = replace(
+        base, templates=replace(base.templates, cpu_workers=1, cpu_queue=3, cpu_batch=1)
+    )
+    rng = random.Random(10)
+    emails = [email(f"q{i}", f"uq-{i}", *receipt(rng, NAMES[i % 12])) for i in range(40)]
+    async with running_server(settings) as running:
+        s = stub(running)
+        got = await s.SubmitEmails(templates_pb2.SubmitEmailsRequest(emails=emails))
+        assert got.dropped > 0
+        assert got.accepted + got.dropped == 40
+        assert (await stats(s)).dropped_cpu == got.dropped
+        await settle(s)
+        tail = emails[40 - got.dropped :]
+        again = await s.SubmitEmails(templates_pb2.SubmitEmailsRequest(emails=tail[:3]))
+        assert again.accepted == 3
+        await settle(s)
+        assert (await stats(s)).processed == got.accepted + 3

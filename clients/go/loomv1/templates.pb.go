@@ -165,7 +165,9 @@ type SubmitEmailsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Emails queued for induction.
 	Accepted int32 `protobuf:"varint,1,opt,name=accepted,proto3" json:"accepted,omitempty"`
-	// Emails refused because a stage's queue was full (admission control).
+	// Emails refused because the CPU stage's queue was full (admission control).
+	// Admission stops at the first refusal, so the dropped emails are the last
+	// `dropped` distinct emails of the request: a producer may resend that tail.
 	Dropped int32 `protobuf:"varint,2,opt,name=dropped,proto3" json:"dropped,omitempty"`
 	// Emails whose email_id repeated an earlier one of this request (queued once).
 	Duplicates    int32 `protobuf:"varint,3,opt,name=duplicates,proto3" json:"duplicates,omitempty"`

@@ -101,7 +101,10 @@ class SubmitEmailsResponse(_message.Message):
     accepted: _builtins.int
     """Emails queued for induction."""
     dropped: _builtins.int
-    """Emails refused because a stage's queue was full (admission control)."""
+    """Emails refused because the CPU stage's queue was full (admission control).
+    Admission stops at the first refusal, so the dropped emails are the last
+    `dropped` distinct emails of the request: a producer may resend that tail.
+    """
     duplicates: _builtins.int
     """Emails whose email_id repeated an earlier one of this request (queued once)."""
     def __init__(
