@@ -45,6 +45,7 @@ from loadtest.recorder import LatencyRecorder
 from loadtest.workloads._templates_parts import (
     cpu_floor,
     juicer_batch,
+    owns,
     pairwise_quality,
     settle,
     submit_all,
@@ -283,13 +284,14 @@ async def _juicer(harness: Harness, args: argparse.Namespace) -> None:
         await submit_all(stub, _protos(emails), batch=args.batch, concurrency=args.callers)
         await settle(stub)
         ids = sorted({e.template for e in emails})
-        online = 0
+        online = layout_only = 0
         for template in ids:
             probe = instantiate(template, 10**6, "probe", rng, 10 * 1024)
             reply = await stub.AnnotateEmail(
                 templates_pb2.AnnotateEmailRequest(email=_protos([probe])[0])
             )
-            online += bool(reply.template_id)
+            online += bool(reply.template_id) and owns(reply.fixed_text, template)
+            layout_only += bool(reply.template_id) and not owns(reply.fixed_text, template)
     sampled, batch_found = juicer_batch(
         [(e.template, e.sender, e.recipient, e.subject, e.html) for e in emails],
         rate=args.juicer_rate,
@@ -305,6 +307,7 @@ async def _juicer(harness: Harness, args: argparse.Namespace) -> None:
                 [(e.template, e.recipient) for e in emails], args.k
             ),
             "online_found": online,
+            "online_layout_only": layout_only,
             "juicer_sample_emails": sampled,
             "juicer_k": args.juicer_k,
             "juicer_found": batch_found,

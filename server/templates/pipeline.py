@@ -53,6 +53,10 @@ __all__ = ["Counters", "Pipeline"]
 _log = get_logger("templates.pipeline")
 FULL_ROW_FACTOR = 4
 """A full row keeps storing emails no template of it explains, up to this many times S."""
+GROWTH = 1.5
+"""Loom's scheme re-forms a row whose distinct recipients grew by this factor (and by at
+least k) since its last formation: a rarer template sharing the layout becomes separable
+only once its own text is k-anonymous, i.e. once the row has grown."""
 T = TypeVar("T")
 
 
@@ -107,6 +111,7 @@ class Pipeline:
         self._pending: set[bytes] = set()
         self._dirty: set[bytes] = set()
         self._timers: set[bytes] = set()
+        self._formed_n = TtlLru[bytes, int](settings.template_cache_size, 24 * 3600.0, clock)
         self._recent = TtlLru[bytes, float](
             settings.template_cache_size, settings.reform_interval_s, clock
         )
@@ -233,8 +238,14 @@ class Pipeline:
             if c.users < k:
                 continue
             if c.template_at_ms is None:
+                self._formed_n.put(key, c.users)
                 self._schedule(key, first=True)
                 continue
+            last = self._formed_n.get(key)
+            grown = last is None or c.users >= max(last + k, GROWTH * last)
+            if grown and self.params.scheme == "loom":
+                self._formed_n.put(key, c.users)
+                self._schedule(key, first=False)
             if now_ms - c.template_at_ms >= self._s.reinduce_after_s * 1000:
                 self._schedule(key, first=False)
             if c.emails >= self._s.max_emails:
