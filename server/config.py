@@ -200,6 +200,9 @@ class TemplatesSettings:
     """Loom: share of a group's core text an email must contain to join that group."""
     match_threshold: float = 0.8
     """Loom: share of a template's signature an email must contain to be annotated with it."""
+    text_coverage: float = 0.5
+    """Loom: least share of an email's k-anonymous text its group's core must explain (so a
+    core of layout text alone cannot swallow the templates that share the layout)."""
     cpu_workers: int = 2
     """Processes of the CPU stage (parse, XPaths, MinHash; template formation)."""
     cpu_queue: int = 1000

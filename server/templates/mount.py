@@ -45,6 +45,7 @@ async def mount(server: grpc.aio.Server, settings: Settings, resources: Resource
         rows=t.lsh_rows,
         similarity=t.text_similarity,
         match=t.match_threshold,
+        coverage=t.text_coverage,
     )
     guarded = guard_store(store, resources.breaker(settings.storage.templates_store))
     pipeline = Pipeline(guarded, t, executor, params)

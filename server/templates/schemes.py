@@ -17,10 +17,12 @@ moment a row has k distinct recipients) and changes what a row and a template ar
 2. A row may still hold several templates of one layout. Formation splits it by the
    cluster's **k-anonymous fixed text**: a text (or the subject) counts only once it was
    seen by >= k distinct recipients in the row, so no value seen by fewer than k
-   recipients ever influences a template. Emails whose k-anonymous text sets are alike
-   (Jaccard >= `similarity`) form one group; each group with >= k distinct recipients is a
-   template, identified by the row and its *signature* (its k-anonymous texts present in
-   at least half of its emails).
+   recipients ever influences a template. An email joins the group whose core text (the
+   k-anonymous text most of its emails have) it contains (>= `similarity`) and which
+   explains enough of the email's own k-anonymous text (>= `coverage`); each group with
+   >= k distinct recipients is a template, identified by the row and its *signature*
+   (its core). A row is re-formed as it grows, so a rarer template splits out once its
+   own text has become k-anonymous.
 3. Annotation picks, among its rows' templates in band order, the template whose signature
    the email contains best (containment >= `match`).
 
@@ -65,9 +67,11 @@ class SchemeParams:
     rows: int = 4
     """Loom: MinHash values AND-ed within one band."""
     similarity: float = 0.6
-    """Loom: Jaccard of k-anonymous text sets at or above which two emails group."""
+    """Loom: least share of a group's core text an email must contain to join it."""
     match: float = 0.8
     """Loom: least containment of a template's signature for an email to match it."""
+    coverage: float = 0.5
+    """Loom: least share of an email's k-anonymous text its group's core must explain."""
 
 
 def _sender_prefix(sender: str) -> bytes:
@@ -144,7 +148,22 @@ def _containment(core: frozenset[str], sig: frozenset[str]) -> float:
     return len(core & sig) / len(core) if core else (1.0 if not sig else 0.0)
 
 
-def _core_groups(sigs: list[frozenset[str]], similarity: float) -> list[list[int]]:
+def _joins(core: frozenset[str], sig: frozenset[str], similarity: float, coverage: float) -> float:
+    """How well `sig` fits a group of `core` (0 when it does not fit at all).
+
+    It must contain at least `similarity` of the core (optional blocks only add text), and
+    the core must be at least `coverage` of it: otherwise a group whose core is only the
+    vendor's layout text would swallow every template of that layout.
+    """
+    contained = _containment(core, sig)
+    if contained < similarity:
+        return 0.0
+    if sig and len(core & sig) < coverage * len(sig):
+        return 0.0
+    return contained
+
+
+def _core_groups(sigs: list[frozenset[str]], similarity: float, coverage: float) -> list[list[int]]:
     """Indexes of `sigs` grouped by the core text they contain.
 
     A group's core is the k-anonymous text present in most of its emails; an email joins
@@ -161,9 +180,9 @@ def _core_groups(sigs: list[frozenset[str]], similarity: float) -> list[list[int
     cores: list[frozenset[str]] = []
     members: list[list[frozenset[str]]] = []
     for sig in order:
-        scored = [(_containment(c, sig), len(c), g) for g, c in enumerate(cores)]
+        scored = [(_joins(c, sig, similarity, coverage), len(c), g) for g, c in enumerate(cores)]
         best = max(scored, default=(0.0, 0, -1))
-        if best[2] >= 0 and best[0] >= similarity:
+        if best[2] >= 0 and best[0] > 0:
             members[best[2]].append(sig)
         else:
             cores.append(sig)
@@ -171,8 +190,10 @@ def _core_groups(sigs: list[frozenset[str]], similarity: float) -> list[list[int
     cores = [_core([s for s in m for _ in distinct[s]], 0.8) or m[0] for m in members]
     groups: dict[int, list[int]] = {}
     for sig in order:
-        scored = [(_containment(c, sig), len(c), g) for g, c in enumerate(cores)]
-        _, _, best_group = max(scored)
+        scored = [(_joins(c, sig, similarity, coverage), len(c), g) for g, c in enumerate(cores)]
+        fit, _, best_group = max(scored)
+        if fit == 0.0:  # fits no core of the first pass: its own first-pass group
+            best_group = next(g for g, m in enumerate(members) if sig in m)
         groups.setdefault(best_group, []).extend(distinct[sig])
     return list(groups.values())
 
@@ -193,7 +214,7 @@ def form_templates(
     anonymous = {tok for tok, users in seen_by.items() if len(users) >= k}
     sigs = [frozenset(t & anonymous) for t in tokens]
     out: list[TemplateValue] = []
-    for group in _core_groups(sigs, p.similarity):
+    for group in _core_groups(sigs, p.similarity, p.coverage):
         members = [emails[i] for i in group]
         if _recipients(members) < k:
             continue
