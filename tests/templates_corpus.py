@@ -66,3 +66,11 @@ def human(rng: random.Random) -> tuple[str, str]:
         for _ in range(3)
     )
     return "hello", f'<div dir="ltr"><div>Hi,</div>{lines}<div>Sam</div></div>'
+
+
+def one_off_notice(rng: random.Random, index: int) -> tuple[str, str]:
+    """(subject, html) of a rare template of the same layout, sent once (text of its own)."""
+    words = ["amber", "birch", "coral", "delta", "ember", "fjord", "grove", "heath", "iris"]
+    own = " ".join(rng.choice(words) for _ in range(5))
+    content = f"<h2>Notice {index} {own}</h2><p>Hi there,</p><p>{own} {index}</p><p>{rng.randint(1, 10**6)}</p>"
+    return f"Notice {index}", _LAYOUT.format(content=content)

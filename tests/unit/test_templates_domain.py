@@ -26,7 +26,7 @@ from server.templates.schemes import (
 )
 from server.templates.udcas import Cluster, date_format, field_rules, fixed_text, vertical
 from server.templates.values import classify, date_order, normalize
-from tests.templates_corpus import NAMES, human, receipt, reset
+from tests.templates_corpus import NAMES, human, one_off_notice, receipt, reset
 
 _TABLE = "<html><body><table><tr><td>Order</td><td>42</td></tr></table></body></html>"
 
@@ -140,6 +140,20 @@ class TestSchemes:
             match_template(formed, tokens_of(e.subject, e.texts), p)[0].template_id for e in emails
         }  # type: ignore[union-attr]
         assert len(ids) == 2
+
+    def test_a_layout_only_group_does_not_swallow_a_template(self) -> None:
+        """Rare templates of one layout (text below k) may group on the layout's text, but a
+        template whose own text is k-anonymous keeps its own template."""
+        rng = random.Random(12)
+        p = SchemeParams()
+        made = [receipt(rng, NAMES[i % 12]) for i in range(8)]
+        made += [one_off_notice(rng, i) for i in range(8)]
+        emails = _cluster(made, [f"r{i}" for i in range(16)])
+        formed = form_templates(b"k", emails, 5, 0, p)
+        for e in emails[:8]:
+            found, _ = match_template(formed, tokens_of(e.subject, e.texts), p)
+            assert found is not None
+            assert "Thanks for your order" in found.fixed_text
 
     def test_no_template_below_k_and_no_private_text(self) -> None:
         """Below k distinct recipients nothing forms; a name seen once is never fixed text."""
