@@ -111,7 +111,7 @@ async def _probe_health(
     rec: LatencyRecorder | None = None,
 ) -> LatencyRecorder:
     """Health checks at `rate`/s for `seconds` (or until `stop`), latencies recorded."""
-    rec = rec or LatencyRecorder()
+    rec = LatencyRecorder() if rec is None else rec  # an empty recorder is falsy
     request = health_pb2.HealthCheckRequest(service="loom.v1.TemplateInduction")
     start = time.perf_counter()
     n = 0

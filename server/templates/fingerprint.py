@@ -119,7 +119,9 @@ def parse_structure(html: str | bytes) -> Structure:
         for child in node.iter(include_text=True):  # C-level sibling walk: ~10 % faster
             tag = child.tag
             if tag == "-text":
-                own.append(child.text_content or "")
+                text = child.text_content
+                if text and not text.isspace():  # most are indentation between tags
+                    own.append(text)
             elif tag and tag[0] not in "-_!" and tag not in _SKIP and depth < MAX_DEPTH:
                 index = counts.get(tag, 0)
                 counts[tag] = index + 1

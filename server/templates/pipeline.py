@@ -54,9 +54,9 @@ _log = get_logger("templates.pipeline")
 FULL_ROW_FACTOR = 4
 """A full row keeps storing emails no template of it explains, up to this many times S."""
 GROWTH = 1.5
-"""Loom's scheme re-forms a row whose distinct recipients grew by this factor (and by at
-least k) since its last formation: a rarer template sharing the layout becomes separable
-only once its own text is k-anonymous, i.e. once the row has grown."""
+"""Loom's scheme re-forms a row whose last formation left emails in no template once its
+distinct recipients grew by this factor (and by at least k): a rarer template sharing the
+layout becomes separable only once its own text is k-anonymous, i.e. once the row grew."""
 T = TypeVar("T")
 
 
@@ -112,6 +112,8 @@ class Pipeline:
         self._dirty: set[bytes] = set()
         self._timers: set[bytes] = set()
         self._formed_n = TtlLru[bytes, int](settings.template_cache_size, 24 * 3600.0, clock)
+        self._mixed = TtlLru[bytes, bool](settings.template_cache_size, 24 * 3600.0, clock)
+        """Rows whose last formation left emails in no template (re-formed as they grow)."""
         self._recent = TtlLru[bytes, float](
             settings.template_cache_size, settings.reform_interval_s, clock
         )
@@ -242,8 +244,8 @@ class Pipeline:
                 self._schedule(key, first=True)
                 continue
             last = self._formed_n.get(key)
-            grown = last is None or c.users >= max(last + k, GROWTH * last)
-            if grown and self.params.scheme == "loom":
+            grown = last is not None and c.users >= max(last + k, GROWTH * last)
+            if grown and key in self._mixed:
                 self._formed_n.put(key, c.users)
                 self._schedule(key, first=False)
             if now_ms - c.template_at_ms >= self._s.reinduce_after_s * 1000:
@@ -324,7 +326,7 @@ class Pipeline:
             try:
                 payloads = await self._store.get_emails(key, FULL_ROW_FACTOR * self._s.max_emails)
                 now_ms = _now_ms()
-                formed = await loop.run_in_executor(
+                formed, left_out = await loop.run_in_executor(
                     self._executor,
                     form_row,
                     key,
@@ -333,6 +335,10 @@ class Pipeline:
                     now_ms,
                     self.params,
                 )
+                if left_out and self.params.scheme == "loom":
+                    self._mixed.put(key, True)  # re-form as it grows: more may split out
+                else:
+                    self._mixed.pop(key)
                 self.counters.formations += 1
                 if formed:
                     known = {t.template_id for t in self.templates.get(key) or []}

@@ -198,11 +198,22 @@ def _core_groups(sigs: list[frozenset[str]], similarity: float, coverage: float)
     return list(groups.values())
 
 
-def form_templates(
-    key: bytes, emails: Sequence[ClusterEmail], k: int, now_ms: int, p: SchemeParams
+def form_templates(  # noqa: PLR0917 - FormTemplate(h)'s inputs, then an out-parameter
+    key: bytes,
+    emails: Sequence[ClusterEmail],
+    k: int,
+    now_ms: int,
+    p: SchemeParams,
+    left_out: list[int] | None = None,
 ) -> list[TemplateValue]:
-    """FormTemplate(h): the templates of one cluster row (none below k recipients)."""
+    """FormTemplate(h): the templates of one cluster row (none below k recipients).
+
+    `left_out`, when given, receives the indexes of emails in no template (groups still
+    below k): a row with such emails may hold a template that has yet to form.
+    """
+    left_out = [] if left_out is None else left_out
     if _recipients(emails) < k:
+        left_out.extend(range(len(emails)))
         return []
     if p.scheme == "paper":
         return [_template(key.hex(), key, emails, k, now_ms, p, ())]
@@ -217,6 +228,7 @@ def form_templates(
     for group in _core_groups(sigs, p.similarity, p.coverage):
         members = [emails[i] for i in group]
         if _recipients(members) < k:
+            left_out.extend(group)
             continue
         signature = tuple(sorted(_core([sigs[i] for i in group], 0.8)))
         digest = mmh3.hash64("\x00".join(signature).encode(), 0, signed=False)[0]

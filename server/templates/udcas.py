@@ -122,7 +122,14 @@ _KEYWORDS: dict[str, tuple[str, ...]] = {
         "digest",
     ),
 }
-_WORDS = re.compile(r"[^\w%$@.\-]+")
+_TYPE_SAMPLE = 16
+"""Values typed per field rule: the majority type of 16 values is the type of thousands."""
+_NUMERIC = re.compile(r"\b\d{1,2}[/.\-]\d{1,2}[/.\-]\d{2,4}\b")
+_DIGITS = frozenset("0123456789")
+
+
+def _has_digit(text: str) -> bool:
+    return not _DIGITS.isdisjoint(text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +164,8 @@ def fixed_text(cluster: Cluster) -> tuple[str, ...]:
 
 def date_format(cluster: Cluster) -> str:
     """``DD/MM/YYYY``-style format of the cluster's numeric dates ("" when undetected)."""
-    values = [t for e in cluster.emails for _, t in e.texts if classify(t) == "date"]
+    # Only numeric dates can be ambiguous; a digit test skips most texts before any regex.
+    values = [t for e in cluster.emails for _, t in e.texts if _has_digit(t) and _NUMERIC.search(t)]
     order = date_order(values)
     if not order:
         return ""
@@ -172,19 +180,33 @@ def date_format(cluster: Cluster) -> str:
     return f"{parts[0]}{sep}{parts[1]}{sep}{year}"
 
 
-def _label(text: str) -> str:
+def _scores(text: str) -> dict[str, int]:
     lowered = " " + text.lower() + " "
-    scores = {v: sum(lowered.count(k) for k in words) for v, words in _KEYWORDS.items()}
+    return {v: sum(lowered.count(k) for k in words) for v, words in _KEYWORDS.items()}
+
+
+def _label(scores: dict[str, int]) -> str:
     best = max(scores, key=lambda v: (scores[v], -VERTICALS.index(v)))
     return best if scores[best] > 0 else "other"
 
 
 def vertical(cluster: Cluster) -> str:
-    """Majority per-email label over fixed text and subject, above `VERTICAL_THRESHOLD`."""
+    """Majority per-email label over fixed text and subject, above `VERTICAL_THRESHOLD`.
+
+    Each email is labelled by its subject and the cluster's fixed text (the fixed text's
+    keyword counts are computed once; subjects repeat, so each distinct one once too).
+    """
     if not cluster.emails:
         return "other"
-    fixed = " ".join(fixed_text(cluster))
-    labels = Counter(_label(f"{e.subject} {fixed}") for e in cluster.emails)
+    fixed = _scores(" ".join(fixed_text(cluster)))
+    by_subject: dict[str, str] = {}
+    labels: Counter[str] = Counter()
+    for e in cluster.emails:
+        label = by_subject.get(e.subject)
+        if label is None:
+            subject = _scores(e.subject)
+            label = by_subject[e.subject] = _label({v: fixed[v] + subject[v] for v in fixed})
+        labels[label] += 1
     label, count = labels.most_common(1)[0]
     return label if count / len(cluster.emails) >= VERTICAL_THRESHOLD else "other"
 
@@ -210,7 +232,7 @@ def field_rules(cluster: Cluster) -> tuple[FieldRuleValue, ...]:
         values = by_path[path]
         if len(values) * 2 < n or len(set(values)) < 2:
             continue
-        kind, _ = Counter(classify(v) for v in values).most_common(1)[0]
+        kind, _ = Counter(classify(v) for v in values[:_TYPE_SAMPLE]).most_common(1)[0]
         rules.append(FieldRuleValue(path, kind))
         if len(rules) == _MAX_RULES:
             break

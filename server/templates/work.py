@@ -56,7 +56,9 @@ def fingerprint_batch(
 
 def form_row(
     key: bytes, payloads: Sequence[bytes], k: int, now_ms: int, params: SchemeParams
-) -> list[TemplateValue]:
-    """FormTemplate(h) over the row's fetched emails (k re-checked inside)."""
+) -> tuple[list[TemplateValue], int]:
+    """FormTemplate(h) over the row's fetched emails (k re-checked inside): the templates,
+    and how many emails are in none of them."""
     emails = [decode_cluster_email(p) for p in payloads]
-    return form_templates(key, emails, k, now_ms, params)
+    left_out: list[int] = []
+    return form_templates(key, emails, k, now_ms, params, left_out), len(left_out)
