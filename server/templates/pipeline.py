@@ -123,7 +123,9 @@ class Pipeline:
             settings.template_cache_size, settings.template_cache_ttl_s, clock
         )
         self._pools = [
-            WorkerPool("templates-cpu", settings.cpu_workers, self._cpu_work),
+            # Two batches in flight per process: one runs while the next is already there,
+            # so a worker never idles through a result's trip back and a new hand-off.
+            WorkerPool("templates-cpu", 2 * settings.cpu_workers, self._cpu_work),
             WorkerPool("templates-io", settings.io_concurrency, self._io_work),
             WorkerPool("templates-form", settings.formation_workers, self._form_work),
         ]
