@@ -13,7 +13,8 @@ __all__ = ["POLICIES", "TemplateInductionHandler"]
 
 _S = "loom.v1.TemplateInduction/"
 POLICIES: dict[str, MethodPolicy] = {
-    _S + "SubmitEmails": MethodPolicy(max_concurrency=32, max_waiting=64, deadline_s=10.0),
+    # A SubmitEmails call may carry up to the 16 MiB message limit: few at once bound memory.
+    _S + "SubmitEmails": MethodPolicy(max_concurrency=8, max_waiting=16, deadline_s=10.0),
     _S + "AnnotateEmail": MethodPolicy(max_concurrency=64, max_waiting=128, deadline_s=5.0),
     _S + "GetTemplate": MethodPolicy(max_concurrency=64, max_waiting=128, deadline_s=5.0),
     _S + "ListTemplates": MethodPolicy(max_concurrency=16, max_waiting=32, deadline_s=10.0),
