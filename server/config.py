@@ -217,8 +217,10 @@ class TemplatesSettings:
     """Fingerprinted emails waiting for the I/O stage; beyond that dropped (and counted)."""
     io_batch: int = 64
     """Emails one I/O task stores in one store call."""
-    formation_workers: int = 1
-    """Template formations running at once (each holds one CPU process while it runs)."""
+    formation_workers: int = 4
+    """Template formations running at once: each holds a CPU process only while its UDCAs
+    run, so several overlap their store reads and writes (on Bigtable 4 instead of 1 cut
+    the template delay's p50 from 51 s to 1.5 s under a 200 emails/s stream)."""
     formation_queue: int = 1000
     """Rows waiting for formation; beyond that a formation is dropped (retried later)."""
     max_body_bytes: int = 1024 * 1024

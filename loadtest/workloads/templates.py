@@ -62,7 +62,7 @@ _TUNED = {
     "CPU_BATCH": "16",
     "IO_CONCURRENCY": "32",
     "IO_BATCH": "64",
-    "FORMATION_WORKERS": "1",
+    "FORMATION_WORKERS": "4",
 }
 
 
