@@ -12,9 +12,12 @@ from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from loom.v1 import templates_pb2, templates_pb2_grpc
 
 from loadtest.corpora.synthetic_emails import skeleton
+from loadtest.recorder import LatencyRecorder
 from server.templates.model import ClusterEmail, EmailIn
 from server.templates.schemes import SchemeParams, form_templates, match_template, tokens_of
 from server.templates.work import fingerprint_batch
@@ -25,10 +28,12 @@ __all__ = [
     "juicer_batch",
     "owns",
     "pairwise_quality",
+    "probe_health",
     "settle",
     "stats",
     "submit_all",
     "to_proto",
+    "until_processed",
 ]
 
 
@@ -208,3 +213,48 @@ def templates_reaching_k(emails: Sequence[tuple[int, str]], k: int) -> int:
 def most_common(values: Sequence[int], n: int) -> list[int]:
     """The `n` most frequent values."""
     return [v for v, _ in Counter(values).most_common(n)]
+
+
+async def until_processed(
+    stub: templates_pb2_grpc.TemplateInductionStub, sending: asyncio.Task[tuple[int, int]], n: int
+) -> float:
+    """Seconds until all `n` emails went through the I/O stage (Algorithm 2's check).
+
+    Formations still queued then are the second stage's backlog, reported apart
+    (``formations_drained_s``), as the paper's throughput counts emails clustered.
+    """
+    t0 = time.perf_counter()
+    while True:
+        st = await stats(stub)
+        through = st.processed + st.failed + st.dropped_io
+        if sending.done() and through >= n and st.cpu_queue_depth == st.io_queue_depth == 0:
+            return time.perf_counter() - t0
+        await asyncio.sleep(0.02)
+
+
+async def probe_health(
+    health: health_pb2_grpc.HealthStub,
+    rate: float,
+    *,
+    seconds: float | None = None,
+    stop: asyncio.Event | None = None,
+    rec: LatencyRecorder | None = None,
+) -> LatencyRecorder:
+    """Health checks at `rate`/s for `seconds` (or until `stop`), latencies recorded."""
+    rec = LatencyRecorder() if rec is None else rec  # an empty recorder is falsy
+    request = health_pb2.HealthCheckRequest(service="loom.v1.TemplateInduction")
+    start = time.perf_counter()
+    n = 0
+    while (seconds is None or time.perf_counter() - start < seconds) and not (
+        stop and stop.is_set()
+    ):
+        due = start + n / rate
+        await asyncio.sleep(max(0.0, due - time.perf_counter()))
+        t = time.perf_counter()
+        try:
+            await health.Check(request, timeout=5)
+            rec.record(time.perf_counter() - max(t, due))
+        except grpc.aio.AioRpcError as exc:
+            rec.record_error(exc.code().name)
+        n += 1
+    return rec

@@ -34,7 +34,7 @@ import time
 from collections.abc import Mapping, Sequence
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2_grpc
 from loom.v1 import templates_pb2, templates_pb2_grpc
 
 from loadtest.corpora.email_corpus import build_corpus
@@ -47,11 +47,12 @@ from loadtest.workloads._templates_parts import (
     juicer_batch,
     owns,
     pairwise_quality,
+    probe_health,
     settle,
-    stats,
     submit_all,
     templates_reaching_k,
     to_proto,
+    until_processed,
 )
 from server.templates.schemes import SchemeParams
 
@@ -103,51 +104,6 @@ def _env(args: argparse.Namespace, extra: Mapping[str, str]) -> dict[str, str]:
     return env
 
 
-async def _until_processed(
-    stub: templates_pb2_grpc.TemplateInductionStub, sending: asyncio.Task[tuple[int, int]], n: int
-) -> float:
-    """Seconds until all `n` emails went through the I/O stage (Algorithm 2's check).
-
-    Formations still queued then are the second stage's backlog, reported apart
-    (``formations_drained_s``), as the paper's throughput counts emails clustered.
-    """
-    t0 = time.perf_counter()
-    while True:
-        st = await stats(stub)
-        through = st.processed + st.failed + st.dropped_io
-        if sending.done() and through >= n and st.cpu_queue_depth == st.io_queue_depth == 0:
-            return time.perf_counter() - t0
-        await asyncio.sleep(0.02)
-
-
-async def _probe_health(
-    health: health_pb2_grpc.HealthStub,
-    rate: float,
-    *,
-    seconds: float | None = None,
-    stop: asyncio.Event | None = None,
-    rec: LatencyRecorder | None = None,
-) -> LatencyRecorder:
-    """Health checks at `rate`/s for `seconds` (or until `stop`), latencies recorded."""
-    rec = LatencyRecorder() if rec is None else rec  # an empty recorder is falsy
-    request = health_pb2.HealthCheckRequest(service="loom.v1.TemplateInduction")
-    start = time.perf_counter()
-    n = 0
-    while (seconds is None or time.perf_counter() - start < seconds) and not (
-        stop and stop.is_set()
-    ):
-        due = start + n / rate
-        await asyncio.sleep(max(0.0, due - time.perf_counter()))
-        t = time.perf_counter()
-        try:
-            await health.Check(request, timeout=5)
-            rec.record(time.perf_counter() - max(t, due))
-        except grpc.aio.AioRpcError as exc:
-            rec.record_error(exc.code().name)
-        n += 1
-    return rec
-
-
 def _protos(emails: Sequence[SyntheticEmail]) -> list[templates_pb2.Email]:
     return [to_proto(e.email_id, e.sender, e.recipient, e.subject, e.html) for e in emails]
 
@@ -172,15 +128,15 @@ async def _end_to_end(
     ):
         stub = templates_pb2_grpc.TemplateInductionStub(channel)
         health = health_pb2_grpc.HealthStub(channel)
-        idle = await _probe_health(health, args.probe_rate, seconds=3.0)
+        idle = await probe_health(health, args.probe_rate, seconds=3.0)
         busy = LatencyRecorder()
         stop = asyncio.Event()
-        prober = asyncio.create_task(_probe_health(health, args.probe_rate, stop=stop, rec=busy))
+        prober = asyncio.create_task(probe_health(health, args.probe_rate, stop=stop, rec=busy))
         t0 = time.perf_counter()
         sending = asyncio.create_task(
             submit_all(stub, protos, batch=args.batch, concurrency=args.callers)
         )
-        wall = await _until_processed(stub, sending, len(protos))
+        wall = await until_processed(stub, sending, len(protos))
         accepted, dropped = await sending
         st = await settle(stub)
         settled = time.perf_counter() - t0
