@@ -14,11 +14,6 @@ from types import ModuleType
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from loom.v1 import (
-    inbox_pb2_grpc,
-    summary_pb2_grpc,
-    templates_pb2_grpc,
-)
 
 from server.config import MethodPolicy, Settings
 from server.runtime.auth import Authenticator
@@ -35,31 +30,14 @@ __all__ = ["SERVICE_NAMES", "LoomServer", "build_server", "check_startup", "serv
 
 _log = get_logger("server")
 
-# Implemented services: each module has SERVICE, POLICIES and mount() (server.runtime.mounting).
+# The services: each module has SERVICE, POLICIES and mount() (server.runtime.mounting).
 MOUNTS = (
     "server.threadweaver.mount",
     "server.summary.mount",
     "server.inbox.mount",
     "server.iterator.mount",
+    "server.templates.mount",
 )
-
-# Contracts published ahead of their implementation: they answer UNIMPLEMENTED.
-PLACEHOLDERS: dict[str, Callable[[grpc.aio.Server], None]] = {
-    "loom.v1.TemplateInduction": lambda s: (
-        templates_pb2_grpc.add_TemplateInductionServicer_to_server(
-            templates_pb2_grpc.TemplateInductionServicer(),  # type: ignore[abstract]
-            s,
-        )
-    ),
-    "loom.v1.Inbox": lambda s: inbox_pb2_grpc.add_InboxServicer_to_server(
-        inbox_pb2_grpc.InboxServicer(),  # type: ignore[abstract]
-        s,
-    ),
-    "loom.v1.Summary": lambda s: summary_pb2_grpc.add_SummaryServicer_to_server(
-        summary_pb2_grpc.SummaryServicer(),  # type: ignore[abstract]
-        s,
-    ),
-}
 
 SERVICE_NAMES = (
     "loom.v1.ThreadWeaver",
@@ -120,21 +98,16 @@ def _tune_runtime(settings: Settings) -> None:
 async def _mount_all(
     server: grpc.aio.Server, settings: Settings, resources: Resources, modules: list[ModuleType]
 ) -> list[Callable[[], Awaitable[None]]]:
-    """Mounts every service (closing what was opened if one fails), then the placeholders."""
+    """Mounts every service (closing what was opened if one fails)."""
     closers: list[Callable[[], Awaitable[None]]] = []
-    mounted = set()
     try:
         for module in modules:
             view = resources.for_service(module.SERVICE)
             closers += (await module.mount(server, settings, view)).closers
-            mounted.add(module.SERVICE)
     except BaseException:
         for close in reversed(closers):
             await close()
         raise
-    for name, register in PLACEHOLDERS.items():
-        if name not in mounted:
-            register(server)
     return closers
 
 

@@ -43,6 +43,11 @@ def _parser() -> argparse.ArgumentParser:
         choices=["sqlite", "cassandra"],
         help="engine of Inbox's state (default sqlite; cassandra reads [cassandra] settings)",
     )
+    s.add_argument(
+        "--templates-store",
+        choices=["sqlite", "bigtable"],
+        help="engine of TemplateInduction's state (default sqlite; bigtable reads [bigtable])",
+    )
     s.add_argument("--log-level", help="debug, info, warning or error")
     s.add_argument("--tls-cert", help="PEM certificate chain: serve TLS (with --tls-key)")
     s.add_argument("--tls-key", help="PEM private key of --tls-cert")
@@ -114,6 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "threadweaver_store": args.threadweaver_store,
             "summary_store": args.summary_store,
             "inbox_store": args.inbox_store,
+            "templates_store": args.templates_store,
         },
     }
     try:

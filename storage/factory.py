@@ -15,6 +15,7 @@ from storage.ports import (
     JobStore,
     SourceLevel,
     SummaryStore,
+    TemplateStore,
     ThreadStore,
     WorkQueue,
 )
@@ -25,6 +26,7 @@ __all__ = [
     "open_iteration_source",
     "open_job_store",
     "open_summary_store",
+    "open_template_store",
     "open_thread_store",
     "open_work_queue",
 ]
@@ -137,3 +139,29 @@ async def open_job_store(settings: EngineSettings) -> JobStore:
 
         return await DynamoDBJobStore.open(settings.dynamodb)
     raise ValueError(f"iterator_state={engine!r} is not supported")
+
+
+async def open_template_store(settings: EngineSettings, *, email_ttl_s: float) -> TemplateStore:
+    """The TemplateStore named by ``storage.templates_store`` (sqlite or bigtable).
+
+    `email_ttl_s` is the TemplateInduction email TTL: Bigtable's max-age GC on the `email`
+    and `user` families, the SQLite adapter's own expiry.
+    """
+    engine = settings.storage.templates_store
+    if engine == "sqlite":
+        from storage.sqlite.templates import SqliteTemplateStore
+
+        # NORMAL, whatever [sqlite] synchronous says: Crusher tolerates losing emails (any
+        # sample of a template's emails forms it) and re-forms templates from fresh ones, so
+        # an fsync per micro-batch buys nothing; WAL still survives a process crash.
+        return await SqliteTemplateStore.open(
+            Path(settings.sqlite.data_dir) / "templates.sqlite3",
+            email_ttl_s=email_ttl_s,
+            synchronous="NORMAL",
+            readers=settings.sqlite.readers,
+        )
+    if engine == "bigtable":
+        from storage.bigtable.templates import BigtableTemplateStore
+
+        return await BigtableTemplateStore.open(settings.bigtable, email_ttl_s=email_ttl_s)
+    raise ValueError(f"templates_store={engine!r} is not supported")

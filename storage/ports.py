@@ -19,6 +19,8 @@ from typing import Literal, Protocol, runtime_checkable
 __all__ = [
     "ChunkRecord",
     "ChunkState",
+    "ClusterCounts",
+    "ClusterWrite",
     "DeliveryRecord",
     "DeliveryState",
     "InboxEntry",
@@ -37,6 +39,7 @@ __all__ = [
     "StoredSummary",
     "SummaryStore",
     "TaskRecord",
+    "TemplateStore",
     "ThreadKey",
     "ThreadStore",
     "UnifiedStats",
@@ -635,4 +638,77 @@ class JobStore(Protocol):
 
     async def close(self) -> None:
         """Releases connections."""
+
+
+# --- TemplateInduction ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterWrite:
+    """Store email `email_id` (opaque `payload`) sent to `user` in cluster row `key`."""
+
+    key: bytes
+    email_id: str
+    user: bytes
+    """A keyed hash of the recipient: the store never sees a recipient id."""
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterCounts:
+    """Algorithm 2's fetch after a store: s, n and t of one row (live cells only)."""
+
+    emails: int
+    """s: emails in the row."""
+    users: int
+    """n: distinct recipients in the row."""
+    template_at_ms: int | None
+    """t: when the row's templates were (last) formed; None when it has none."""
+
+
+@runtime_checkable
+class TemplateStore(Protocol):
+    """Crusher's templates table: one row per cluster key, three column families.
+
+    - ``email``     email id -> opaque payload        expires `email_ttl_s` after its write
+    - ``user``      recipient hash -> (empty)          expires likewise; its size is n
+    - ``template``  the row's encoded templates, their formation time and sender
+
+    Emails and users expire (Bigtable: max-age GC on both families; SQLite: the adapter
+    hides and deletes expired cells), templates do not: a template outlives the emails it
+    was formed from and is re-formed from fresh ones. Writing the same email id or user
+    twice into a row changes nothing but its expiry. The store holds no business rule:
+    k, the row cap and re-formation are the domain's.
+    """
+
+    async def add_emails(self, writes: Sequence[ClusterWrite]) -> dict[bytes, ClusterCounts]:
+        """Stores every write (email and user cells), then returns s, n, t of each row written.
+
+        One call carries a micro-batch of emails and should cost a few round trips.
+        """
+        ...
+
+    async def get_emails(self, key: bytes, limit: int) -> list[bytes]:
+        """Payloads of up to `limit` live emails of row `key` (any order)."""
+        ...
+
+    async def put_templates(self, key: bytes, data: bytes, sender: str, formed_at_ms: int) -> None:
+        """Replaces row `key`'s templates with `data` (formed at `formed_at_ms`)."""
+        ...
+
+    async def get_templates(self, keys: Sequence[bytes]) -> dict[bytes, bytes]:
+        """The encoded templates of each row that has any (rows without are left out)."""
+        ...
+
+    async def list_templates(
+        self, after: bytes | None, limit: int, sender: str | None
+    ) -> list[tuple[bytes, bytes]]:
+        """Up to `limit` (key, templates) rows with templates, in key order after `after`.
+
+        With `sender`, only rows whose templates belong to that sender.
+        """
+        ...
+
+    async def close(self) -> None:
+        """Releases connections and threads."""
         ...

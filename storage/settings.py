@@ -112,6 +112,8 @@ class StorageSettings:
     """The Iterator's work queues: sqlite (durable, embedded) or sqs."""
     iterator_state: StoreName = "sqlite"
     """The Iterator's jobs, markers, counters and chunk ledger: sqlite or dynamodb."""
+    templates_store: StoreName = "sqlite"
+    """sqlite or bigtable."""
 
 
 class EngineSettings(Protocol):

@@ -137,7 +137,6 @@ async def loom_process(
     plus `env`. Health is polled over TLS when `credentials` are given.
     """
     port = port or free_port()
-    tmp.mkdir(parents=True, exist_ok=True)
     log = tmp / f"loom-{port}.log"
     SERVER_LOGS.append(log)
     base = {k: v for k, v in os.environ.items() if not k.startswith("LOOM_")}
@@ -173,6 +172,7 @@ async def loom_process(
 
 
 def _spawn(command: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as sink:  # O_APPEND: every worker process's lines land whole
         return subprocess.Popen(command, stdout=sink, stderr=sink, env=env)
 

@@ -29,7 +29,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from google.api_core import exceptions as gexc
@@ -298,6 +298,7 @@ async def read_row_cells(
     qualifier_prefix: bytes | None = None,
     qualifier_regex: bytes | None = None,
     strip_values: bool = False,
+    min_timestamp_micros: int | None = None,
 ) -> AsyncIterator[tuple[bytes, bytes]]:
     """Yields (qualifier, value) of one row's family in qualifier order, page by page.
 
@@ -305,7 +306,8 @@ async def read_row_cells(
     cells-per-row limit sized from the cells seen so far, so one response stays well under
     the emulator's 4 MiB limit even for a row with 100K cells; stops after `limit` cells.
     `qualifier_prefix` is a column range (the server seeks to it); `qualifier_regex` is a
-    full-match RE2 filter the server evaluates on every cell.
+    full-match RE2 filter the server evaluates on every cell; `min_timestamp_micros` hides
+    older cells (a TTL that GC has not applied yet).
     """
     remaining = limit
     start, inclusive = qualifier_prefix, True
@@ -326,6 +328,8 @@ async def read_row_cells(
             )
         if qualifier_regex is not None:
             chain.append(rf.ColumnQualifierRegexFilter(qualifier_regex))
+        if min_timestamp_micros is not None:
+            chain.append(rf.TimestampRangeFilter(start=_micros_time(min_timestamp_micros)))
         chain.append(rf.CellsColumnLimitFilter(1))
         if strip_values:
             chain.append(rf.StripValueTransformerFilter(True))
@@ -343,6 +347,10 @@ async def read_row_cells(
         if remaining is not None:
             remaining -= len(cells)
         page = max(256, min(50_000, _RESPONSE_BUDGET // (widest + len(row_key) + 64)))
+
+
+def _micros_time(micros: int) -> datetime:
+    return datetime.fromtimestamp(micros / 1_000_000, tz=UTC)
 
 
 def _prefix_end(prefix: bytes) -> bytes | None:

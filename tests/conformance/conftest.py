@@ -8,7 +8,14 @@ from pathlib import Path
 import pytest
 
 from storage import factory
-from storage.ports import InboxStore, JobStore, SummaryStore, ThreadStore, WorkQueue
+from storage.ports import (
+    InboxStore,
+    JobStore,
+    SummaryStore,
+    TemplateStore,
+    ThreadStore,
+    WorkQueue,
+)
 from tests.conftest import selected_engines
 from tests.engines import settings_for
 
@@ -18,6 +25,8 @@ INBOX_ENGINES = ("sqlite", "cassandra")
 SOURCE_ENGINES = ("sqlite", "postgres", "mariadb")
 QUEUE_ENGINES = ("sqlite", "sqs")
 JOB_STATE_ENGINES = ("sqlite", "dynamodb")
+TEMPLATE_ENGINES = ("sqlite", "bigtable")
+TEMPLATE_TTL_S = 2.0
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -27,6 +36,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "summary_engine" in metafunc.fixturenames:
         engines = selected_engines(metafunc.config, SUMMARY_ENGINES)
         metafunc.parametrize("summary_engine", engines, ids=engines)
+    if "template_engine" in metafunc.fixturenames:
+        engines = selected_engines(metafunc.config, TEMPLATE_ENGINES)
+        metafunc.parametrize("template_engine", engines, ids=engines)
     if "inbox_engine" in metafunc.fixturenames:
         engines = selected_engines(metafunc.config, INBOX_ENGINES)
         metafunc.parametrize("inbox_engine", engines, ids=engines)
@@ -89,6 +101,17 @@ async def job_store(job_state_engine: str, tmp_path: Path) -> AsyncIterator[JobS
     """An Iterator JobStore on `job_state_engine` with no jobs (fresh prefix / file)."""
     settings = settings_for(job_state_engine, tmp_path, iterator_state=job_state_engine)
     store = await factory.open_job_store(settings)
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+@pytest.fixture
+async def template_store(template_engine: str, tmp_path: Path) -> AsyncIterator[TemplateStore]:
+    """A TemplateStore on `template_engine`, empty, whose emails expire after 2 s."""
+    settings = settings_for(template_engine, tmp_path, templates_store=template_engine)
+    store = await factory.open_template_store(settings, email_ttl_s=TEMPLATE_TTL_S)
     try:
         yield store
     finally:

@@ -140,11 +140,15 @@ class TestGrpcurl:
         assert "InvalidArgument" in out.stderr
         assert "message.gid" in out.stderr
 
-    def test_unimplemented_services_say_so(self, served: str) -> None:
-        """A contract published ahead of its service answers UNIMPLEMENTED."""
-        out = run("-d", "{}", served, "loom.v1.TemplateInduction/GetTemplate")
+    def test_templates_answer_through_grpcurl(self, served: str) -> None:
+        """TemplateInduction is served: an unknown template is NOT_FOUND, and the induction
+        statistics come back as JSON."""
+        out = run("-d", '{"templateId": "nope"}', served, "loom.v1.TemplateInduction/GetTemplate")
         assert out.returncode != 0
-        assert "Unimplemented" in out.stderr
+        assert "NotFound" in out.stderr
+        out = run("-d", "{}", served, "loom.v1.TemplateInduction/GetInductionStats")
+        assert out.returncode == 0, out.stderr
+        json.loads(out.stdout)
 
     def test_iterator_answers_through_grpcurl(self, served: str) -> None:
         """The Iterator is served: a scope that names nothing is NOT_FOUND, a bad job id is

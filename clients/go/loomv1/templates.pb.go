@@ -22,18 +22,19 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// One email. Its body is never logged.
+// One email. Its body is never logged, returned or counted by content.
 type Email struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Caller's id of the email.
+	// Caller's id of the email (1..512 bytes); resubmitting an id is idempotent.
 	EmailId string `protobuf:"bytes,1,opt,name=email_id,json=emailId,proto3" json:"email_id,omitempty"`
-	// Sender address.
+	// Sender address (1..512 bytes).
 	Sender string `protobuf:"bytes,2,opt,name=sender,proto3" json:"sender,omitempty"`
-	// Opaque id of the recipient (templates need k distinct recipients).
+	// Opaque id of the recipient (templates need k distinct recipients); only
+	// a keyed hash of it is ever stored.
 	RecipientId string `protobuf:"bytes,3,opt,name=recipient_id,json=recipientId,proto3" json:"recipient_id,omitempty"`
-	// Subject line.
+	// Subject line (at most 998 bytes).
 	Subject string `protobuf:"bytes,4,opt,name=subject,proto3" json:"subject,omitempty"`
-	// HTML body.
+	// HTML body (at most [templates] max_body_bytes; malformed HTML is fine).
 	HtmlBody string `protobuf:"bytes,5,opt,name=html_body,json=htmlBody,proto3" json:"html_body,omitempty"`
 	// When the email was received.
 	ReceivedAt    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=received_at,json=receivedAt,proto3" json:"received_at,omitempty"`
@@ -116,7 +117,7 @@ func (x *Email) GetReceivedAt() *timestamppb.Timestamp {
 // The request of SubmitEmails.
 type SubmitEmailsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Emails to queue.
+	// Emails to queue (1..[templates] max_batch).
 	Emails        []*Email `protobuf:"bytes,1,rep,name=emails,proto3" json:"emails,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -162,10 +163,14 @@ func (x *SubmitEmailsRequest) GetEmails() []*Email {
 // The response of SubmitEmails.
 type SubmitEmailsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Emails queued.
+	// Emails queued for induction.
 	Accepted int32 `protobuf:"varint,1,opt,name=accepted,proto3" json:"accepted,omitempty"`
-	// Emails refused because the queue was full.
-	Dropped       int32 `protobuf:"varint,2,opt,name=dropped,proto3" json:"dropped,omitempty"`
+	// Emails refused because the CPU stage's queue was full (admission control).
+	// Admission stops at the first refusal, so the dropped emails are the last
+	// `dropped` distinct emails of the request: a producer may resend that tail.
+	Dropped int32 `protobuf:"varint,2,opt,name=dropped,proto3" json:"dropped,omitempty"`
+	// Emails whose email_id repeated an earlier one of this request (queued once).
+	Duplicates    int32 `protobuf:"varint,3,opt,name=duplicates,proto3" json:"duplicates,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -210,6 +215,13 @@ func (x *SubmitEmailsResponse) GetAccepted() int32 {
 func (x *SubmitEmailsResponse) GetDropped() int32 {
 	if x != nil {
 		return x.Dropped
+	}
+	return 0
+}
+
+func (x *SubmitEmailsResponse) GetDuplicates() int32 {
+	if x != nil {
+		return x.Duplicates
 	}
 	return 0
 }
@@ -266,7 +278,13 @@ type ExtractedField struct {
 	// The field's XPath in the template.
 	Xpath string `protobuf:"bytes,1,opt,name=xpath,proto3" json:"xpath,omitempty"`
 	// This email's value.
-	Value         string `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	Value string `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	// The rule's type: date, money, number, id, url, email, name or text.
+	Type string `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
+	// The value normalised by type: ISO 8601 for a date (read with the
+	// template's date format when ambiguous), a plain decimal for money and
+	// numbers; empty when it does not parse.
+	Normalized    string `protobuf:"bytes,4,opt,name=normalized,proto3" json:"normalized,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -315,18 +333,33 @@ func (x *ExtractedField) GetValue() string {
 	return ""
 }
 
+func (x *ExtractedField) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *ExtractedField) GetNormalized() string {
+	if x != nil {
+		return x.Normalized
+	}
+	return ""
+}
+
 // The response of AnnotateEmail.
 type AnnotateEmailResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The matching template; empty when none has formed yet.
 	TemplateId string `protobuf:"bytes,1,opt,name=template_id,json=templateId,proto3" json:"template_id,omitempty"`
-	// The email's three MinHash values over its XPath set.
+	// The email's three MinHash values over its XPath set (the paper's).
 	Fingerprints []uint64 `protobuf:"varint,2,rep,packed,name=fingerprints,proto3" json:"fingerprints,omitempty"`
-	// The template's vertical (e.g. "receipt", "travel"), when known.
+	// The template's vertical (receipt, shipping, travel, bill, account,
+	// newsletter, other), when a template matched.
 	Vertical string `protobuf:"bytes,3,opt,name=vertical,proto3" json:"vertical,omitempty"`
 	// Text that is fixed across the template's emails.
 	FixedText []string `protobuf:"bytes,4,rep,name=fixed_text,json=fixedText,proto3" json:"fixed_text,omitempty"`
-	// The date format the template uses, when one was detected.
+	// The date format the template uses (e.g. "DD/MM/YYYY"), when detected.
 	DateFormat string `protobuf:"bytes,5,opt,name=date_format,json=dateFormat,proto3" json:"date_format,omitempty"`
 	// Values of the template's variable fields in this email.
 	Fields        []*ExtractedField `protobuf:"bytes,6,rep,name=fields,proto3" json:"fields,omitempty"`
@@ -406,32 +439,93 @@ func (x *AnnotateEmailResponse) GetFields() []*ExtractedField {
 	return nil
 }
 
-// An induced template.
+// Where a template's variable field is and what it holds.
+type FieldRule struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The field's XPath (tag names with indices).
+	Xpath string `protobuf:"bytes,1,opt,name=xpath,proto3" json:"xpath,omitempty"`
+	// date, money, number, id, url, email, name or text.
+	Type          string `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FieldRule) Reset() {
+	*x = FieldRule{}
+	mi := &file_loom_v1_templates_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FieldRule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FieldRule) ProtoMessage() {}
+
+func (x *FieldRule) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_templates_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FieldRule.ProtoReflect.Descriptor instead.
+func (*FieldRule) Descriptor() ([]byte, []int) {
+	return file_loom_v1_templates_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *FieldRule) GetXpath() string {
+	if x != nil {
+		return x.Xpath
+	}
+	return ""
+}
+
+func (x *FieldRule) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+// An induced template: only what UDCAs derived from >= k recipients.
 type Template struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Template id.
 	TemplateId string `protobuf:"bytes,1,opt,name=template_id,json=templateId,proto3" json:"template_id,omitempty"`
 	// Sender the template belongs to.
 	Sender string `protobuf:"bytes,2,opt,name=sender,proto3" json:"sender,omitempty"`
-	// The three MinHash values that key it.
+	// The cluster key values that locate it (MinHash values).
 	Fingerprints []uint64 `protobuf:"varint,3,rep,packed,name=fingerprints,proto3" json:"fingerprints,omitempty"`
-	// Distinct recipients seen in its cluster.
+	// Distinct recipients seen in its cluster when it formed (>= k).
 	DistinctRecipients int64 `protobuf:"varint,4,opt,name=distinct_recipients,json=distinctRecipients,proto3" json:"distinct_recipients,omitempty"`
-	// Emails seen in its cluster.
+	// Emails of its cluster when it formed.
 	EmailCount int64 `protobuf:"varint,5,opt,name=email_count,json=emailCount,proto3" json:"email_count,omitempty"`
-	// Vertical, when known.
+	// Vertical (receipt, shipping, travel, bill, account, newsletter, other).
 	Vertical string `protobuf:"bytes,6,opt,name=vertical,proto3" json:"vertical,omitempty"`
 	// Text fixed across its emails.
 	FixedText []string `protobuf:"bytes,7,rep,name=fixed_text,json=fixedText,proto3" json:"fixed_text,omitempty"`
-	// When it formed.
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// When it (last) formed.
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// Date format of its dates, when detected (e.g. "MM/DD/YYYY").
+	DateFormat string `protobuf:"bytes,9,opt,name=date_format,json=dateFormat,proto3" json:"date_format,omitempty"`
+	// Where its variable fields are.
+	FieldRules []*FieldRule `protobuf:"bytes,10,rep,name=field_rules,json=fieldRules,proto3" json:"field_rules,omitempty"`
+	// Clustering scheme that formed it: "loom" or "paper".
+	Scheme        string `protobuf:"bytes,11,opt,name=scheme,proto3" json:"scheme,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Template) Reset() {
 	*x = Template{}
-	mi := &file_loom_v1_templates_proto_msgTypes[6]
+	mi := &file_loom_v1_templates_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -443,7 +537,7 @@ func (x *Template) String() string {
 func (*Template) ProtoMessage() {}
 
 func (x *Template) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_templates_proto_msgTypes[6]
+	mi := &file_loom_v1_templates_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -456,7 +550,7 @@ func (x *Template) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Template.ProtoReflect.Descriptor instead.
 func (*Template) Descriptor() ([]byte, []int) {
-	return file_loom_v1_templates_proto_rawDescGZIP(), []int{6}
+	return file_loom_v1_templates_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Template) GetTemplateId() string {
@@ -515,6 +609,27 @@ func (x *Template) GetCreatedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Template) GetDateFormat() string {
+	if x != nil {
+		return x.DateFormat
+	}
+	return ""
+}
+
+func (x *Template) GetFieldRules() []*FieldRule {
+	if x != nil {
+		return x.FieldRules
+	}
+	return nil
+}
+
+func (x *Template) GetScheme() string {
+	if x != nil {
+		return x.Scheme
+	}
+	return ""
+}
+
 // The request of GetTemplate.
 type GetTemplateRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -526,7 +641,7 @@ type GetTemplateRequest struct {
 
 func (x *GetTemplateRequest) Reset() {
 	*x = GetTemplateRequest{}
-	mi := &file_loom_v1_templates_proto_msgTypes[7]
+	mi := &file_loom_v1_templates_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -538,7 +653,7 @@ func (x *GetTemplateRequest) String() string {
 func (*GetTemplateRequest) ProtoMessage() {}
 
 func (x *GetTemplateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_templates_proto_msgTypes[7]
+	mi := &file_loom_v1_templates_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -551,7 +666,7 @@ func (x *GetTemplateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTemplateRequest.ProtoReflect.Descriptor instead.
 func (*GetTemplateRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_templates_proto_rawDescGZIP(), []int{7}
+	return file_loom_v1_templates_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetTemplateRequest) GetTemplateId() string {
@@ -576,7 +691,7 @@ type ListTemplatesRequest struct {
 
 func (x *ListTemplatesRequest) Reset() {
 	*x = ListTemplatesRequest{}
-	mi := &file_loom_v1_templates_proto_msgTypes[8]
+	mi := &file_loom_v1_templates_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -588,7 +703,7 @@ func (x *ListTemplatesRequest) String() string {
 func (*ListTemplatesRequest) ProtoMessage() {}
 
 func (x *ListTemplatesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_templates_proto_msgTypes[8]
+	mi := &file_loom_v1_templates_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -601,7 +716,7 @@ func (x *ListTemplatesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTemplatesRequest.ProtoReflect.Descriptor instead.
 func (*ListTemplatesRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_templates_proto_rawDescGZIP(), []int{8}
+	return file_loom_v1_templates_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListTemplatesRequest) GetSender() string {
@@ -628,7 +743,7 @@ func (x *ListTemplatesRequest) GetPageToken() string {
 // The response of ListTemplates.
 type ListTemplatesResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Templates, newest first.
+	// Templates in template id order.
 	Templates []*Template `protobuf:"bytes,1,rep,name=templates,proto3" json:"templates,omitempty"`
 	// Token of the next page; empty on the last page.
 	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
@@ -638,7 +753,7 @@ type ListTemplatesResponse struct {
 
 func (x *ListTemplatesResponse) Reset() {
 	*x = ListTemplatesResponse{}
-	mi := &file_loom_v1_templates_proto_msgTypes[9]
+	mi := &file_loom_v1_templates_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -650,7 +765,7 @@ func (x *ListTemplatesResponse) String() string {
 func (*ListTemplatesResponse) ProtoMessage() {}
 
 func (x *ListTemplatesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_templates_proto_msgTypes[9]
+	mi := &file_loom_v1_templates_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -663,7 +778,7 @@ func (x *ListTemplatesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTemplatesResponse.ProtoReflect.Descriptor instead.
 func (*ListTemplatesResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_templates_proto_rawDescGZIP(), []int{9}
+	return file_loom_v1_templates_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListTemplatesResponse) GetTemplates() []*Template {
@@ -680,6 +795,197 @@ func (x *ListTemplatesResponse) GetNextPageToken() string {
 	return ""
 }
 
+// The request of GetInductionStats.
+type GetInductionStatsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetInductionStatsRequest) Reset() {
+	*x = GetInductionStatsRequest{}
+	mi := &file_loom_v1_templates_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetInductionStatsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetInductionStatsRequest) ProtoMessage() {}
+
+func (x *GetInductionStatsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_templates_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetInductionStatsRequest.ProtoReflect.Descriptor instead.
+func (*GetInductionStatsRequest) Descriptor() ([]byte, []int) {
+	return file_loom_v1_templates_proto_rawDescGZIP(), []int{11}
+}
+
+// Counters since the server started (this process only).
+type InductionStats struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Emails admitted by SubmitEmails.
+	Accepted int64 `protobuf:"varint,1,opt,name=accepted,proto3" json:"accepted,omitempty"`
+	// Emails dropped at the CPU stage's door (its queue was full).
+	DroppedCpu int64 `protobuf:"varint,2,opt,name=dropped_cpu,json=droppedCpu,proto3" json:"dropped_cpu,omitempty"`
+	// Emails dropped at the I/O stage's door (its queue was full).
+	DroppedIo int64 `protobuf:"varint,3,opt,name=dropped_io,json=droppedIo,proto3" json:"dropped_io,omitempty"`
+	// Formations not queued because the formation queue was full (retried later).
+	DroppedFormations int64 `protobuf:"varint,4,opt,name=dropped_formations,json=droppedFormations,proto3" json:"dropped_formations,omitempty"`
+	// Emails fingerprinted by the CPU stage.
+	Fingerprinted int64 `protobuf:"varint,5,opt,name=fingerprinted,proto3" json:"fingerprinted,omitempty"`
+	// Emails through the I/O stage (stored, or skipped as full).
+	Processed int64 `protobuf:"varint,6,opt,name=processed,proto3" json:"processed,omitempty"`
+	// Emails skipped because their cluster was in the full-template cache.
+	SkippedFull int64 `protobuf:"varint,7,opt,name=skipped_full,json=skippedFull,proto3" json:"skipped_full,omitempty"`
+	// Template formations run (including re-formations).
+	Formations int64 `protobuf:"varint,8,opt,name=formations,proto3" json:"formations,omitempty"`
+	// Templates formed for the first time.
+	TemplatesFormed int64 `protobuf:"varint,9,opt,name=templates_formed,json=templatesFormed,proto3" json:"templates_formed,omitempty"`
+	// Emails whose parse or store failed (counted, never logged with content).
+	Failed int64 `protobuf:"varint,10,opt,name=failed,proto3" json:"failed,omitempty"`
+	// Emails waiting for the CPU stage now.
+	CpuQueueDepth int64 `protobuf:"varint,11,opt,name=cpu_queue_depth,json=cpuQueueDepth,proto3" json:"cpu_queue_depth,omitempty"`
+	// Emails waiting for the I/O stage now.
+	IoQueueDepth int64 `protobuf:"varint,12,opt,name=io_queue_depth,json=ioQueueDepth,proto3" json:"io_queue_depth,omitempty"`
+	// Formations waiting now (queued, or deferred by the re-formation interval).
+	FormationQueueDepth int64 `protobuf:"varint,13,opt,name=formation_queue_depth,json=formationQueueDepth,proto3" json:"formation_queue_depth,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *InductionStats) Reset() {
+	*x = InductionStats{}
+	mi := &file_loom_v1_templates_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InductionStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InductionStats) ProtoMessage() {}
+
+func (x *InductionStats) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_templates_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InductionStats.ProtoReflect.Descriptor instead.
+func (*InductionStats) Descriptor() ([]byte, []int) {
+	return file_loom_v1_templates_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *InductionStats) GetAccepted() int64 {
+	if x != nil {
+		return x.Accepted
+	}
+	return 0
+}
+
+func (x *InductionStats) GetDroppedCpu() int64 {
+	if x != nil {
+		return x.DroppedCpu
+	}
+	return 0
+}
+
+func (x *InductionStats) GetDroppedIo() int64 {
+	if x != nil {
+		return x.DroppedIo
+	}
+	return 0
+}
+
+func (x *InductionStats) GetDroppedFormations() int64 {
+	if x != nil {
+		return x.DroppedFormations
+	}
+	return 0
+}
+
+func (x *InductionStats) GetFingerprinted() int64 {
+	if x != nil {
+		return x.Fingerprinted
+	}
+	return 0
+}
+
+func (x *InductionStats) GetProcessed() int64 {
+	if x != nil {
+		return x.Processed
+	}
+	return 0
+}
+
+func (x *InductionStats) GetSkippedFull() int64 {
+	if x != nil {
+		return x.SkippedFull
+	}
+	return 0
+}
+
+func (x *InductionStats) GetFormations() int64 {
+	if x != nil {
+		return x.Formations
+	}
+	return 0
+}
+
+func (x *InductionStats) GetTemplatesFormed() int64 {
+	if x != nil {
+		return x.TemplatesFormed
+	}
+	return 0
+}
+
+func (x *InductionStats) GetFailed() int64 {
+	if x != nil {
+		return x.Failed
+	}
+	return 0
+}
+
+func (x *InductionStats) GetCpuQueueDepth() int64 {
+	if x != nil {
+		return x.CpuQueueDepth
+	}
+	return 0
+}
+
+func (x *InductionStats) GetIoQueueDepth() int64 {
+	if x != nil {
+		return x.IoQueueDepth
+	}
+	return 0
+}
+
+func (x *InductionStats) GetFormationQueueDepth() int64 {
+	if x != nil {
+		return x.FormationQueueDepth
+	}
+	return 0
+}
+
 var File_loom_v1_templates_proto protoreflect.FileDescriptor
 
 const file_loom_v1_templates_proto_rawDesc = "" +
@@ -694,15 +1000,22 @@ const file_loom_v1_templates_proto_rawDesc = "" +
 	"\vreceived_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"receivedAt\"=\n" +
 	"\x13SubmitEmailsRequest\x12&\n" +
-	"\x06emails\x18\x01 \x03(\v2\x0e.loom.v1.EmailR\x06emails\"L\n" +
+	"\x06emails\x18\x01 \x03(\v2\x0e.loom.v1.EmailR\x06emails\"l\n" +
 	"\x14SubmitEmailsResponse\x12\x1a\n" +
 	"\baccepted\x18\x01 \x01(\x05R\baccepted\x12\x18\n" +
-	"\adropped\x18\x02 \x01(\x05R\adropped\"<\n" +
+	"\adropped\x18\x02 \x01(\x05R\adropped\x12\x1e\n" +
+	"\n" +
+	"duplicates\x18\x03 \x01(\x05R\n" +
+	"duplicates\"<\n" +
 	"\x14AnnotateEmailRequest\x12$\n" +
-	"\x05email\x18\x01 \x01(\v2\x0e.loom.v1.EmailR\x05email\"<\n" +
+	"\x05email\x18\x01 \x01(\v2\x0e.loom.v1.EmailR\x05email\"p\n" +
 	"\x0eExtractedField\x12\x14\n" +
 	"\x05xpath\x18\x01 \x01(\tR\x05xpath\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value\"\xe9\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\x12\x12\n" +
+	"\x04type\x18\x03 \x01(\tR\x04type\x12\x1e\n" +
+	"\n" +
+	"normalized\x18\x04 \x01(\tR\n" +
+	"normalized\"\xe9\x01\n" +
 	"\x15AnnotateEmailResponse\x12\x1f\n" +
 	"\vtemplate_id\x18\x01 \x01(\tR\n" +
 	"templateId\x12\"\n" +
@@ -712,7 +1025,10 @@ const file_loom_v1_templates_proto_rawDesc = "" +
 	"fixed_text\x18\x04 \x03(\tR\tfixedText\x12\x1f\n" +
 	"\vdate_format\x18\x05 \x01(\tR\n" +
 	"dateFormat\x12/\n" +
-	"\x06fields\x18\x06 \x03(\v2\x17.loom.v1.ExtractedFieldR\x06fields\"\xaf\x02\n" +
+	"\x06fields\x18\x06 \x03(\v2\x17.loom.v1.ExtractedFieldR\x06fields\"5\n" +
+	"\tFieldRule\x12\x14\n" +
+	"\x05xpath\x18\x01 \x01(\tR\x05xpath\x12\x12\n" +
+	"\x04type\x18\x02 \x01(\tR\x04type\"\x9d\x03\n" +
 	"\bTemplate\x12\x1f\n" +
 	"\vtemplate_id\x18\x01 \x01(\tR\n" +
 	"templateId\x12\x16\n" +
@@ -725,7 +1041,13 @@ const file_loom_v1_templates_proto_rawDesc = "" +
 	"\n" +
 	"fixed_text\x18\a \x03(\tR\tfixedText\x129\n" +
 	"\n" +
-	"created_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"5\n" +
+	"created_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x1f\n" +
+	"\vdate_format\x18\t \x01(\tR\n" +
+	"dateFormat\x123\n" +
+	"\vfield_rules\x18\n" +
+	" \x03(\v2\x12.loom.v1.FieldRuleR\n" +
+	"fieldRules\x12\x16\n" +
+	"\x06scheme\x18\v \x01(\tR\x06scheme\"5\n" +
 	"\x12GetTemplateRequest\x12\x1f\n" +
 	"\vtemplate_id\x18\x01 \x01(\tR\n" +
 	"templateId\"j\n" +
@@ -736,12 +1058,33 @@ const file_loom_v1_templates_proto_rawDesc = "" +
 	"page_token\x18\x03 \x01(\tR\tpageToken\"p\n" +
 	"\x15ListTemplatesResponse\x12/\n" +
 	"\ttemplates\x18\x01 \x03(\v2\x11.loom.v1.TemplateR\ttemplates\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken2\xbf\x02\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x1a\n" +
+	"\x18GetInductionStatsRequest\"\xe7\x03\n" +
+	"\x0eInductionStats\x12\x1a\n" +
+	"\baccepted\x18\x01 \x01(\x03R\baccepted\x12\x1f\n" +
+	"\vdropped_cpu\x18\x02 \x01(\x03R\n" +
+	"droppedCpu\x12\x1d\n" +
+	"\n" +
+	"dropped_io\x18\x03 \x01(\x03R\tdroppedIo\x12-\n" +
+	"\x12dropped_formations\x18\x04 \x01(\x03R\x11droppedFormations\x12$\n" +
+	"\rfingerprinted\x18\x05 \x01(\x03R\rfingerprinted\x12\x1c\n" +
+	"\tprocessed\x18\x06 \x01(\x03R\tprocessed\x12!\n" +
+	"\fskipped_full\x18\a \x01(\x03R\vskippedFull\x12\x1e\n" +
+	"\n" +
+	"formations\x18\b \x01(\x03R\n" +
+	"formations\x12)\n" +
+	"\x10templates_formed\x18\t \x01(\x03R\x0ftemplatesFormed\x12\x16\n" +
+	"\x06failed\x18\n" +
+	" \x01(\x03R\x06failed\x12&\n" +
+	"\x0fcpu_queue_depth\x18\v \x01(\x03R\rcpuQueueDepth\x12$\n" +
+	"\x0eio_queue_depth\x18\f \x01(\x03R\fioQueueDepth\x122\n" +
+	"\x15formation_queue_depth\x18\r \x01(\x03R\x13formationQueueDepth2\x90\x03\n" +
 	"\x11TemplateInduction\x12K\n" +
 	"\fSubmitEmails\x12\x1c.loom.v1.SubmitEmailsRequest\x1a\x1d.loom.v1.SubmitEmailsResponse\x12N\n" +
 	"\rAnnotateEmail\x12\x1d.loom.v1.AnnotateEmailRequest\x1a\x1e.loom.v1.AnnotateEmailResponse\x12=\n" +
 	"\vGetTemplate\x12\x1b.loom.v1.GetTemplateRequest\x1a\x11.loom.v1.Template\x12N\n" +
-	"\rListTemplates\x12\x1d.loom.v1.ListTemplatesRequest\x1a\x1e.loom.v1.ListTemplatesResponseB/Z-github.com/loom/loom/clients/go/loomv1;loomv1b\x06proto3"
+	"\rListTemplates\x12\x1d.loom.v1.ListTemplatesRequest\x1a\x1e.loom.v1.ListTemplatesResponse\x12O\n" +
+	"\x11GetInductionStats\x12!.loom.v1.GetInductionStatsRequest\x1a\x17.loom.v1.InductionStatsB/Z-github.com/loom/loom/clients/go/loomv1;loomv1b\x06proto3"
 
 var (
 	file_loom_v1_templates_proto_rawDescOnce sync.Once
@@ -755,40 +1098,46 @@ func file_loom_v1_templates_proto_rawDescGZIP() []byte {
 	return file_loom_v1_templates_proto_rawDescData
 }
 
-var file_loom_v1_templates_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_loom_v1_templates_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_loom_v1_templates_proto_goTypes = []any{
-	(*Email)(nil),                 // 0: loom.v1.Email
-	(*SubmitEmailsRequest)(nil),   // 1: loom.v1.SubmitEmailsRequest
-	(*SubmitEmailsResponse)(nil),  // 2: loom.v1.SubmitEmailsResponse
-	(*AnnotateEmailRequest)(nil),  // 3: loom.v1.AnnotateEmailRequest
-	(*ExtractedField)(nil),        // 4: loom.v1.ExtractedField
-	(*AnnotateEmailResponse)(nil), // 5: loom.v1.AnnotateEmailResponse
-	(*Template)(nil),              // 6: loom.v1.Template
-	(*GetTemplateRequest)(nil),    // 7: loom.v1.GetTemplateRequest
-	(*ListTemplatesRequest)(nil),  // 8: loom.v1.ListTemplatesRequest
-	(*ListTemplatesResponse)(nil), // 9: loom.v1.ListTemplatesResponse
-	(*timestamppb.Timestamp)(nil), // 10: google.protobuf.Timestamp
+	(*Email)(nil),                    // 0: loom.v1.Email
+	(*SubmitEmailsRequest)(nil),      // 1: loom.v1.SubmitEmailsRequest
+	(*SubmitEmailsResponse)(nil),     // 2: loom.v1.SubmitEmailsResponse
+	(*AnnotateEmailRequest)(nil),     // 3: loom.v1.AnnotateEmailRequest
+	(*ExtractedField)(nil),           // 4: loom.v1.ExtractedField
+	(*AnnotateEmailResponse)(nil),    // 5: loom.v1.AnnotateEmailResponse
+	(*FieldRule)(nil),                // 6: loom.v1.FieldRule
+	(*Template)(nil),                 // 7: loom.v1.Template
+	(*GetTemplateRequest)(nil),       // 8: loom.v1.GetTemplateRequest
+	(*ListTemplatesRequest)(nil),     // 9: loom.v1.ListTemplatesRequest
+	(*ListTemplatesResponse)(nil),    // 10: loom.v1.ListTemplatesResponse
+	(*GetInductionStatsRequest)(nil), // 11: loom.v1.GetInductionStatsRequest
+	(*InductionStats)(nil),           // 12: loom.v1.InductionStats
+	(*timestamppb.Timestamp)(nil),    // 13: google.protobuf.Timestamp
 }
 var file_loom_v1_templates_proto_depIdxs = []int32{
-	10, // 0: loom.v1.Email.received_at:type_name -> google.protobuf.Timestamp
+	13, // 0: loom.v1.Email.received_at:type_name -> google.protobuf.Timestamp
 	0,  // 1: loom.v1.SubmitEmailsRequest.emails:type_name -> loom.v1.Email
 	0,  // 2: loom.v1.AnnotateEmailRequest.email:type_name -> loom.v1.Email
 	4,  // 3: loom.v1.AnnotateEmailResponse.fields:type_name -> loom.v1.ExtractedField
-	10, // 4: loom.v1.Template.created_at:type_name -> google.protobuf.Timestamp
-	6,  // 5: loom.v1.ListTemplatesResponse.templates:type_name -> loom.v1.Template
-	1,  // 6: loom.v1.TemplateInduction.SubmitEmails:input_type -> loom.v1.SubmitEmailsRequest
-	3,  // 7: loom.v1.TemplateInduction.AnnotateEmail:input_type -> loom.v1.AnnotateEmailRequest
-	7,  // 8: loom.v1.TemplateInduction.GetTemplate:input_type -> loom.v1.GetTemplateRequest
-	8,  // 9: loom.v1.TemplateInduction.ListTemplates:input_type -> loom.v1.ListTemplatesRequest
-	2,  // 10: loom.v1.TemplateInduction.SubmitEmails:output_type -> loom.v1.SubmitEmailsResponse
-	5,  // 11: loom.v1.TemplateInduction.AnnotateEmail:output_type -> loom.v1.AnnotateEmailResponse
-	6,  // 12: loom.v1.TemplateInduction.GetTemplate:output_type -> loom.v1.Template
-	9,  // 13: loom.v1.TemplateInduction.ListTemplates:output_type -> loom.v1.ListTemplatesResponse
-	10, // [10:14] is the sub-list for method output_type
-	6,  // [6:10] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	13, // 4: loom.v1.Template.created_at:type_name -> google.protobuf.Timestamp
+	6,  // 5: loom.v1.Template.field_rules:type_name -> loom.v1.FieldRule
+	7,  // 6: loom.v1.ListTemplatesResponse.templates:type_name -> loom.v1.Template
+	1,  // 7: loom.v1.TemplateInduction.SubmitEmails:input_type -> loom.v1.SubmitEmailsRequest
+	3,  // 8: loom.v1.TemplateInduction.AnnotateEmail:input_type -> loom.v1.AnnotateEmailRequest
+	8,  // 9: loom.v1.TemplateInduction.GetTemplate:input_type -> loom.v1.GetTemplateRequest
+	9,  // 10: loom.v1.TemplateInduction.ListTemplates:input_type -> loom.v1.ListTemplatesRequest
+	11, // 11: loom.v1.TemplateInduction.GetInductionStats:input_type -> loom.v1.GetInductionStatsRequest
+	2,  // 12: loom.v1.TemplateInduction.SubmitEmails:output_type -> loom.v1.SubmitEmailsResponse
+	5,  // 13: loom.v1.TemplateInduction.AnnotateEmail:output_type -> loom.v1.AnnotateEmailResponse
+	7,  // 14: loom.v1.TemplateInduction.GetTemplate:output_type -> loom.v1.Template
+	10, // 15: loom.v1.TemplateInduction.ListTemplates:output_type -> loom.v1.ListTemplatesResponse
+	12, // 16: loom.v1.TemplateInduction.GetInductionStats:output_type -> loom.v1.InductionStats
+	12, // [12:17] is the sub-list for method output_type
+	7,  // [7:12] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_loom_v1_templates_proto_init() }
@@ -802,7 +1151,7 @@ func file_loom_v1_templates_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loom_v1_templates_proto_rawDesc), len(file_loom_v1_templates_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

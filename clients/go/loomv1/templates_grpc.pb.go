@@ -19,10 +19,11 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	TemplateInduction_SubmitEmails_FullMethodName  = "/loom.v1.TemplateInduction/SubmitEmails"
-	TemplateInduction_AnnotateEmail_FullMethodName = "/loom.v1.TemplateInduction/AnnotateEmail"
-	TemplateInduction_GetTemplate_FullMethodName   = "/loom.v1.TemplateInduction/GetTemplate"
-	TemplateInduction_ListTemplates_FullMethodName = "/loom.v1.TemplateInduction/ListTemplates"
+	TemplateInduction_SubmitEmails_FullMethodName      = "/loom.v1.TemplateInduction/SubmitEmails"
+	TemplateInduction_AnnotateEmail_FullMethodName     = "/loom.v1.TemplateInduction/AnnotateEmail"
+	TemplateInduction_GetTemplate_FullMethodName       = "/loom.v1.TemplateInduction/GetTemplate"
+	TemplateInduction_ListTemplates_FullMethodName     = "/loom.v1.TemplateInduction/ListTemplates"
+	TemplateInduction_GetInductionStats_FullMethodName = "/loom.v1.TemplateInduction/GetInductionStats"
 )
 
 // TemplateInductionClient is the client API for TemplateInduction service.
@@ -31,18 +32,24 @@ const (
 //
 // TemplateInduction learns the templates of machine-generated email online
 // (Google's Crusher, VLDB 2019): each email's DOM becomes a set of XPaths,
-// summarised by three MinHash values; a template forms the moment a cluster
-// of structurally equal emails reaches k distinct recipients.
+// summarised by MinHash values; a template forms the moment a cluster of
+// structurally equal emails reaches k distinct recipients. Nothing it returns
+// was derived from fewer than k recipients, and no response, log line or
+// statistic carries an email body or a recipient id.
 type TemplateInductionClient interface {
 	// Queues emails for induction (fire and forget); reports how many were
 	// accepted and how many were dropped by admission control.
 	SubmitEmails(ctx context.Context, in *SubmitEmailsRequest, opts ...grpc.CallOption) (*SubmitEmailsResponse, error)
-	// Fingerprints one email and annotates it with its template, if any.
+	// Fingerprints one email and annotates it with its template, if any, and
+	// this email's values of the template's variable fields.
 	AnnotateEmail(ctx context.Context, in *AnnotateEmailRequest, opts ...grpc.CallOption) (*AnnotateEmailResponse, error)
 	// Returns one template. NOT_FOUND when unknown.
 	GetTemplate(ctx context.Context, in *GetTemplateRequest, opts ...grpc.CallOption) (*Template, error)
-	// Lists templates, newest first.
+	// Lists templates in template id order, one page at a time.
 	ListTemplates(ctx context.Context, in *ListTemplatesRequest, opts ...grpc.CallOption) (*ListTemplatesResponse, error)
+	// Counters of the induction pipeline: admitted, dropped, processed,
+	// templates formed, queue depths. Counts only, never content.
+	GetInductionStats(ctx context.Context, in *GetInductionStatsRequest, opts ...grpc.CallOption) (*InductionStats, error)
 }
 
 type templateInductionClient struct {
@@ -93,24 +100,40 @@ func (c *templateInductionClient) ListTemplates(ctx context.Context, in *ListTem
 	return out, nil
 }
 
+func (c *templateInductionClient) GetInductionStats(ctx context.Context, in *GetInductionStatsRequest, opts ...grpc.CallOption) (*InductionStats, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(InductionStats)
+	err := c.cc.Invoke(ctx, TemplateInduction_GetInductionStats_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TemplateInductionServer is the server API for TemplateInduction service.
 // All implementations must embed UnimplementedTemplateInductionServer
 // for forward compatibility.
 //
 // TemplateInduction learns the templates of machine-generated email online
 // (Google's Crusher, VLDB 2019): each email's DOM becomes a set of XPaths,
-// summarised by three MinHash values; a template forms the moment a cluster
-// of structurally equal emails reaches k distinct recipients.
+// summarised by MinHash values; a template forms the moment a cluster of
+// structurally equal emails reaches k distinct recipients. Nothing it returns
+// was derived from fewer than k recipients, and no response, log line or
+// statistic carries an email body or a recipient id.
 type TemplateInductionServer interface {
 	// Queues emails for induction (fire and forget); reports how many were
 	// accepted and how many were dropped by admission control.
 	SubmitEmails(context.Context, *SubmitEmailsRequest) (*SubmitEmailsResponse, error)
-	// Fingerprints one email and annotates it with its template, if any.
+	// Fingerprints one email and annotates it with its template, if any, and
+	// this email's values of the template's variable fields.
 	AnnotateEmail(context.Context, *AnnotateEmailRequest) (*AnnotateEmailResponse, error)
 	// Returns one template. NOT_FOUND when unknown.
 	GetTemplate(context.Context, *GetTemplateRequest) (*Template, error)
-	// Lists templates, newest first.
+	// Lists templates in template id order, one page at a time.
 	ListTemplates(context.Context, *ListTemplatesRequest) (*ListTemplatesResponse, error)
+	// Counters of the induction pipeline: admitted, dropped, processed,
+	// templates formed, queue depths. Counts only, never content.
+	GetInductionStats(context.Context, *GetInductionStatsRequest) (*InductionStats, error)
 	mustEmbedUnimplementedTemplateInductionServer()
 }
 
@@ -132,6 +155,9 @@ func (UnimplementedTemplateInductionServer) GetTemplate(context.Context, *GetTem
 }
 func (UnimplementedTemplateInductionServer) ListTemplates(context.Context, *ListTemplatesRequest) (*ListTemplatesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListTemplates not implemented")
+}
+func (UnimplementedTemplateInductionServer) GetInductionStats(context.Context, *GetInductionStatsRequest) (*InductionStats, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetInductionStats not implemented")
 }
 func (UnimplementedTemplateInductionServer) mustEmbedUnimplementedTemplateInductionServer() {}
 func (UnimplementedTemplateInductionServer) testEmbeddedByValue()                           {}
@@ -226,6 +252,24 @@ func _TemplateInduction_ListTemplates_Handler(srv interface{}, ctx context.Conte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _TemplateInduction_GetInductionStats_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetInductionStatsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TemplateInductionServer).GetInductionStats(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TemplateInduction_GetInductionStats_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TemplateInductionServer).GetInductionStats(ctx, req.(*GetInductionStatsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // TemplateInduction_ServiceDesc is the grpc.ServiceDesc for TemplateInduction service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -248,6 +292,10 @@ var TemplateInduction_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListTemplates",
 			Handler:    _TemplateInduction_ListTemplates_Handler,
+		},
+		{
+			MethodName: "GetInductionStats",
+			Handler:    _TemplateInduction_GetInductionStats_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

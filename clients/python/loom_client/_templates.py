@@ -61,5 +61,16 @@ class TemplatesClient(ServiceClient):
         metadata: Metadata = (),
         retry: RetryPolicy | None = None,
     ) -> templates_pb2.ListTemplatesResponse:
-        """One page of templates, newest first."""
+        """One page of templates, in template id order."""
         return await self._unary(self._stub.ListTemplates, request, timeout, metadata, retry)
+
+    async def get_induction_stats(
+        self,
+        request: templates_pb2.GetInductionStatsRequest,
+        *,
+        timeout: float | None = None,
+        metadata: Metadata = (),
+        retry: RetryPolicy | None = None,
+    ) -> templates_pb2.InductionStats:
+        """Counters of the induction pipeline (counts only, never content)."""
+        return await self._unary(self._stub.GetInductionStats, request, timeout, metadata, retry)

@@ -21,7 +21,7 @@ DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
 class Email(_message.Message):
-    """One email. Its body is never logged."""
+    """One email. Its body is never logged, returned or counted by content."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -32,15 +32,17 @@ class Email(_message.Message):
     HTML_BODY_FIELD_NUMBER: _builtins.int
     RECEIVED_AT_FIELD_NUMBER: _builtins.int
     email_id: _builtins.str
-    """Caller's id of the email."""
+    """Caller's id of the email (1..512 bytes); resubmitting an id is idempotent."""
     sender: _builtins.str
-    """Sender address."""
+    """Sender address (1..512 bytes)."""
     recipient_id: _builtins.str
-    """Opaque id of the recipient (templates need k distinct recipients)."""
+    """Opaque id of the recipient (templates need k distinct recipients); only
+    a keyed hash of it is ever stored.
+    """
     subject: _builtins.str
-    """Subject line."""
+    """Subject line (at most 998 bytes)."""
     html_body: _builtins.str
-    """HTML body."""
+    """HTML body (at most [templates] max_body_bytes; malformed HTML is fine)."""
     @_builtins.property
     def received_at(self) -> _timestamp_pb2.Timestamp:
         """When the email was received."""
@@ -72,7 +74,7 @@ class SubmitEmailsRequest(_message.Message):
     EMAILS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def emails(self) -> _containers.RepeatedCompositeFieldContainer[Global___Email]:
-        """Emails to queue."""
+        """Emails to queue (1..[templates] max_batch)."""
 
     def __init__(
         self,
@@ -95,19 +97,26 @@ class SubmitEmailsResponse(_message.Message):
 
     ACCEPTED_FIELD_NUMBER: _builtins.int
     DROPPED_FIELD_NUMBER: _builtins.int
+    DUPLICATES_FIELD_NUMBER: _builtins.int
     accepted: _builtins.int
-    """Emails queued."""
+    """Emails queued for induction."""
     dropped: _builtins.int
-    """Emails refused because the queue was full."""
+    """Emails refused because the CPU stage's queue was full (admission control).
+    Admission stops at the first refusal, so the dropped emails are the last
+    `dropped` distinct emails of the request: a producer may resend that tail.
+    """
+    duplicates: _builtins.int
+    """Emails whose email_id repeated an earlier one of this request (queued once)."""
     def __init__(
         self,
         *,
         accepted: _builtins.int = ...,
         dropped: _builtins.int = ...,
+        duplicates: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["accepted", b"accepted", "dropped", b"dropped"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accepted", b"accepted", "dropped", b"dropped", "duplicates", b"duplicates"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -145,19 +154,30 @@ class ExtractedField(_message.Message):
 
     XPATH_FIELD_NUMBER: _builtins.int
     VALUE_FIELD_NUMBER: _builtins.int
+    TYPE_FIELD_NUMBER: _builtins.int
+    NORMALIZED_FIELD_NUMBER: _builtins.int
     xpath: _builtins.str
     """The field's XPath in the template."""
     value: _builtins.str
     """This email's value."""
+    type: _builtins.str
+    """The rule's type: date, money, number, id, url, email, name or text."""
+    normalized: _builtins.str
+    """The value normalised by type: ISO 8601 for a date (read with the
+    template's date format when ambiguous), a plain decimal for money and
+    numbers; empty when it does not parse.
+    """
     def __init__(
         self,
         *,
         xpath: _builtins.str = ...,
         value: _builtins.str = ...,
+        type: _builtins.str = ...,
+        normalized: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["value", b"value", "xpath", b"xpath"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["normalized", b"normalized", "type", b"type", "value", b"value", "xpath", b"xpath"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -178,12 +198,14 @@ class AnnotateEmailResponse(_message.Message):
     template_id: _builtins.str
     """The matching template; empty when none has formed yet."""
     vertical: _builtins.str
-    """The template's vertical (e.g. "receipt", "travel"), when known."""
+    """The template's vertical (receipt, shipping, travel, bill, account,
+    newsletter, other), when a template matched.
+    """
     date_format: _builtins.str
-    """The date format the template uses, when one was detected."""
+    """The date format the template uses (e.g. "DD/MM/YYYY"), when detected."""
     @_builtins.property
     def fingerprints(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
-        """The email's three MinHash values over its XPath set."""
+        """The email's three MinHash values over its XPath set (the paper's)."""
 
     @_builtins.property
     def fixed_text(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
@@ -212,8 +234,34 @@ class AnnotateEmailResponse(_message.Message):
 Global___AnnotateEmailResponse: _TypeAlias = AnnotateEmailResponse  # noqa: Y015
 
 @_typing.final
+class FieldRule(_message.Message):
+    """Where a template's variable field is and what it holds."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    XPATH_FIELD_NUMBER: _builtins.int
+    TYPE_FIELD_NUMBER: _builtins.int
+    xpath: _builtins.str
+    """The field's XPath (tag names with indices)."""
+    type: _builtins.str
+    """date, money, number, id, url, email, name or text."""
+    def __init__(
+        self,
+        *,
+        xpath: _builtins.str = ...,
+        type: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["type", b"type", "xpath", b"xpath"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FieldRule: _TypeAlias = FieldRule  # noqa: Y015
+
+@_typing.final
 class Template(_message.Message):
-    """An induced template."""
+    """An induced template: only what UDCAs derived from >= k recipients."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -225,19 +273,26 @@ class Template(_message.Message):
     VERTICAL_FIELD_NUMBER: _builtins.int
     FIXED_TEXT_FIELD_NUMBER: _builtins.int
     CREATED_AT_FIELD_NUMBER: _builtins.int
+    DATE_FORMAT_FIELD_NUMBER: _builtins.int
+    FIELD_RULES_FIELD_NUMBER: _builtins.int
+    SCHEME_FIELD_NUMBER: _builtins.int
     template_id: _builtins.str
     """Template id."""
     sender: _builtins.str
     """Sender the template belongs to."""
     distinct_recipients: _builtins.int
-    """Distinct recipients seen in its cluster."""
+    """Distinct recipients seen in its cluster when it formed (>= k)."""
     email_count: _builtins.int
-    """Emails seen in its cluster."""
+    """Emails of its cluster when it formed."""
     vertical: _builtins.str
-    """Vertical, when known."""
+    """Vertical (receipt, shipping, travel, bill, account, newsletter, other)."""
+    date_format: _builtins.str
+    """Date format of its dates, when detected (e.g. "MM/DD/YYYY")."""
+    scheme: _builtins.str
+    """Clustering scheme that formed it: "loom" or "paper"."""
     @_builtins.property
     def fingerprints(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
-        """The three MinHash values that key it."""
+        """The cluster key values that locate it (MinHash values)."""
 
     @_builtins.property
     def fixed_text(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
@@ -245,7 +300,11 @@ class Template(_message.Message):
 
     @_builtins.property
     def created_at(self) -> _timestamp_pb2.Timestamp:
-        """When it formed."""
+        """When it (last) formed."""
+
+    @_builtins.property
+    def field_rules(self) -> _containers.RepeatedCompositeFieldContainer[Global___FieldRule]:
+        """Where its variable fields are."""
 
     def __init__(
         self,
@@ -258,10 +317,13 @@ class Template(_message.Message):
         vertical: _builtins.str = ...,
         fixed_text: _abc.Iterable[_builtins.str] | None = ...,
         created_at: _timestamp_pb2.Timestamp | None = ...,
+        date_format: _builtins.str = ...,
+        field_rules: _abc.Iterable[Global___FieldRule] | None = ...,
+        scheme: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "distinct_recipients", b"distinct_recipients", "email_count", b"email_count", "fingerprints", b"fingerprints", "fixed_text", b"fixed_text", "sender", b"sender", "template_id", b"template_id", "vertical", b"vertical"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "date_format", b"date_format", "distinct_recipients", b"distinct_recipients", "email_count", b"email_count", "field_rules", b"field_rules", "fingerprints", b"fingerprints", "fixed_text", b"fixed_text", "scheme", b"scheme", "sender", b"sender", "template_id", b"template_id", "vertical", b"vertical"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -331,7 +393,7 @@ class ListTemplatesResponse(_message.Message):
     """Token of the next page; empty on the last page."""
     @_builtins.property
     def templates(self) -> _containers.RepeatedCompositeFieldContainer[Global___Template]:
-        """Templates, newest first."""
+        """Templates in template id order."""
 
     def __init__(
         self,
@@ -346,3 +408,90 @@ class ListTemplatesResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListTemplatesResponse: _TypeAlias = ListTemplatesResponse  # noqa: Y015
+
+@_typing.final
+class GetInductionStatsRequest(_message.Message):
+    """The request of GetInductionStats."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetInductionStatsRequest: _TypeAlias = GetInductionStatsRequest  # noqa: Y015
+
+@_typing.final
+class InductionStats(_message.Message):
+    """Counters since the server started (this process only)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ACCEPTED_FIELD_NUMBER: _builtins.int
+    DROPPED_CPU_FIELD_NUMBER: _builtins.int
+    DROPPED_IO_FIELD_NUMBER: _builtins.int
+    DROPPED_FORMATIONS_FIELD_NUMBER: _builtins.int
+    FINGERPRINTED_FIELD_NUMBER: _builtins.int
+    PROCESSED_FIELD_NUMBER: _builtins.int
+    SKIPPED_FULL_FIELD_NUMBER: _builtins.int
+    FORMATIONS_FIELD_NUMBER: _builtins.int
+    TEMPLATES_FORMED_FIELD_NUMBER: _builtins.int
+    FAILED_FIELD_NUMBER: _builtins.int
+    CPU_QUEUE_DEPTH_FIELD_NUMBER: _builtins.int
+    IO_QUEUE_DEPTH_FIELD_NUMBER: _builtins.int
+    FORMATION_QUEUE_DEPTH_FIELD_NUMBER: _builtins.int
+    accepted: _builtins.int
+    """Emails admitted by SubmitEmails."""
+    dropped_cpu: _builtins.int
+    """Emails dropped at the CPU stage's door (its queue was full)."""
+    dropped_io: _builtins.int
+    """Emails dropped at the I/O stage's door (its queue was full)."""
+    dropped_formations: _builtins.int
+    """Formations not queued because the formation queue was full (retried later)."""
+    fingerprinted: _builtins.int
+    """Emails fingerprinted by the CPU stage."""
+    processed: _builtins.int
+    """Emails through the I/O stage (stored, or skipped as full)."""
+    skipped_full: _builtins.int
+    """Emails skipped because their cluster was in the full-template cache."""
+    formations: _builtins.int
+    """Template formations run (including re-formations)."""
+    templates_formed: _builtins.int
+    """Templates formed for the first time."""
+    failed: _builtins.int
+    """Emails whose parse or store failed (counted, never logged with content)."""
+    cpu_queue_depth: _builtins.int
+    """Emails waiting for the CPU stage now."""
+    io_queue_depth: _builtins.int
+    """Emails waiting for the I/O stage now."""
+    formation_queue_depth: _builtins.int
+    """Formations waiting now (queued, or deferred by the re-formation interval)."""
+    def __init__(
+        self,
+        *,
+        accepted: _builtins.int = ...,
+        dropped_cpu: _builtins.int = ...,
+        dropped_io: _builtins.int = ...,
+        dropped_formations: _builtins.int = ...,
+        fingerprinted: _builtins.int = ...,
+        processed: _builtins.int = ...,
+        skipped_full: _builtins.int = ...,
+        formations: _builtins.int = ...,
+        templates_formed: _builtins.int = ...,
+        failed: _builtins.int = ...,
+        cpu_queue_depth: _builtins.int = ...,
+        io_queue_depth: _builtins.int = ...,
+        formation_queue_depth: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accepted", b"accepted", "cpu_queue_depth", b"cpu_queue_depth", "dropped_cpu", b"dropped_cpu", "dropped_formations", b"dropped_formations", "dropped_io", b"dropped_io", "failed", b"failed", "fingerprinted", b"fingerprinted", "formation_queue_depth", b"formation_queue_depth", "formations", b"formations", "io_queue_depth", b"io_queue_depth", "processed", b"processed", "skipped_full", b"skipped_full", "templates_formed", b"templates_formed"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___InductionStats: _TypeAlias = InductionStats  # noqa: Y015

@@ -28,8 +28,10 @@ if _version_not_supported:
 class TemplateInductionStub:
     """TemplateInduction learns the templates of machine-generated email online
     (Google's Crusher, VLDB 2019): each email's DOM becomes a set of XPaths,
-    summarised by three MinHash values; a template forms the moment a cluster
-    of structurally equal emails reaches k distinct recipients.
+    summarised by MinHash values; a template forms the moment a cluster of
+    structurally equal emails reaches k distinct recipients. Nothing it returns
+    was derived from fewer than k recipients, and no response, log line or
+    statistic carries an email body or a recipient id.
     """
 
     def __init__(self, channel):
@@ -58,13 +60,20 @@ class TemplateInductionStub:
                 request_serializer=loom_dot_v1_dot_templates__pb2.ListTemplatesRequest.SerializeToString,
                 response_deserializer=loom_dot_v1_dot_templates__pb2.ListTemplatesResponse.FromString,
                 _registered_method=True)
+        self.GetInductionStats = channel.unary_unary(
+                '/loom.v1.TemplateInduction/GetInductionStats',
+                request_serializer=loom_dot_v1_dot_templates__pb2.GetInductionStatsRequest.SerializeToString,
+                response_deserializer=loom_dot_v1_dot_templates__pb2.InductionStats.FromString,
+                _registered_method=True)
 
 
 class TemplateInductionServicer:
     """TemplateInduction learns the templates of machine-generated email online
     (Google's Crusher, VLDB 2019): each email's DOM becomes a set of XPaths,
-    summarised by three MinHash values; a template forms the moment a cluster
-    of structurally equal emails reaches k distinct recipients.
+    summarised by MinHash values; a template forms the moment a cluster of
+    structurally equal emails reaches k distinct recipients. Nothing it returns
+    was derived from fewer than k recipients, and no response, log line or
+    statistic carries an email body or a recipient id.
     """
 
     def SubmitEmails(self, request, context):
@@ -76,7 +85,8 @@ class TemplateInductionServicer:
         raise NotImplementedError('Method not implemented!')
 
     def AnnotateEmail(self, request, context):
-        """Fingerprints one email and annotates it with its template, if any.
+        """Fingerprints one email and annotates it with its template, if any, and
+        this email's values of the template's variable fields.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -90,7 +100,15 @@ class TemplateInductionServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListTemplates(self, request, context):
-        """Lists templates, newest first.
+        """Lists templates in template id order, one page at a time.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetInductionStats(self, request, context):
+        """Counters of the induction pipeline: admitted, dropped, processed,
+        templates formed, queue depths. Counts only, never content.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -119,6 +137,11 @@ def add_TemplateInductionServicer_to_server(servicer, server):
                     request_deserializer=loom_dot_v1_dot_templates__pb2.ListTemplatesRequest.FromString,
                     response_serializer=loom_dot_v1_dot_templates__pb2.ListTemplatesResponse.SerializeToString,
             ),
+            'GetInductionStats': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetInductionStats,
+                    request_deserializer=loom_dot_v1_dot_templates__pb2.GetInductionStatsRequest.FromString,
+                    response_serializer=loom_dot_v1_dot_templates__pb2.InductionStats.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'loom.v1.TemplateInduction', rpc_method_handlers)
@@ -130,8 +153,10 @@ def add_TemplateInductionServicer_to_server(servicer, server):
 class TemplateInduction:
     """TemplateInduction learns the templates of machine-generated email online
     (Google's Crusher, VLDB 2019): each email's DOM becomes a set of XPaths,
-    summarised by three MinHash values; a template forms the moment a cluster
-    of structurally equal emails reaches k distinct recipients.
+    summarised by MinHash values; a template forms the moment a cluster of
+    structurally equal emails reaches k distinct recipients. Nothing it returns
+    was derived from fewer than k recipients, and no response, log line or
+    statistic carries an email body or a recipient id.
     """
 
     @staticmethod
@@ -232,6 +257,33 @@ class TemplateInduction:
             '/loom.v1.TemplateInduction/ListTemplates',
             loom_dot_v1_dot_templates__pb2.ListTemplatesRequest.SerializeToString,
             loom_dot_v1_dot_templates__pb2.ListTemplatesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetInductionStats(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/loom.v1.TemplateInduction/GetInductionStats',
+            loom_dot_v1_dot_templates__pb2.GetInductionStatsRequest.SerializeToString,
+            loom_dot_v1_dot_templates__pb2.InductionStats.FromString,
             options,
             channel_credentials,
             insecure,

@@ -29,8 +29,10 @@ GRPC_VERSION: str
 class TemplateInductionStub:
     """TemplateInduction learns the templates of machine-generated email online
     (Google's Crusher, VLDB 2019): each email's DOM becomes a set of XPaths,
-    summarised by three MinHash values; a template forms the moment a cluster
-    of structurally equal emails reaches k distinct recipients.
+    summarised by MinHash values; a template forms the moment a cluster of
+    structurally equal emails reaches k distinct recipients. Nothing it returns
+    was derived from fewer than k recipients, and no response, log line or
+    statistic carries an email body or a recipient id.
     """
 
     @_typing.overload
@@ -42,18 +44,26 @@ class TemplateInductionStub:
     accepted and how many were dropped by admission control.
     """
     AnnotateEmail: _grpc.UnaryUnaryMultiCallable[_templates_pb2.AnnotateEmailRequest, _templates_pb2.AnnotateEmailResponse]
-    """Fingerprints one email and annotates it with its template, if any."""
+    """Fingerprints one email and annotates it with its template, if any, and
+    this email's values of the template's variable fields.
+    """
     GetTemplate: _grpc.UnaryUnaryMultiCallable[_templates_pb2.GetTemplateRequest, _templates_pb2.Template]
     """Returns one template. NOT_FOUND when unknown."""
     ListTemplates: _grpc.UnaryUnaryMultiCallable[_templates_pb2.ListTemplatesRequest, _templates_pb2.ListTemplatesResponse]
-    """Lists templates, newest first."""
+    """Lists templates in template id order, one page at a time."""
+    GetInductionStats: _grpc.UnaryUnaryMultiCallable[_templates_pb2.GetInductionStatsRequest, _templates_pb2.InductionStats]
+    """Counters of the induction pipeline: admitted, dropped, processed,
+    templates formed, queue depths. Counts only, never content.
+    """
 
 @_typing.type_check_only
 class TemplateInductionAsyncStub(TemplateInductionStub):
     """TemplateInduction learns the templates of machine-generated email online
     (Google's Crusher, VLDB 2019): each email's DOM becomes a set of XPaths,
-    summarised by three MinHash values; a template forms the moment a cluster
-    of structurally equal emails reaches k distinct recipients.
+    summarised by MinHash values; a template forms the moment a cluster of
+    structurally equal emails reaches k distinct recipients. Nothing it returns
+    was derived from fewer than k recipients, and no response, log line or
+    statistic carries an email body or a recipient id.
     """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
@@ -62,17 +72,25 @@ class TemplateInductionAsyncStub(TemplateInductionStub):
     accepted and how many were dropped by admission control.
     """
     AnnotateEmail: _aio.UnaryUnaryMultiCallable[_templates_pb2.AnnotateEmailRequest, _templates_pb2.AnnotateEmailResponse]  # type: ignore[assignment]
-    """Fingerprints one email and annotates it with its template, if any."""
+    """Fingerprints one email and annotates it with its template, if any, and
+    this email's values of the template's variable fields.
+    """
     GetTemplate: _aio.UnaryUnaryMultiCallable[_templates_pb2.GetTemplateRequest, _templates_pb2.Template]  # type: ignore[assignment]
     """Returns one template. NOT_FOUND when unknown."""
     ListTemplates: _aio.UnaryUnaryMultiCallable[_templates_pb2.ListTemplatesRequest, _templates_pb2.ListTemplatesResponse]  # type: ignore[assignment]
-    """Lists templates, newest first."""
+    """Lists templates in template id order, one page at a time."""
+    GetInductionStats: _aio.UnaryUnaryMultiCallable[_templates_pb2.GetInductionStatsRequest, _templates_pb2.InductionStats]  # type: ignore[assignment]
+    """Counters of the induction pipeline: admitted, dropped, processed,
+    templates formed, queue depths. Counts only, never content.
+    """
 
 class TemplateInductionServicer(metaclass=_abc_1.ABCMeta):
     """TemplateInduction learns the templates of machine-generated email online
     (Google's Crusher, VLDB 2019): each email's DOM becomes a set of XPaths,
-    summarised by three MinHash values; a template forms the moment a cluster
-    of structurally equal emails reaches k distinct recipients.
+    summarised by MinHash values; a template forms the moment a cluster of
+    structurally equal emails reaches k distinct recipients. Nothing it returns
+    was derived from fewer than k recipients, and no response, log line or
+    statistic carries an email body or a recipient id.
     """
 
     @_abc_1.abstractmethod
@@ -91,7 +109,9 @@ class TemplateInductionServicer(metaclass=_abc_1.ABCMeta):
         request: _templates_pb2.AnnotateEmailRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_templates_pb2.AnnotateEmailResponse, _abc.Awaitable[_templates_pb2.AnnotateEmailResponse]]:
-        """Fingerprints one email and annotates it with its template, if any."""
+        """Fingerprints one email and annotates it with its template, if any, and
+        this email's values of the template's variable fields.
+        """
 
     @_abc_1.abstractmethod
     def GetTemplate(
@@ -107,6 +127,16 @@ class TemplateInductionServicer(metaclass=_abc_1.ABCMeta):
         request: _templates_pb2.ListTemplatesRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_templates_pb2.ListTemplatesResponse, _abc.Awaitable[_templates_pb2.ListTemplatesResponse]]:
-        """Lists templates, newest first."""
+        """Lists templates in template id order, one page at a time."""
+
+    @_abc_1.abstractmethod
+    def GetInductionStats(
+        self,
+        request: _templates_pb2.GetInductionStatsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_templates_pb2.InductionStats, _abc.Awaitable[_templates_pb2.InductionStats]]:
+        """Counters of the induction pipeline: admitted, dropped, processed,
+        templates formed, queue depths. Counts only, never content.
+        """
 
 def add_TemplateInductionServicer_to_server(servicer: TemplateInductionServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

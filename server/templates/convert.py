@@ -1,0 +1,168 @@
+"""TemplateInduction's protobuf <-> domain translation, with every input check.
+
+Bounds: email_id, sender and recipient_id 1..512 bytes (an empty recipient cannot count
+towards k), subject at most 998 bytes, html_body at most `max_body_bytes` (larger bodies
+are INVALID_ARGUMENT; bodies beyond the server's 16 MiB message limit never get here:
+gRPC refuses them with RESOURCE_EXHAUSTED), 1..`max_batch` emails per SubmitEmails.
+Malformed HTML and binary junk are valid input: they are parsed as well as they can be.
+Repeated email ids within one SubmitEmails are queued once and counted as duplicates.
+"""
+
+from __future__ import annotations
+
+from google.protobuf import timestamp_pb2
+from loom.v1 import templates_pb2
+
+from server.config import TemplatesSettings
+from server.runtime.validation import Violations
+from server.templates.model import EmailIn, TemplateValue
+from server.templates.service import Annotation, split_template_id
+
+__all__ = [
+    "MAX_ID_BYTES",
+    "MAX_PAGE_SIZE",
+    "annotation_to_proto",
+    "email_from_proto",
+    "emails_from_proto",
+    "list_request_from_proto",
+    "template_to_proto",
+]
+
+MAX_ID_BYTES = 512
+MAX_SUBJECT_BYTES = 998
+MAX_PAGE_SIZE = 1000
+DEFAULT_PAGE_SIZE = 100
+_MAX_MS = 253_402_300_799_999
+
+
+def _body_size(v: Violations, field: str, body: str, limit: int) -> None:
+    """UTF-8 size check that encodes only bodies that might be too large (4 bytes a char)."""
+    if len(body) * 4 <= limit:
+        return
+    size = len(body.encode())
+    v.check(size <= limit, field, f"must be at most {limit} bytes (got {size})")
+
+
+def _email(v: Violations, path: str, e: templates_pb2.Email, limits: TemplatesSettings) -> EmailIn:
+    v.identifier(f"{path}email_id", e.email_id, max_bytes=MAX_ID_BYTES)
+    v.identifier(f"{path}sender", e.sender, max_bytes=MAX_ID_BYTES)
+    v.identifier(f"{path}recipient_id", e.recipient_id, max_bytes=MAX_ID_BYTES)
+    v.check(
+        len(e.subject.encode()) <= MAX_SUBJECT_BYTES,
+        f"{path}subject",
+        f"must be at most {MAX_SUBJECT_BYTES} bytes",
+    )
+    _body_size(v, f"{path}html_body", e.html_body, limits.max_body_bytes)
+    at = 0
+    if e.HasField("received_at"):
+        at = e.received_at.seconds * 1000 + e.received_at.nanos // 1_000_000
+        v.check(0 <= at <= _MAX_MS, f"{path}received_at", "must lie between 1970 and 9999")
+    return EmailIn(e.email_id, e.sender, e.recipient_id, e.subject, e.html_body, at)
+
+
+def emails_from_proto(
+    request: templates_pb2.SubmitEmailsRequest, limits: TemplatesSettings
+) -> list[EmailIn]:
+    """The emails of a SubmitEmails call; InvalidArgument names every bad field."""
+    v = Violations()
+    out: list[EmailIn] = []
+    if v.count("emails", request.emails, minimum=1, maximum=limits.max_batch):
+        out = [_email(v, f"emails[{i}].", e, limits) for i, e in enumerate(request.emails)]
+    v.raise_if_any()
+    return out
+
+
+def email_from_proto(
+    request: templates_pb2.AnnotateEmailRequest, limits: TemplatesSettings
+) -> EmailIn:
+    """The email of an AnnotateEmail call (its recipient is not needed and not checked)."""
+    v = Violations()
+    email = None
+    if v.check(request.HasField("email"), "email", "is required"):
+        e = request.email
+        v.identifier("email.sender", e.sender, max_bytes=MAX_ID_BYTES)
+        _body_size(v, "email.html_body", e.html_body, limits.max_body_bytes)
+        v.check(
+            len(e.subject.encode()) <= MAX_SUBJECT_BYTES,
+            "email.subject",
+            f"must be at most {MAX_SUBJECT_BYTES} bytes",
+        )
+        email = EmailIn(e.email_id, e.sender, "", e.subject, e.html_body, 0)
+    v.raise_if_any()
+    assert email is not None
+    return email
+
+
+def template_id_from_proto(request: templates_pb2.GetTemplateRequest) -> str:
+    """The id of a GetTemplate call."""
+    v = Violations()
+    if v.identifier("template_id", request.template_id, max_bytes=MAX_ID_BYTES):
+        v.check(
+            split_template_id(request.template_id) is not None,
+            "template_id",
+            "is not a template id (hex row key, optionally '-' and a hex signature)",
+        )
+    v.raise_if_any()
+    return request.template_id
+
+
+def list_request_from_proto(
+    request: templates_pb2.ListTemplatesRequest,
+) -> tuple[str | None, int, bytes | None]:
+    """(sender filter, page size, key to continue after) of a ListTemplates call."""
+    v = Violations()
+    v.check(
+        0 <= request.page_size <= MAX_PAGE_SIZE,
+        "page_size",
+        f"must lie in 0..{MAX_PAGE_SIZE} (0 = {DEFAULT_PAGE_SIZE})",
+    )
+    v.check(len(request.sender.encode()) <= MAX_ID_BYTES, "sender", "is too long")
+    after = None
+    if request.page_token:
+        try:
+            after = bytes.fromhex(request.page_token)
+        except ValueError:
+            v.add("page_token", "is not a token from a previous ListTemplates response")
+    v.raise_if_any()
+    return request.sender or None, request.page_size or DEFAULT_PAGE_SIZE, after
+
+
+def _ts(ms: int) -> timestamp_pb2.Timestamp:
+    ts = timestamp_pb2.Timestamp()
+    ts.FromMilliseconds(ms)
+    return ts
+
+
+def template_to_proto(t: TemplateValue) -> templates_pb2.Template:
+    """A template: only what UDCAs derived (no email, no recipient)."""
+    return templates_pb2.Template(
+        template_id=t.template_id,
+        sender=t.sender,
+        fingerprints=list(t.fingerprints),
+        distinct_recipients=t.distinct_recipients,
+        email_count=t.email_count,
+        vertical=t.vertical,
+        fixed_text=list(t.fixed_text),
+        created_at=_ts(t.created_at_ms),
+        date_format=t.date_format,
+        field_rules=[templates_pb2.FieldRule(xpath=r.xpath, type=r.type) for r in t.field_rules],
+        scheme=t.scheme,
+    )
+
+
+def annotation_to_proto(a: Annotation) -> templates_pb2.AnnotateEmailResponse:
+    """An annotation (this caller's own email's values only)."""
+    out = templates_pb2.AnnotateEmailResponse(fingerprints=list(a.fingerprints))
+    t = a.template
+    if t is not None:
+        out.template_id = t.template_id
+        out.vertical = t.vertical
+        out.fixed_text.extend(t.fixed_text)
+        out.date_format = t.date_format
+        out.fields.extend(
+            templates_pb2.ExtractedField(
+                xpath=f.xpath, value=f.value, type=f.type, normalized=f.normalized
+            )
+            for f in a.fields
+        )
+    return out

@@ -1,0 +1,81 @@
+"""The TemplateInduction gRPC servicer: protobuf in, domain call, protobuf out; nothing else."""
+
+from __future__ import annotations
+
+import grpc
+from loom.v1 import templates_pb2, templates_pb2_grpc
+
+from server.config import MethodPolicy, TemplatesSettings
+from server.templates import convert
+from server.templates.service import TemplateService
+
+__all__ = ["POLICIES", "TemplateInductionHandler"]
+
+_S = "loom.v1.TemplateInduction/"
+POLICIES: dict[str, MethodPolicy] = {
+    # A SubmitEmails call may carry up to the 16 MiB message limit: few at once bound memory.
+    _S + "SubmitEmails": MethodPolicy(max_concurrency=8, max_waiting=16, deadline_s=10.0),
+    _S + "AnnotateEmail": MethodPolicy(max_concurrency=64, max_waiting=128, deadline_s=5.0),
+    _S + "GetTemplate": MethodPolicy(max_concurrency=64, max_waiting=128, deadline_s=5.0),
+    _S + "ListTemplates": MethodPolicy(max_concurrency=16, max_waiting=32, deadline_s=10.0),
+    _S + "GetInductionStats": MethodPolicy(max_concurrency=8, max_waiting=16, deadline_s=2.0),
+}
+
+
+class TemplateInductionHandler(templates_pb2_grpc.TemplateInductionServicer):
+    """Serves `loom.v1.TemplateInduction` from a `TemplateService`."""
+
+    def __init__(self, service: TemplateService, limits: TemplatesSettings) -> None:
+        self._service = service
+        self._limits = limits
+
+    async def SubmitEmails(  # noqa: N802 - gRPC method name
+        self, request: templates_pb2.SubmitEmailsRequest, context: grpc.aio.ServicerContext
+    ) -> templates_pb2.SubmitEmailsResponse:
+        got = self._service.submit(convert.emails_from_proto(request, self._limits))
+        return templates_pb2.SubmitEmailsResponse(
+            accepted=got.accepted, dropped=got.dropped, duplicates=got.duplicates
+        )
+
+    async def AnnotateEmail(  # noqa: N802
+        self, request: templates_pb2.AnnotateEmailRequest, context: grpc.aio.ServicerContext
+    ) -> templates_pb2.AnnotateEmailResponse:
+        email = convert.email_from_proto(request, self._limits)
+        return convert.annotation_to_proto(await self._service.annotate(email))
+
+    async def GetTemplate(  # noqa: N802
+        self, request: templates_pb2.GetTemplateRequest, context: grpc.aio.ServicerContext
+    ) -> templates_pb2.Template:
+        template_id = convert.template_id_from_proto(request)
+        return convert.template_to_proto(await self._service.get_template(template_id))
+
+    async def ListTemplates(  # noqa: N802
+        self, request: templates_pb2.ListTemplatesRequest, context: grpc.aio.ServicerContext
+    ) -> templates_pb2.ListTemplatesResponse:
+        sender, size, after = convert.list_request_from_proto(request)
+        page, last = await self._service.list_templates(sender, size, after)
+        return templates_pb2.ListTemplatesResponse(
+            templates=[convert.template_to_proto(t) for t in page],
+            next_page_token=last.hex() if last is not None else "",
+        )
+
+    async def GetInductionStats(  # noqa: N802
+        self, request: templates_pb2.GetInductionStatsRequest, context: grpc.aio.ServicerContext
+    ) -> templates_pb2.InductionStats:
+        c = self._service.counters
+        cpu, io, form = self._service.queue_depths()
+        return templates_pb2.InductionStats(
+            accepted=c.accepted,
+            dropped_cpu=c.dropped_cpu,
+            dropped_io=c.dropped_io,
+            dropped_formations=c.dropped_formations,
+            fingerprinted=c.fingerprinted,
+            processed=c.processed,
+            skipped_full=c.skipped_full,
+            formations=c.formations,
+            templates_formed=c.templates_formed,
+            failed=c.failed,
+            cpu_queue_depth=cpu,
+            io_queue_depth=io,
+            formation_queue_depth=form,
+        )

@@ -1,0 +1,187 @@
+"""TemplateInduction's domain values and their stored encodings, free of protobuf and engines.
+
+What is stored for an email is not its HTML but what one parse yields and formation needs
+(subject, text nodes with their XPaths, a keyed hash of the recipient): formation then never
+parses again, and the stored form is a fraction of the body. It is still email content, so
+it lives only in the `email` family under the TTL, and never leaves the server.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import zstandard
+
+from storage.errors import StorageCorrupt
+
+__all__ = [
+    "ClusterEmail",
+    "EmailIn",
+    "Extracted",
+    "FieldRuleValue",
+    "Parsed",
+    "TemplateValue",
+    "decode_cluster_email",
+    "decode_templates",
+    "encode_cluster_email",
+    "encode_templates",
+    "recipient_hash",
+]
+
+_ZC = zstandard.ZstdCompressor(level=3)
+_ZD = zstandard.ZstdDecompressor()
+
+
+@dataclass(frozen=True, slots=True)
+class EmailIn:
+    """One email as a caller gave it (validated)."""
+
+    email_id: str
+    sender: str
+    recipient_id: str
+    subject: str
+    html_body: str
+    received_at_ms: int
+
+
+class Parsed(NamedTuple):
+    """What the CPU stage returns for one email (no recipient in clear).
+
+    A NamedTuple, not a dataclass: thousands cross the process boundary per second, and a
+    tuple unpickles several times faster than a frozen dataclass.
+    """
+
+    fingerprints: tuple[int, ...]
+    """The paper's three MinHash values over the indexed XPath set."""
+    keys: tuple[bytes, ...]
+    """Cluster row keys of the configured scheme, in annotation priority order."""
+    texts: tuple[tuple[str, str], ...]
+    """(indexed XPath, text) of the email's text nodes."""
+    user: str = ""
+    """Keyed hash of the recipient (empty when annotating)."""
+    payload: bytes = b""
+    """The stored form of the email (`encode_cluster_email`), built in the worker."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterEmail:
+    """One email as stored in a cluster row and handed to the UDCAs."""
+
+    user: str
+    """Keyed hash of the recipient (hex): counts distinct recipients, reveals none."""
+    sender: str
+    subject: str
+    texts: tuple[tuple[str, str], ...]
+    received_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class FieldRuleValue:
+    """An extraction rule: the XPath whose text varies across the cluster, and its type."""
+
+    xpath: str
+    type: str
+
+
+@dataclass(frozen=True, slots=True)
+class TemplateValue:
+    """One template of a cluster row: only what UDCAs derived from >= k recipients."""
+
+    template_id: str
+    sender: str
+    fingerprints: tuple[int, ...]
+    distinct_recipients: int
+    email_count: int
+    vertical: str
+    fixed_text: tuple[str, ...]
+    date_format: str
+    field_rules: tuple[FieldRuleValue, ...]
+    created_at_ms: int
+    scheme: str
+    signature: tuple[str, ...] = ()
+    """Loom's scheme: the k-anonymous fixed text that tells this template from the other
+    templates sharing its layout (empty when the row holds one template)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Extracted:
+    """One field value of one email (annotation only, never stored)."""
+
+    xpath: str
+    value: str
+    type: str
+    normalized: str
+
+
+def recipient_hash(recipient_id: str, key: bytes) -> str:
+    """Keyed BLAKE2b of a recipient id (hex, 128 bits): distinct-count without the id."""
+    return hashlib.blake2b(recipient_id.encode(), key=key[:64], digest_size=16).hexdigest()
+
+
+def encode_cluster_email(email: ClusterEmail) -> bytes:
+    """The stored form of a cluster email."""
+    doc = [1, email.user, email.sender, email.subject, email.received_at_ms, email.texts]
+    return _ZC.compress(json.dumps(doc, separators=(",", ":")).encode())
+
+
+def decode_cluster_email(data: bytes) -> ClusterEmail:
+    """Inverse of `encode_cluster_email`; undecodable bytes are StorageCorrupt."""
+    try:
+        version, user, sender, subject, at, texts = json.loads(_ZD.decompress(data))
+        if version != 1:
+            raise ValueError(f"version {version}")
+        return ClusterEmail(user, sender, subject, tuple((p, t) for p, t in texts), int(at))
+    except (ValueError, TypeError, zstandard.ZstdError) as exc:
+        raise StorageCorrupt(f"bad stored email: {type(exc).__name__}") from exc
+
+
+def encode_templates(templates: list[TemplateValue]) -> bytes:
+    """The stored form of a cluster row's templates."""
+    doc = [
+        [
+            t.template_id,
+            t.sender,
+            list(t.fingerprints),
+            t.distinct_recipients,
+            t.email_count,
+            t.vertical,
+            list(t.fixed_text),
+            t.date_format,
+            [[r.xpath, r.type] for r in t.field_rules],
+            t.created_at_ms,
+            t.scheme,
+            list(t.signature),
+        ]
+        for t in templates
+    ]
+    return _ZC.compress(json.dumps([1, doc], separators=(",", ":")).encode())
+
+
+def decode_templates(data: bytes) -> list[TemplateValue]:
+    """Inverse of `encode_templates`."""
+    try:
+        version, doc = json.loads(_ZD.decompress(data))
+        if version != 1:
+            raise ValueError(f"version {version}")
+        return [
+            TemplateValue(
+                template_id=str(d[0]),
+                sender=str(d[1]),
+                fingerprints=tuple(int(x) for x in d[2]),
+                distinct_recipients=int(d[3]),
+                email_count=int(d[4]),
+                vertical=str(d[5]),
+                fixed_text=tuple(str(x) for x in d[6]),
+                date_format=str(d[7]),
+                field_rules=tuple(FieldRuleValue(str(x), str(y)) for x, y in d[8]),
+                created_at_ms=int(d[9]),
+                scheme=str(d[10]),
+                signature=tuple(str(x) for x in d[11]),
+            )
+            for d in doc
+        ]
+    except (ValueError, TypeError, IndexError, zstandard.ZstdError) as exc:
+        raise StorageCorrupt(f"bad stored templates: {type(exc).__name__}") from exc

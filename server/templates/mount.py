@@ -1,0 +1,60 @@
+"""Wires TemplateInduction into the server: its store (behind its engine's breaker), the
+CPU stage's process pool, the pipeline's stages and the servicer.
+
+The pool uses ``forkserver``: its workers descend from a clean helper process, never from
+this one, which by now holds gRPC's threads (forking those is unsafe). Closers run in
+reverse: the pipeline stops, the pool shuts down (pending work cancelled), the store closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+
+import grpc
+from loom.v1 import templates_pb2_grpc
+
+from server.config import Settings
+from server.runtime.guard import guard_store
+from server.runtime.mounting import Mounted, Resources
+from server.templates.handler import POLICIES, TemplateInductionHandler
+from server.templates.pipeline import Pipeline
+from server.templates.schemes import SchemeParams
+from server.templates.service import TemplateService
+from server.templates.work import warm_up
+from storage import factory
+
+__all__ = ["POLICIES", "SERVICE", "mount"]
+
+SERVICE = "loom.v1.TemplateInduction"
+
+
+async def mount(server: grpc.aio.Server, settings: Settings, resources: Resources) -> Mounted:
+    """Opens the TemplateStore, starts the pool and the stages, registers the servicer."""
+    t = settings.templates
+    store = await factory.open_template_store(settings, email_ttl_s=t.email_ttl_s)
+    executor = ProcessPoolExecutor(
+        max_workers=max(1, t.cpu_workers), mp_context=multiprocessing.get_context("forkserver")
+    )
+    loop = asyncio.get_running_loop()
+    await asyncio.gather(*(loop.run_in_executor(executor, warm_up) for _ in range(t.cpu_workers)))
+    params = SchemeParams(
+        scheme=t.scheme,
+        bands=t.lsh_bands,
+        rows=t.lsh_rows,
+        similarity=t.text_similarity,
+        match=t.match_threshold,
+        coverage=t.text_coverage,
+    )
+    guarded = guard_store(store, resources.breaker(settings.storage.templates_store))
+    pipeline = Pipeline(guarded, t, executor, params)
+    pipeline.start()
+    templates_pb2_grpc.add_TemplateInductionServicer_to_server(
+        TemplateInductionHandler(TemplateService(guarded, pipeline), t), server
+    )
+
+    async def stop_pool() -> None:
+        await asyncio.to_thread(executor.shutdown, wait=True, cancel_futures=True)
+
+    return Mounted(closers=[store.close, stop_pool, pipeline.stop])

@@ -1,0 +1,364 @@
+"""The clustering server (Crusher's Algorithm 2) as three bounded SEDA stages.
+
+    SubmitEmails ─▶ [CPU queue] ─▶ CPU stage ─▶ [I/O queue] ─▶ I/O stage ─▶ [formation queue] ─▶ formation
+                     bounded       process pool    bounded      asyncio tasks   bounded, deduped    pool + store
+                     full: drop    parse, XPaths,  full: drop   store row h,    full: drop          fetch emails,
+                     (counted)     MinHash, keys   (counted)    fetch s, t, n   (counted)           UDCAs, store
+
+- **CPU stage**: `cpu_workers` processes (``forkserver``: never forked from a process
+  holding gRPC threads), fed micro-batches of `cpu_batch` emails by as many dispatcher
+  tasks, so at most that many batches are in the pool and the event loop never parses.
+- **I/O stage** (CheckTemplateEligibility): `io_concurrency` tasks, each storing a
+  micro-batch of up to `io_batch` emails in one store call (email and user cells of every
+  row key h), then per row: n >= k and no template → form; template older than A →
+  re-form; n >= k and s >= S with a template → full-template cache (its next emails are
+  ignored without touching the store). Loom's scheme also re-forms a row when an email
+  with n >= k matches none of the row's templates: a second template of a shared layout
+  forms the moment *its* emails reach k recipients.
+- **Formation stage**: `formation_workers` tasks; a row is queued at most once (a trigger
+  while it is queued or running marks it dirty and it runs once more afterwards).
+
+Every queue is bounded; a full queue drops and counts, it never blocks a caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import TypeVar
+
+from server.config import TemplatesSettings
+from server.runtime.errors import LoomError
+from server.runtime.logs import get_logger
+from server.runtime.workers import WorkerPool
+from server.templates.cache import TtlLru
+from server.templates.model import (
+    EmailIn,
+    Parsed,
+    TemplateValue,
+    decode_templates,
+    encode_templates,
+)
+from server.templates.schemes import SchemeParams, match_template, tokens_of
+from server.templates.work import fingerprint_batch, form_row
+from storage.errors import StorageError
+from storage.ports import ClusterWrite, TemplateStore
+
+__all__ = ["Counters", "Pipeline"]
+
+_log = get_logger("templates.pipeline")
+FULL_ROW_FACTOR = 4
+"""A full row keeps storing emails no template of it explains, up to this many times S."""
+GROWTH = 1.5
+"""Loom's scheme re-forms a row whose last formation left emails in no template once its
+distinct recipients grew by this factor (and by at least k): a rarer template sharing the
+layout becomes separable only once its own text is k-anonymous, i.e. once the row grew."""
+T = TypeVar("T")
+
+
+@dataclass
+class Counters:
+    """Counts only: never an email, a recipient or a text."""
+
+    accepted: int = 0
+    dropped_cpu: int = 0
+    dropped_io: int = 0
+    dropped_formations: int = 0
+    fingerprinted: int = 0
+    processed: int = 0
+    skipped_full: int = 0
+    formations: int = 0
+    templates_formed: int = 0
+    failed: int = 0
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Pipeline:
+    """The stages, their queues and caches; `templates_of` is shared with annotation."""
+
+    def __init__(
+        self,
+        store: TemplateStore,
+        settings: TemplatesSettings,
+        executor: Executor,
+        params: SchemeParams,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._store = store
+        self._s = settings
+        self._executor = executor
+        self.params = params
+        self._clock = clock
+        self._key = settings.recipient_hash_key.encode()
+        self.counters = Counters()
+        self.cpu_queue: asyncio.Queue[EmailIn] = asyncio.Queue(max(1, settings.cpu_queue))
+        self.io_queue: asyncio.Queue[tuple[EmailIn, Parsed]] = asyncio.Queue(
+            max(1, settings.io_queue)
+        )
+        # (0 first formation | 1 re-formation, arrival, row key): first formations go first,
+        # so a new template is never stuck behind re-formations of busy rows.
+        self.form_queue: asyncio.PriorityQueue[tuple[int, int, bytes]] = asyncio.PriorityQueue(
+            max(1, settings.formation_queue)
+        )
+        self._arrivals = 0
+        self._pending: set[bytes] = set()
+        self._dirty: set[bytes] = set()
+        self._timers: set[bytes] = set()
+        self._formed_n = TtlLru[bytes, int](settings.template_cache_size, 24 * 3600.0, clock)
+        self._mixed = TtlLru[bytes, bool](settings.template_cache_size, 24 * 3600.0, clock)
+        """Rows whose last formation left emails in no template (re-formed as they grow)."""
+        self._recent = TtlLru[bytes, float](
+            settings.template_cache_size, settings.reform_interval_s, clock
+        )
+        self.full = TtlLru[bytes, int](settings.full_cache_size, settings.full_cache_ttl_s, clock)
+        """Full-template cache: row key -> its email count s when it was found full."""
+        self.templates = TtlLru[bytes, list[TemplateValue]](
+            settings.template_cache_size, settings.template_cache_ttl_s, clock
+        )
+        self._pools = [
+            # Two batches in flight per process: one runs while the next is already there,
+            # so a worker never idles through a result's trip back and a new hand-off.
+            WorkerPool("templates-cpu", 2 * settings.cpu_workers, self._cpu_work),
+            WorkerPool("templates-io", settings.io_concurrency, self._io_work),
+            WorkerPool("templates-form", settings.formation_workers, self._form_work),
+        ]
+
+    def start(self) -> None:
+        """Starts every stage's tasks (inside the running loop)."""
+        for pool in self._pools:
+            pool.start()
+
+    async def stop(self) -> None:
+        """Stops every stage; queued emails are dropped (Crusher tolerates email loss)."""
+        for pool in self._pools:
+            await pool.stop()
+
+    def admit(self, email: EmailIn) -> bool:
+        """Queues `email` for the CPU stage; False (and counted) when the queue is full."""
+        try:
+            self.cpu_queue.put_nowait(email)
+        except asyncio.QueueFull:
+            self.counters.dropped_cpu += 1
+            return False
+        self.counters.accepted += 1
+        return True
+
+    async def fingerprint(self, items: list[EmailIn]) -> list[Parsed | None]:
+        """Runs a batch through the CPU pool (also AnnotateEmail's path)."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._executor, fingerprint_batch, items, self.params, self._key
+        )
+
+    async def templates_of(self, keys: tuple[bytes, ...]) -> dict[bytes, list[TemplateValue]]:
+        """Each key's templates: from the cache, missing ones in one store call."""
+        found: dict[bytes, list[TemplateValue]] = {}
+        missing: list[bytes] = []
+        for key in keys:
+            cached = self.templates.get(key)
+            if cached is None:
+                missing.append(key)
+            else:
+                found[key] = cached
+        if missing:
+            stored = await self._store.get_templates(missing)
+            for key in missing:
+                data = stored.get(key)
+                value = decode_templates(data) if data is not None else []
+                ttl = None if value else self._s.absent_cache_ttl_s
+                self.templates.put(key, value, ttl)
+                found[key] = value
+        return found
+
+    @staticmethod
+    def _drain(queue: asyncio.Queue[T], first: T, limit: int) -> list[T]:
+        batch = [first]
+        while len(batch) < limit:
+            try:
+                batch.append(queue.get_nowait())
+            except asyncio.QueueEmpty:
+                break
+        return batch
+
+    async def _cpu_work(self) -> None:
+        while True:
+            first = await self.cpu_queue.get()
+            batch = self._drain(self.cpu_queue, first, self._s.cpu_batch)
+            try:
+                parsed = await self.fingerprint(batch)
+            except Exception as exc:
+                self.counters.failed += len(batch)
+                _log.warning("cpu batch failed", error=type(exc).__name__, emails=len(batch))
+                continue
+            for email, result in zip(batch, parsed, strict=True):
+                if result is None:
+                    self.counters.failed += 1
+                    continue
+                self.counters.fingerprinted += 1
+                try:
+                    self.io_queue.put_nowait((email, result))
+                except asyncio.QueueFull:
+                    self.counters.dropped_io += 1
+
+    async def _io_work(self) -> None:
+        while True:
+            first = await self.io_queue.get()
+            batch = self._drain(self.io_queue, first, self._s.io_batch)
+            try:
+                await self._check_eligibility(batch)
+            except (LoomError, StorageError) as exc:
+                self.counters.failed += len(batch)
+                _log.warning("store failed", error=type(exc).__name__, emails=len(batch))
+
+    async def _check_eligibility(self, batch: list[tuple[EmailIn, Parsed]]) -> None:
+        """Algorithm 2's CheckTemplateEligibility for a micro-batch of emails."""
+        writes: list[ClusterWrite] = []
+        by_key: dict[bytes, list[tuple[EmailIn, Parsed]]] = {}
+        for email, parsed in batch:
+            wrote = False
+            for key in parsed.keys:
+                if key in self.full and not self._unexplained_in_full_row(key, email, parsed):
+                    continue
+                writes.append(
+                    ClusterWrite(key, email.email_id, parsed.user.encode(), parsed.payload)
+                )
+                by_key.setdefault(key, []).append((email, parsed))
+                wrote = True
+            self.counters.processed += 1
+            if not wrote:
+                self.counters.skipped_full += 1
+        if not writes:
+            return
+        counts = await self._store.add_emails(writes)
+        k, now_ms = self._s.k_anonymity, _now_ms()
+        for key, c in counts.items():
+            if c.users < k:
+                continue
+            if c.template_at_ms is None:
+                self._formed_n.put(key, c.users)
+                self._schedule(key, first=True)
+                continue
+            last = self._formed_n.get(key)
+            grown = last is not None and c.users >= max(last + k, GROWTH * last)
+            if grown and key in self._mixed:
+                self._formed_n.put(key, c.users)
+                self._schedule(key, first=False)
+            if now_ms - c.template_at_ms >= self._s.reinduce_after_s * 1000:
+                self._schedule(key, first=False)
+            if c.emails >= self._s.max_emails:
+                self.full.put(key, c.emails)
+            if self.params.scheme == "loom":
+                await self._check_explained(key, by_key.get(key, []))
+
+    def _unexplained_in_full_row(self, key: bytes, email: EmailIn, parsed: Parsed) -> bool:
+        """Whether a full row must still store this email (Loom's scheme only).
+
+        A full row stops storing its templates' emails, but a row may hold several
+        templates of one layout: an email that none of its cached templates explains may
+        be a rarer template's, so it is stored until the row holds `FULL_ROW_FACTOR` times S
+        emails (a bound on the row, under Bigtable's read limits).
+        """
+        if self.params.scheme != "loom":
+            return False
+        size = self.full.get(key)
+        templates = self.templates.get(key)
+        if size is None or templates is None or size >= FULL_ROW_FACTOR * self._s.max_emails:
+            return False
+        found, _ = match_template(templates, tokens_of(email.subject, parsed.texts), self.params)
+        return found is None
+
+    async def _check_explained(self, key: bytes, emails: list[tuple[EmailIn, Parsed]]) -> None:
+        templates = (await self.templates_of((key,)))[key]
+        for email, parsed in emails:
+            found, _ = match_template(
+                templates, tokens_of(email.subject, parsed.texts), self.params
+            )
+            if found is None:
+                self._schedule(key, first=False)
+                return
+
+    def _schedule(self, key: bytes, *, first: bool) -> None:
+        """Queues a formation of row `key` (at most one queued or running per row).
+
+        A first formation runs at once (the template forms the moment n >= k). A
+        re-formation (age >= A, or an email no template explains) runs at most once per
+        `reform_interval_s` per row; one that comes sooner is deferred to the interval's
+        end, so a busy shared row cannot monopolise the CPU stage.
+        """
+        if not first:
+            started = self._recent.get(key)
+            if started is not None:
+                if key not in self._timers:
+                    self._timers.add(key)
+                    delay = max(0.0, started + self._s.reform_interval_s - self._clock())
+                    asyncio.get_running_loop().call_later(delay, self._deferred, key)
+                return
+        if key in self._pending:
+            self._dirty.add(key)
+            return
+        self._arrivals += 1
+        try:
+            self.form_queue.put_nowait((0 if first else 1, self._arrivals, key))
+        except asyncio.QueueFull:
+            self.counters.dropped_formations += 1
+            return
+        self._pending.add(key)
+
+    def formations_waiting(self) -> int:
+        """Formations queued or deferred to the end of their row's re-formation interval."""
+        return self.form_queue.qsize() + len(self._timers)
+
+    def _deferred(self, key: bytes) -> None:
+        self._timers.discard(key)
+        self._recent.pop(key)
+        self._schedule(key, first=False)
+
+    async def _form_work(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            _, _, key = await self.form_queue.get()
+            self._recent.put(key, self._clock())
+            try:
+                payloads = await self._store.get_emails(key, FULL_ROW_FACTOR * self._s.max_emails)
+                now_ms = _now_ms()
+                formed, left_out = await loop.run_in_executor(
+                    self._executor,
+                    form_row,
+                    key,
+                    payloads,
+                    self._s.k_anonymity,
+                    now_ms,
+                    self.params,
+                )
+                if left_out and self.params.scheme == "loom":
+                    self._mixed.put(key, True)  # re-form as it grows: more may split out
+                else:
+                    self._mixed.pop(key)
+                self.counters.formations += 1
+                if formed:
+                    known = {t.template_id for t in self.templates.get(key) or []}
+                    await self._store.put_templates(
+                        key, encode_templates(formed), formed[0].sender, now_ms
+                    )
+                    self.templates.put(key, formed)
+                    self.counters.templates_formed += sum(
+                        t.template_id not in known for t in formed
+                    )
+            except (LoomError, StorageError) as exc:
+                _log.warning("formation failed", error=type(exc).__name__)
+            except Exception as exc:
+                _log.warning("formation failed", error=type(exc).__name__)
+            finally:
+                self._pending.discard(key)
+                if key in self._dirty:
+                    self._dirty.discard(key)
+                    self._schedule(key, first=False)
+                with contextlib.suppress(ValueError):
+                    self.form_queue.task_done()

@@ -1,0 +1,154 @@
+"""TemplateInduction's use cases: submit, annotate, read templates, count.
+
+Annotation costs one CPU-stage parse and, at most, one store read for the row keys whose
+templates are not cached (`Pipeline.templates_of`); the field values are pulled from the
+email's own text nodes by the template's rules, so nothing else is fetched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from server.runtime.errors import NotFound, ResourceExhausted, Unavailable
+from server.templates.model import EmailIn, Extracted, TemplateValue, decode_templates
+from server.templates.pipeline import Counters, Pipeline
+from server.templates.schemes import match_template, tokens_of
+from server.templates.values import normalize
+from storage.ports import TemplateStore
+
+__all__ = ["Annotation", "Submitted", "TemplateService"]
+
+
+@dataclass(frozen=True, slots=True)
+class Submitted:
+    """What SubmitEmails reports."""
+
+    accepted: int
+    dropped: int
+    duplicates: int
+
+
+@dataclass(frozen=True, slots=True)
+class Annotation:
+    """AnnotateEmail's answer (template None when no template matched)."""
+
+    fingerprints: tuple[int, ...]
+    template: TemplateValue | None
+    fields: tuple[Extracted, ...]
+
+
+def _order(date_format: str) -> str:
+    if date_format.startswith("DD"):
+        return "DMY"
+    if date_format.startswith("MM"):
+        return "MDY"
+    return ""
+
+
+def split_template_id(template_id: str) -> bytes | None:
+    """The row key a template id names (ids are ``<row key hex>[-<signature hash>]``)."""
+    head = template_id.split("-", 1)[0]
+    try:
+        key = bytes.fromhex(head)
+    except ValueError:
+        return None
+    return key or None
+
+
+class TemplateService:
+    """The service behind the gRPC handler."""
+
+    def __init__(self, store: TemplateStore, pipeline: Pipeline) -> None:
+        self._store = store
+        self._pipeline = pipeline
+
+    @property
+    def counters(self) -> Counters:
+        """Counts of the pipeline (no content)."""
+        return self._pipeline.counters
+
+    def queue_depths(self) -> tuple[int, int, int]:
+        """(CPU, I/O, formation) queue depths now."""
+        p = self._pipeline
+        return p.cpu_queue.qsize(), p.io_queue.qsize(), p.formations_waiting()
+
+    def submit(self, emails: list[EmailIn]) -> Submitted:
+        """Fire and forget: admits each distinct email id once; a full stage drops.
+
+        Once one email is dropped every later one of the request is too, so the dropped
+        emails are always the request's tail: a producer may resend exactly those.
+        """
+        seen: set[str] = set()
+        accepted = dropped = duplicates = 0
+        for email in emails:
+            if email.email_id in seen:
+                duplicates += 1
+                continue
+            seen.add(email.email_id)
+            if not dropped and self._pipeline.admit(email):
+                accepted += 1
+            else:
+                if dropped:
+                    self._pipeline.counters.dropped_cpu += 1
+                dropped += 1
+        return Submitted(accepted, dropped, duplicates)
+
+    async def annotate(self, email: EmailIn) -> Annotation:
+        """The email's fingerprints, its template (if formed) and its field values."""
+        try:
+            (parsed,) = await self._pipeline.fingerprint([email])
+        except RuntimeError as exc:  # the pool is shutting down or broken
+            raise Unavailable("template CPU stage unavailable") from exc
+        if parsed is None:
+            raise ResourceExhausted("the email could not be fingerprinted")
+        tokens = tokens_of(email.subject, parsed.texts)
+        rows = await self._pipeline.templates_of(parsed.keys)
+        for key in parsed.keys:
+            template, _ = match_template(rows.get(key, []), tokens, self._pipeline.params)
+            if template is None:
+                continue
+            by_path = dict(parsed.texts)
+            order = _order(template.date_format)
+            fields = tuple(
+                Extracted(
+                    r.xpath, by_path[r.xpath], r.type, normalize(by_path[r.xpath], r.type, order)
+                )
+                for r in template.field_rules
+                if r.xpath in by_path
+            )
+            return Annotation(parsed.fingerprints, template, fields)
+        return Annotation(parsed.fingerprints, None, ())
+
+    async def get_template(self, template_id: str) -> TemplateValue:
+        """One template by id; NotFound when no row holds it."""
+        key = split_template_id(template_id)
+        if key is not None:
+            rows = await self._pipeline.templates_of((key,))
+            for t in rows.get(key, []):
+                if t.template_id == template_id:
+                    return t
+            stored = await self._store.get_templates([key])  # formed by another replica since
+            for t in decode_templates(stored[key]) if key in stored else []:
+                if t.template_id == template_id:
+                    return t
+        raise NotFound(f"template {template_id!r} not found")
+
+    async def list_templates(
+        self, sender: str | None, page_size: int, after: bytes | None
+    ) -> tuple[list[TemplateValue], bytes | None]:
+        """A page of templates in row key order, and the key to continue after (or None).
+
+        Rows are not split across pages, so a page ends early rather than cut a row.
+        """
+        rows = await self._store.list_templates(after, page_size + 1, sender)
+        page: list[TemplateValue] = []
+        last: bytes | None = None
+        for index, (key, data) in enumerate(rows):
+            templates = [t for t in decode_templates(data) if sender is None or t.sender == sender]
+            if page and len(page) + len(templates) > page_size:
+                return page, last
+            page.extend(templates)
+            last = key
+            if index == page_size - 1 and len(rows) > page_size:
+                return page, last
+        return page, None

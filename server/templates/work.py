@@ -1,0 +1,64 @@
+"""What the CPU stage's worker processes run: fingerprinting batches and forming templates.
+
+Top-level functions of plain, picklable arguments, so they run in a process pool started
+with ``forkserver`` (never forked from a process that holds gRPC threads). A bad email
+never raises out of a batch: its slot comes back None and the caller counts it, without
+the exception text (which could quote the body) ever leaving the worker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from server.templates.fingerprint import minhash, parse_structure
+from server.templates.model import (
+    ClusterEmail,
+    EmailIn,
+    Parsed,
+    TemplateValue,
+    decode_cluster_email,
+    encode_cluster_email,
+    recipient_hash,
+)
+from server.templates.schemes import SchemeParams, form_templates, keys_for
+
+__all__ = ["fingerprint_batch", "form_row", "warm_up"]
+
+
+def warm_up() -> int:
+    """Imports everything a worker needs before the first real batch arrives."""
+    parse_structure("<html><body><p>warm</p></body></html>")
+    return 0
+
+
+def fingerprint_batch(
+    items: Sequence[EmailIn], params: SchemeParams, hash_key: bytes = b""
+) -> list[Parsed | None]:
+    """Emails -> the paper's fingerprints, the scheme's keys, the text nodes and, for an
+    email with a recipient, its keyed recipient hash and stored form (so the event loop
+    neither hashes nor compresses)."""
+    out: list[Parsed | None] = []
+    for e in items:
+        try:
+            structure = parse_structure(e.html_body)
+            fingerprints = minhash(structure.xpaths)
+            keys = keys_for(e.sender, structure, fingerprints, params)
+            user = payload = None
+            if e.recipient_id:
+                user = recipient_hash(e.recipient_id, hash_key)
+                stored = ClusterEmail(user, e.sender, e.subject, structure.texts, e.received_at_ms)
+                payload = encode_cluster_email(stored)
+            out.append(Parsed(fingerprints, keys, structure.texts, user or "", payload or b""))
+        except Exception:
+            out.append(None)
+    return out
+
+
+def form_row(
+    key: bytes, payloads: Sequence[bytes], k: int, now_ms: int, params: SchemeParams
+) -> tuple[list[TemplateValue], int]:
+    """FormTemplate(h) over the row's fetched emails (k re-checked inside): the templates,
+    and how many emails are in none of them."""
+    emails = [decode_cluster_email(p) for p in payloads]
+    left_out: list[int] = []
+    return form_templates(key, emails, k, now_ms, params, left_out), len(left_out)

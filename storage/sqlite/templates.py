@@ -1,0 +1,164 @@
+"""TemplateStore on the embedded SQLite engine: Crusher's three families as three tables.
+
+    cluster_email    (key, email_id) -> payload, stored_ms     the `email` family
+    cluster_user     (key, user)     -> stored_ms              the `user` family
+    cluster_template key             -> data, sender, formed_ms the `template` family
+
+The TTL is the adapter's: every read ignores email and user cells stored more than
+`email_ttl_s` ago, and `add_emails` deletes expired cells
+(a sweep of both tables by their age index, at most once per TTL/10), so an expired email is
+neither visible nor kept. A batch is one IMMEDIATE transaction on the single writer thread.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from storage.ports import ClusterCounts, ClusterWrite
+from storage.sqlite.database import SqliteDatabase
+
+__all__ = ["SqliteTemplateStore"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS cluster_email (
+    key BLOB NOT NULL, email_id TEXT NOT NULL, stored_ms INTEGER NOT NULL, payload BLOB NOT NULL,
+    PRIMARY KEY (key, email_id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS cluster_email_age ON cluster_email (stored_ms);
+CREATE TABLE IF NOT EXISTS cluster_user (
+    key BLOB NOT NULL, user BLOB NOT NULL, stored_ms INTEGER NOT NULL,
+    PRIMARY KEY (key, user)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS cluster_user_age ON cluster_user (stored_ms);
+CREATE TABLE IF NOT EXISTS cluster_template (
+    key BLOB NOT NULL PRIMARY KEY, data BLOB NOT NULL, sender TEXT NOT NULL,
+    formed_ms INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS cluster_template_sender ON cluster_template (sender, key);
+"""
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class SqliteTemplateStore:
+    """`storage.ports.TemplateStore` on one SQLite file."""
+
+    def __init__(self, db: SqliteDatabase, email_ttl_s: float) -> None:
+        self._db = db
+        self._ttl_ms = int(email_ttl_s * 1000)
+        self._next_sweep_ms = 0
+
+    @classmethod
+    async def open(
+        cls, path: Path, *, email_ttl_s: float, synchronous: str = "FULL", readers: int = 4
+    ) -> SqliteTemplateStore:
+        """Opens (creating when missing) the database at `path`."""
+        db = SqliteDatabase(path, synchronous=synchronous, readers=readers)
+        await db.migrate(_SCHEMA)
+        return cls(db, email_ttl_s)
+
+    async def add_emails(self, writes: Sequence[ClusterWrite]) -> dict[bytes, ClusterCounts]:
+        now = _now_ms()
+        horizon = now - self._ttl_ms
+        keys = list(dict.fromkeys(w.key for w in writes))
+        sweep = now >= self._next_sweep_ms
+        if sweep:
+            self._next_sweep_ms = now + max(1000, self._ttl_ms // 10)
+
+        def run(conn: sqlite3.Connection) -> dict[bytes, ClusterCounts]:
+            if sweep:
+                for table in ("cluster_email", "cluster_user"):
+                    conn.execute(f"DELETE FROM {table} WHERE stored_ms <= ?", (horizon,))
+            conn.executemany(
+                "INSERT INTO cluster_email (key, email_id, stored_ms, payload) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (key, email_id) DO UPDATE SET stored_ms = excluded.stored_ms, "
+                "payload = excluded.payload",
+                [(w.key, w.email_id, now, w.payload) for w in writes],
+            )
+            conn.executemany(
+                "INSERT INTO cluster_user (key, user, stored_ms) VALUES (?, ?, ?) "
+                "ON CONFLICT (key, user) DO UPDATE SET stored_ms = excluded.stored_ms",
+                [(w.key, w.user, now) for w in writes],
+            )
+            out: dict[bytes, ClusterCounts] = {}
+            for key in keys:
+                (emails,) = conn.execute(
+                    "SELECT count(*) FROM cluster_email WHERE key = ? AND stored_ms > ?",
+                    (key, horizon),
+                ).fetchone()
+                (users,) = conn.execute(
+                    "SELECT count(*) FROM cluster_user WHERE key = ? AND stored_ms > ?",
+                    (key, horizon),
+                ).fetchone()
+                row = conn.execute(
+                    "SELECT formed_ms FROM cluster_template WHERE key = ?", (key,)
+                ).fetchone()
+                out[key] = ClusterCounts(
+                    int(emails), int(users), None if row is None else int(row[0])
+                )
+            return out
+
+        return await self._db.write(run)
+
+    async def get_emails(self, key: bytes, limit: int) -> list[bytes]:
+        horizon = _now_ms() - self._ttl_ms
+
+        def run(conn: sqlite3.Connection) -> list[bytes]:
+            rows = conn.execute(
+                "SELECT payload FROM cluster_email WHERE key = ? AND stored_ms > ? "
+                "ORDER BY stored_ms DESC LIMIT ?",
+                (key, horizon, max(0, limit)),
+            ).fetchall()
+            return [bytes(r[0]) for r in rows]
+
+        return await self._db.read(run)
+
+    async def put_templates(self, key: bytes, data: bytes, sender: str, formed_at_ms: int) -> None:
+        def run(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "INSERT INTO cluster_template (key, data, sender, formed_ms) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (key) DO UPDATE SET data = excluded.data, sender = excluded.sender, "
+                "formed_ms = excluded.formed_ms",
+                (key, bytes(data), sender, formed_at_ms),
+            )
+
+        await self._db.write(run)
+
+    async def get_templates(self, keys: Sequence[bytes]) -> dict[bytes, bytes]:
+        wanted = list(dict.fromkeys(keys))
+
+        def run(conn: sqlite3.Connection) -> dict[bytes, bytes]:
+            found: dict[bytes, bytes] = {}
+            for start in range(0, len(wanted), 500):
+                part = wanted[start : start + 500]
+                marks = ",".join("?" * len(part))
+                for key, data in conn.execute(
+                    f"SELECT key, data FROM cluster_template WHERE key IN ({marks})", part
+                ):
+                    found[bytes(key)] = bytes(data)
+            return found
+
+        return await self._db.read(run)
+
+    async def list_templates(
+        self, after: bytes | None, limit: int, sender: str | None
+    ) -> list[tuple[bytes, bytes]]:
+        def run(conn: sqlite3.Connection) -> list[tuple[bytes, bytes]]:
+            sql = "SELECT key, data FROM cluster_template WHERE key > ?"
+            args: list[object] = [after or b""]
+            if sender is not None:
+                sql += " AND sender = ?"
+                args.append(sender)
+            sql += " ORDER BY key LIMIT ?"
+            args.append(max(0, limit))
+            return [(bytes(k), bytes(d)) for k, d in conn.execute(sql, args)]
+
+        return await self._db.read(run)
+
+    async def close(self) -> None:
+        await self._db.close()

@@ -1,0 +1,71 @@
+"""TemplateStore conformance: Crusher's templates table, the same on every engine."""
+
+from __future__ import annotations
+
+import time
+
+from storage.ports import ClusterCounts, ClusterWrite, TemplateStore
+from tests.serving import eventually
+
+
+def _w(key: bytes, email: str, user: str, payload: bytes = b"p") -> ClusterWrite:
+    return ClusterWrite(key, email, user.encode(), payload)
+
+
+async def test_counts_are_emails_and_distinct_users(template_store: TemplateStore) -> None:
+    """s counts emails, n distinct recipients; repeats of an email id count once."""
+    got = await template_store.add_emails(
+        [_w(b"r1", "e1", "u1"), _w(b"r1", "e2", "u1"), _w(b"r1", "e3", "u2"), _w(b"r2", "e1", "u9")]
+    )
+    assert got == {b"r1": ClusterCounts(3, 2, None), b"r2": ClusterCounts(1, 1, None)}
+    again = await template_store.add_emails([_w(b"r1", "e1", "u1"), _w(b"r1", "e4", "u3")])
+    assert again == {b"r1": ClusterCounts(4, 3, None)}
+
+
+async def test_emails_read_back(template_store: TemplateStore) -> None:
+    """get_emails returns the stored payloads of one row, bounded by limit."""
+    await template_store.add_emails(
+        [_w(b"k", f"e{i}", f"u{i}", f"body{i}".encode()) for i in range(5)]
+    )
+    everything = await template_store.get_emails(b"k", 100)
+    assert sorted(everything) == [f"body{i}".encode() for i in range(5)]
+    assert len(await template_store.get_emails(b"k", 2)) == 2
+    assert await template_store.get_emails(b"none", 10) == []
+
+
+async def test_templates_put_get_and_formation_time(template_store: TemplateStore) -> None:
+    """A row's templates replace each other; t is their formation time."""
+    await template_store.add_emails([_w(b"k", "e", "u")])
+    formed = int(time.time() * 1000)
+    await template_store.put_templates(b"k", b"first", "a@x.example", formed)
+    await template_store.put_templates(b"k", b"second", "a@x.example", formed + 5)
+    assert await template_store.get_templates([b"k", b"other"]) == {b"k": b"second"}
+    counts = await template_store.add_emails([_w(b"k", "e2", "u2")])
+    assert counts[b"k"] == ClusterCounts(2, 2, formed + 5)
+
+
+async def test_list_templates_pages_in_key_order(template_store: TemplateStore) -> None:
+    """Listing walks rows with templates in key order, optionally one sender's."""
+    for i in range(7):
+        sender = "a@x.example" if i % 2 == 0 else "b@y.example"
+        await template_store.put_templates(bytes([i + 1]), f"t{i}".encode(), sender, 1000 + i)
+    first = await template_store.list_templates(None, 3, None)
+    assert [k for k, _ in first] == [b"\x01", b"\x02", b"\x03"]
+    rest = await template_store.list_templates(first[-1][0], 10, None)
+    assert [d for _, d in rest] == [b"t3", b"t4", b"t5", b"t6"]
+    only_a = await template_store.list_templates(None, 10, "a@x.example")
+    assert [d for _, d in only_a] == [b"t0", b"t2", b"t4", b"t6"]
+
+
+async def test_emails_and_users_expire_at_the_ttl(template_store: TemplateStore) -> None:
+    """Stored emails and users vanish once the TTL (2 s here) has passed; templates stay."""
+    await template_store.add_emails([_w(b"ttl", "e1", "u1"), _w(b"ttl", "e2", "u2")])
+    await template_store.put_templates(b"ttl", b"tpl", "a@x.example", int(time.time() * 1000))
+    assert len(await template_store.get_emails(b"ttl", 10)) == 2
+    await eventually(
+        lambda: template_store.get_emails(b"ttl", 10), lambda got: got == [], timeout_s=20
+    )
+    counts = await template_store.add_emails([_w(b"ttl", "e3", "u3")])
+    assert counts[b"ttl"].emails == 1
+    assert counts[b"ttl"].users == 1
+    assert await template_store.get_templates([b"ttl"]) == {b"ttl": b"tpl"}
