@@ -24,10 +24,14 @@ from loom.v1 import (
     iterator_pb2_grpc,
     summary_pb2,
     summary_pb2_grpc,
+    templates_pb2,
+    templates_pb2_grpc,
     threadweaver_pb2,
     threadweaver_pb2_grpc,
 )
 from loom.v1 import iterator_pb2 as it
+
+from loadtest.corpora.synthetic_emails import SyntheticEmail, ZipfStream
 
 __all__ = ["DRIVERS", "Outcomes"]
 
@@ -235,10 +239,38 @@ async def iterator(target: str, scale: float, deadline: float, out: Outcomes) ->
             await asyncio.sleep(min(30.0, max(0.0, deadline - time.monotonic())))
 
 
+def _email(e: SyntheticEmail) -> templates_pb2.Email:
+    return templates_pb2.Email(
+        email_id=e.email_id, sender=e.sender, recipient_id=e.recipient, subject=e.subject,
+        html_body=e.html, received_at=Timestamp(seconds=int(time.time())),
+    )  # fmt: skip
+
+
+async def templates(target: str, scale: float, deadline: float, out: Outcomes) -> None:
+    """Crusher's stream (Zipf over 2,000 templates, 10 KB bodies): submitted and annotated."""
+    stream = iter(ZipfStream(alpha=1.1, templates=2000, max_per_template=10**9, seed=5))
+    async with grpc.aio.insecure_channel(target, options=_OPTIONS) as channel:
+        stub = templates_pb2_grpc.TemplateInductionStub(channel)
+
+        def submit(_: int) -> Awaitable[object]:
+            emails = [_email(next(stream)) for _ in range(20)]
+            return stub.SubmitEmails(templates_pb2.SubmitEmailsRequest(emails=emails), timeout=10)
+
+        def annotate(_: int) -> Awaitable[object]:
+            request = templates_pb2.AnnotateEmailRequest(email=_email(next(stream)))
+            return stub.AnnotateEmail(request, timeout=5)
+
+        await asyncio.gather(
+            every(10 * scale, deadline, "TemplateInduction/SubmitEmails", out, submit),
+            every(10 * scale, deadline, "TemplateInduction/AnnotateEmail", out, annotate),
+        )
+
+
 DRIVERS: list[Callable[[str, float, float, Outcomes], Coroutine[Any, Any, None]]] = [
     threadweaver,
     inbox,
     summary,
     iterator,
+    templates,
 ]
-"""One per service (TemplateInduction joins when it is served)."""
+"""One per service."""

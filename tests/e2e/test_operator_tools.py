@@ -143,7 +143,9 @@ class TestGrpcurl:
     def test_templates_answer_through_grpcurl(self, served: str) -> None:
         """TemplateInduction is served: an unknown template is NOT_FOUND, and the induction
         statistics come back as JSON."""
-        out = run("-d", '{"templateId": "nope"}', served, "loom.v1.TemplateInduction/GetTemplate")
+        out = run(
+            "-d", '{"templateId": "0123abcd"}', served, "loom.v1.TemplateInduction/GetTemplate"
+        )
         assert out.returncode != 0
         assert "NotFound" in out.stderr
         out = run("-d", "{}", served, "loom.v1.TemplateInduction/GetInductionStats")
