@@ -122,6 +122,10 @@ class SummarySettings:
     Stored in each new summary; existing summaries keep the threshold they were created with."""
     exact_byte_budget: int = 16 * 1024
     """UTF-8 bytes of exact ids per status before promotion, whatever the count."""
+    cpc_lg_k: int = 13
+    """log2 of the CPC sketch's k above the exact threshold (13: ~0.6 % mean error, ~4.9 KB
+    per status; each step down halves the bytes and multiplies the error by 1.41). Stored in
+    each new summary; existing summaries keep theirs."""
     max_retries: int = 10
     """Optimistic-concurrency attempts per RecordDeliveryEvents before UNAVAILABLE."""
     retry_base_s: float = 0.002
