@@ -36,6 +36,7 @@ from loadtest.workloads._summary_figures import (
     cpu_per_event,
     determinism,
     equal_error_bytes,
+    paired_cpc,
     size_table,
 )
 
@@ -62,6 +63,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--health-checks", type=int, default=5000, help="baseline calls")
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--skip-accuracy", action="store_true")
+    parser.add_argument(
+        "--paired-runs", type=int, default=150, help="runs of the Loom-vs-CPC paired comparison"
+    )
 
 
 def _at_equal(loom_err: float, competitors: list[Competitor], n: int) -> float:
@@ -100,6 +104,22 @@ def _accuracy(args: argparse.Namespace, harness: Harness) -> None:
                 entry[f"loom_bytes_over_{name}_at_equal_error"] = round(r.loom_bytes / at_equal, 3)
         table.append(entry)
     report.add_figure("accuracy", table)
+    paired = paired_cpc((50_000, 1_000_000), args.paired_runs, args.seed + 10_000)
+    report.add_figure(
+        "cpc_paired_equal_error",
+        [
+            {
+                "n": p.n,
+                "runs": p.runs,
+                "loom_mean_abs_err": round(p.loom_mean, 6),
+                "cpc_hip_mean_abs_err": round(p.cpc_hip_mean, 6),
+                "loom_bytes_1_status": round(p.loom_bytes),
+                "cpc_hip_bytes": round(p.cpc_hip_bytes),
+                "loom_over_cpc_bytes_at_equal_error": round(p.bytes_ratio_at_equal_error, 3),
+            }
+            for p in paired
+        ],
+    )
     report.add_figure("cpu_per_event_us", {k: round(v, 3) for k, v in cpu_per_event().items()})
     report.add_figure("same_bytes_after_reordering", determinism())
     xs = [float(r.n) for r in rows]
