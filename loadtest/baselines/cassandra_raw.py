@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["RawWrites", "raw_insert_rows"]
+__all__ = ["RawWrites", "drop_keyspace", "raw_insert_rows"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,5 +71,17 @@ def raw_insert_rows(
                 session, stmt, params, concurrency=concurrency, raise_on_first_error=True
             )
         return RawWrites(rows=2 * len(inboxes), seconds=time.perf_counter() - t0)
+    finally:
+        cluster.shutdown()
+
+
+def drop_keyspace(contact_points: Sequence[str], port: int, keyspace: str) -> None:
+    """Drops a run's keyspace: a shared node's 1 GB heap carries every table ever created
+    (memtables, metadata), so a load test removes what it made."""
+    from cassandra.cluster import Cluster
+
+    cluster = Cluster(list(contact_points), port=port)
+    try:
+        cluster.connect().execute(f"DROP KEYSPACE IF EXISTS {keyspace}", timeout=120.0)
     finally:
         cluster.shutdown()

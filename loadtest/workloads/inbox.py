@@ -48,6 +48,7 @@ from concurrent.futures import ProcessPoolExecutor
 import grpc
 from loom.v1 import inbox_pb2, inbox_pb2_grpc
 
+from loadtest.baselines.cassandra_raw import drop_keyspace
 from loadtest.harness import Harness
 from loadtest.recorder import LatencyRecorder
 from loadtest.workloads._inbox_announcement import announce, raw_baseline
@@ -330,8 +331,17 @@ async def _store_run(
             if args.announcement > 0:
                 probed = random.Random(args.seed).sample(inboxes, min(200, len(inboxes)))
                 announcement_s = await announce(harness, pool, stub, target, store, args, probed)
-    if store == "cassandra" and args.announcement > 0 and not args.no_raw_baseline:
-        await raw_baseline(harness, args, env, announcement_s)
+    if store == "cassandra":
+        try:
+            if args.announcement > 0 and not args.no_raw_baseline:
+                await raw_baseline(harness, args, env, announcement_s)
+        finally:
+            await asyncio.to_thread(
+                drop_keyspace,
+                env["LOOM_CASSANDRA__CONTACT_POINTS"].split(","),
+                int(env["LOOM_CASSANDRA__PORT"]),
+                env["LOOM_CASSANDRA__KEYSPACE"],
+            )
 
 
 async def run(args: argparse.Namespace, harness: Harness) -> None:
