@@ -181,6 +181,10 @@ class SummarySettings:
     Stored in each new summary; existing summaries keep the threshold they were created with."""
     exact_byte_budget: int = 16 * 1024
     """UTF-8 bytes of exact ids per status before promotion, whatever the count."""
+    cpc_lg_k: int = 13
+    """log2 of the CPC sketch's k above the exact threshold (13: ~0.6 % mean error, ~4.9 KB
+    per status; each step down halves the bytes and multiplies the error by 1.41). Stored in
+    each new summary; existing summaries keep theirs."""
     max_retries: int = 10
     """Optimistic-concurrency attempts per RecordDeliveryEvents before UNAVAILABLE."""
     retry_base_s: float = 0.002
@@ -211,9 +215,13 @@ class InboxSettings:
     """Background fan-outs waiting for a worker; beyond that RESOURCE_EXHAUSTED."""
     fanout_chunk: int = 500
     """Inboxes per store call of a fan-out (a 300,000-recipient post is 300 calls)."""
-    fanout_rate_per_s: float = 50_000.0
-    """Deliveries per second of the whole background stage (0 = unpaced): leaves CPU for
-    interactive calls; 300,000 inboxes still land in ~6 s."""
+    fanout_rate_per_s: float = -1.0
+    """Deliveries per second of the whole background stage (0 = unpaced, -1 = the engine's
+    default, `server.inbox.fanout.ENGINE_DEFAULTS`: 50,000 on SQLite, whose fan-out is the
+    server's own CPU, so interactive calls keep theirs; unpaced on Cassandra)."""
+    fanout_chunks_in_flight: int = -1
+    """Chunks of one fan-out delivered at once (-1 = the engine's default: 1 on SQLite, 4 on
+    Cassandra, where several requests in flight hide the round trips)."""
     max_recipients: int = 1_000_000
     """Recipient ids per PostMessage."""
     progress_interval_s: float = 0.5

@@ -7,16 +7,18 @@ reads the summary's count at every checkpoint, so one run of 1M yields one sampl
 encoded size at the checkpoint. The unit tests run a few of these; the full 20-run table is
 what the README and the load-test report quote.
 
-Measured (20 runs, seed 2024, 2-core VM, 25.5 s)::
+Measured with format v2 (CPC lgK 13; 20 runs, seed 2024, 2-core VM at load ~6, 42.6 s)::
 
     n          mean |err|  RMS     bias     max |err|  encoded bytes (1 status)
-    1,000      0.345 %     0.414 %  +0.035 %  0.800 %    3,166
-    10,000     0.391 %     0.479 %  -0.022 %  1.220 %    9,392
-    50,000     0.638 %     0.779 %  +0.161 %  1.542 %   11,265
-    100,000    0.647 %     0.798 %  +0.406 %  1.740 %    9,039
-    1,000,000  0.641 %     0.784 %  -0.206 %  1.705 %    6,848
+    1,000      0.275 %     0.331 %  -0.085 %  0.700 %      870
+    10,000     0.418 %     0.508 %  +0.158 %  0.970 %    3,590
+    50,000     0.435 %     0.547 %  +0.259 %  1.276 %    4,982
+    100,000    0.700 %     0.842 %  +0.058 %  1.854 %    5,022
+    1,000,000  0.708 %     0.904 %  +0.097 %  2.228 %    4,974
 
-(At 50K this draw is high; 3 x 60 further runs gave RMS 0.49-0.60 %, matching the 0.52 % theory.)
+(v1 — bitmap + HLL — measured 0.345 / 0.391 / 0.638 / 0.647 / 0.641 % at 3,166 / 9,392 /
+11,265 / 9,039 / 6,848 bytes. At 100K and 1M this draw is high: 150 paired runs in
+``python -m loadtest summary`` measured 0.55 % mean at 1M, against 0.61 % in theory.)
 """
 
 from __future__ import annotations

@@ -67,6 +67,9 @@ class ClientResult:
     """Latencies (seconds, from the scheduled instant) and failures per method."""
 
     latencies: dict[str, array[float]] = field(default_factory=dict)
+    due: dict[str, array[float]] = field(default_factory=dict)
+    """Scheduled instant (CLOCK_MONOTONIC) of each latency, index for index: lets a caller
+    keep only the calls issued while something else (an announcement) was running."""
     errors: dict[str, Counter[str]] = field(default_factory=dict)
     dropped: dict[str, int] = field(default_factory=dict)
     issued: int = 0
@@ -166,6 +169,7 @@ async def _client(spec: ClientSpec) -> ClientResult:
                 errs.setdefault(method, Counter())[exc.code().name] += 1
                 return
             lat.setdefault(method, array("d")).append(time.monotonic() - due)
+            result.due.setdefault(method, array("d")).append(due)
             if isinstance(reply, inbox_pb2.ListInboxResponse) and reply.next_page_token:
                 reqs.tokens.append((inbox, reply.next_page_token))
 

@@ -17,7 +17,17 @@ Per store, through a real ``loom serve --inbox-store S``:
    nothing failed or was dropped, unread p999 < 30 ms and list p99 < 250 ms (Yammer's
    figures).
 3. A 300,000-recipient announcement: PostMessage until acknowledged, then GetDelivery polled
-   until DONE; its progress curve is a plot.
+   until DONE; its progress curve is a plot. Around it, in the same run:
+
+   - ``unread-unloaded``: an open-loop GetUnreadCount probe at ``--probe-rate`` from a client
+     process for ``--probe-seconds``, nothing else running (the baseline);
+   - ``unread-during``: the same probe started just before the PostMessage, of which only the
+     calls scheduled between the PostMessage and DONE count; the figure is its p99 as a
+     multiple of the unloaded p99 (aim: < 2x);
+   - Cassandra only, ``raw-writes``: the node's raw write rate for the same rows — one inbox
+     row and one unread row per recipient, written by the driver's plain concurrent insert
+     loop from this process (``loadtest/baselines/cassandra_raw.py``), no Loom logic — and
+     the announcement's time as a fraction of that loop's time.
 
 Cassandra needs ``scripts/engines/up.sh cassandra && source .engines/env``
 (LOOM_TEST_CASSANDRA_CONTACT_POINTS / _PORT); each run gets a fresh keyspace.
@@ -38,8 +48,10 @@ from concurrent.futures import ProcessPoolExecutor
 import grpc
 from loom.v1 import inbox_pb2, inbox_pb2_grpc
 
+from loadtest.baselines.cassandra_raw import drop_keyspace
 from loadtest.harness import Harness
 from loadtest.recorder import LatencyRecorder
+from loadtest.workloads._inbox_announcement import announce, raw_baseline
 from loadtest.workloads._inbox_clients import MIX, ClientResult, ClientSpec, run_client, warm
 
 __all__ = ["add_arguments", "run", "store_env"]
@@ -47,7 +59,6 @@ __all__ = ["add_arguments", "run", "store_env"]
 METHODS = tuple(name for name, _ in MIX)
 UNREAD_P999_MS = 30.0
 LIST_P99_MS = 250.0
-ANNOUNCEMENT_S = 10.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -64,6 +75,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--read-fraction", type=float, default=0.8, help="inboxes marked read")
     parser.add_argument("--announcement", type=int, default=300_000, help="0 skips it")
     parser.add_argument("--announcement-timeout", type=float, default=600.0)
+    parser.add_argument("--probe-rate", type=float, default=200.0, help="GetUnreadCount/s probe")
+    parser.add_argument("--probe-seconds", type=float, default=5.0, help="unloaded probe phase")
+    parser.add_argument(
+        "--announcement-probe-seconds",
+        type=float,
+        default=30.0,
+        help="probe length around the announcement (must outlast it)",
+    )
+    parser.add_argument("--raw-concurrency", type=int, default=128, help="raw loop in flight")
+    parser.add_argument(
+        "--no-raw-baseline", action="store_true", help="skip the Cassandra raw-write baseline"
+    )
     parser.add_argument(
         "--server-log-level",
         default="warning",
@@ -215,55 +238,6 @@ def _record(
     }
 
 
-async def _announce(
-    harness: Harness, stub: inbox_pb2_grpc.InboxStub, store: str, args: argparse.Namespace
-) -> None:
-    """Time a ``--announcement``-recipient PostMessage until GetDelivery says DONE."""
-    report = harness.report
-    recipients = [f"ann{i:07d}" for i in range(args.announcement)]
-    req = inbox_pb2.PostMessageRequest(
-        thread_id="announcement",
-        message_id=2 * 10**12,
-        sender_inbox_id="ceo",
-        recipient_inbox_ids=recipients,
-    )
-    t0 = time.perf_counter()
-    reply = await stub.PostMessage(req, timeout=120.0)
-    ack_s = time.perf_counter() - t0
-    xs: list[float] = [0.0, ack_s]
-    done: list[float] = [0.0, 0.0]
-    state = "DONE" if reply.delivered else "RUNNING"
-    while state == "RUNNING" and time.perf_counter() - t0 < args.announcement_timeout:
-        d = await stub.GetDelivery(
-            inbox_pb2.GetDeliveryRequest(delivery_id=reply.delivery_id), timeout=5.0
-        )
-        state = inbox_pb2.DeliveryState.Name(d.state).removeprefix("DELIVERY_STATE_")
-        xs.append(time.perf_counter() - t0)
-        done.append(float(d.progress.done))
-        if state == "RUNNING":
-            await asyncio.sleep(0.1)
-    total_s = time.perf_counter() - t0
-    report.add_figure(
-        f"{store}.announcement",
-        {
-            "recipients": args.announcement,
-            "request_bytes": req.ByteSize(),
-            "ack_s": round(ack_s, 3),
-            "done_s": round(total_s, 3) if state == "DONE" else None,
-            "final_state": state,
-            "deliveries_per_s": round(args.announcement / total_s) if state == "DONE" else None,
-            "under_yammer_10s": state == "DONE" and total_s < ANNOUNCEMENT_S,
-        },
-    )
-    report.add_line_plot(
-        f"{store}: {args.announcement:,}-recipient announcement (GetDelivery progress)",
-        xs,
-        {f"{store} inboxes delivered": done},
-        "seconds since PostMessage",
-        "inboxes",
-    )
-
-
 def _rate_plots(harness: Harness, store: str, rates: list[float]) -> None:
     """Tail latency and achieved rate against the offered rate (the capacity picture)."""
     report = harness.report
@@ -313,7 +287,9 @@ async def _store_run(
     inboxes = [f"u{i:05d}" for i in range(args.inboxes)]
     threads = args.group_posts + args.heavy_threads
     extra = ["--inbox-store", store, "--log-level", args.server_log_level]
-    async with harness.server(extra_args=extra, env=store_env(store)) as target:
+    env = store_env(store)
+    announcement_s: float | None = None
+    async with harness.server(extra_args=extra, env=env) as target:
         options = [("grpc.max_send_message_length", 64 * 1024 * 1024)]
         async with grpc.aio.insecure_channel(target, options=options) as channel:
             stub = inbox_pb2_grpc.InboxStub(channel)
@@ -353,7 +329,19 @@ async def _store_run(
             report.add_figure(f"{store}.max_sustained_rate", max(sustained) if sustained else None)
             _rate_plots(harness, store, rates)
             if args.announcement > 0:
-                await _announce(harness, stub, store, args)
+                probed = random.Random(args.seed).sample(inboxes, min(200, len(inboxes)))
+                announcement_s = await announce(harness, pool, stub, target, store, args, probed)
+    if store == "cassandra":
+        try:
+            if args.announcement > 0 and not args.no_raw_baseline:
+                await raw_baseline(harness, args, env, announcement_s)
+        finally:
+            await asyncio.to_thread(
+                drop_keyspace,
+                env["LOOM_CASSANDRA__CONTACT_POINTS"].split(","),
+                int(env["LOOM_CASSANDRA__PORT"]),
+                env["LOOM_CASSANDRA__KEYSPACE"],
+            )
 
 
 async def run(args: argparse.Namespace, harness: Harness) -> None:

@@ -2,10 +2,12 @@
 
 ``python -m loadtest summary [--store sqlite,dynamodb] --json OUT.json --png OUT.png``
 
-(a) Accuracy of ``count`` at n = 1 .. 1M (>= 20 random recipient sets each) for Loom's
-    exact -> linear counting -> HLL summary and for datasketch's HyperLogLog on the same ids,
-    plus a PNG plot of error vs n. (b) Stored bytes per summary vs n next to Remind's exact UUID
-    sets. (c) Per store, through a real ``loom serve --summary-store S``: RecordDeliveryEvents
+(a) Accuracy and bytes of ``count`` at n = 1 .. 1M (>= 20 random recipient sets each) for
+    Loom's exact -> CPC summary, for the v1 format it replaced (linear counting + HLL), and for
+    Apache DataSketches' CPC and HLL_4 at several lgK on the same ids, compared at equal mean
+    error (``_summary_figures.py``), plus PNG plots of error and bytes vs n; CPU per recorded
+    event and whether each sketch's bytes survive a reordering. (b) Stored bytes per summary
+    vs n next to Remind's exact UUID sets. (c) Per store, through a real ``loom serve --summary-store S``: RecordDeliveryEvents
     events/s (batches of 1,000 over messages that grow to 50K recipients each) and
     GetMessageSummary p50/p99; the same server's ``grpc.health.v1`` Check in closed loop is the
     in-run baseline every throughput is quoted against (these machines are noisy).
@@ -17,6 +19,7 @@ DynamoDB needs DynamoDB Local: ``scripts/engines/up.sh dynamodb && source .engin
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import random
 import time
@@ -27,7 +30,15 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from loom.v1 import summary_pb2, summary_pb2_grpc
 
 from loadtest.harness import Harness
-from loadtest.workloads._summary_figures import accuracy_table, size_table
+from loadtest.workloads._summary_figures import (
+    Competitor,
+    accuracy_table,
+    cpu_per_event,
+    determinism,
+    equal_error_bytes,
+    paired_cpc,
+    size_table,
+)
 
 __all__ = ["add_arguments", "run"]
 
@@ -52,6 +63,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--health-checks", type=int, default=5000, help="baseline calls")
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--skip-accuracy", action="store_true")
+    parser.add_argument(
+        "--paired-runs", type=int, default=150, help="runs of the Loom-vs-CPC paired comparison"
+    )
+
+
+def _at_equal(loom_err: float, competitors: list[Competitor], n: int) -> float:
+    equal = equal_error_bytes(loom_err, competitors, n)
+    return math.nan if equal is None else equal[1]
 
 
 def _accuracy(args: argparse.Namespace, harness: Harness) -> None:
@@ -60,36 +79,84 @@ def _accuracy(args: argparse.Namespace, harness: Harness) -> None:
     t0 = time.perf_counter()
     rows = accuracy_table(sizes, args.runs, args.seed)
     report.add_figure("accuracy_seconds", round(time.perf_counter() - t0, 1))
+    table = []
+    for r in rows:
+        entry: dict[str, object] = {
+            "n": r.n,
+            "runs": r.runs,
+            "loom_mean_abs_err": round(r.loom_mean, 6),
+            "loom_max_abs_err": round(r.loom_max, 6),
+            "loom_rms_err": round(r.loom_rms, 6),
+            "loom_bytes_1_status": round(r.loom_bytes),
+            "v1_mean_abs_err": round(r.v1_mean, 6),
+            "v1_bytes_1_status": round(r.v1_bytes),
+        }
+        for name, comps in (("cpc", r.cpc), ("hll4", r.hll4)):
+            entry[name] = {
+                f"lgK{c.lg_k}": {"mean_abs_err": round(c.mean_err, 6), "bytes": round(c.bytes)}
+                for c in comps
+            }
+            equal = equal_error_bytes(r.loom_mean, comps, r.n)
+            if equal is not None:
+                nearest, at_equal = equal
+                entry[f"{name}_nearest_lgK"] = nearest.lg_k
+                entry[f"{name}_bytes_at_loom_error"] = round(at_equal)
+                entry[f"loom_bytes_over_{name}_at_equal_error"] = round(r.loom_bytes / at_equal, 3)
+        table.append(entry)
+    report.add_figure("accuracy", table)
+    paired = paired_cpc((50_000, 1_000_000), args.paired_runs, args.seed + 10_000)
     report.add_figure(
-        "accuracy",
+        "cpc_paired_equal_error",
         [
             {
-                "n": r.n,
-                "runs": r.runs,
-                "loom_mean_abs_err": round(r.loom_mean, 6),
-                "loom_max_abs_err": round(r.loom_max, 6),
-                "loom_rms_err": round(r.loom_rms, 6),
-                "hll_mean_abs_err": round(r.hll_mean, 6),
-                "hll_max_abs_err": round(r.hll_max, 6),
-                "loom_encoded_bytes_max_1_status": r.loom_bytes_max,
-                "hll_bytes": r.hll_bytes,
+                "n": p.n,
+                "runs": p.runs,
+                "loom_mean_abs_err": round(p.loom_mean, 6),
+                "cpc_hip_mean_abs_err": round(p.cpc_hip_mean, 6),
+                "loom_bytes_1_status": round(p.loom_bytes),
+                "cpc_hip_bytes": round(p.cpc_hip_bytes),
+                "loom_over_cpc_bytes_at_equal_error": round(p.bytes_ratio_at_equal_error, 3),
             }
-            for r in rows
+            for p in paired
         ],
     )
+    report.add_figure("cpu_per_event_us", {k: round(v, 3) for k, v in cpu_per_event().items()})
+    report.add_figure("same_bytes_after_reordering", determinism())
     xs = [float(r.n) for r in rows]
     report.add_line_plot(
-        "relative error of count vs recipients (Loom vs datasketch HLL p=14)",
+        "mean |relative error| of count vs recipients (same ids, same run)",
         xs,
         {
-            "Loom mean |err| %": [100 * r.loom_mean for r in rows],
-            "Loom max |err| %": [100 * r.loom_max for r in rows],
-            "HLL p=14 mean |err| %": [100 * r.hll_mean for r in rows],
-            "HLL p=14 max |err| %": [100 * r.hll_max for r in rows],
+            "Loom (CPC lgK 13, canonical) %": [100 * r.loom_mean for r in rows],
+            "Loom v1 (bitmap + HLL) %": [100 * r.v1_mean for r in rows],
+            **{
+                f"DataSketches CPC lgK {c.lg_k} %": [100 * row.cpc[k].mean_err for row in rows]
+                for k, c in enumerate(rows[0].cpc)
+                if c.lg_k in (12, 13)
+            },
+            **{
+                f"DataSketches HLL_4 lgK {c.lg_k} %": [100 * row.hll4[k].mean_err for row in rows]
+                for k, c in enumerate(rows[0].hll4)
+                if c.lg_k == 14
+            },
         },
         "recipients n",
         "relative error (%)",
         logx=True,
+    )
+    report.add_line_plot(
+        "bytes of one status vs recipients (competitors scaled to Loom's mean error)",
+        xs,
+        {
+            "Loom (stored row, 1 status)": [r.loom_bytes for r in rows],
+            "Loom v1 (stored row, 1 status)": [r.v1_bytes for r in rows],
+            "CPC at Loom's error": [_at_equal(r.loom_mean, r.cpc, r.n) for r in rows],
+            "HLL_4 at Loom's error": [_at_equal(r.loom_mean, r.hll4, r.n) for r in rows],
+        },
+        "recipients n",
+        "bytes",
+        logx=True,
+        logy=True,
     )
     sized = size_table(sizes, args.seed)
     report.add_figure(
@@ -98,6 +165,7 @@ def _accuracy(args: argparse.Namespace, harness: Harness) -> None:
             {
                 "n": s.n,
                 "loom_bytes": s.loom_bytes,
+                "v1_bytes": s.v1_bytes,
                 "exact_uuid_set_bytes": s.exact_uuid_bytes,
                 "exact_exceeds_400KB": s.exact_exceeds_item_limit,
             }
@@ -109,6 +177,7 @@ def _accuracy(args: argparse.Namespace, harness: Harness) -> None:
         [float(s.n) for s in sized],
         {
             "Loom encoded summary": [float(s.loom_bytes) for s in sized],
+            "Loom v1 encoded summary": [float(s.v1_bytes) for s in sized],
             "exact 36-byte UUID sets (Remind)": [float(s.exact_uuid_bytes) for s in sized],
             "DynamoDB 400 KB item limit": [400.0 * 1024] * len(sized),
         },

@@ -5,6 +5,10 @@ of `chunk_size` inboxes, each chunk one batch call to the store. A fixed pool of
 drains a bounded queue of jobs; when the queue is full, `submit` refuses at once
 (RESOURCE_EXHAUSTED) rather than let announcements pile up in memory.
 
+Up to `chunks_in_flight` chunks of one job are delivered at once (a distributed engine
+needs several requests in flight to hide its round trips; SQLite's single writer needs
+one), and `done` only ever advances over the contiguous prefix of finished chunks.
+
 Progress is written to the store (at most every `progress_interval_s`, and always at the
 end), so GetDelivery survives restarts. Because delivery is idempotent (last_message_id
 only grows) and recipients are processed in a reproducible order, the stored `done` count
@@ -18,9 +22,11 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+from server.config import InboxSettings
 from server.inbox.model import chunked
 from server.inbox.trimming import Trimmer
 from server.runtime.errors import LoomError, ResourceExhausted
@@ -29,11 +35,41 @@ from server.runtime.workers import WorkerPool
 from storage.errors import StorageError
 from storage.ports import DeliveryRecord, DeliveryState, InboxStore
 
-__all__ = ["FanoutJob", "FanoutStage"]
+__all__ = ["ENGINE_DEFAULTS", "EngineDefaults", "FanoutJob", "FanoutStage", "with_engine_defaults"]
 
 _log = get_logger("inbox.fanout")
 _RETRY_DELAYS_S = (0.05, 0.25, 1.0)
 _SHUTDOWN = "interrupted by server shutdown; retry PostMessage to resume"
+
+
+@dataclass(frozen=True, slots=True)
+class EngineDefaults:
+    """Fan-out pacing and pipelining where the settings leave them to the engine (-1)."""
+
+    rate_per_s: float
+    chunks_in_flight: int
+
+
+ENGINE_DEFAULTS: dict[str, EngineDefaults] = {
+    # SQLite: the fan-out is the server's own CPU (one writer thread), so it is paced to
+    # leave a core's worth of room for interactive calls; one chunk at a time.
+    "sqlite": EngineDefaults(rate_per_s=50_000.0, chunks_in_flight=1),
+    # Cassandra: the node does the work; several chunks hide round trips, and the store
+    # itself bounds its delivery requests (`DELIVERY_GROUPS_IN_FLIGHT`).
+    "cassandra": EngineDefaults(rate_per_s=0.0, chunks_in_flight=4),
+}
+
+
+def with_engine_defaults(settings: InboxSettings, engine: str) -> InboxSettings:
+    """`settings` with every fan-out knob left at -1 replaced by `engine`'s default."""
+    defaults = ENGINE_DEFAULTS.get(engine, ENGINE_DEFAULTS["sqlite"])
+    rate = settings.fanout_rate_per_s
+    in_flight = settings.fanout_chunks_in_flight
+    return replace(
+        settings,
+        fanout_rate_per_s=defaults.rate_per_s if rate < 0 else rate,
+        fanout_chunks_in_flight=defaults.chunks_in_flight if in_flight < 0 else in_flight,
+    )
 
 
 @dataclass
@@ -57,10 +93,12 @@ class FanoutStage:
         chunk_size: int,
         progress_interval_s: float,
         rate_per_s: float = 0.0,
+        chunks_in_flight: int = 1,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._store = store
         self._rate = rate_per_s
+        self._in_flight = max(1, chunks_in_flight)
         self._next_slot = 0.0
         self._trimmer = trimmer
         self._queue: asyncio.Queue[FanoutJob] = asyncio.Queue(max(1, queue_size))
@@ -129,14 +167,34 @@ class FanoutStage:
     async def _run(self, job: FanoutJob) -> None:
         rec = job.record
         last_write = self._clock()
-        for chunk in chunked(job.recipients, self._chunk, start=rec.done):
-            await self._pace(len(chunk))
-            await self._deliver(rec.thread_id, rec.message_id, chunk)
-            self._trimmer.on_delivered(chunk)
-            job.record = rec = replace(rec, done=rec.done + len(chunk), updated_at_ms=self.now_ms())
+        window: deque[tuple[asyncio.Task[None], Sequence[str]]] = deque()
+
+        async def retire_oldest() -> None:
+            nonlocal rec, last_write
+            oldest, delivered = window.popleft()
+            await oldest
+            self._trimmer.on_delivered(delivered)
+            job.record = rec = replace(
+                rec, done=rec.done + len(delivered), updated_at_ms=self.now_ms()
+            )
             if self._clock() - last_write >= self._interval:
                 await self._store.save_delivery(rec)
                 last_write = self._clock()
+
+        try:
+            for chunk in chunked(job.recipients, self._chunk, start=rec.done):
+                await self._pace(len(chunk))
+                task = asyncio.ensure_future(self._deliver(rec.thread_id, rec.message_id, chunk))
+                window.append((task, chunk))
+                # Retire finished chunks in order; wait for the oldest when the window is full.
+                while window and (len(window) >= self._in_flight or window[0][0].done()):
+                    await retire_oldest()
+            while window:
+                await retire_oldest()
+        finally:
+            for task, _ in window:
+                task.cancel()
+            await asyncio.gather(*(task for task, _ in window), return_exceptions=True)
         await self._finish(job, "done", "")
 
     async def _pace(self, deliveries: int) -> None:

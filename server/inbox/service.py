@@ -71,6 +71,7 @@ class InboxService:
             chunk_size=settings.fanout_chunk,
             progress_interval_s=settings.progress_interval_s,
             rate_per_s=settings.fanout_rate_per_s,
+            chunks_in_flight=settings.fanout_chunks_in_flight,
             clock=clock,
         )
 

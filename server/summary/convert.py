@@ -43,6 +43,7 @@ _ESTIMATOR: dict[Tier, summary_pb2.Estimator.ValueType] = {
     Tier.EXACT: summary_pb2.ESTIMATOR_EXACT,
     Tier.BITMAP: summary_pb2.ESTIMATOR_LINEAR_COUNTING,
     Tier.HLL: summary_pb2.ESTIMATOR_HYPERLOGLOG,
+    Tier.CPC: summary_pb2.ESTIMATOR_CPC,
 }
 
 

@@ -9,18 +9,29 @@ handler can skip the write when :meth:`MessageSummary.record` returns ``False``.
 Statuses never retract: a recipient recorded FAILED and later DELIVERED is counted in both
 (sketches cannot delete). READ implies DELIVERED: a READ event is recorded in both sets.
 
-Encoding (version 1, little-endian)::
+Encoding (little-endian). Version 2, written since sketches are CPC::
 
-    b"LS" | version u8 | codec u8 | exact_threshold u16 | exact_byte_budget u32
+    b"LS" | 2 u8 | codec u8 | exact_threshold u16 | exact_byte_budget u32 | cpc_lg_k u8
+          | crc32(header before it + body) u32 | codec(body)
+
+Version 1, still read (and, for a summary already sketched in v1, still written: its bitmap
+and registers cannot be turned into CPC without the ids)::
+
+    b"LS" | 1 u8 | codec u8 | exact_threshold u16 | exact_byte_budget u32
           | bitmap_log2_bits u8 | hll_precision u8 | codec(body)
+
     body = RecipientSet.encode() for DELIVERED, READ, FAILED in that order
 
-Sorted ids and a deterministic codec make the bytes canonical: equal states encode equally.
+A v1 row whose three sets are still exact decodes as a v2 summary (same state, same counts);
+its next change is written as v2. The CRC guards the CPC deserializer, which trusts its input
+(``cpc.py``). Sorted ids, canonical CPC sketches and a deterministic codec make the bytes
+canonical: equal states encode equally.
 """
 
 from __future__ import annotations
 
 import struct
+import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
@@ -31,8 +42,11 @@ from server.summary.recipients import RecipientSet, SketchParams, Tier
 from server.summary.sketch import HashPair, hash_recipient
 
 MAGIC = b"LS"
-FORMAT_VERSION = 1
-_HEADER = struct.Struct("<2sBBHIBB")
+FORMAT_VERSION = 2
+LEGACY_VERSION = 1
+_HEADER = struct.Struct("<2sBBHIBI")
+_CRC_SPAN = struct.calcsize("<2sBBHIB")  # the header bytes the CRC covers (all but itself)
+_LEGACY_HEADER = struct.Struct("<2sBBHIBB")
 
 
 class DeliveryStatus(Enum):
@@ -107,7 +121,7 @@ class MessageSummary:
         read_ids = by_status[DeliveryStatus.READ]
         changed = False
         read_hashes: list[HashPair] | None = None
-        if read_ids and self._sets[DeliveryStatus.READ].tier is not Tier.EXACT:
+        if read_ids and self._sets[DeliveryStatus.READ].needs_hashes:
             read_hashes = [hash_recipient(i) for i in read_ids]  # hashed once, used twice
         for status in STATUS_ORDER:
             ids = by_status[status]
@@ -174,38 +188,72 @@ class MessageSummary:
             body = b"".join(self._sets[s].encode() for s in STATUS_ORDER)
             codec_id, payload = compress(body)
             p = self.params
-            header = _HEADER.pack(
-                MAGIC,
-                FORMAT_VERSION,
-                codec_id,
-                p.exact_threshold,
-                p.exact_byte_budget,
-                p.bitmap_log2_bits,
-                p.hll_precision,
-            )
+            if p.cpc_lg_k:
+                fields = (
+                    MAGIC, FORMAT_VERSION, codec_id, p.exact_threshold, p.exact_byte_budget,
+                    p.cpc_lg_k,
+                )  # fmt: skip
+                crc = zlib.crc32(body, zlib.crc32(_HEADER.pack(*fields, 0)[:_CRC_SPAN]))
+                header = _HEADER.pack(*fields, crc)
+            else:
+                header = _LEGACY_HEADER.pack(
+                    MAGIC,
+                    LEGACY_VERSION,
+                    codec_id,
+                    p.exact_threshold,
+                    p.exact_byte_budget,
+                    p.bitmap_log2_bits,
+                    p.hll_precision,
+                )
             self._encoded = header + payload
         return self._encoded
 
     @classmethod
     def decode(cls, data: bytes) -> MessageSummary:
         """Inverse of :meth:`encode`; raises ValueError on anything malformed."""
-        if len(data) < _HEADER.size:
-            raise ValueError("summary too short")
-        magic, version, codec_id, threshold, budget, log2_bits, precision = _HEADER.unpack_from(
-            data
-        )
-        if magic != MAGIC or version != FORMAT_VERSION:
-            raise ValueError(f"not a v{FORMAT_VERSION} summary")
-        params = SketchParams(threshold, budget, log2_bits, precision)
-        body = memoryview(decompress(codec_id, data[_HEADER.size :]))
+        if len(data) < _LEGACY_HEADER.size or data[:2] != MAGIC:
+            raise ValueError("not a summary (too short or no magic)")
+        version = data[2]
+        if version == FORMAT_VERSION:
+            if len(data) < _HEADER.size:
+                raise ValueError("summary too short")
+            _, _, codec_id, threshold, budget, lg_k, crc = _HEADER.unpack_from(data)
+            body = decompress(codec_id, data[_HEADER.size :])
+            if zlib.crc32(body, zlib.crc32(data[:_CRC_SPAN])) != crc:
+                raise ValueError("corrupt summary: CRC mismatch")
+            if not lg_k:
+                raise ValueError("v2 summary without a CPC lg_k")
+            params = SketchParams(threshold, budget, cpc_lg_k=lg_k)
+        elif version == LEGACY_VERSION:
+            _, _, codec_id, threshold, budget, log2_bits, precision = _LEGACY_HEADER.unpack_from(
+                data
+            )
+            params = SketchParams(threshold, budget, log2_bits, precision, cpc_lg_k=0)
+            body = decompress(codec_id, data[_LEGACY_HEADER.size :])
+        else:
+            raise ValueError(f"unknown summary version {version}")
         summary = cls(params)
+        view = memoryview(body)
         offset = 0
-        for status in STATUS_ORDER:
-            summary._sets[status], offset = RecipientSet.decode(body, offset, params)
+        try:
+            for status in STATUS_ORDER:
+                summary._sets[status], offset = RecipientSet.decode(view, offset, params)
+        except struct.error as exc:
+            raise ValueError(f"truncated summary: {exc}") from exc
         if offset != len(body):
             raise ValueError("trailing bytes after summary body")
+        if version == LEGACY_VERSION and all(s.tier is Tier.EXACT for s in summary._sets.values()):
+            return summary._as_current_version()
         summary._encoded = bytes(data)
         return summary
+
+    def _as_current_version(self) -> MessageSummary:
+        """This all-exact (v1) summary under v2 params (default lg_k): same members, counts."""
+        p = self.params
+        out = MessageSummary(SketchParams(p.exact_threshold, p.exact_byte_budget))
+        for status in STATUS_ORDER:
+            out._sets[status].add(self._sets[status].members())
+        return out
 
     @classmethod
     def from_events(

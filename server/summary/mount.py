@@ -26,7 +26,9 @@ async def mount(server: grpc.aio.Server, settings: Settings, resources: Resource
     service = SummaryService(
         guard_store(store, resources.breaker(engine)),
         params=SketchParams(
-            exact_threshold=s.exact_threshold, exact_byte_budget=s.exact_byte_budget
+            exact_threshold=s.exact_threshold,
+            exact_byte_budget=s.exact_byte_budget,
+            cpc_lg_k=s.cpc_lg_k,
         ),
         max_attempts=s.max_retries,
         retry_base_s=s.retry_base_s,

@@ -1,20 +1,25 @@
-"""The recipients of one message in one status: an exact set that promotes itself to sketches.
+"""The recipients of one message in one status: an exact set that promotes itself to a sketch.
 
 Tiers (each one a pure function of the *set* of recipients ever added, so recording is
 idempotent, order-independent, and ``merge`` equals recording the union):
 
 ``EXACT``   the ids themselves, while ``|S| <= exact_threshold`` and their UTF-8 bytes fit in
             ``exact_byte_budget``.
-``BITMAP``  a linear-counting bitmap *and* HLL registers, both filled from every member (the
-            exact members are hashed in at promotion, so none is lost). Linear counting reports.
-``HLL``     once the bitmap's zero bits fall below the hand-over floor (the cardinality where
-            linear counting's standard error passes HLL's, ≈ 110K at the defaults) the bitmap is
-            dropped and the registers, which saw every member, report.
+``CPC``     (format v2, every new summary) a canonical DataSketches CPC sketch of lgK
+            ``cpc_lg_k`` (``cpc.py``), filled with every member: the exact members go in at
+            promotion, so none is lost.
 
-Why a bitmap tier is still worth having when HLL is present: below ≈ 110K it is the more
-accurate estimator (0.52 % at 50K vs 0.81 %), which is the range Remind cares about.
-Monotonicity makes the tier choice safe under union: a superset never has fewer set bits or more
-members, so a merged state never needs to "un-drop" a bitmap or "un-promote" a set.
+Format v1 summaries (written before CPC) promoted instead to:
+
+``BITMAP``  a linear-counting bitmap *and* HLL registers, both filled from every member.
+            Linear counting reports.
+``HLL``     once the bitmap's zero bits fall below the hand-over floor (≈ 110K recipients)
+            the bitmap is dropped and the registers, which saw every member, report.
+
+A v1 set already in BITMAP/HLL cannot become CPC (the ids are gone), so it keeps growing in its
+v1 sketches (``cpc_lg_k == 0`` in its params marks that); a v1 summary whose sets are all still
+exact is read as v2 (``model.py``). Monotonicity makes every tier choice safe under union: a
+superset never has fewer coupons, set bits or members, so a merged state never "un-promotes".
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 
+from server.summary import cpc
 from server.summary.limits import (
     DEFAULT_EXACT_BYTE_BUDGET,
     DEFAULT_EXACT_THRESHOLD,
@@ -44,27 +50,36 @@ from server.summary.sketch import (
 )
 
 _U16 = struct.Struct("<H")
+_U32 = struct.Struct("<I")
 
 
 class Tier(IntEnum):
     """Representation of a recipient set; the value is its byte in the encoding."""
 
     EXACT = 0
-    BITMAP = 1
-    HLL = 2
+    BITMAP = 1  # v1 only
+    HLL = 2  # v1 only
+    CPC = 3
 
 
 @dataclass(frozen=True, slots=True)
 class SketchParams:
-    """Parameters stored in every encoded summary; two summaries merge only if these match."""
+    """Parameters stored in every encoded summary; two summaries merge only if these match.
+
+    ``cpc_lg_k > 0``: sets promote to CPC (format v2). ``cpc_lg_k == 0``: a v1 summary, whose
+    sets promote to the linear-counting bitmap + HLL pair sized by the two v1 fields.
+    """
 
     exact_threshold: int = DEFAULT_EXACT_THRESHOLD
     exact_byte_budget: int = DEFAULT_EXACT_BYTE_BUDGET
     bitmap_log2_bits: int = LINEAR_COUNTING_LOG2_BITS
     hll_precision: int = HLL_PRECISION
+    cpc_lg_k: int = cpc.CPC_LG_K
     handover_zero_bits: int = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        if self.cpc_lg_k:
+            cpc.check_lg_k(self.cpc_lg_k)
         if not 0 <= self.exact_threshold <= MAX_EXACT_THRESHOLD:
             raise ValueError(f"exact_threshold must be in 0..{MAX_EXACT_THRESHOLD}")
         if not 0 <= self.exact_byte_budget < 2**32:
@@ -80,9 +95,9 @@ class SketchParams:
 
 
 class RecipientSet:
-    """Grow-only set of recipient ids with automatic exact -> bitmap(+HLL) -> HLL promotion."""
+    """Grow-only set of recipient ids: exact, then CPC (v1: bitmap(+HLL), then HLL)."""
 
-    __slots__ = ("_bitmap", "_hll", "_member_bytes", "_members", "params")
+    __slots__ = ("_bitmap", "_cpc", "_cpc_bytes", "_hll", "_member_bytes", "_members", "params")
 
     def __init__(self, params: SketchParams) -> None:
         self.params = params
@@ -90,13 +105,22 @@ class RecipientSet:
         self._member_bytes = 0
         self._bitmap: LinearCounter | None = None
         self._hll: HyperLogLog | None = None
+        self._cpc: cpc.CpcSketch | None = None  # always canonical (no HIP state)
+        self._cpc_bytes = b""  # its serialization, kept to detect change and to encode
 
     @property
     def tier(self) -> Tier:
         """Current representation."""
         if self._members is not None:
             return Tier.EXACT
+        if self._cpc is not None:
+            return Tier.CPC
         return Tier.BITMAP if self._bitmap is not None else Tier.HLL
+
+    @property
+    def needs_hashes(self) -> bool:
+        """Whether :meth:`add` would hash ids itself (v1 sketches): callers may share hashes."""
+        return self._members is None and self._cpc is None
 
     def members(self) -> list[str]:
         """Sorted recipient ids; only an exact set knows them."""
@@ -120,7 +144,24 @@ class RecipientSet:
                 if self._member_bytes > self.params.exact_byte_budget:
                     self._promote()
             return True
+        if self._cpc is not None:
+            return self._add_to_cpc(ids)
         return self._add_hashes(hashes if hashes is not None else [hash_recipient(i) for i in ids])
+
+    def _add_to_cpc(self, ids: Iterable[str]) -> bool:
+        """Updates the sketch and re-canonicalizes it; changed iff the coupons changed."""
+        assert self._cpc is not None
+        sketch, lg_k = self._cpc, self.params.cpc_lg_k
+        for rid in ids:
+            sketch.update(rid)
+        return self._set_cpc(cpc.canonical(sketch, lg_k))
+
+    def _set_cpc(self, sketch: cpc.CpcSketch) -> bool:
+        data = sketch.serialize()
+        self._cpc = sketch
+        changed = data != self._cpc_bytes
+        self._cpc_bytes = data
+        return changed
 
     def _add_hashes(self, hashes: Sequence[HashPair]) -> bool:
         assert self._hll is not None
@@ -131,10 +172,14 @@ class RecipientSet:
         return changed
 
     def _promote(self) -> None:
-        """Exact -> BITMAP: every exact member is hashed into both sketches (nothing is lost)."""
+        """Exact -> CPC (v1: BITMAP): every exact member goes into the sketch (none is lost)."""
         assert self._members is not None
         members = self._members
         self._members, self._member_bytes = None, 0
+        if self.params.cpc_lg_k:
+            self._cpc, self._cpc_bytes = cpc.new(self.params.cpc_lg_k), b""
+            self._add_to_cpc(members)
+            return
         self._bitmap = LinearCounter(self.params.bitmap_log2_bits)
         self._hll = HyperLogLog(self.params.hll_precision)
         self._add_hashes([hash_recipient(i) for i in members])
@@ -149,12 +194,16 @@ class RecipientSet:
         if other.params != self.params:
             raise ValueError("cannot merge recipient sets with different sketch parameters")
         if other._members is not None:
-            if self._members is not None:
+            if self._members is not None or self._cpc is not None:
                 return self.add(list(other._members))
             return self._add_hashes([hash_recipient(i) for i in other._members])
         before = self.encode()
         if self._members is not None:
             self._promote()
+        if other._cpc is not None:
+            assert self._cpc is not None  # same params, so both promote to CPC
+            self._set_cpc(cpc.union(self._cpc, other._cpc, self.params.cpc_lg_k))
+            return self.encode() != before
         assert self._hll is not None
         assert other._hll is not None
         self._hll.merge(other._hll)
@@ -172,6 +221,8 @@ class RecipientSet:
         """Exact size, or the active estimator's estimate."""
         if self._members is not None:
             return float(len(self._members))
+        if self._cpc is not None:
+            return float(self._cpc.get_estimate())
         if self._bitmap is not None:
             return self._bitmap.estimate()
         assert self._hll is not None
@@ -182,6 +233,8 @@ class RecipientSet:
         tier = self.tier
         if tier is Tier.EXACT:
             return 0.0
+        if self._cpc is not None:
+            return cpc.error_bound(self._cpc)
         if tier is Tier.BITMAP:
             return linear_counting_standard_error(estimate, 1 << self.params.bitmap_log2_bits)
         return hll_standard_error(self.params.hll_precision)
@@ -189,13 +242,16 @@ class RecipientSet:
     # ---- encoding (uncompressed; the summary compresses the whole body at once) ---------------
 
     def encode(self) -> bytes:
-        """Canonical bytes: tier, then sorted length-prefixed UTF-8 ids or bitmap + registers."""
+        """Canonical bytes: tier, then sorted length-prefixed UTF-8 ids, a u32-length-prefixed
+        canonical CPC sketch, or (v1) bitmap + registers."""
         if self._members is not None:
             parts = [bytes((Tier.EXACT,)), _U16.pack(len(self._members))]
             for rid in sorted(self._members):
                 raw = rid.encode()
                 parts += (_U16.pack(len(raw)), raw)
             return b"".join(parts)
+        if self._cpc is not None:
+            return bytes((Tier.CPC,)) + _U32.pack(len(self._cpc_bytes)) + self._cpc_bytes
         assert self._hll is not None
         if self._bitmap is not None:
             return bytes((Tier.BITMAP,)) + self._bitmap.bits + self._hll.registers
@@ -224,6 +280,15 @@ class RecipientSet:
             rset._member_bytes = sum(len(i.encode()) for i in rset._members)
             return rset, offset
         rset._members = None
+        if (tier is Tier.CPC) != bool(params.cpc_lg_k):
+            raise ValueError(f"a {tier.name} set cannot appear in this summary version")
+        if tier is Tier.CPC:
+            (size,) = _U32.unpack_from(data, offset)
+            raw = _take(data, offset + 4, size)
+            # Canonicalized again so the in-memory sketch never carries HIP state, whatever
+            # wrote these bytes; for Loom's own rows the bytes come out identical.
+            rset._set_cpc(cpc.canonical(cpc.decode(raw, params.cpc_lg_k), params.cpc_lg_k))
+            return rset, offset + 4 + size
         if tier is Tier.BITMAP:
             size = (1 << params.bitmap_log2_bits) // 8
             rset._bitmap = LinearCounter(params.bitmap_log2_bits, _take(data, offset, size))

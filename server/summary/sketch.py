@@ -1,4 +1,7 @@
-"""Cardinality-sketch primitives for message summaries: one hash, a linear-counting bitmap, HLL.
+"""Cardinality-sketch primitives of format v1 summaries: one hash, a linear-counting bitmap, HLL.
+
+New summaries sketch with CPC (``cpc.py``, format v2); these primitives remain because v1 rows
+that were already sketched keep decoding and growing in them (``recipients.py``).
 
 Why these three pieces
 ----------------------

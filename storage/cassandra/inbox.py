@@ -1,7 +1,7 @@
 """InboxStore on Apache Cassandra: Yammer's second design, with its fixes.
 
     inbox_entries    ((inbox_id), thread_id) -> last_message_id, is_read
-    inbox_unread     ((inbox_id), thread_id)       the materialized unread count
+    inbox_unread     ((inbox_id), thread_id) -> message_id   the materialized unread count
     inbox_deliveries ((delivery_id)) -> progress   LWT IF NOT EXISTS on create
 
 No secondary index, no ordering that relies on deletes (the domain sorts a whole, trimmed
@@ -15,11 +15,24 @@ trim of a row read at m deletes at (m+1)*K - 1. Cassandra's last-write-wins then
 message, a trim loses to any newer message" under any interleaving, with no LWT. Every
 write still follows a read (one token-aware IN query per replica group), because the
 Protocol returns how many rows changed and a retried chunk should cost reads only.
+
+A delivery (the 300,000-inbox announcement is 6,000 of them) is, per group of 50 inboxes
+sharing one replica set: one IN read, one ``UPDATE inbox_unread … WHERE inbox_id IN ?``,
+then one ``UPDATE inbox_entries … WHERE inbox_id IN ?`` — three requests for 100 rows,
+routed to a replica of every key. Why not one request per inbox (a single-partition batch
+of its two rows): the Python driver costs ~100 µs of client CPU per request, so 300,000
+requests are ~30 s of the server's one core before Cassandra does anything. Why not the
+multi-partition unlogged BATCH used before: binding 100 statements per group cost twice
+the client CPU of two IN statements, and Cassandra warned about every such batch. The
+writes are still multi-partition, but never cross replica sets, so no coordinator forwards
+anything a single-row write would not (``loadtest/benches/cassandra_fanout.py`` measures
+the three shapes).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+from collections.abc import Awaitable, Sequence
 from typing import Any
 
 from cassandra.query import BatchStatement, BatchType, PreparedStatement
@@ -33,12 +46,17 @@ from storage.settings import CassandraSettings
 
 __all__ = ["CassandraInboxStore"]
 
-_IN_KEYS = 50  # keys per IN list / batch: small enough that a 1,000-inbox chunk runs
-# as 20 concurrent read-then-write pipelines, large enough to amortize a request
-_BATCH_BYTES = 16 * 1024
-"""Estimated payload per unlogged batch: far under Cassandra's 50 KiB fail threshold even
-with 256-byte ids. It is over the 5 KiB *warn* threshold (one log line per batch), which
-measured ~20 % faster fan-outs than 4 KiB batches on the test node."""
+_IN_KEYS = 50
+"""Inboxes per IN list of a delivery: one request reads or writes 50 partitions, all of one
+replica set, so a 1,000-inbox chunk is 20 concurrent read-then-write pipelines."""
+DELIVERY_GROUPS_IN_FLIGHT = 16
+"""Delivery pipelines (read, unread rows, entries) of one store running at once, whatever
+the number of chunks the fan-out stage has in flight: enough to keep one node busy, and
+well under the session's `MAX_IN_FLIGHT`, so interactive reads (an unread count) never
+wait behind a fan-out for a driver slot."""
+_BATCH_BYTES = 4 * 1024
+"""Estimated payload per unlogged batch of marks and trims, which are single-partition (one
+inbox): under Cassandra's 5 KiB batch-size warn threshold."""
 
 
 class CassandraInboxStore:
@@ -48,6 +66,7 @@ class CassandraInboxStore:
         self._s = session
         self._owns = owns_session
         self._ks = session.keyspace
+        self._deliveries = asyncio.Semaphore(DELIVERY_GROUPS_IN_FLIGHT)
 
     @classmethod
     async def open(cls, settings: CassandraSettings) -> CassandraInboxStore:
@@ -65,6 +84,7 @@ class CassandraInboxStore:
     ) -> CassandraInboxStore:
         """A store on a session shared with other Cassandra stores (which it won't close)."""
         await session.ensure_schema(ir.TABLES)
+        await session.ensure_columns("inbox_unread", ir.UNREAD_COLUMNS)
         return cls(session, owns_session=owns_session)
 
     async def _stmt(self, cql: str) -> PreparedStatement:
@@ -92,38 +112,55 @@ class CassandraInboxStore:
             for group in self._s.replica_groups(list(flags))
             for chunk in ir.slices(group, _IN_KEYS)
         ]
-        entry = await self._stmt(
-            "INSERT INTO {ks}.inbox_entries (inbox_id, thread_id, last_message_id, is_read) "
-            "VALUES (?, ?, ?, ?) USING TIMESTAMP ?"
+        current_of = await self._stmt(
+            "SELECT inbox_id, last_message_id FROM {ks}.inbox_entries "
+            "WHERE inbox_id IN ? AND thread_id = ?"
         )
-        add = await self._stmt(
-            "INSERT INTO {ks}.inbox_unread (inbox_id, thread_id) VALUES (?, ?) USING TIMESTAMP ?"
+        make_unread = await self._stmt(
+            "UPDATE {ks}.inbox_unread USING TIMESTAMP ? SET message_id = ? "
+            "WHERE inbox_id IN ? AND thread_id = ?"
         )
-        drop = await self._stmt(
-            "DELETE FROM {ks}.inbox_unread USING TIMESTAMP ? WHERE inbox_id = ? AND thread_id = ?"
+        make_read = await self._stmt(
+            "DELETE FROM {ks}.inbox_unread USING TIMESTAMP ? WHERE inbox_id IN ? AND thread_id = ?"
         )
+        advance = await self._stmt(
+            "UPDATE {ks}.inbox_entries USING TIMESTAMP ? SET last_message_id = ?, is_read = ? "
+            "WHERE inbox_id IN ? AND thread_id = ?"
+        )
+        run = self._s.run
 
         async def one_group(inboxes: list[str]) -> int:
-            # Read first: rows already at (or past) this message are skipped, which makes a
-            # retried chunk cost one read and gives the Protocol its count of advanced rows.
-            rows = await self._q(
-                "SELECT inbox_id, last_message_id FROM {ks}.inbox_entries "
-                "WHERE inbox_id IN ? AND thread_id = ?",
-                (inboxes, thread_id),
-            )
-            current = {ir.text(r, "inbox_id"): ir.integer(r, "last_message_id") for r in rows}
-            stale = [i for i in inboxes if current.get(i, 0) < message_id]
-            writes: list[tuple[PreparedStatement, tuple[Any, ...], int]] = []
-            for inbox in stale:
-                is_read = flags[inbox]
-                size = 2 * len((inbox + thread_id).encode()) + 60  # both rows, keys twice
-                writes.append((entry, (inbox, thread_id, message_id, is_read, ts), size))
-                if is_read:
-                    writes.append((drop, (ts, inbox, thread_id), 0))
-                else:
-                    writes.append((add, (inbox, thread_id, ts), 0))
-            await self._write_batches(writes)
-            return len(stale)
+            async with self._deliveries:
+                # Read first: rows already at (or past) this message are skipped, which makes
+                # a retried chunk cost one read and gives the Protocol its count of advanced
+                # rows. Every key of `inboxes` shares one replica set, so the coordinator
+                # `route` reaches owns all of them.
+                route = inboxes[0]
+                rows = await run(current_of, (inboxes, thread_id), routing_key=route)
+                done = {
+                    ir.text(r, "inbox_id")
+                    for r in rows
+                    if ir.integer(r, "last_message_id") >= message_id
+                }
+                to_unread = [i for i in inboxes if i not in done and not flags[i]]
+                to_read = [i for i in inboxes if i not in done and flags[i]]
+                # The unread rows move before the entries: an entry showing this message
+                # implies its unread row is in step, so the skip above can never leave an
+                # unread row behind when a chunk is retried after a partial failure.
+                unread_step: list[Awaitable[list[Row]]] = []
+                entry_step: list[Awaitable[list[Row]]] = []
+                if to_unread:
+                    rows_of: tuple[Any, ...] = (ts, message_id, to_unread, thread_id)
+                    unread_step.append(run(make_unread, rows_of, routing_key=route))
+                    rows_of = (ts, message_id, False, to_unread, thread_id)
+                    entry_step.append(run(advance, rows_of, routing_key=route))
+                if to_read:
+                    unread_step.append(run(make_read, (ts, to_read, thread_id), routing_key=route))
+                    rows_of = (ts, message_id, True, to_read, thread_id)
+                    entry_step.append(run(advance, rows_of, routing_key=route))
+                await gather(unread_step)
+                await gather(entry_step)
+                return len(to_unread) + len(to_read)
 
         return sum(await gather(one_group(g) for g in groups))
 
@@ -132,9 +169,8 @@ class CassandraInboxStore:
     ) -> None:
         """Sends `writes` as unlogged batches of about `_BATCH_BYTES` each, concurrently.
 
-        Callers pass writes of one replica group, so each batch is applied by a coordinator
-        that owns every row in it: one request instead of one per row (the Python driver,
-        not Cassandra, is the bottleneck of a 300,000-inbox fan-out), with no batchlog.
+        Callers pass writes of one inbox (one partition), so each batch is one mutation
+        applied by a replica of it, with no batchlog: one request instead of one per row.
         """
         batches: list[BatchStatement] = []
         used = _BATCH_BYTES

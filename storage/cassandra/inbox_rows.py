@@ -17,6 +17,7 @@ from storage.ports import DeliveryRecord
 __all__ = [
     "DELIVERY_COLUMNS",
     "TABLES",
+    "UNREAD_COLUMNS",
     "delivery_record",
     "delivery_values",
     "integer",
@@ -30,12 +31,17 @@ TABLES = (
     "CREATE TABLE IF NOT EXISTS {ks}.inbox_entries (inbox_id text, thread_id text, "
     "last_message_id bigint, is_read boolean, PRIMARY KEY ((inbox_id), thread_id)) " + _MUTABLE,
     "CREATE TABLE IF NOT EXISTS {ks}.inbox_unread (inbox_id text, thread_id text, "
-    "PRIMARY KEY ((inbox_id), thread_id)) " + _MUTABLE,
+    "message_id bigint, PRIMARY KEY ((inbox_id), thread_id)) " + _MUTABLE,
     "CREATE TABLE IF NOT EXISTS {ks}.inbox_deliveries (delivery_id text PRIMARY KEY, "
     "thread_id text, message_id bigint, sender_inbox_id text, total bigint, done bigint, "
     "state text, error text, updated_at_ms bigint) "
     "WITH compaction = {'class': 'LeveledCompactionStrategy'}",
 )
+UNREAD_COLUMNS = {"message_id": "bigint"}
+"""Columns added to inbox_unread since its first version: message_id (the message that left
+the thread unread) is what lets a fan-out write a row for many inboxes in one ``UPDATE …
+WHERE inbox_id IN ?`` (an UPDATE needs a regular column to set; a key-only table has none).
+Tables created before it get it through ``CassandraSession.ensure_columns``."""
 DELIVERY_COLUMNS = (
     "delivery_id, thread_id, message_id, sender_inbox_id, total, done, state, error, updated_at_ms"
 )

@@ -49,7 +49,7 @@ from cassandra.protocol import (
     UnavailableErrorMessage,
     WriteTimeoutErrorMessage,
 )
-from cassandra.query import PreparedStatement, dict_factory
+from cassandra.query import BoundStatement, PreparedStatement, dict_factory
 
 from storage.errors import StorageError, StorageUnavailable
 from storage.settings import CassandraSettings
@@ -127,6 +127,24 @@ class _PageCollector:
             self.future.set_exception(translate(exc))
 
 
+class _Routed(BoundStatement):  # type: ignore[misc]
+    """A bound statement with an explicit routing key.
+
+    The driver computes no routing key for ``WHERE key IN ?`` (the prepared metadata names no
+    partition-key index), so token-aware routing would fall back to any node; callers that
+    know every key of the list shares one replica set pass one of them instead.
+    """
+
+    def __init__(self, stmt: PreparedStatement, params: Sequence[Any], key: bytes) -> None:
+        super().__init__(stmt)
+        self.bind(params)
+        self._explicit_routing_key = key
+
+    @property
+    def routing_key(self) -> bytes:
+        return self._explicit_routing_key
+
+
 class CassandraSession:
     """A connected driver session plus a prepared-statement cache, shared by stores."""
 
@@ -179,14 +197,20 @@ class CassandraSession:
         params: Sequence[Any] = (),
         *,
         all_pages: bool = False,
+        routing_key: str | None = None,
     ) -> list[Row]:
         """Executes `stmt` on the driver's I/O thread; the rows of every page when asked.
 
         At most `MAX_IN_FLIGHT` statements of this session run at once, whichever store or
         call issued them: a 1,000-item batch fans out without flooding the cluster, and
         many concurrent batches queue here instead of timing out inside the driver.
+        `routing_key` (a text partition key) routes a statement the driver cannot route
+        itself — one whose partition key is an ``IN ?`` list — to a replica of that key.
         """
-        bound = stmt.bind(params) if isinstance(stmt, PreparedStatement) else stmt
+        if routing_key is not None and isinstance(stmt, PreparedStatement):
+            bound: Any = _Routed(stmt, params, routing_key.encode("utf-8"))
+        else:
+            bound = stmt.bind(params) if isinstance(stmt, PreparedStatement) else stmt
         loop = asyncio.get_running_loop()
         async with self._in_flight:
             try:
@@ -226,6 +250,23 @@ class CassandraSession:
         )
         for ddl in tables:
             await self.execute_ddl(ddl.replace("{ks}", settings.keyspace))
+
+    async def ensure_columns(self, table: str, columns: dict[str, str]) -> None:
+        """Adds `columns` (name -> CQL type) missing from `table`, when ``create_schema``.
+
+        A table created by an older Loom lacks a column a newer one writes; ``CREATE TABLE
+        IF NOT EXISTS`` leaves it as it was, so the column is added here (an operator who
+        manages the schema runs the same ``ALTER TABLE … ADD``).
+        """
+        if not self.settings.create_schema:
+            return
+        meta = self._cluster.metadata.keyspaces.get(self.keyspace)
+        existing = meta.tables.get(table) if meta is not None else None
+        if existing is None:
+            return
+        for name, cql_type in columns.items():
+            if name not in existing.columns:
+                await self.execute_ddl(f"ALTER TABLE {self.keyspace}.{table} ADD {name} {cql_type}")
 
     def replica_groups(self, keys: Sequence[str]) -> list[list[str]]:
         """`keys` (single text partition keys of this keyspace) grouped by replica set.

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from server.config import InboxSettings
 from server.inbox.model import Post
 from server.inbox.service import InboxService
@@ -11,13 +13,22 @@ from storage.sqlite.inbox import SqliteInboxStore
 from tests.serving import eventually
 
 
+@pytest.mark.parametrize("chunks_in_flight", [1, 4])
 async def test_interrupted_delivery_is_failed_then_resumed_without_double_delivery(
-    tmp_path: Path,
+    tmp_path: Path, chunks_in_flight: int
 ) -> None:
-    """Stopping the service marks the fan-out FAILED at its progress; a retry finishes it."""
+    """Stopping the service marks the fan-out FAILED at its progress; a retry finishes it.
+
+    With several chunks in flight, the stored progress is the finished prefix only, so the
+    retry re-delivers the chunks that were in flight (idempotently) and none is skipped.
+    """
     store = await SqliteInboxStore.open(tmp_path / "inbox.sqlite3", synchronous="NORMAL")
     settings = InboxSettings(
-        sync_fanout_max=10, fanout_chunk=10, fanout_workers=1, progress_interval_s=0.0
+        sync_fanout_max=10,
+        fanout_chunk=10,
+        fanout_workers=1,
+        progress_interval_s=0.0,
+        fanout_chunks_in_flight=chunks_in_flight,
     )
     recipients = [f"u{i}" for i in range(3000)]
     announcement = Post("news", 42, "ceo", recipients)

@@ -79,7 +79,7 @@ async def test_exact_up_to_250_then_estimated(server: Running) -> None:
     assert delivered.exact is False
     assert list(delivered.recipient_ids) == []
     assert delivered.relative_error_bound > 0
-    assert delivered.estimator == summary_pb2.ESTIMATOR_LINEAR_COUNTING
+    assert delivered.estimator == summary_pb2.ESTIMATOR_CPC
     assert abs(delivered.count - 251) <= max(1, 3 * delivered.relative_error_bound * 251)
     assert 0 < msg.encoded_size_bytes < 400 * 1024
 

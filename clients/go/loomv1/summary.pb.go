@@ -87,9 +87,14 @@ const (
 	// The recipient ids themselves: count is exact (up to the exact threshold, 250 by default).
 	Estimator_ESTIMATOR_EXACT Estimator = 1
 	// A 32,768-bit linear-counting bitmap (Whang et al. 1990): about 0.5 % error at 50,000.
+	// Only summaries sketched before CPC (format v1) still report it.
 	Estimator_ESTIMATOR_LINEAR_COUNTING Estimator = 2
 	// HyperLogLog with 16,384 registers (0.81 % error), once the bitmap would be worse.
+	// Only summaries sketched before CPC (format v1) still report it.
 	Estimator_ESTIMATOR_HYPERLOGLOG Estimator = 3
+	// Apache DataSketches' CPC sketch (lgK 13 by default: about 0.77 % standard error),
+	// what every summary above the exact threshold uses.
+	Estimator_ESTIMATOR_CPC Estimator = 4
 )
 
 // Enum value maps for Estimator.
@@ -99,12 +104,14 @@ var (
 		1: "ESTIMATOR_EXACT",
 		2: "ESTIMATOR_LINEAR_COUNTING",
 		3: "ESTIMATOR_HYPERLOGLOG",
+		4: "ESTIMATOR_CPC",
 	}
 	Estimator_value = map[string]int32{
 		"ESTIMATOR_UNSPECIFIED":     0,
 		"ESTIMATOR_EXACT":           1,
 		"ESTIMATOR_LINEAR_COUNTING": 2,
 		"ESTIMATOR_HYPERLOGLOG":     3,
+		"ESTIMATOR_CPC":             4,
 	}
 )
 
@@ -525,12 +532,13 @@ const file_loom_v1_summary_proto_rawDesc = "" +
 	"\x1bDELIVERY_STATUS_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19DELIVERY_STATUS_DELIVERED\x10\x01\x12\x18\n" +
 	"\x14DELIVERY_STATUS_READ\x10\x02\x12\x1a\n" +
-	"\x16DELIVERY_STATUS_FAILED\x10\x03*u\n" +
+	"\x16DELIVERY_STATUS_FAILED\x10\x03*\x88\x01\n" +
 	"\tEstimator\x12\x19\n" +
 	"\x15ESTIMATOR_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fESTIMATOR_EXACT\x10\x01\x12\x1d\n" +
 	"\x19ESTIMATOR_LINEAR_COUNTING\x10\x02\x12\x19\n" +
-	"\x15ESTIMATOR_HYPERLOGLOG\x10\x032\xbf\x01\n" +
+	"\x15ESTIMATOR_HYPERLOGLOG\x10\x03\x12\x11\n" +
+	"\rESTIMATOR_CPC\x10\x042\xbf\x01\n" +
 	"\aSummary\x12c\n" +
 	"\x14RecordDeliveryEvents\x12$.loom.v1.RecordDeliveryEventsRequest\x1a%.loom.v1.RecordDeliveryEventsResponse\x12O\n" +
 	"\x11GetMessageSummary\x12!.loom.v1.GetMessageSummaryRequest\x1a\x17.loom.v1.MessageSummaryB/Z-github.com/loom/loom/clients/go/loomv1;loomv1b\x06proto3"

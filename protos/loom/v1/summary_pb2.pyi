@@ -58,9 +58,17 @@ class _EstimatorEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Estimator.V
     ESTIMATOR_EXACT: _Estimator.ValueType  # 1
     """The recipient ids themselves: count is exact (up to the exact threshold, 250 by default)."""
     ESTIMATOR_LINEAR_COUNTING: _Estimator.ValueType  # 2
-    """A 32,768-bit linear-counting bitmap (Whang et al. 1990): about 0.5 % error at 50,000."""
+    """A 32,768-bit linear-counting bitmap (Whang et al. 1990): about 0.5 % error at 50,000.
+    Only summaries sketched before CPC (format v1) still report it.
+    """
     ESTIMATOR_HYPERLOGLOG: _Estimator.ValueType  # 3
-    """HyperLogLog with 16,384 registers (0.81 % error), once the bitmap would be worse."""
+    """HyperLogLog with 16,384 registers (0.81 % error), once the bitmap would be worse.
+    Only summaries sketched before CPC (format v1) still report it.
+    """
+    ESTIMATOR_CPC: _Estimator.ValueType  # 4
+    """Apache DataSketches' CPC sketch (lgK 13 by default: about 0.77 % standard error),
+    what every summary above the exact threshold uses.
+    """
 
 class Estimator(_Estimator, metaclass=_EstimatorEnumTypeWrapper):
     """How one status's recipients are held, and so how its count is obtained."""
@@ -70,9 +78,17 @@ ESTIMATOR_UNSPECIFIED: Estimator.ValueType  # 0
 ESTIMATOR_EXACT: Estimator.ValueType  # 1
 """The recipient ids themselves: count is exact (up to the exact threshold, 250 by default)."""
 ESTIMATOR_LINEAR_COUNTING: Estimator.ValueType  # 2
-"""A 32,768-bit linear-counting bitmap (Whang et al. 1990): about 0.5 % error at 50,000."""
+"""A 32,768-bit linear-counting bitmap (Whang et al. 1990): about 0.5 % error at 50,000.
+Only summaries sketched before CPC (format v1) still report it.
+"""
 ESTIMATOR_HYPERLOGLOG: Estimator.ValueType  # 3
-"""HyperLogLog with 16,384 registers (0.81 % error), once the bitmap would be worse."""
+"""HyperLogLog with 16,384 registers (0.81 % error), once the bitmap would be worse.
+Only summaries sketched before CPC (format v1) still report it.
+"""
+ESTIMATOR_CPC: Estimator.ValueType  # 4
+"""Apache DataSketches' CPC sketch (lgK 13 by default: about 0.77 % standard error),
+what every summary above the exact threshold uses.
+"""
 Global___Estimator: _TypeAlias = Estimator  # noqa: Y015
 
 @_typing.final
