@@ -219,7 +219,7 @@ def test_random_well_formed_requests_get_ordinary_answers(target: str) -> None:
             return path, method, draw(message_strategy(method.input_type))
 
         @settings(
-            max_examples=400,
+            max_examples=1000,
             deadline=None,
             database=None,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
