@@ -227,7 +227,11 @@ class InboxSettings:
     progress_interval_s: float = 0.5
     """Least time between two progress writes of one background fan-out."""
     stall_after_s: float = 30.0
-    """A RUNNING delivery with no progress write for this long is reported FAILED."""
+    """A RUNNING delivery with no progress write for this long is adopted by whichever
+    server looks first (its own server died); its owner writes progress every
+    `progress_interval_s`, so this is many missed writes."""
+    adopt_interval_s: float = 2.0
+    """How often each server looks for stalled or released deliveries to adopt."""
     default_page_size: int = 50
     """ListInbox page size when the request says 0."""
 

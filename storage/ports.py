@@ -302,6 +302,25 @@ class InboxStore(Protocol):
         """Stores `record` whole, replacing any stored version (progress, state, error)."""
         ...
 
+    async def save_recipients(self, delivery_id: str, recipients: Sequence[str]) -> None:
+        """Stores the delivery's ordered recipient list (a retry stores the same list), so
+        that any server can resume the fan-out after the one running it died."""
+        ...
+
+    async def load_recipients(self, delivery_id: str) -> list[str] | None:
+        """The stored recipient list, in order, or None when none was stored."""
+        ...
+
+    async def unfinished_deliveries(self, limit: int) -> list[DeliveryRecord]:
+        """Deliveries whose stored state is not done (running or failed), whichever server
+        ran them, at most `limit` (the order is the engine's)."""
+        ...
+
+    async def claim_delivery(self, record: DeliveryRecord, expected_updated_at_ms: int) -> bool:
+        """Stores `record` only if the stored record's updated_at_ms is still `expected`:
+        of several servers adopting one stalled delivery, exactly one wins (True)."""
+        ...
+
     async def close(self) -> None:
         """Releases connections and threads."""
         ...

@@ -11,11 +11,13 @@ one), and `done` only ever advances over the contiguous prefix of finished chunk
 
 Progress is written to the store (at most every `progress_interval_s`, and always at the
 end), so GetDelivery survives restarts. Because delivery is idempotent (last_message_id
-only grows) and recipients are processed in a reproducible order, the stored `done` count
-is a safe resume point: a retried PostMessage restarts from it, and re-doing a chunk whose
-progress write was lost changes nothing. A storage failure that outlasts a few retries
-stops the job as FAILED; stopping the server marks unfinished jobs FAILED too, so a retry
-resumes them.
+only grows) and recipients are processed in a reproducible order (and stored with the
+delivery), the stored `done` count is a safe resume point: a retried PostMessage restarts
+from it, a server adopting the delivery after its owner died restarts from it
+(`server.inbox.adoption`), and re-doing a chunk whose progress write was lost changes
+nothing. A storage failure that outlasts a few retries stops the job as FAILED (adopted
+again once the engine is back); stopping the server leaves its unfinished jobs RUNNING with
+their progress and a released claim, so the next server to look adopts them at once.
 """
 
 from __future__ import annotations
@@ -35,11 +37,20 @@ from server.runtime.workers import WorkerPool
 from storage.errors import StorageError
 from storage.ports import DeliveryRecord, DeliveryState, InboxStore
 
-__all__ = ["ENGINE_DEFAULTS", "EngineDefaults", "FanoutJob", "FanoutStage", "with_engine_defaults"]
+__all__ = [
+    "ENGINE_DEFAULTS",
+    "RELEASED_MS",
+    "EngineDefaults",
+    "FanoutJob",
+    "FanoutStage",
+    "with_engine_defaults",
+]
 
 _log = get_logger("inbox.fanout")
 _RETRY_DELAYS_S = (0.05, 0.25, 1.0)
-_SHUTDOWN = "interrupted by server shutdown; retry PostMessage to resume"
+_SHUTDOWN = "interrupted by a server shutdown; another server resumes it"
+RELEASED_MS = 0
+"""updated_at_ms of a delivery its server let go of (shutdown): adoptable at once."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,12 +126,11 @@ class FanoutStage:
         self._pool.start()
 
     async def stop(self) -> None:
-        """Cancels the workers and records every unfinished job as FAILED (resumable)."""
+        """Cancels the workers and releases every unfinished job: stored RUNNING at its
+        progress, with a claim time that lets the next server adopt it at once."""
         await self._pool.stop()
         for job in list(self._active.values()):
-            await self._finish(job, "failed", _SHUTDOWN)
-        for job in list(self._active.values()):
-            await self._finish(job, "failed", _SHUTDOWN)
+            await self._finish(job, "running", _SHUTDOWN, updated_at_ms=RELEASED_MS)
 
     def now_ms(self) -> int:
         """The stage's clock in milliseconds (progress timestamps)."""
@@ -138,6 +148,10 @@ class FanoutStage:
     def depth(self) -> int:
         """Jobs waiting for a worker (metrics)."""
         return self._queue.qsize()
+
+    def room(self) -> int:
+        """Jobs `submit` would still accept now."""
+        return self._queue.maxsize - self._queue.qsize()
 
     def submit(self, job: FanoutJob) -> DeliveryRecord:
         """Queues `job` (no-op when the same delivery is already active here)."""
@@ -223,14 +237,22 @@ class FanoutStage:
             else:
                 return
 
-    async def _finish(self, job: FanoutJob, state: DeliveryState, error: str) -> None:
-        job.record = replace(job.record, state=state, error=error, updated_at_ms=self.now_ms())
+    async def _finish(
+        self,
+        job: FanoutJob,
+        state: DeliveryState,
+        error: str,
+        *,
+        updated_at_ms: int | None = None,
+    ) -> None:
+        at = self.now_ms() if updated_at_ms is None else updated_at_ms
+        job.record = replace(job.record, state=state, error=error, updated_at_ms=at)
         self._active.pop(job.record.delivery_id, None)
         try:
             await self._store.save_delivery(job.record)
         except (LoomError, StorageError) as exc:
-            # The engine is down: the stored record stays RUNNING and goes stale, which
-            # GetDelivery reports as FAILED after stall_after_s; a retry resumes it.
+            # The engine is down: the stored record stays RUNNING and goes stale; a server
+            # adopts it once it has had no progress for stall_after_s.
             _log.warning(
                 "delivery progress not saved", delivery_id=job.record.delivery_id, error=str(exc)
             )

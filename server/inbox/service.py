@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from server.config import InboxSettings
+from server.inbox.adoption import Adopter
 from server.inbox.fanout import FanoutJob, FanoutStage
 from server.inbox.listing import select_page
 from server.inbox.model import (
@@ -74,14 +75,23 @@ class InboxService:
             chunks_in_flight=settings.fanout_chunks_in_flight,
             clock=clock,
         )
+        self.adopter = Adopter(
+            store,
+            self.fanout,
+            stall_after_s=settings.stall_after_s,
+            interval_s=settings.adopt_interval_s,
+            now_ms=self.fanout.now_ms,
+        )
 
     def start(self) -> None:
-        """Starts the trim and fan-out workers (inside the running loop)."""
+        """Starts the trim and fan-out workers and the adopter (inside the running loop)."""
         self.trimmer.start()
         self.fanout.start()
+        self.adopter.start()
 
     async def stop(self) -> None:
-        """Stops fan-outs first (recording their progress), then trims."""
+        """Stops adopting, then fan-outs (releasing them at their progress), then trims."""
+        await self.adopter.stop()
         await self.fanout.stop()
         await self.trimmer.stop()
 
@@ -159,6 +169,9 @@ class InboxService:
         live = self.fanout.live(delivery_id)
         if live is not None:  # a concurrent retry got there first
             return PostResult(False, delivery_id, 1 + live.done)
+        # The recipients are stored before the post is acknowledged, so whichever server
+        # survives can finish the delivery (server.inbox.adoption).
+        await self._store.save_recipients(delivery_id, recipients)
         await self._store.save_delivery(record)
         live = self.fanout.live(delivery_id)
         if live is not None:
@@ -167,7 +180,7 @@ class InboxService:
         return PostResult(False, delivery_id, 1 + accepted.done)
 
     async def get_delivery(self, delivery_id: str) -> DeliveryRecord:
-        """The delivery's progress; a RUNNING one nobody advanced lately shows as FAILED."""
+        """The delivery's progress (a stalled one says it is waiting to be adopted)."""
         live = self.fanout.live(delivery_id)
         if live is not None:
             return live
@@ -175,12 +188,8 @@ class InboxService:
         if stored is None:
             raise NotFound(f"delivery {delivery_id!r} does not exist")
         age_s = self._clock() - stored.updated_at_ms / 1000
-        if stored.state == "running" and age_s > self._settings.stall_after_s:
-            return replace(
-                stored,
-                state="failed",
-                error=f"no progress for {int(age_s)} s; retry PostMessage to resume",
-            )
+        if stored.state == "running" and not stored.error and age_s > self._settings.stall_after_s:
+            return replace(stored, error=f"no progress for {int(age_s)} s; a server will resume it")
         return stored
 
     async def list_inbox(

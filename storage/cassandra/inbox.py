@@ -41,6 +41,7 @@ from storage.cassandra import inbox_clock as clock
 from storage.cassandra import inbox_rows as ir
 from storage.cassandra.session import CassandraSession, Row, gather
 from storage.errors import StorageCorrupt
+from storage.idlists import decode_parts, encode_parts
 from storage.ports import DeliveryRecord, InboxEntry
 from storage.settings import CassandraSettings
 
@@ -279,7 +280,10 @@ class CassandraInboxStore:
         )
         if not rows:
             raise StorageCorrupt("cassandra: LWT returned no row")
-        return record if rows[0]["[applied]"] else ir.delivery_record(rows[0])
+        if not rows[0]["[applied]"]:
+            return ir.delivery_record(rows[0])
+        await self._track_unfinished(record)
+        return record
 
     async def get_delivery(self, delivery_id: str) -> DeliveryRecord | None:
         rows = await self._q(
@@ -290,12 +294,65 @@ class CassandraInboxStore:
 
     async def save_delivery(self, record: DeliveryRecord) -> None:
         # A plain upsert after the LWT create: only the one worker running the fan-out
-        # writes progress, so there is no concurrent writer for Paxos to order.
+        # writes progress (a server adopts a delivery only after its owner stopped writing
+        # for stall_after_s, through claim_delivery's LWT), so Paxos has nothing to order.
         await self._q(
             f"INSERT INTO {{ks}}.inbox_deliveries ({ir.DELIVERY_COLUMNS}) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             ir.delivery_values(record),
         )
+        await self._track_unfinished(record)
+
+    async def _track_unfinished(self, record: DeliveryRecord) -> None:
+        if record.state == "done":
+            cql = "DELETE FROM {ks}.inbox_unfinished WHERE shard = 0 AND delivery_id = ?"
+        else:
+            cql = "INSERT INTO {ks}.inbox_unfinished (shard, delivery_id) VALUES (0, ?)"
+        await self._q(cql, (record.delivery_id,))
+
+    async def save_recipients(self, delivery_id: str, recipients: Sequence[str]) -> None:
+        # The list is the same on a retry (planning is deterministic): parts overwrite.
+        stmt = await self._stmt(
+            "INSERT INTO {ks}.inbox_delivery_recipients (delivery_id, part, data) VALUES (?, ?, ?)"
+        )
+        await gather(
+            self._s.run(stmt, (delivery_id, i, part))
+            for i, part in enumerate(encode_parts(recipients))
+        )
+
+    async def load_recipients(self, delivery_id: str) -> list[str] | None:
+        rows = await self._q(
+            "SELECT data FROM {ks}.inbox_delivery_recipients WHERE delivery_id = ?",
+            (delivery_id,),
+            all_pages=True,
+        )
+        return decode_parts([bytes(r["data"]) for r in rows]) if rows else None
+
+    async def unfinished_deliveries(self, limit: int) -> list[DeliveryRecord]:
+        rows = await self._q(
+            "SELECT delivery_id FROM {ks}.inbox_unfinished WHERE shard = 0 LIMIT ?",
+            (max(1, limit),),
+        )
+        found = await gather(self.get_delivery(ir.text(r, "delivery_id")) for r in rows)
+        return [d for d in found if d is not None and d.state != "done"]
+
+    async def claim_delivery(self, record: DeliveryRecord, expected_updated_at_ms: int) -> bool:
+        rows = await self._q(
+            "UPDATE {ks}.inbox_deliveries SET total = ?, done = ?, state = ?, error = ?, "
+            "updated_at_ms = ? WHERE delivery_id = ? IF updated_at_ms = ?",
+            (
+                record.total,
+                record.done,
+                record.state,
+                record.error,
+                record.updated_at_ms,
+                record.delivery_id,
+                expected_updated_at_ms,
+            ),
+        )
+        if not rows:
+            raise StorageCorrupt("cassandra: LWT returned no row")
+        return bool(rows[0]["[applied]"])
 
     async def close(self) -> None:
         if self._owns:

@@ -36,6 +36,13 @@ TABLES = (
     "thread_id text, message_id bigint, sender_inbox_id text, total bigint, done bigint, "
     "state text, error text, updated_at_ms bigint) "
     "WITH compaction = {'class': 'LeveledCompactionStrategy'}",
+    # A fan-out's recipients, so any server can resume it (`storage.idlists` parts).
+    "CREATE TABLE IF NOT EXISTS {ks}.inbox_delivery_recipients (delivery_id text, part int, "
+    "data blob, PRIMARY KEY ((delivery_id), part))",
+    # The deliveries not done yet, one small partition (a few dozen rows at most): what a
+    # starting server scans for stalled fan-outs to adopt, without a secondary index.
+    "CREATE TABLE IF NOT EXISTS {ks}.inbox_unfinished (shard int, delivery_id text, "
+    "PRIMARY KEY ((shard), delivery_id)) WITH gc_grace_seconds = 10800",
 )
 UNREAD_COLUMNS = {"message_id": "bigint"}
 """Columns added to inbox_unread since its first version: message_id (the message that left

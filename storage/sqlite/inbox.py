@@ -6,6 +6,7 @@ queue behind another service's writer thread):
     inbox_entry    (inbox_id, thread_id) -> last_message_id, is_read
     inbox_unread   (inbox_id, thread_id)          the materialized unread count
     inbox_delivery (delivery_id) -> progress of a background fan-out
+    inbox_delivery_recipients (delivery_id, part) -> its recipients (`storage.idlists`)
 
 Both inbox tables are clustered by their primary key (WITHOUT ROWID), so an inbox or its
 unread set is one contiguous range; there is no secondary index. Every write is one
@@ -28,6 +29,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TypeVar
 
+from storage.idlists import decode_parts, encode_parts
 from storage.ports import DeliveryRecord, InboxEntry
 from storage.sqlite.database import SqliteDatabase
 
@@ -46,6 +48,9 @@ CREATE TABLE IF NOT EXISTS inbox_delivery (
     message_id INTEGER NOT NULL, sender_inbox_id TEXT NOT NULL,
     total INTEGER NOT NULL, done INTEGER NOT NULL, state TEXT NOT NULL,
     error TEXT NOT NULL, updated_at_ms INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS inbox_delivery_recipients (
+    delivery_id TEXT NOT NULL, part INTEGER NOT NULL, data BLOB NOT NULL,
+    PRIMARY KEY (delivery_id, part)) WITHOUT ROWID;
 """
 
 # Each statement takes the chunk's inbox ids as one JSON array and loops inside SQLite
@@ -273,6 +278,60 @@ class SqliteInboxStore:
             )
 
         await self._db.write(run)
+
+    async def save_recipients(self, delivery_id: str, recipients: Sequence[str]) -> None:
+        parts = encode_parts(recipients)
+
+        def run(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "DELETE FROM inbox_delivery_recipients WHERE delivery_id = ?", (delivery_id,)
+            )
+            conn.executemany(
+                "INSERT INTO inbox_delivery_recipients (delivery_id, part, data) VALUES (?, ?, ?)",
+                [(delivery_id, i, part) for i, part in enumerate(parts)],
+            )
+
+        await self._db.write(run)
+
+    async def load_recipients(self, delivery_id: str) -> list[str] | None:
+        def run(conn: sqlite3.Connection) -> list[bytes]:
+            rows = conn.execute(
+                "SELECT data FROM inbox_delivery_recipients WHERE delivery_id = ? ORDER BY part",
+                (delivery_id,),
+            ).fetchall()
+            return [r[0] for r in rows]
+
+        parts = await self._db.read(run)
+        return decode_parts(parts) if parts else None
+
+    async def unfinished_deliveries(self, limit: int) -> list[DeliveryRecord]:
+        def run(conn: sqlite3.Connection) -> list[DeliveryRecord]:
+            rows = conn.execute(
+                f"SELECT {_DELIVERY_COLUMNS} FROM inbox_delivery WHERE state != 'done' LIMIT ?",
+                (max(0, limit),),
+            ).fetchall()
+            return [_record(r) for r in rows]
+
+        return await self._db.read(run)
+
+    async def claim_delivery(self, record: DeliveryRecord, expected_updated_at_ms: int) -> bool:
+        def run(conn: sqlite3.Connection) -> bool:
+            cursor = conn.execute(
+                "UPDATE inbox_delivery SET total = ?, done = ?, state = ?, error = ?, "
+                "updated_at_ms = ? WHERE delivery_id = ? AND updated_at_ms = ?",
+                (
+                    record.total,
+                    record.done,
+                    record.state,
+                    record.error,
+                    record.updated_at_ms,
+                    record.delivery_id,
+                    expected_updated_at_ms,
+                ),
+            )
+            return cursor.rowcount == 1
+
+        return await self._db.write(run)
 
     async def close(self) -> None:
         await self._db.close()

@@ -213,3 +213,43 @@ class TestDeliveries:
         failed = record(done=1000, state="failed", error="storage failure: boom")
         await inbox_store.save_delivery(failed)
         assert await inbox_store.get_delivery("d1") == failed
+
+
+class TestResumableDeliveries:
+    """What lets any server resume a fan-out whose server died: recipients, the unfinished
+    deliveries, and claiming one by compare-and-set."""
+
+    async def test_recipients_round_trip_in_order(self, inbox_store: InboxStore) -> None:
+        """300,000 recipients (unicode, separators) come back exactly, in order."""
+        recipients = [f"u{i}" if i % 7 else f"ü-{i}/:,;\n" for i in range(300_000)]
+        await inbox_store.create_delivery(record())
+        await inbox_store.save_recipients("d1", recipients)
+        assert await inbox_store.load_recipients("d1") == recipients
+        await inbox_store.save_recipients("d1", recipients)  # a retry stores the same list
+        assert await inbox_store.load_recipients("d1") == recipients
+        assert await inbox_store.load_recipients("never-stored") is None
+
+    async def test_unfinished_lists_running_and_failed_but_not_done(
+        self, inbox_store: InboxStore
+    ) -> None:
+        """Running and failed deliveries are unfinished; a done one leaves the list."""
+        for name, state in (("r", "running"), ("f", "failed"), ("d", "done")):
+            await inbox_store.create_delivery(record(delivery_id=name))
+            await inbox_store.save_delivery(record(delivery_id=name, state=state))
+        unfinished = await inbox_store.unfinished_deliveries(limit=10)
+        assert sorted(d.delivery_id for d in unfinished) == ["f", "r"]
+        await inbox_store.save_delivery(record(delivery_id="r", state="done"))
+        assert [d.delivery_id for d in await inbox_store.unfinished_deliveries(10)] == ["f"]
+
+    async def test_exactly_one_claim_of_a_stalled_delivery_wins(
+        self, inbox_store: InboxStore
+    ) -> None:
+        """Claims compare the stored updated_at_ms: of racing claimers exactly one wins."""
+        stalled = record(updated_at_ms=1_000)
+        await inbox_store.create_delivery(stalled)
+        claims = [record(updated_at_ms=2_000 + i, error=f"claimed by {i}") for i in range(8)]
+        won = await asyncio.gather(*(inbox_store.claim_delivery(c, 1_000) for c in claims))
+        assert won.count(True) == 1
+        winner = claims[won.index(True)]
+        assert await inbox_store.get_delivery("d1") == winner
+        assert not await inbox_store.claim_delivery(record(updated_at_ms=9_000), 1_000)

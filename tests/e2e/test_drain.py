@@ -16,9 +16,9 @@ from pathlib import Path
 
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
-from loom.v1 import common_pb2, threadweaver_pb2, threadweaver_pb2_grpc
+from loom.v1 import common_pb2, inbox_pb2, inbox_pb2_grpc, threadweaver_pb2, threadweaver_pb2_grpc
 
-from tests.serving import loom_process
+from tests.serving import eventually, loom_process
 
 BATCHES = 32
 PER_BATCH = 1000
@@ -110,3 +110,42 @@ async def test_sigterm_finishes_in_flight_calls_and_refuses_new_ones(tmp_path: P
                 threadweaver_pb2.ResolveThreadsRequest(threads=threads[start : start + 100])
             )
             assert all(r.found for r in reply.threads)
+
+
+async def test_a_fanout_running_at_sigterm_finishes_after_restart(tmp_path: Path) -> None:
+    """SIGTERM releases a half-done announcement at its progress; the next server adopts it."""
+    data = tmp_path / "data"
+    recipients = [f"drain-all{i}" for i in range(200_000)]
+    async with (
+        loom_process(tmp_path, data_dir=data) as served,
+        grpc.aio.insecure_channel(served.target) as channel,
+    ):
+        stub = inbox_pb2_grpc.InboxStub(channel)
+        reply = await stub.PostMessage(
+            inbox_pb2.PostMessageRequest(
+                thread_id="drain-news", message_id=7, sender_inbox_id="ceo",
+                recipient_inbox_ids=recipients,
+            ),
+            timeout=60,
+        )  # fmt: skip
+        await eventually(
+            lambda: stub.GetDelivery(inbox_pb2.GetDeliveryRequest(delivery_id=reply.delivery_id)),
+            lambda d: d.progress.done > 0,
+            interval_s=0.01,
+        )
+        served.process.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(served.process.wait, 120) == 0
+    async with (
+        loom_process(tmp_path, data_dir=data) as again,
+        grpc.aio.insecure_channel(again.target) as channel,
+    ):
+        stub = inbox_pb2_grpc.InboxStub(channel)
+        done = await eventually(
+            lambda: stub.GetDelivery(inbox_pb2.GetDeliveryRequest(delivery_id=reply.delivery_id)),
+            lambda d: d.state == inbox_pb2.DELIVERY_STATE_DONE,
+            timeout_s=120.0,
+            interval_s=0.1,
+        )
+        assert done.progress.done == len(recipients)
+        last = await stub.ListInbox(inbox_pb2.ListInboxRequest(inbox_id=recipients[-1]))
+        assert [e.thread_id for e in last.entries] == ["drain-news"]

@@ -1,4 +1,5 @@
-"""A background fan-out stopped half-way resumes on retry, on the real embedded engine."""
+"""A background fan-out stopped half-way is finished by the next server, on the real
+embedded engine: adopted on its own after a restart, or resumed by a retried PostMessage."""
 
 from __future__ import annotations
 
@@ -7,60 +8,95 @@ from pathlib import Path
 import pytest
 
 from server.config import InboxSettings
+from server.inbox.fanout import RELEASED_MS
 from server.inbox.model import Post
 from server.inbox.service import InboxService
+from storage.ports import DeliveryRecord
 from storage.sqlite.inbox import SqliteInboxStore
 from tests.serving import eventually
 
+RECIPIENTS = [f"u{i}" for i in range(3000)]
+ANNOUNCEMENT = Post("news", 42, "ceo", RECIPIENTS)
 
-@pytest.mark.parametrize("chunks_in_flight", [1, 4])
-async def test_interrupted_delivery_is_failed_then_resumed_without_double_delivery(
-    tmp_path: Path, chunks_in_flight: int
-) -> None:
-    """Stopping the service marks the fan-out FAILED at its progress; a retry finishes it.
 
-    With several chunks in flight, the stored progress is the finished prefix only, so the
-    retry re-delivers the chunks that were in flight (idempotently) and none is skipped.
-    """
-    store = await SqliteInboxStore.open(tmp_path / "inbox.sqlite3", synchronous="NORMAL")
-    settings = InboxSettings(
+def fanout_settings(chunks_in_flight: int, adopt_interval_s: float) -> InboxSettings:
+    return InboxSettings(
         sync_fanout_max=10,
         fanout_chunk=10,
         fanout_workers=1,
         progress_interval_s=0.0,
         fanout_chunks_in_flight=chunks_in_flight,
+        adopt_interval_s=adopt_interval_s,
     )
-    recipients = [f"u{i}" for i in range(3000)]
-    announcement = Post("news", 42, "ceo", recipients)
-    try:
-        first = InboxService(store, settings)
-        first.start()
-        accepted = await first.post(announcement)
-        await eventually(
-            lambda: first.get_delivery(accepted.delivery_id),
-            lambda d: d.done >= 500,
-            interval_s=0.001,
-        )
-        await first.stop()
-        stopped = await store.get_delivery(accepted.delivery_id)
-        assert stopped is not None
-        assert stopped.state == "failed"
-        assert "retry PostMessage" in stopped.error
-        assert 0 < stopped.done < len(recipients)
 
+
+async def interrupted(store: SqliteInboxStore, settings: InboxSettings) -> DeliveryRecord:
+    """Posts the announcement, stops the service part-way; the stored record."""
+    first = InboxService(store, settings)
+    first.start()
+    accepted = await first.post(ANNOUNCEMENT)
+    await eventually(
+        lambda: first.get_delivery(accepted.delivery_id), lambda d: d.done >= 500, interval_s=0.001
+    )
+    await first.stop()
+    stopped = await store.get_delivery(accepted.delivery_id)
+    assert stopped is not None
+    return stopped
+
+
+async def assert_delivered_once(store: SqliteInboxStore) -> None:
+    counts = {await store.unread_count(r) for r in RECIPIENTS}
+    assert counts == {1}
+
+
+@pytest.mark.parametrize("chunks_in_flight", [1, 4])
+async def test_a_restarted_server_adopts_a_released_delivery(
+    tmp_path: Path, chunks_in_flight: int
+) -> None:
+    """Stopping releases the fan-out at its progress; the next server finishes it unasked.
+
+    With several chunks in flight, the stored progress is the finished prefix only, so the
+    chunks that were in flight are delivered again (idempotently) and none is skipped.
+    """
+    store = await SqliteInboxStore.open(tmp_path / "inbox.sqlite3", synchronous="NORMAL")
+    settings = fanout_settings(chunks_in_flight, adopt_interval_s=0.05)
+    try:
+        stopped = await interrupted(store, settings)
+        assert (stopped.state, stopped.updated_at_ms) == ("running", RELEASED_MS)
+        assert 0 < stopped.done < len(RECIPIENTS)
         second = InboxService(store, settings)
         second.start()
         try:
-            again = await second.post(announcement)
-            assert again.delivery_id == accepted.delivery_id
-            assert again.inboxes_updated == 1 + stopped.done  # resumed, not restarted
             done = await eventually(
-                lambda: second.get_delivery(accepted.delivery_id), lambda d: d.state == "done"
+                lambda: second.get_delivery(stopped.delivery_id), lambda d: d.state == "done"
             )
             assert (done.done, done.total, done.error) == (3000, 3000, "")
+            assert second.adopter.adopted == 1
         finally:
             await second.stop()
-        counts = {await store.unread_count(r) for r in recipients}
-        assert counts == {1}
+        await assert_delivered_once(store)
+    finally:
+        await store.close()
+
+
+async def test_a_retried_post_resumes_from_the_stored_progress(tmp_path: Path) -> None:
+    """Before any adoption, the client's retry of PostMessage resumes the same delivery."""
+    store = await SqliteInboxStore.open(tmp_path / "inbox.sqlite3", synchronous="NORMAL")
+    settings = fanout_settings(1, adopt_interval_s=3600.0)
+    try:
+        stopped = await interrupted(store, settings)
+        second = InboxService(store, settings)
+        second.start()  # its first look adopts at once: the retry finds the delivery live
+        try:
+            again = await second.post(ANNOUNCEMENT)
+            assert again.delivery_id == stopped.delivery_id
+            assert again.inboxes_updated >= 1 + stopped.done  # resumed, not restarted
+            done = await eventually(
+                lambda: second.get_delivery(stopped.delivery_id), lambda d: d.state == "done"
+            )
+            assert (done.done, done.total) == (3000, 3000)
+        finally:
+            await second.stop()
+        await assert_delivered_once(store)
     finally:
         await store.close()

@@ -1,4 +1,5 @@
-"""kill -9 of the server mid-load, then a restart: every acknowledged write is there.
+"""kill -9 of the server mid-load, then a restart: every acknowledged write is there, and the
+announcement that was half-way through its fan-out finishes.
 
 Per engine set, `loom serve` runs as a process while writers keep calling WeaveMessage,
 PostMessage and RecordDeliveryEvents, remembering what the server acknowledged. Once every
@@ -36,6 +37,9 @@ from tests.serving import eventually, loom_process
 
 ACKS_BEFORE_KILL = 40
 """Acknowledged calls per writer before the kill."""
+ANNOUNCED = [f"k9-all{i}" for i in range(200_000)]
+STALL_AFTER_S = "2"
+"""The restarted server adopts the dead one's fan-out once it has been silent this long."""
 
 
 @dataclass
@@ -108,6 +112,40 @@ async def recorder(channel: grpc.aio.Channel, acked: Acked, w: int) -> None:
         acked.events.setdefault(message, set()).add(recipient)
 
 
+async def announce_part_way(channel: grpc.aio.Channel) -> str:
+    """Posts the announcement and waits until its fan-out has started but not finished."""
+    stub = inbox_pb2_grpc.InboxStub(channel)
+    request = inbox_pb2.PostMessageRequest(
+        thread_id="k9-news", message_id=10**9, sender_inbox_id="k9-ceo",
+        recipient_inbox_ids=ANNOUNCED,
+    )  # fmt: skip
+    reply = await stub.PostMessage(request, timeout=60)
+    assert reply.delivery_id, "a 200,000-recipient post runs in the background"
+    progress = await eventually(
+        lambda: stub.GetDelivery(inbox_pb2.GetDeliveryRequest(delivery_id=reply.delivery_id)),
+        lambda d: d.progress.done > 0,
+        timeout_s=60.0,
+        interval_s=0.01,
+    )
+    assert progress.state == inbox_pb2.DELIVERY_STATE_RUNNING, "finished before the kill"
+    return str(reply.delivery_id)
+
+
+async def verify_announcement(channel: grpc.aio.Channel, delivery_id: str) -> None:
+    """The dead server's fan-out is adopted and reaches every recipient."""
+    stub = inbox_pb2_grpc.InboxStub(channel)
+    done = await eventually(
+        lambda: stub.GetDelivery(inbox_pb2.GetDeliveryRequest(delivery_id=delivery_id)),
+        lambda d: d.state == inbox_pb2.DELIVERY_STATE_DONE,
+        timeout_s=300.0,
+        interval_s=0.2,
+    )
+    assert done.progress.done == done.progress.total == len(ANNOUNCED)
+    for recipient in (ANNOUNCED[0], ANNOUNCED[len(ANNOUNCED) // 2], ANNOUNCED[-1]):
+        page = await stub.ListInbox(inbox_pb2.ListInboxRequest(inbox_id=recipient))
+        assert [e.thread_id for e in page.entries] == ["k9-news"]
+
+
 async def verify(channel: grpc.aio.Channel, acked: Acked) -> None:
     weave = threadweaver_pb2_grpc.ThreadWeaverStub(channel)
     for start in range(0, len(acked.threads), 100):
@@ -168,14 +206,17 @@ async def test_acknowledged_writes_survive_sigkill(tmp_path: Path, stores: dict[
                 lambda c: min(c) >= ACKS_BEFORE_KILL,
                 timeout_s=120.0,
             )
+            delivery = await announce_part_way(channel)
             served.process.send_signal(signal.SIGKILL)
             await asyncio.gather(*tasks)
             acked.stop.set()
         assert await asyncio.to_thread(served.process.wait, 30) == -signal.SIGKILL
+    env_again = {**env, "LOOM_INBOX__STALL_AFTER_S": STALL_AFTER_S}
     async with (
-        loom_process(tmp_path, env=env, data_dir=data) as again,
+        loom_process(tmp_path, env=env_again, data_dir=data) as again,
         grpc.aio.insecure_channel(again.target) as channel,
     ):
         await verify(channel, acked)
+        await verify_announcement(channel, delivery)
     print(f"\nkill -9 ({'/'.join(sorted(set(stores.values())))}): acknowledged weaves, posts, "
           f"events before the kill {acked.counts()}, all present after restart")  # fmt: skip
