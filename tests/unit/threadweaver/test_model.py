@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from server.threadweaver.closure import _components
-from server.threadweaver.model import Message, default_ut, rfc_key
+from server.threadweaver.model import Message, default_ut, normalize_message_id, rfc_key
 from storage.ports import ThreadKey
 
 
@@ -28,6 +28,34 @@ class TestKeys:
             rfc_key(Message(ThreadKey("a", "1"), "", 6)),
         }
         assert len(keys) == 4
+
+
+class TestMessageIdNormalization:
+    def test_brackets_and_whitespace_as_mail_apis_send_them_key_alike(self) -> None:
+        """`<a@b.example>`, `a@b.example` and ` <a@b.example> ` are one message."""
+        forms = ["<a@b.example>", "a@b.example", " <a@b.example> ", "\t<a@b.example>\r\n"]
+        keys = {rfc_key(Message(ThreadKey("g", str(i)), f, 5)) for i, f in enumerate(forms)}
+        assert len(keys) == 1
+        assert {normalize_message_id(f) for f in forms} == {"a@b.example"}
+
+    def test_only_one_pair_of_brackets_and_nothing_else_is_dropped(self) -> None:
+        """Case, inner brackets and lone brackets are kept: they can tell messages apart."""
+        assert normalize_message_id("<<a@b>>") == "<a@b>"
+        assert normalize_message_id("< a@b >") == "a@b"
+        assert normalize_message_id("<a@b") == "<a@b"
+        assert normalize_message_id("a@b>") == "a@b>"
+        assert normalize_message_id("<A@B.example>") == "A@B.example"
+        assert rfc_key(Message(ThreadKey("g", "t"), "<A@b>", 1)) != rfc_key(
+            Message(ThreadKey("g", "t"), "<a@b>", 1)
+        )
+
+    def test_a_value_that_normalizes_to_nothing_is_no_message_id(self) -> None:
+        """Blank or `<>` unifies nothing: the key is private to the mailbox thread."""
+        for blank in ("", "   ", "<>", "< >"):
+            assert normalize_message_id(blank) == ""
+            mine = rfc_key(Message(ThreadKey("a", "1"), blank, 5))
+            assert mine == rfc_key(Message(ThreadKey("a", "1"), "", 5))
+            assert mine != rfc_key(Message(ThreadKey("b", "1"), blank, 5))
 
 
 class TestComponents:
