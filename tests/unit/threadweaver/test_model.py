@@ -1,8 +1,8 @@
-"""Pure pieces of ThreadWeaver: keys and merge components."""
+"""Pure pieces of ThreadWeaver: keys, Message-ID normalization, link-graph arithmetic."""
 
 from __future__ import annotations
 
-from server.threadweaver.closure import _components
+from server.threadweaver.graph import components, hint, missing_star_links
 from server.threadweaver.model import Message, default_ut, normalize_message_id, rfc_key
 from storage.ports import ThreadKey
 
@@ -58,10 +58,35 @@ class TestMessageIdNormalization:
             assert mine != rfc_key(Message(ThreadKey("b", "1"), blank, 5))
 
 
-class TestComponents:
-    def test_components_follow_edges_transitively(self) -> None:
-        """a-b, b-c join into one component; d stays alone."""
-        edges = {"a": {"b"}, "b": {"a", "c"}, "c": {"b"}}
-        found = _components({"a", "b", "c", "d"}, edges)
+class TestLinkGraph:
+    def test_components_follow_links_transitively(self) -> None:
+        """a-b, b-c join into one component; d stays alone; members share one set."""
+        found = components({"a": {"b"}, "b": {"a", "c"}, "c": {"b"}, "e": set()}, ["d"])
         assert found["a"] == found["c"] == frozenset({"a", "b", "c"})
+        assert found["a"] is found["b"]
         assert found["d"] == frozenset({"d"})
+        assert found["e"] == frozenset({"e"})
+
+    def test_links_named_only_on_one_side_still_join(self) -> None:
+        """A link known from one end (the other UT never read) joins both UTs."""
+        found = components({"x": {"y"}})
+        assert found["y"] == frozenset({"x", "y"})
+
+    def test_hint_is_the_smallest_of_a_ut_and_its_links(self) -> None:
+        """In a star-complete component one lookup gives the canonical id."""
+        links = {"b": frozenset({"a", "c"}), "a": frozenset({"b"})}
+        assert hint("b", links) == "a"
+        assert hint("a", links) == "a"
+        assert hint("z", links) == "z"
+
+    def test_missing_star_links_point_every_member_at_the_smallest(self) -> None:
+        """A chain a-b-c-d lacks a-c and a-d; a complete star lacks nothing."""
+        chain = {
+            "a": frozenset({"b"}),
+            "b": frozenset({"a", "c"}),
+            "c": frozenset({"b", "d"}),
+            "d": frozenset({"c"}),
+        }
+        assert missing_star_links(frozenset(chain), chain) == [("a", "c"), ("a", "d")]
+        star = {"a": frozenset({"b", "c"}), "b": frozenset({"a"}), "c": frozenset({"a"})}
+        assert missing_star_links(frozenset(star), star) == []
