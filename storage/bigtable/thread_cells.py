@@ -1,18 +1,18 @@
-"""How the Bigtable ThreadStore spells its cells: thread qualifiers, message records, filters.
+"""How the Bigtable ThreadStore spells its cells: thread keys and packed sets.
 
 enc(gid, thread_id) = UTF-8(gid) with every NUL byte written as 00 02, then the terminator
-00 01, then UTF-8(thread_id). It is unambiguous (an escaped gid never holds 00 01) and
-order-preserving, so a UT row's thread qualifiers come back in (gid, thread_id) order, and
-one gid's threads are the qualifiers starting with enc(gid) + 00 01: a small team reads one
-column range per gid, a large one a server-side qualifier regex (the seed's "filter the
-cells in the row").
+00 01, then UTF-8(thread_id): unambiguous (an escaped gid never holds 00 01), so a thread
+is one row key or one packed entry.
 
-Message records: a UT's messages are stored as packed records (16-byte MD5 key + 8-byte
-big-endian sent_at) in a few cells, each qualified by the MD5 of its own value, rather
-than one cell per message. The emulator's cost (and the Python client's) is per cell
-scanned, so a 2,000-message unified thread reads ~10 cells instead of 2,000. A record may
-appear in two cells (a writer that crashed after writing it, then a retry that grouped
-differently); readers count distinct keys, so duplicates never count twice.
+Packed sets: what a read needs of a UT in full (its member threads, its message records:
+16-byte MD5 key + 8-byte big-endian sent_at) is also kept packed, many entries per cell,
+each cell qualified by the MD5 of its own value. The emulator's cost and the Python
+client's are per cell, so a 2,000-message, 400-thread unified thread reads ~20 cells
+instead of 2,400. An entry may sit in two cells (a writer that crashed after writing it,
+then a retry that grouped differently); readers take the union, so nothing counts twice.
+Many small cells (messages woven one call at a time) are re-packed by the reader that finds
+them (`needs_repack`): one atomic row mutation sets the full cells and deletes the cells it
+read, so every entry stays in some cell whatever runs concurrently.
 """
 
 from __future__ import annotations
@@ -21,31 +21,28 @@ import hashlib
 import struct
 from collections.abc import Iterable, Iterator
 
-from google.cloud.bigtable.data import row_filters as rf
-
-from storage.bigtable.client import escape_family, regex_literal
 from storage.errors import StorageCorrupt
 from storage.ports import ThreadKey
 
 __all__ = [
-    "RECORDS_PER_CELL",
+    "CELL_BYTES",
+    "RECORD_WIDTH",
     "decode_thread",
     "encode_thread",
-    "pack_records",
-    "team_filter",
-    "team_selectors",
-    "unpack_records",
+    "latest",
+    "needs_repack",
+    "pack",
+    "record",
+    "unpack",
 ]
 
-RECORDS_PER_CELL = 256
-"""Records per message cell (6 KB): a cell stays small whatever one call adds."""
-_RANGE_TEAM = 32  # teams up to this many gids read one column range per gid
-_REGEX_BUDGET = 8_000  # bytes of one team-filter regex; larger teams are split into groups
+CELL_BYTES = 4_096
+"""Target size of a packed cell; one entry more may overshoot it by at most ~1 KB."""
 _SEP = b"\x00\x01"
 _RECORD = struct.Struct(">16sq")
-
-Selector = tuple[bytes | None, bytes | None]
-"""(qualifier prefix, qualifier regex) of one paged read of a UT's threads."""
+_SENT = struct.Struct(">q")
+RECORD_WIDTH = _RECORD.size
+_LENGTH = struct.Struct(">H")
 
 
 def encode_thread(key: ThreadKey) -> bytes:
@@ -63,76 +60,65 @@ def decode_thread(data: bytes) -> ThreadKey:
         raise StorageCorrupt(f"bad thread qualifier {data!r}") from exc
 
 
-def pack_records(records: Iterable[tuple[bytes, int]]) -> Iterator[tuple[bytes, bytes]]:
-    """(qualifier, value) cells holding `records` ((MD5 key, sent_at)), content-addressed.
+def record(key: bytes, sent_at_ms: int) -> bytes:
+    """A message record entry: the MD5 key, then when the message was sent (>= 0).
 
-    Sorted first, so a retry that writes the same records writes the same cells.
+    Big-endian, so the largest entry's last 8 bytes are the latest send time.
     """
-    ordered = sorted(set(records))
-    for start in range(0, len(ordered), RECORDS_PER_CELL):
-        value = b"".join(_RECORD.pack(k, s) for k, s in ordered[start : start + RECORDS_PER_CELL])
-        yield hashlib.md5(value, usedforsecurity=False).digest(), value
+    return _RECORD.pack(key, sent_at_ms)
 
 
-def unpack_records(value: bytes, into: dict[bytes, int]) -> None:
-    """Adds the records of one cell to `into` (key -> sent_at)."""
-    if len(value) % _RECORD.size:
-        raise StorageCorrupt(f"message cell of {len(value)} bytes is not whole records")
-    for key, sent in _RECORD.iter_unpack(value):
-        into[key] = sent
+def latest(records: Iterable[bytes]) -> int | None:
+    """The latest sent_at among message record entries (None when there are none)."""
+    last = max((r[16:] for r in records), default=None)
+    return None if last is None else int(_SENT.unpack(last)[0])
 
 
-def team_selectors(gids: frozenset[str] | None) -> list[Selector]:
-    """How to page through the team's threads of a UT row: (qualifier prefix, regex).
+def pack(entries: Iterable[bytes], width: int | None = None) -> Iterator[tuple[bytes, bytes]]:
+    """(qualifier, value) cells holding `entries`, content-addressed.
 
-    A small team reads one column range per gid (the server seeks; cost ~ cells returned);
-    a large team uses full-match regexes over the row, split to stay under `_REGEX_BUDGET`.
+    Entries of a fixed `width` are concatenated; others are each length-prefixed. Sorted
+    first, so a retry that writes the same entries writes the same cells.
     """
-    if gids is None:
-        return [(None, None)]
-    prefixes = [encode_thread(ThreadKey(gid, "")) for gid in sorted(gids)]
-    if len(prefixes) <= _RANGE_TEAM:
-        return [(prefix, None) for prefix in prefixes]
-    groups: list[list[bytes]] = [[]]
-    size = 0
-    for prefix in prefixes:
-        literal = regex_literal(prefix)
-        if groups[-1] and size + len(literal) > _REGEX_BUDGET:
-            groups.append([])
-            size = 0
-        groups[-1].append(literal)
-        size += len(literal) + 1
-    return [(None, b"(?s)(?:" + b"|".join(group) + b").*") for group in groups]
+    cell = bytearray()
+    for entry in sorted(set(entries)):
+        if width is None:
+            cell += _LENGTH.pack(len(entry))
+        elif len(entry) != width:
+            raise ValueError(f"entry of {len(entry)} bytes in a set of width {width}")
+        cell += entry
+        if len(cell) >= CELL_BYTES:
+            yield _cell(cell)
+            cell = bytearray()
+    if cell:
+        yield _cell(cell)
 
 
-def team_filter(family: str, gids: frozenset[str] | None) -> rf.RowFilter:
-    """One filter selecting the team's thread cells of `family` (values stripped)."""
-    chain: list[rf.RowFilter] = [rf.FamilyNameRegexFilter(escape_family(family))]
-    selectors = team_selectors(gids)
-    if selectors != [(None, None)]:
-        branches: list[rf.RowFilter] = []
-        for prefix, regex in selectors:
-            if prefix is not None:
-                branches.append(
-                    rf.ColumnRangeFilter(
-                        family,
-                        start_qualifier=prefix,
-                        end_qualifier=_prefix_end(prefix),
-                        inclusive_start=True,
-                        inclusive_end=False,
-                    )
-                )
-            else:
-                assert regex is not None
-                branches.append(rf.ColumnQualifierRegexFilter(regex))
-        chain.append(branches[0] if len(branches) == 1 else rf.RowFilterUnion(branches))
-    chain.append(rf.StripValueTransformerFilter(True))
-    return rf.RowFilterChain(chain)
+def _cell(value: bytearray) -> tuple[bytes, bytes]:
+    data = bytes(value)
+    return hashlib.md5(data, usedforsecurity=False).digest(), data
 
 
-def _prefix_end(prefix: bytes) -> bytes:
-    """The smallest qualifier above every qualifier starting with `prefix`.
+def unpack(value: bytes, into: set[bytes], width: int | None = None) -> None:
+    """Adds the entries of one packed cell (see `pack`) to `into`."""
+    end = len(value)
+    if width is not None:
+        if end % width:
+            raise StorageCorrupt(f"packed cell of {end} bytes is not whole {width}-byte entries")
+        into.update(value[at : at + width] for at in range(0, end, width))
+        return
+    at = 0
+    while at < end:
+        if at + _LENGTH.size > end:
+            raise StorageCorrupt("packed cell ends inside a length")
+        (size,) = _LENGTH.unpack_from(value, at)
+        at += _LENGTH.size
+        if at + size > end:
+            raise StorageCorrupt("packed cell ends inside an entry")
+        into.add(value[at : at + size])
+        at += size
 
-    A thread prefix always ends with the 00 01 separator, so it never is all FF bytes.
-    """
-    return prefix[:-1] + bytes((prefix[-1] + 1,))
+
+def needs_repack(cells: int, cell_bytes: int) -> bool:
+    """True when a row holds far more packed cells than their bytes need (many small ones)."""
+    return cells > cell_bytes // CELL_BYTES + 8

@@ -3,39 +3,42 @@
 Tables (ids are `table_prefix` + name); every family keeps one version (MaxVersionsGCRule(1)),
 nothing expires because mappings are permanent:
 
-    thread_ut   row enc(gid, thread_id)  family u: u = UT                     thread -> UT
-    message_ut  row MD5 of Message-ID    family m: u = UT, s = sent_at,       Message-ID -> UT
-                                                   r = "recorded in its UT"
-    ut          row UT (UTF-8)           family t: enc(gid, thread_id) -> b""  UT -> threads
+    thread_ut   row enc(gid, thread_id)  family u: u = UT, r = recorded        thread -> UT
+    message_ut  row MD5 of Message-ID    family m: u = UT, s = sent_at,        Message-ID -> UT
+                                                   r = recorded
+    ut          row UT (UTF-8)           family q: packed enc(gid, thread_id)  UT -> threads
                                          family p: packed message records      UT -> messages
     ut_links    row UT (UTF-8)           family n: linked UT -> b""            UT -> links
 
-Cell spellings (enc, packed records, team filters) are in `thread_cells.py`. Links live in a
-table of their own so the writers' link reads never scan a UT's threads and messages.
+Cell spellings (enc, packed sets, team selectors) are in `thread_cells.py`.
 
 Insert-if-absent is the seed's check-and-mutate: predicate "family holds any cell", SetCell
 in the false branch. A put first reads every key in bulk (re-seen keys, the common case, cost
 no conditional write); only missing keys get check-and-mutate, and since the async client
 tells whether the predicate matched, the winner is read back only when a racer was first.
-Reverse cells are idempotent (fixed timestamp 0, same value every time) and written for the
-*winner*: thread cells on every call, message records for every key whose forward row lacks
-its `r` flag, which is set only after the records are written. So a crash between a forward
-write and its reverse heals on the next call that meets the key, whoever makes it.
+Reverse cells are idempotent (fixed timestamp 0) and written for the *winner* of every key
+whose forward row lacks its `r` flag, which is set only after they are written. A forward
+row without `r` is treated as not there by `get_thread_uts`, so the next call that meets
+the key, whoever makes it, completes what a crashed writer left undone.
 
-A read level (`read_uts`) is two multi-row ReadRows in parallel (UT rows with the team's
-thread cells and the record cells; link rows); a row too wide for one response (per-family
-cell limits keep each under the emulator's 4 MiB) is finished page by page.
+A read level (`read_uts`) is two multi-row ReadRows in parallel (whole UT rows, link rows)
+with no family or qualifier filter: the emulator pays per cell scanned for every filter (it
+compiles a regex per cell), so rows are split by family and team-filtered here. A row too
+wide for one response (a cell-count limit keeps each under the emulator's 4 MiB) is the rare
+huge unified thread (or one whose many small cells were never re-packed), read again page
+by page; such a read stops as soon as it has the threads it was asked for.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import struct
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-from google.cloud.bigtable.data import ReadRowsQuery, SetCell
+from google.cloud.bigtable.data import DeleteRangeFromColumn, ReadRowsQuery, SetCell
 from google.cloud.bigtable.data import row_filters as rf
 
 from storage.bigtable.client import (
@@ -43,21 +46,22 @@ from storage.bigtable.client import (
     bounded_gather,
     bulk_set_cells,
     chunks,
-    escape_family,
     family_has_cells,
     gc_rule,
     read_row_cells,
     translate_errors,
 )
 from storage.bigtable.thread_cells import (
+    RECORD_WIDTH,
     decode_thread,
     encode_thread,
-    pack_records,
-    team_filter,
-    team_selectors,
-    unpack_records,
+    latest,
+    needs_repack,
+    pack,
+    record,
+    unpack,
 )
-from storage.errors import StorageCorrupt
+from storage.errors import StorageCorrupt, StorageError
 from storage.ports import MessageMapping, ThreadKey, UnifiedStats, UtRows
 from storage.settings import BigtableSettings
 
@@ -65,18 +69,20 @@ __all__ = ["BigtableThreadStore"]
 
 
 _THREAD_UT, _MESSAGE_UT, _UT, _LINKS = "thread_ut", "message_ut", "ut", "ut_links"
-_FAM_U, _FAM_M, _FAM_T, _FAM_P, _FAM_N = "u", "m", "t", "p", "n"
+_FAM_U, _FAM_M, _FAM_Q, _FAM_P, _FAM_N = "u", "m", "q", "p", "n"
 _ONE = gc_rule(max_versions=1)
 _TABLES = {
     _THREAD_UT: {_FAM_U: _ONE},
     _MESSAGE_UT: {_FAM_M: _ONE},
-    _UT: {_FAM_T: _ONE, _FAM_P: _ONE},
+    _UT: {_FAM_Q: _ONE, _FAM_P: _ONE},
     _LINKS: {_FAM_N: _ONE},
 }
 _READ_KEYS = 500  # row keys per ReadRows request
-_ROW_THREADS = 2_000  # thread cells per row in one response (<= ~1 KB each)
-_ROW_RECORD_CELLS = 128  # record cells per row in one response (<= 6 KB each)
+_ROW_CELLS = 600  # cells of a UT row in one response: each <= ~5 KB, under the 4 MiB limit
+_REPACK_CELLS = 2_000  # packed cells merged by one atomic row mutation
 _SENT = struct.Struct(">q")
+_LATEST = rf.CellsColumnLimitFilter(1)  # single-family tables: no (per-cell regex) family filter
+_WIDTHS: dict[str, int | None] = {_FAM_Q: None, _FAM_P: RECORD_WIDTH}  # fixed entry sizes
 _Stored = tuple[str, int, bool]  # a message row: (UT, sent_at, recorded in its UT)
 
 
@@ -91,12 +97,12 @@ def _now_micros() -> int:
     return time.time_ns() // 1_000_000 * 1000  # Bigtable wants whole milliseconds
 
 
-def _cells(row: Any, family: str) -> dict[bytes, bytes]:
-    return {} if row is None else {c.qualifier: c.value for c in row.cells if c.family == family}
+def _cells(row: Any) -> dict[bytes, bytes]:
+    return {} if row is None else {c.qualifier: c.value for c in row.cells}
 
 
 def _message_row(row: Any) -> _Stored | None:
-    stored = _cells(row, _FAM_M)
+    stored = _cells(row)
     if b"u" not in stored or len(stored.get(b"s", b"")) != _SENT.size:
         return None
     return _text(stored[b"u"]), _SENT.unpack(stored[b"s"])[0], b"r" in stored
@@ -132,20 +138,20 @@ class BigtableThreadStore:
             found.update((row.row_key, row) for row in rows)
         return found
 
-    def _family(self, family: str) -> rf.RowFilter:
-        return rf.RowFilterChain(
-            [rf.FamilyNameRegexFilter(escape_family(family)), rf.CellsColumnLimitFilter(1)]
-        )
+    async def _thread_rows(self, threads: Iterable[ThreadKey]) -> dict[ThreadKey, tuple[str, bool]]:
+        """(UT, recorded) of each mapped thread."""
+        keys = {encode_thread(t): t for t in dict.fromkeys(threads)}
+        rows = await self._read_rows(self._thread_ut, list(keys), _LATEST)
+        found: dict[ThreadKey, tuple[str, bool]] = {}
+        for row_key, row in rows.items():
+            cells = _cells(row)
+            if b"u" in cells and row_key in keys:
+                found[keys[row_key]] = (_text(cells[b"u"]), b"r" in cells)
+        return found
 
     async def get_thread_uts(self, threads: Sequence[ThreadKey]) -> dict[ThreadKey, str]:
-        keys = {encode_thread(t): t for t in dict.fromkeys(threads)}
-        rows = await self._read_rows(self._thread_ut, list(keys), self._family(_FAM_U))
-        found: dict[ThreadKey, str] = {}
-        for row_key, row in rows.items():
-            value = _cells(row, _FAM_U).get(b"u")
-            if value is not None and row_key in keys:
-                found[keys[row_key]] = _text(value)
-        return found
+        rows = await self._thread_rows(threads)
+        return {t: ut for t, (ut, recorded) in rows.items() if recorded}
 
     async def put_thread_uts_if_absent(self, items: Sequence[tuple[ThreadKey, str]]) -> list[str]:
         proposals: dict[ThreadKey, str] = {}
@@ -153,7 +159,7 @@ class BigtableThreadStore:
             proposals.setdefault(key, ut)  # one conditional write per distinct thread
         predicate = family_has_cells(_FAM_U)
 
-        async def put(pair: tuple[ThreadKey, str]) -> str:
+        async def put(pair: tuple[ThreadKey, str]) -> tuple[str, bool]:
             key, ut = pair
             row_key = encode_thread(key)
             cell = SetCell(_FAM_U, b"u", ut.encode(), timestamp_micros=_now_micros())
@@ -162,26 +168,28 @@ class BigtableThreadStore:
                     row_key, predicate, false_case_mutations=[cell]
                 )
                 if not taken:
-                    return ut
-                row = await self._thread_ut.read_row(
-                    row_key, row_filter=rf.CellsColumnLimitFilter(1)
-                )
-            value = _cells(row, _FAM_U).get(b"u")
-            if value is None:
+                    return ut, False
+                row = await self._thread_ut.read_row(row_key, row_filter=_LATEST)
+            cells = _cells(row)
+            if b"u" not in cells:
                 raise StorageCorrupt(f"thread row {row_key!r} matched but holds no UT")
-            return _text(value)
+            return _text(cells[b"u"]), b"r" in cells
 
-        winners = await self.get_thread_uts(list(proposals))  # most keys exist: 1 bulk read
+        winners = await self._thread_rows(proposals)  # most keys exist: 1 bulk read
         missing = [(k, ut) for k, ut in proposals.items() if k not in winners]
         winners.update(
             zip((k for k, _ in missing), await bounded_gather(put, missing), strict=True)
         )
-        await bulk_set_cells(
-            self._ut,
-            ((ut.encode(), _FAM_T, encode_thread(k), b"") for k, ut in winners.items()),
-            timestamp_micros=0,
-        )
-        return [winners[key] for key, _ in items]
+        unrecorded = {k: ut for k, (ut, recorded) in winners.items() if not recorded}
+        if unrecorded:
+            by_ut: dict[str, list[bytes]] = {}
+            for k, ut in unrecorded.items():
+                by_ut.setdefault(ut, []).append(encode_thread(k))
+            await self._write_packed(_FAM_Q, by_ut)
+            await self._flag_recorded(
+                self._thread_ut, _FAM_U, (encode_thread(k) for k in unrecorded)
+            )
+        return [winners[key][0] for key, _ in items]
 
     async def put_message_uts_if_absent(self, items: Sequence[MessageMapping]) -> list[str]:
         proposals: dict[bytes, MessageMapping] = {}
@@ -201,17 +209,14 @@ class BigtableThreadStore:
                 )
                 if not taken:
                     return mapping.ut, mapping.sent_at_ms, False
-                row = await self._message_ut.read_row(
-                    mapping.rfc_key, row_filter=rf.CellsColumnLimitFilter(1)
-                )
+                row = await self._message_ut.read_row(mapping.rfc_key, row_filter=_LATEST)
             stored = _message_row(row)
             if stored is None:
                 raise StorageCorrupt(f"message row {mapping.rfc_key.hex()} is incomplete")
             return stored
 
         winners: dict[bytes, _Stored] = {}
-        rows = await self._read_rows(self._message_ut, list(proposals), self._family(_FAM_M))
-        for rfc, row in rows.items():
+        for rfc, row in (await self._read_rows(self._message_ut, list(proposals), _LATEST)).items():
             stored = _message_row(row)
             if stored is not None:
                 winners[rfc] = stored
@@ -219,31 +224,32 @@ class BigtableThreadStore:
         winners.update(
             zip((m.rfc_key for m in missing), await bounded_gather(put, missing), strict=True)
         )
-        await self._record(winners)
-        return [winners[m.rfc_key][0] for m in items]
-
-    async def _record(self, winners: dict[bytes, _Stored]) -> None:
-        """Writes the records of keys not yet recorded in their UT, then flags them recorded."""
-        by_ut: dict[str, list[tuple[bytes, int]]] = {}
+        by_ut: dict[str, list[bytes]] = {}
         for rfc, (ut, sent, recorded) in winners.items():
             if not recorded:
-                by_ut.setdefault(ut, []).append((rfc, sent))
-        if not by_ut:
-            return
+                by_ut.setdefault(ut, []).append(record(rfc, sent))
+        if by_ut:
+            await self._write_packed(_FAM_P, by_ut, RECORD_WIDTH)
+            await self._flag_recorded(
+                self._message_ut, _FAM_M, (e[:16] for entries in by_ut.values() for e in entries)
+            )
+        return [winners[m.rfc_key][0] for m in items]
+
+    async def _write_packed(
+        self, family: str, by_ut: dict[str, list[bytes]], width: int | None = None
+    ) -> None:
         await bulk_set_cells(
             self._ut,
             (
-                (ut.encode(), _FAM_P, qualifier, value)
-                for ut, records in by_ut.items()
-                for qualifier, value in pack_records(records)
+                (ut.encode(), family, qualifier, value)
+                for ut, entries in by_ut.items()
+                for qualifier, value in pack(entries, width)
             ),
             timestamp_micros=0,
         )
-        await bulk_set_cells(
-            self._message_ut,
-            ((rfc, _FAM_M, b"r", b"") for records in by_ut.values() for rfc, _ in records),
-            timestamp_micros=0,
-        )
+
+    async def _flag_recorded(self, table: Any, family: str, keys: Iterable[bytes]) -> None:
+        await bulk_set_cells(table, ((k, family, b"r", b"") for k in keys), timestamp_micros=0)
 
     async def add_links(self, pairs: Sequence[tuple[str, str]]) -> None:
         await bulk_set_cells(
@@ -261,10 +267,9 @@ class BigtableThreadStore:
         wanted = list(dict.fromkeys(uts))
         if not wanted:
             return {}
-        links_filter = rf.RowFilterChain(
-            [rf.FamilyNameRegexFilter(escape_family(_FAM_N)), rf.StripValueTransformerFilter(True)]
+        rows = await self._read_rows(
+            self._links, [ut.encode() for ut in wanted], rf.StripValueTransformerFilter(True)
         )
-        rows = await self._read_rows(self._links, [ut.encode() for ut in wanted], links_filter)
         return {
             _text(key): frozenset(_text(c.qualifier) for c in row.cells)
             for key, row in rows.items()
@@ -279,66 +284,87 @@ class BigtableThreadStore:
             thread_limit = 0
         if not wanted:
             return UtRows({}, [], UnifiedStats(0, None))
-        row_threads = min(thread_limit, _ROW_THREADS)
-        branches: list[rf.RowFilter] = [
-            rf.RowFilterChain(
-                [
-                    rf.FamilyNameRegexFilter(escape_family(_FAM_P)),
-                    rf.CellsRowLimitFilter(_ROW_RECORD_CELLS),
-                ]
-            )
-        ]
-        if row_threads > 0:
-            branches.append(
-                rf.RowFilterChain([team_filter(_FAM_T, gids), rf.CellsRowLimitFilter(row_threads)])
-            )
-        ut_filter = rf.RowFilterChain(
-            [
-                rf.CellsColumnLimitFilter(1),
-                branches[0] if len(branches) == 1 else rf.RowFilterUnion(branches),
-            ]
-        )
         rows, links = await asyncio.gather(
-            self._read_rows(self._ut, [ut.encode() for ut in wanted], ut_filter),
+            self._read_rows(
+                self._ut, [ut.encode() for ut in wanted], rf.CellsRowLimitFilter(_ROW_CELLS)
+            ),
             self.get_links(wanted),
         )
         threads: list[ThreadKey] = []
-        records: dict[bytes, int] = {}
-        for key, row in rows.items():
-            t_cells = [c.qualifier for c in row.cells if c.family == _FAM_T]
-            p_cells = [c.value for c in row.cells if c.family == _FAM_P]
-            if len(p_cells) >= _ROW_RECORD_CELLS:
-                p_cells = [v async for _, v in read_row_cells(self._ut, key, _FAM_P)]
-            for value in p_cells:
-                unpack_records(value, records)
-            if len(t_cells) >= _ROW_THREADS and len(threads) + len(t_cells) < thread_limit:
-                t_cells = await self._page_threads(key, gids, thread_limit - len(threads))
-            threads.extend(decode_thread(q) for q in t_cells)
+        records: set[bytes] = set()
+        for row_key, row in rows.items():
+            wide = len(row.cells) >= _ROW_CELLS
+            cells: dict[str, dict[bytes, bytes]] = {_FAM_Q: {}, _FAM_P: {}}
+            if wide:  # a huge (or never re-packed) unified thread: page through it
+                cells[_FAM_P] = {q: v async for q, v in read_row_cells(self._ut, row_key, _FAM_P)}
+            else:
+                for cell in row.cells:
+                    cells[cell.family][cell.qualifier] = cell.value
+            records |= await self._entries(row_key, _FAM_P, cells[_FAM_P])
+            if thread_limit > len(threads):
+                if wide:
+                    threads += await self._page_threads(row_key, gids, thread_limit - len(threads))
+                else:
+                    found = (
+                        decode_thread(e)
+                        for e in await self._entries(row_key, _FAM_Q, cells[_FAM_Q])
+                    )
+                    threads += found if gids is None else (t for t in found if t.gid in gids)
         return UtRows(
             links=links,
             threads=threads[:thread_limit],
-            stats=UnifiedStats(len(records), max(records.values()) if records else None),
+            stats=UnifiedStats(len(records), latest(records)),
         )
+
+    async def _entries(self, row_key: bytes, family: str, cells: dict[bytes, bytes]) -> set[bytes]:
+        """The entries of a family's packed cells (all of them), re-packing them if needed."""
+        entries: set[bytes] = set()
+        width = _WIDTHS[family]
+        for value in cells.values():
+            unpack(value, entries, width)
+        if needs_repack(len(cells), sum(len(v) for v in cells.values())):
+            await self._repack(row_key, family, cells)
+        return entries
 
     async def _page_threads(
         self, row_key: bytes, gids: frozenset[str] | None, limit: int
-    ) -> list[bytes]:
-        """A UT row's team threads (up to `limit`), page by page: a row too wide for one read."""
-        out: list[bytes] = []
-        for prefix, regex in team_selectors(gids):
-            cells = read_row_cells(
-                self._ut,
-                row_key,
-                _FAM_T,
-                limit=limit - len(out),
-                qualifier_prefix=prefix,
-                qualifier_regex=regex,
-                strip_values=True,
-            )
-            out.extend([q async for q, _ in cells])
-            if len(out) >= limit:
-                break
-        return out
+    ) -> list[ThreadKey]:
+        """A wide row's threads (owners in `gids` when given), until `limit` are found."""
+        threads: set[ThreadKey] = set()
+        cells: dict[bytes, bytes] = {}
+        async for qualifier, value in read_row_cells(self._ut, row_key, _FAM_Q):
+            cells[qualifier] = value
+            entries: set[bytes] = set()
+            unpack(value, entries)
+            found = (decode_thread(e) for e in entries)
+            threads.update(found if gids is None else (t for t in found if t.gid in gids))
+            if len(threads) >= limit:
+                return list(threads)
+        await self._entries(row_key, _FAM_Q, cells)  # read whole: re-pack it if needed
+        return list(threads)
+
+    async def _repack(self, row_key: bytes, family: str, cells: dict[bytes, bytes]) -> None:
+        """Replaces many small packed cells of a row by full ones, atomically per slice.
+
+        Each mutation deletes only cells this read saw and sets cells holding every entry
+        of them, so concurrent writers and re-packers never lose an entry (at worst one
+        sits in two cells, and readers take the union). Best effort: the read already has
+        its answer, so a failure here is left for the next reader.
+        """
+        ordered = sorted(cells.items())
+        for start in range(0, len(ordered), _REPACK_CELLS):
+            part = dict(ordered[start : start + _REPACK_CELLS])
+            entries: set[bytes] = set()
+            for value in part.values():
+                unpack(value, entries, _WIDTHS[family])
+            full = dict(pack(entries, _WIDTHS[family]))
+            mutations: list[Any] = [
+                SetCell(family, q, v, timestamp_micros=0) for q, v in full.items() if q not in part
+            ]
+            mutations += [DeleteRangeFromColumn(family, q) for q in part if q not in full]
+            if mutations:
+                with contextlib.suppress(StorageError), translate_errors("repack"):
+                    await self._ut.mutate_row(row_key, mutations)
 
     async def close(self) -> None:
         await self._handle.close()

@@ -22,7 +22,7 @@ count and latest send time aggregated by Cassandra itself.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TypeVar
 
 from cassandra.query import BatchStatement, BatchType
@@ -37,14 +37,14 @@ __all__ = ["CassandraThreadStore"]
 T = TypeVar("T")
 
 
-# Rows are written once and never updated or deleted, so size-tiered compaction is right:
-# leveled compaction only pays for its write amplification when a row's versions spread over
-# many SSTables, which write-once rows never do (and no tombstones ever need purging).
+# Rows are written once (a thread row once more, to flag it recorded) and never deleted, so
+# size-tiered compaction is right: leveled compaction only pays for its write amplification
+# when a row's versions spread over many SSTables (and no tombstones ever need purging).
 _COMPACTION = "WITH compaction = {'class': 'SizeTieredCompactionStrategy'}"
 
 _TABLES = (
     "CREATE TABLE IF NOT EXISTS {ks}.thread_ut (gid text, thread_id text, ut text, "
-    "PRIMARY KEY ((gid, thread_id))) " + _COMPACTION,
+    "recorded boolean, PRIMARY KEY ((gid, thread_id))) " + _COMPACTION,
     "CREATE TABLE IF NOT EXISTS {ks}.rfc_ut (rfc_key blob PRIMARY KEY, ut text, sent_at bigint) "
     + _COMPACTION,
     "CREATE TABLE IF NOT EXISTS {ks}.ut_threads (ut text, gid text, thread_id text, "
@@ -90,14 +90,16 @@ class CassandraThreadStore:
         stmt = await self._s.prepare(cql.replace("{ks}", self._ks))
         return await self._s.run(stmt, params, all_pages=all_pages)
 
-    async def get_thread_uts(self, threads: Sequence[ThreadKey]) -> dict[ThreadKey, str]:
+    async def _thread_rows(self, threads: Iterable[ThreadKey]) -> dict[ThreadKey, tuple[str, bool]]:
+        """(UT, recorded) of each mapped thread: one IN query per owner (and 100 threads)."""
         by_gid: dict[str, list[str]] = {}
         for key in dict.fromkeys(threads):
             by_gid.setdefault(key.gid, []).append(key.thread_id)
 
         async def one(gid: str, thread_ids: Sequence[str]) -> list[Row]:
             return await self._q(
-                "SELECT gid, thread_id, ut FROM {ks}.thread_ut WHERE gid = ? AND thread_id IN ?",
+                "SELECT gid, thread_id, ut, recorded FROM {ks}.thread_ut "
+                "WHERE gid = ? AND thread_id IN ?",
                 (gid, list(thread_ids)),
                 all_pages=True,
             )
@@ -106,30 +108,53 @@ class CassandraThreadStore:
             one(gid, chunk) for gid, ids in by_gid.items() for chunk in _chunks(ids)
         )
         return {
-            ThreadKey(_text(r, "gid"), _text(r, "thread_id")): _text(r, "ut")
+            ThreadKey(_text(r, "gid"), _text(r, "thread_id")): (
+                _text(r, "ut"),
+                r["recorded"] is True,
+            )
             for rows in found
             for r in rows
         }
 
+    async def get_thread_uts(self, threads: Sequence[ThreadKey]) -> dict[ThreadKey, str]:
+        rows = await self._thread_rows(threads)
+        return {t: ut for t, (ut, recorded) in rows.items() if recorded}
+
     async def put_thread_uts_if_absent(self, items: Sequence[tuple[ThreadKey, str]]) -> list[str]:
+        """LWT for unmapped threads; reverse rows, then the `recorded` flag, for unflagged ones.
+
+        A thread is reported by `get_thread_uts` only once flagged, so one whose writer died
+        between its LWT and its reverse row comes back here on the next call that meets it.
+        """
         proposals: dict[ThreadKey, str] = {}
         for key, ut in items:
             proposals.setdefault(key, ut)  # one LWT per key: duplicates share its winner
 
-        async def one(key: ThreadKey, ut: str) -> str:
+        async def one(key: ThreadKey, ut: str) -> tuple[str, bool]:
             rows = await self._q(
                 "INSERT INTO {ks}.thread_ut (gid, thread_id, ut) VALUES (?, ?, ?) IF NOT EXISTS",
                 (key.gid, key.thread_id, ut),
             )
-            return _winner(rows, ut)
+            return _winner(rows, ut), bool(rows and rows[0].get("recorded") is True)
 
-        winners = await gather(one(k, ut) for k, ut in proposals.items())
-        by_key = dict(zip(proposals, winners, strict=True))
+        winners = await self._thread_rows(proposals)
+        missing = [(k, ut) for k, ut in proposals.items() if k not in winners]
+        winners.update(
+            zip((k for k, _ in missing), await gather(one(k, ut) for k, ut in missing), strict=True)
+        )
+        unrecorded = [(k, ut) for k, (ut, recorded) in winners.items() if not recorded]
         await self._reverse_rows(
             "INSERT INTO {ks}.ut_threads (ut, gid, thread_id) VALUES (?, ?, ?)",
-            [(w, k.gid, k.thread_id) for k, w in by_key.items()],
+            [(ut, k.gid, k.thread_id) for k, ut in unrecorded],
         )
-        return [by_key[key] for key, _ in items]
+        await gather(
+            self._q(
+                "UPDATE {ks}.thread_ut SET recorded = true WHERE gid = ? AND thread_id = ?",
+                (k.gid, k.thread_id),
+            )
+            for k, _ in unrecorded
+        )
+        return [winners[key][0] for key, _ in items]
 
     async def put_message_uts_if_absent(self, items: Sequence[MessageMapping]) -> list[str]:
         proposals: dict[bytes, MessageMapping] = {}

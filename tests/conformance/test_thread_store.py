@@ -164,18 +164,36 @@ class TestReadLevels:
         assert sorted(rows.threads) == sorted(t for t in threads if t.gid in team)
 
     async def test_a_wide_unified_thread_reads_whole(self, thread_store: ThreadStore) -> None:
-        """3,000 threads of ~1 KB ids and 5,000 messages in one UT: every one is read."""
-        threads = [ThreadKey(f"{i:04d}" + "g" * 500, "t" * 500) for i in range(3000)]
-        for start in range(0, 3000, 1000):
+        """2,600 threads of ~1 KB ids (more than one 4 MiB response) read whole, and limited."""
+        threads = [ThreadKey(f"{i:04d}" + "g" * 500, "t" * 500) for i in range(2600)]
+        for start in range(0, len(threads), 1000):
             chunk = threads[start : start + 1000]
             await thread_store.put_thread_uts_if_absent([(t, "ut-wide") for t in chunk])
-        for start in range(0, 5000, 1000):
-            await thread_store.put_message_uts_if_absent(
-                [MessageMapping(key(f"w{i}"), "ut-wide", i) for i in range(start, start + 1000)]
-            )
+        await thread_store.put_message_uts_if_absent(
+            [MessageMapping(key(f"w{i}"), "ut-wide", i) for i in range(1000)]
+        )
         rows = await thread_store.read_uts(["ut-wide"], None, 10_001)
         assert sorted(rows.threads) == threads
-        assert rows.stats == UnifiedStats(5000, 4999)
+        assert rows.stats == UnifiedStats(1000, 999)
+        team = frozenset(t.gid for t in threads[::100])
+        assert sorted((await thread_store.read_uts(["ut-wide"], team, 10_001)).threads) == [
+            t for t in threads if t.gid in team
+        ]
+        assert len((await thread_store.read_uts(["ut-wide"], None, 7)).threads) == 7
+
+    async def test_one_message_per_call_still_reads_exactly(
+        self, thread_store: ThreadStore
+    ) -> None:
+        """320 calls of one new thread and one new message each: every one counts once."""
+        for i in range(320):
+            await thread_store.put_thread_uts_if_absent([(ThreadKey("g", f"t{i:03d}"), "ut-slow")])
+            await thread_store.put_message_uts_if_absent(
+                [MessageMapping(key(f"slow{i}"), "ut-slow", i)]
+            )
+        for _ in range(2):  # the first read may tidy what it found; both must be exact
+            rows = await thread_store.read_uts(["ut-slow"], None, 10_001)
+            assert len(rows.threads) == len(set(rows.threads)) == 320
+            assert rows.stats == UnifiedStats(320, 319)
 
     async def test_stats_count_distinct_messages_and_latest_send(
         self, thread_store: ThreadStore
