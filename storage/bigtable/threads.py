@@ -8,9 +8,10 @@ nothing expires because mappings are permanent:
                                                    r = recorded
     ut          row UT (UTF-8)           family q: packed enc(gid, thread_id)  UT -> threads
                                          family p: packed message records      UT -> messages
-    ut_links    row UT (UTF-8)           family n: linked UT -> b""            UT -> links
+                                         family n: linked UT -> b""            UT -> links
 
-Cell spellings (enc, packed sets, team selectors) are in `thread_cells.py`.
+Cell spellings (enc, packed sets) are in `thread_cells.py`. A UT's row is everything a
+read needs of it, so one level of a read is one multi-row ReadRows.
 
 Insert-if-absent is the seed's check-and-mutate: predicate "family holds any cell", SetCell
 in the false branch. A put first reads every key in bulk (re-seen keys, the common case, cost
@@ -21,8 +22,8 @@ whose forward row lacks its `r` flag, which is set only after they are written. 
 row without `r` is treated as not there by `get_thread_uts`, so the next call that meets
 the key, whoever makes it, completes what a crashed writer left undone.
 
-A read level (`read_uts`) is two multi-row ReadRows in parallel (whole UT rows, link rows)
-with no family or qualifier filter: the emulator pays per cell scanned for every filter (it
+A read level (`read_uts`) is one multi-row ReadRows of whole UT rows with no family or
+qualifier filter: the emulator pays per cell scanned for every filter (it
 compiles a regex per cell), so rows are split by family and team-filtered here. A row too
 wide for one response (a cell-count limit keeps each under the emulator's 4 MiB) is the rare
 huge unified thread (or one whose many small cells were never re-packed), read again page
@@ -31,7 +32,6 @@ by page; such a read stops as soon as it has the threads it was asked for.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import struct
 import time
@@ -68,17 +68,25 @@ from storage.settings import BigtableSettings
 __all__ = ["BigtableThreadStore"]
 
 
-_THREAD_UT, _MESSAGE_UT, _UT, _LINKS = "thread_ut", "message_ut", "ut", "ut_links"
+_THREAD_UT, _MESSAGE_UT, _UT = "thread_ut", "message_ut", "ut"
 _FAM_U, _FAM_M, _FAM_Q, _FAM_P, _FAM_N = "u", "m", "q", "p", "n"
 _ONE = gc_rule(max_versions=1)
 _TABLES = {
     _THREAD_UT: {_FAM_U: _ONE},
     _MESSAGE_UT: {_FAM_M: _ONE},
-    _UT: {_FAM_Q: _ONE, _FAM_P: _ONE},
-    _LINKS: {_FAM_N: _ONE},
+    _UT: {_FAM_Q: _ONE, _FAM_P: _ONE, _FAM_N: _ONE},
 }
 _READ_KEYS = 500  # row keys per ReadRows request
 _ROW_CELLS = 600  # cells of a UT row in one response: each <= ~5 KB, under the 4 MiB limit
+_ROW_LINKS = 3_000  # links of a UT in one response: each <= ~1 KB
+# Links only, without a regex: the emulator would compile a family regex for every cell.
+_LINKS_ONLY = rf.RowFilterChain(
+    [
+        rf.ColumnRangeFilter(_FAM_N),
+        rf.StripValueTransformerFilter(True),
+        rf.CellsRowLimitFilter(_ROW_LINKS),
+    ]
+)
 _REPACK_CELLS = 2_000  # packed cells merged by one atomic row mutation
 _SENT = struct.Struct(">q")
 _LATEST = rf.CellsColumnLimitFilter(1)  # single-family tables: no (per-cell regex) family filter
@@ -116,7 +124,6 @@ class BigtableThreadStore:
         self._thread_ut = handle.table(_THREAD_UT)
         self._message_ut = handle.table(_MESSAGE_UT)
         self._ut = handle.table(_UT)
-        self._links = handle.table(_LINKS)
 
     @classmethod
     async def open(cls, settings: BigtableSettings) -> BigtableThreadStore:
@@ -253,7 +260,7 @@ class BigtableThreadStore:
 
     async def add_links(self, pairs: Sequence[tuple[str, str]]) -> None:
         await bulk_set_cells(
-            self._links,
+            self._ut,
             (
                 (a.encode(), _FAM_N, b.encode(), b"")
                 for x, y in pairs
@@ -265,16 +272,17 @@ class BigtableThreadStore:
 
     async def get_links(self, uts: Sequence[str]) -> dict[str, frozenset[str]]:
         wanted = list(dict.fromkeys(uts))
-        if not wanted:
-            return {}
-        rows = await self._read_rows(
-            self._links, [ut.encode() for ut in wanted], rf.StripValueTransformerFilter(True)
-        )
-        return {
-            _text(key): frozenset(_text(c.qualifier) for c in row.cells)
-            for key, row in rows.items()
-            if row.cells
-        }
+        rows = await self._read_rows(self._ut, [ut.encode() for ut in wanted], _LINKS_ONLY)
+        found: dict[str, frozenset[str]] = {}
+        for key, row in rows.items():
+            cells = [c.qualifier for c in row.cells]
+            if len(cells) >= _ROW_LINKS:  # the smallest UT of a huge component: page it
+                cells = [
+                    q async for q, _ in read_row_cells(self._ut, key, _FAM_N, strip_values=True)
+                ]
+            if cells:
+                found[_text(key)] = frozenset(_text(q) for q in cells)
+        return found
 
     async def read_uts(
         self, uts: Sequence[str], gids: frozenset[str] | None, thread_limit: int
@@ -282,33 +290,32 @@ class BigtableThreadStore:
         wanted = list(dict.fromkeys(uts))
         if gids is not None and not gids:
             thread_limit = 0
-        if not wanted:
-            return UtRows({}, [], UnifiedStats(0, None))
-        rows, links = await asyncio.gather(
-            self._read_rows(
-                self._ut, [ut.encode() for ut in wanted], rf.CellsRowLimitFilter(_ROW_CELLS)
-            ),
-            self.get_links(wanted),
+        rows = await self._read_rows(
+            self._ut, [ut.encode() for ut in wanted], rf.CellsRowLimitFilter(_ROW_CELLS)
         )
+        links: dict[str, frozenset[str]] = {}
         threads: list[ThreadKey] = []
         records: set[bytes] = set()
         for row_key, row in rows.items():
+            cells: dict[str, dict[bytes, bytes]] = {_FAM_Q: {}, _FAM_P: {}, _FAM_N: {}}
             wide = len(row.cells) >= _ROW_CELLS
-            cells: dict[str, dict[bytes, bytes]] = {_FAM_Q: {}, _FAM_P: {}}
             if wide:  # a huge (or never re-packed) unified thread: page through it
-                cells[_FAM_P] = {q: v async for q, v in read_row_cells(self._ut, row_key, _FAM_P)}
+                for family in (_FAM_P, _FAM_N):
+                    cells[family] = {
+                        q: v async for q, v in read_row_cells(self._ut, row_key, family)
+                    }
             else:
                 for cell in row.cells:
                     cells[cell.family][cell.qualifier] = cell.value
+            if cells[_FAM_N]:
+                links[_text(row_key)] = frozenset(_text(q) for q in cells[_FAM_N])
             records |= await self._entries(row_key, _FAM_P, cells[_FAM_P])
             if thread_limit > len(threads):
                 if wide:
                     threads += await self._page_threads(row_key, gids, thread_limit - len(threads))
                 else:
-                    found = (
-                        decode_thread(e)
-                        for e in await self._entries(row_key, _FAM_Q, cells[_FAM_Q])
-                    )
+                    entries = await self._entries(row_key, _FAM_Q, cells[_FAM_Q])
+                    found = (decode_thread(e) for e in entries)
                     threads += found if gids is None else (t for t in found if t.gid in gids)
         return UtRows(
             links=links,
