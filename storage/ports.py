@@ -84,15 +84,17 @@ class ThreadStore(Protocol):
 
     thread -> UT and Message-ID -> UT are written only if absent, atomically under
     concurrent writers (exactly one writer wins a key; every writer learns the winner).
-    Links are an undirected, grow-only graph over UTs: the seed's merges, and the shortcut
-    edges the domain adds so that every UT is linked to its component's smallest UT
+    Links are an undirected graph over UTs: the seed's merges, and the shortcut edges the
+    domain adds so that every UT is linked to its component's smallest UT
     (docs/ARCHITECTURE.md, "ThreadWeaver"). The reverse relations (UT -> threads,
     UT -> messages, UT -> links) are kept by the adapter in whatever shape its engine
     reads fast.
 
     Consistency the domain relies on, whichever process writes: once a write method has
     returned, every later read from any process or connection sees what it wrote; concurrent
-    `add_links` calls never lose each other's links. Every read method costs one round trip
+    `add_links` calls never lose each other's links, and a link removed is never seen again unless
+    added again (a removed link coming back later is harmless: every link joins UTs of one
+    conversation). Every read method costs one round trip
     to the engine (concurrent requests at most), whatever the number of UTs asked.
     """
 
@@ -117,6 +119,13 @@ class ThreadStore(Protocol):
 
     async def add_links(self, pairs: Sequence[tuple[str, str]]) -> None:
         """Links each pair of UTs (idempotent, unordered; a pair (x, x) is ignored)."""
+        ...
+
+    async def remove_links(self, pairs: Sequence[tuple[str, str]]) -> None:
+        """Unlinks each pair (idempotent, unordered; an absent link is no error).
+
+        The domain removes only links that have a detour through a smaller UT.
+        """
         ...
 
     async def get_links(self, uts: Sequence[str]) -> dict[str, frozenset[str]]:

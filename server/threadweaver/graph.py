@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-__all__ = ["components", "hint", "missing_star_links"]
+__all__ = ["components", "hint", "missing_star_links", "redundant_links"]
 
 Links = Mapping[str, Iterable[str]]
 
@@ -69,4 +69,25 @@ def missing_star_links(
         (smallest, x)
         for x in sorted(component)
         if x != smallest and smallest not in links.get(x, frozenset())
+    ]
+
+
+def redundant_links(
+    component: frozenset[str], links: Mapping[str, frozenset[str]]
+) -> list[tuple[str, str]]:
+    """Links between two members that are both linked to the smallest: safe to drop.
+
+    Each such link has a detour through a smaller UT, and a link to a component's smallest
+    UT is never dropped, so however many writers drop links at once (each checking its own
+    detour, through ever smaller UTs), no component comes apart. Dropping them keeps a
+    component's link count at one per member instead of growing with every merge (an
+    absorbed UT keeps its old star otherwise).
+    """
+    smallest = min(component)
+    return [
+        (a, b)
+        for a in sorted(component)
+        if a != smallest and smallest in links.get(a, frozenset())
+        for b in sorted(links.get(a, frozenset()))
+        if a < b and b != smallest and smallest in links.get(b, frozenset())
     ]

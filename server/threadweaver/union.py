@@ -10,6 +10,8 @@ the smallest UT's links are its member list).
     2. write    the merge links and (smallest, member) for every member not linked yet
     3. verify   walk the component again from its smallest UT; anything missing (a member
                 joined concurrently, another merge moved the smallest) -> back to 2
+    4. prune    drop links between two members that are both linked to the smallest (the
+                absorbed side's old star, the merge links): one link per member remains
 
 Why this is enough under any interleaving, with any number of server processes: links only
 ever join UTs of one conversation, so no interleaving can make a read wrong; reads walk
@@ -19,7 +21,10 @@ the final component is star-complete, and a dirty one means that writer writes a
 it was not the last). A link written by a reader's repair only adds edges inside a
 component, which never undoes star-completeness. Only a writer that stops early (a crash,
 `MAX_ROUNDS`, a closure over `max_size`) can leave a component incomplete, and then the
-first read that walks it repairs it (`Weaver`).
+first read that walks it repairs it (`Weaver`). Pruning never splits a component: a link
+is dropped only while both its UTs are linked to a smaller one, and links to a component's
+smallest UT are never dropped (`graph.redundant_links`), so readers walking concurrently
+still reach every member.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from collections.abc import Collection, Mapping
 
 from server.runtime.errors import FailedPrecondition
 from server.threadweaver.closure import walk
-from server.threadweaver.graph import components, hint, missing_star_links
+from server.threadweaver.graph import components, hint, missing_star_links, redundant_links
 from storage.ports import ThreadStore
 
 __all__ = ["MAX_ROUNDS", "unite"]
@@ -94,6 +99,11 @@ async def unite(
             edge for group in set(groups.values()) for edge in missing_star_links(group, seen)
         }
         if not writes:
+            spare = [
+                edge for group in set(groups.values()) for edge in redundant_links(group, seen)
+            ]
+            if spare:
+                await store.remove_links(spare)
             break
         seeds = {min(group) for group in groups.values()}
     return canonical

@@ -38,7 +38,12 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from google.cloud.bigtable.data import DeleteRangeFromColumn, ReadRowsQuery, SetCell
+from google.cloud.bigtable.data import (
+    DeleteRangeFromColumn,
+    ReadRowsQuery,
+    RowMutationEntry,
+    SetCell,
+)
 from google.cloud.bigtable.data import row_filters as rf
 
 from storage.bigtable.client import (
@@ -269,6 +274,22 @@ class BigtableThreadStore:
             ),
             timestamp_micros=0,
         )
+
+    async def remove_links(self, pairs: Sequence[tuple[str, str]]) -> None:
+        by_row: dict[bytes, set[bytes]] = {}
+        for x, y in pairs:
+            for a, b in ((x, y), (y, x)):
+                by_row.setdefault(a.encode(), set()).add(b.encode())
+        entries = [
+            RowMutationEntry(row, [DeleteRangeFromColumn(_FAM_N, q) for q in sorted(qs)])
+            for row, qs in by_row.items()
+        ]
+
+        async def send(batch: Sequence[RowMutationEntry]) -> None:
+            with translate_errors("remove links"):
+                await self._ut.bulk_mutate_rows(list(batch))
+
+        await bounded_gather(send, list(chunks(entries, _READ_KEYS)))
 
     async def get_links(self, uts: Sequence[str]) -> dict[str, frozenset[str]]:
         wanted = list(dict.fromkeys(uts))

@@ -37,9 +37,11 @@ __all__ = ["CassandraThreadStore"]
 T = TypeVar("T")
 
 
-# Rows are written once (a thread row once more, to flag it recorded) and never deleted, so
-# size-tiered compaction is right: leveled compaction only pays for its write amplification
-# when a row's versions spread over many SSTables (and no tombstones ever need purging).
+# Rows are written once (a thread row once more, to flag it recorded), so size-tiered
+# compaction is right: leveled compaction only pays for its write amplification when a
+# row's versions spread over many SSTables. Only links are ever deleted (pruned after a
+# merge); their tombstones may go after an hour, since a link that comes back because a
+# replica missed its delete is harmless (it still joins UTs of one conversation).
 _COMPACTION = "WITH compaction = {'class': 'SizeTieredCompactionStrategy'}"
 
 _TABLES = (
@@ -52,7 +54,7 @@ _TABLES = (
     "CREATE TABLE IF NOT EXISTS {ks}.ut_messages (ut text, rfc_key blob, sent_at bigint, "
     "PRIMARY KEY (ut, rfc_key)) " + _COMPACTION,
     "CREATE TABLE IF NOT EXISTS {ks}.ut_merges (ut text, neighbour text, "
-    "PRIMARY KEY (ut, neighbour)) " + _COMPACTION,
+    "PRIMARY KEY (ut, neighbour)) " + _COMPACTION + " AND gc_grace_seconds = 3600",
 )
 
 _BATCH_BYTES = 4096  # estimated payload per reverse-row batch (server warns at 5 KiB)
@@ -217,6 +219,10 @@ class CassandraThreadStore:
     async def add_links(self, pairs: Sequence[tuple[str, str]]) -> None:
         rows = sorted({(a, b) for x, y in pairs if x != y for a, b in ((x, y), (y, x))})
         await self._reverse_rows("INSERT INTO {ks}.ut_merges (ut, neighbour) VALUES (?, ?)", rows)
+
+    async def remove_links(self, pairs: Sequence[tuple[str, str]]) -> None:
+        rows = sorted({(a, b) for x, y in pairs for a, b in ((x, y), (y, x))})
+        await self._reverse_rows("DELETE FROM {ks}.ut_merges WHERE ut = ? AND neighbour = ?", rows)
 
     async def get_links(self, uts: Sequence[str]) -> dict[str, frozenset[str]]:
         async def one(chunk: Sequence[str]) -> list[Row]:

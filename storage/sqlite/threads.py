@@ -130,6 +130,16 @@ class SqliteThreadStore:
 
         await self._db.write(run)
 
+    async def remove_links(self, pairs: Sequence[tuple[str, str]]) -> None:
+        rows = sorted({(a, b) for x, y in pairs for a, b in ((x, y), (y, x))})
+        if not rows:
+            return
+
+        def run(conn: sqlite3.Connection) -> None:
+            conn.executemany("DELETE FROM ut_merge WHERE a = ? AND b = ?", rows)
+
+        await self._db.write(run)
+
     async def get_links(self, uts: Sequence[str]) -> dict[str, frozenset[str]]:
         wanted = list(dict.fromkeys(uts))
         return await self._db.read(lambda conn: _links(conn, wanted)) if wanted else {}

@@ -101,6 +101,18 @@ class TestLinks:
         assert not found.get("d")
         assert not found.get("zzz")
 
+    async def test_removed_links_are_gone_for_every_client(
+        self, thread_store: ThreadStore, thread_store_twin: ThreadStore
+    ) -> None:
+        """Removing (b, a) unlinks both ways; removing an absent link is no error."""
+        await thread_store.add_links([("a", "b"), ("a", "c"), ("b", "c")])
+        await thread_store.remove_links([("c", "b"), ("x", "y")])
+        await thread_store.remove_links([("b", "c")])
+        found = await thread_store_twin.get_links(["a", "b", "c"])
+        assert found == {"a": {"b", "c"}, "b": {"a"}, "c": {"a"}}
+        rows = await thread_store_twin.read_uts(["b", "c"], None, 0)
+        assert rows.links == {"b": {"a"}, "c": {"a"}}
+
     async def test_ids_with_separators_and_unicode_link_without_colliding(
         self, thread_store: ThreadStore
     ) -> None:

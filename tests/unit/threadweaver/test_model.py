@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from server.threadweaver.graph import components, hint, missing_star_links
+from server.threadweaver.graph import components, hint, missing_star_links, redundant_links
 from server.threadweaver.model import Message, default_ut, normalize_message_id, rfc_key
 from storage.ports import ThreadKey
 
@@ -90,3 +90,16 @@ class TestLinkGraph:
         assert missing_star_links(frozenset(chain), chain) == [("a", "c"), ("a", "d")]
         star = {"a": frozenset({"b", "c"}), "b": frozenset({"a"}), "c": frozenset({"a"})}
         assert missing_star_links(frozenset(star), star) == []
+
+    def test_only_links_with_a_detour_through_the_smallest_are_redundant(self) -> None:
+        """b-c goes (both linked to a); b-d stays while d is not linked to a; a's never go."""
+        links = {
+            "a": frozenset({"b", "c"}),
+            "b": frozenset({"a", "c", "d"}),
+            "c": frozenset({"a", "b"}),
+            "d": frozenset({"b"}),
+        }
+        assert redundant_links(frozenset(links), links) == [("b", "c")]
+        links["d"] |= {"a"}
+        links["a"] |= {"d"}
+        assert redundant_links(frozenset(links), links) == [("b", "c"), ("b", "d")]

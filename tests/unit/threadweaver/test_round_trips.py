@@ -106,6 +106,20 @@ class TestReadsAreShallow:
             worst[length] = max(costs)
         assert worst == {5: 4, 20: 4, 80: 4}
 
+    @pytest.mark.parametrize("concurrent", [False, True], ids=["one-by-one", "all-at-once"])
+    async def test_merges_leave_one_link_per_member(
+        self, store: CountingStore, concurrent: bool
+    ) -> None:
+        """After 79 merges an 80-UT component is a star: each UT linked to the smallest only,
+        so what a read walks does not pile up with every merge."""
+        w = weaver(store)
+        threads = await chain(w, "star", 80, concurrent=concurrent)
+        view = await w.unified_thread(threads[0], team_gids=None, max_threads=100)
+        smallest, *members = view.unified_thread_ids
+        links = await store.get_links(view.unified_thread_ids)
+        assert links[smallest] == set(members)
+        assert all(links[ut] == {smallest} for ut in members)
+
     async def test_an_inbox_page_resolves_in_four_calls(self, store: CountingStore) -> None:
         """100 threads of several long chains: one thread lookup and three link levels."""
         w = weaver(store)
