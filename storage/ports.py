@@ -68,14 +68,18 @@ class UtRows:
     """What one level of a unified-thread read learns about a set of UTs, in one round trip."""
 
     links: dict[str, frozenset[str]]
-    """Every UT linked to each asked UT (complete per asked UT; UTs without links left out)."""
+    """Every UT this answer covers -> all the UTs linked to it (empty when none).
+
+    It covers each asked UT; an engine that can walk links itself in the same round trip
+    (SQLite) may cover every UT it reached too, and the caller then reads those no more.
+    """
     threads: list[ThreadKey]
-    """Member threads of the asked UTs (owners in the team when one is given), in any order.
+    """Member threads of the covered UTs (owners in the team when one is given), any order.
 
     At most the asked limit; fewer only when that is all of them.
     """
     stats: UnifiedStats
-    """Over the Message-IDs mapped to the asked UTs."""
+    """Over the Message-IDs mapped to the covered UTs."""
 
 
 @runtime_checkable
@@ -129,7 +133,11 @@ class ThreadStore(Protocol):
         ...
 
     async def get_links(self, uts: Sequence[str]) -> dict[str, frozenset[str]]:
-        """Every UT linked to each given UT (complete; UTs without links may be left out)."""
+        """Every UT linked to each given UT (complete; UTs without links may be left out).
+
+        An engine that can walk links itself in the same round trip may also report the
+        complete links of UTs it reached from the given ones.
+        """
         ...
 
     async def read_uts(

@@ -123,6 +123,8 @@ class _Inputs:
 async def run(args: argparse.Namespace, harness: Harness) -> None:
     """Baseline, then every store; exits non-zero after writing the report on a mismatch."""
     report = harness.report
+    # The machine is shared: its load beside the figures says how far to trust absolutes.
+    report.add_figure("load_average_1m_at_start", round(os.getloadavg()[0], 2))
     with tempfile.TemporaryDirectory(prefix="loom-tw-bfs-") as tmp:
         bfs = BfsBaseline(Path(tmp) / "bfs.sqlite3")
         inputs = await _prepare(args, harness, bfs)
@@ -140,6 +142,7 @@ async def run(args: argparse.Namespace, harness: Harness) -> None:
                 harness.report.ratio(f"{store}.GetUnifiedThread", "baseline-bfs-end", metric)
         if inputs.chains:
             chain_plot(harness, args.store, inputs.chains)
+    report.add_figure("load_average_1m_at_end", round(os.getloadavg()[0], 2))
     mismatches = {k: v for k, v in report.figures.items() if k.endswith("_mismatches") and v != 0}
     if mismatches:
         print(report.table())

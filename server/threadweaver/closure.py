@@ -35,17 +35,14 @@ async def walk(
     """
     frontier = sorted(set(starts))
     budget = max_size + len(frontier)
-    reached = set(frontier)
     links: dict[str, frozenset[str]] = {}
     while frontier:
         found = await store.get_links(frontier)
-        fresh: set[str] = set()
         for ut in frontier:
-            linked = links[ut] = found.get(ut, frozenset())
-            fresh.update(linked)
-        fresh -= reached
-        reached |= fresh
-        if len(reached) > budget:
+            links[ut] = found.get(ut, frozenset())
+        links.update(found)  # an engine may report UTs it walked to itself
+        fresh = {x for linked in links.values() for x in linked} - links.keys()
+        if len(links) + len(fresh) > budget:
             raise _too_big(max_size)
         frontier = sorted(fresh)
     return links
@@ -77,7 +74,6 @@ async def read_component(
     """
     out = Component()
     frontier = [ut]
-    reached = {ut}
     while frontier:
         rows = await store.read_uts(frontier, gids, thread_limit - len(out.threads))
         out.threads.extend(rows.threads)
@@ -85,14 +81,16 @@ async def read_component(
         last = rows.stats.last_message_at_ms
         if last is not None and (out.last_message_at_ms is None or last > out.last_message_at_ms):
             out.last_message_at_ms = last
-        fresh: set[str] = set()
         for member in frontier:
-            linked = out.links[member] = rows.links.get(member, frozenset())
-            fresh.update(linked)
-        fresh -= reached
-        reached |= fresh
-        if len(reached) > max_size + 1:
+            out.links[member] = rows.links.get(member, frozenset())
+        out.links.update(rows.links)  # an engine may cover UTs it walked to itself
+        fresh = {x for linked in out.links.values() for x in linked} - out.links.keys()
+        if len(out.links) + len(fresh) > max_size + 1:
             raise _too_big(max_size)
         frontier = sorted(fresh)
-    out.threads.sort()
+    out.threads.sort(key=_by_gid_thread)  # a tuple key: the dataclass's own __lt__ is slow
     return out
+
+
+def _by_gid_thread(thread: ThreadKey) -> tuple[str, str]:
+    return thread.gid, thread.thread_id

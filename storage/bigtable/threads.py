@@ -314,7 +314,7 @@ class BigtableThreadStore:
         rows = await self._read_rows(
             self._ut, [ut.encode() for ut in wanted], rf.CellsRowLimitFilter(_ROW_CELLS)
         )
-        links: dict[str, frozenset[str]] = {}
+        links: dict[str, frozenset[str]] = dict.fromkeys(wanted, frozenset())
         threads: list[ThreadKey] = []
         records: set[bytes] = set()
         for row_key, row in rows.items():

@@ -287,7 +287,7 @@ class CassandraThreadStore:
                 if r["last"] is not None:
                     lasts.append(int(r["last"]))
         return UtRows(
-            links=links,
+            links={ut: links.get(ut, frozenset()) for ut in wanted},
             threads=threads[:thread_limit],
             stats=UnifiedStats(message_count=count, last_message_at_ms=max(lasts, default=None)),
         )

@@ -6,8 +6,9 @@ Tables mirror the seed's Scylla schema, with the reverse lookups as covering ind
     rfc_ut    (md5 Message-ID) -> ut, sent_at index by (ut, sent_at):      UT -> stats
     ut_merge  (a, b)            both directions stored:                    UT -> links
 
-`read_uts` answers one level of a unified-thread read (links, team threads, stats of a set
-of UTs) with three indexed queries in one read transaction: one thread hop.
+`get_links` and `read_uts` walk the link graph themselves (one recursive query) and cover
+every UT they reach, with its team threads and stats, in one read transaction: a whole
+unified-thread read is one thread hop after the thread's own lookup.
 
 Insert-if-absent is `INSERT ... ON CONFLICT DO NOTHING` followed by reading the winner,
 inside one IMMEDIATE transaction on the single writer thread, so no other writer (thread or
@@ -43,6 +44,7 @@ CREATE TABLE IF NOT EXISTS ut_merge (
 T = TypeVar("T")
 
 _CHUNK = 500  # bound parameters per statement, well under SQLite's limit
+_MAX_REACH = 20_000  # UTs one walk of the link graph may visit
 
 
 def _chunks(items: Sequence[T]) -> Iterator[Sequence[T]]:
@@ -154,10 +156,12 @@ class SqliteThreadStore:
 
         def run(conn: sqlite3.Connection) -> UtRows:
             limit = thread_limit if team != [] else 0
+            links = _links(conn, wanted)
+            covered = list(links)
             return UtRows(
-                links=_links(conn, wanted),
-                threads=_threads(conn, wanted, team, limit) if limit > 0 else [],
-                stats=_stats(conn, wanted),
+                links=links,
+                threads=_threads(conn, covered, team, limit) if limit > 0 else [],
+                stats=_stats(conn, covered),
             )
 
         return await self._db.read(run)
@@ -167,26 +171,40 @@ class SqliteThreadStore:
 
 
 def _links(conn: sqlite3.Connection, uts: Sequence[str]) -> dict[str, frozenset[str]]:
-    found: dict[str, set[str]] = {}
-    for chunk in _chunks(uts):
-        marks = ",".join("?" * len(chunk))
-        for a, b in conn.execute(f"SELECT a, b FROM ut_merge WHERE a IN ({marks})", chunk):
-            found.setdefault(a, set()).add(b)
+    """The complete links of every UT reachable from `uts` (each of `uts` is a key).
+
+    One recursive query walks the whole link graph from `uts`, so a read needs no second
+    round trip on this engine. The walk stops after `_MAX_REACH` UTs (an abused Message-ID);
+    what it reached is still reported complete, and the caller's own bound refuses the rest.
+    """
+    found: dict[str, set[str]] = {ut: set() for ut in uts}
+    rows = conn.execute(
+        "WITH RECURSIVE reach(ut) AS ("
+        " SELECT value FROM json_each(?)"
+        " UNION SELECT m.b FROM ut_merge m JOIN reach r ON m.a = r.ut LIMIT ?)"
+        " SELECT r.ut, m.b FROM reach r LEFT JOIN ut_merge m ON m.a = r.ut",
+        (json.dumps(list(uts)), _MAX_REACH),
+    )
+    for a, b in rows:
+        linked = found.setdefault(a, set())
+        if b is not None:
+            linked.add(b)
     return {ut: frozenset(linked) for ut, linked in found.items()}
 
 
 def _threads(
     conn: sqlite3.Connection, uts: Sequence[str], team: list[str] | None, limit: int
 ) -> list[ThreadKey]:
-    # The team rides along as one JSON array (json_each), whatever its size.
-    join = "JOIN json_each(?) t ON t.value = thread_ut.gid " if team is not None else ""
+    # Driven by the (ut, gid, thread_id) index; the team rides along as one JSON array
+    # (json_each, whatever its size), which SQLite materializes once for the IN test.
+    team_sql = "AND gid IN (SELECT value FROM json_each(?)) " if team is not None else ""
     team_param = (json.dumps(team),) if team is not None else ()
     out: list[ThreadKey] = []
     for chunk in _chunks(uts):
         marks = ",".join("?" * len(chunk))
         rows = conn.execute(
-            f"SELECT gid, thread_id FROM thread_ut {join}WHERE ut IN ({marks}) LIMIT ?",
-            (*team_param, *chunk, limit - len(out)),
+            f"SELECT gid, thread_id FROM thread_ut WHERE ut IN ({marks}) {team_sql}LIMIT ?",
+            (*chunk, *team_param, limit - len(out)),
         )
         out.extend(ThreadKey(g, t) for g, t in rows)
         if len(out) >= limit:

@@ -1,8 +1,10 @@
-"""How many store round trips a read costs, however its unified thread was built.
+"""How many store round trips a ThreadWeaver read costs on each engine, however its unified
+thread was built.
 
 The port promises one round trip per call (whatever the number of UTs asked), so counting
-calls on a real store counts round trips. The algorithm is engine-agnostic; it runs here over
-the embedded engine (a real SQLite file, nothing faked).
+calls on a real store counts round trips. Run unchanged on every engine: Bigtable and
+Cassandra answer a read level per call (4 calls from any thread), SQLite walks the links
+itself (2 calls); on every engine the count must not depend on the chain of merges.
 """
 
 from __future__ import annotations
@@ -11,8 +13,7 @@ import asyncio
 import inspect
 import random
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -20,7 +21,6 @@ import pytest
 from server.threadweaver.model import Message
 from server.threadweaver.weaver import ThreadWeaver
 from storage.ports import ThreadKey, ThreadStore
-from storage.sqlite.threads import SqliteThreadStore
 
 
 class CountingStore:
@@ -46,10 +46,8 @@ class CountingStore:
 
 
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[CountingStore]:
-    inner = await SqliteThreadStore.open(tmp_path / "tw.sqlite3", synchronous="NORMAL")
-    yield CountingStore(inner)
-    await inner.close()
+def store(thread_store: ThreadStore) -> CountingStore:
+    return CountingStore(thread_store)
 
 
 def weaver(store: CountingStore) -> ThreadWeaver:
@@ -104,7 +102,7 @@ class TestReadsAreShallow:
             assert view.threads == threads
             assert len(view.unified_thread_ids) == length
             worst[length] = max(costs)
-        assert worst == {5: 4, 20: 4, 80: 4}
+        assert worst[5] == worst[20] == worst[80] <= 4
 
     @pytest.mark.parametrize("concurrent", [False, True], ids=["one-by-one", "all-at-once"])
     async def test_merges_leave_one_link_per_member(
@@ -154,15 +152,15 @@ class TestCrashedWriters:
         uts = await store.get_thread_uts([left[-1], right[-1]])
         await store.add_links([(uts[left[-1]], uts[right[-1]])])  # all the dead writer did
 
-        first = await calls_of(
-            store, lambda: w.unified_thread(right[-1], team_gids=None, max_threads=100)
-        )
+        all_uts = sorted(set((await store.get_thread_uts(left + right)).values()))
+        before = await store.get_links(all_uts)
+        assert any(all_uts[0] not in before.get(ut, ()) for ut in all_uts[1:])  # incomplete
+
         view = await w.unified_thread(right[-1], team_gids=None, max_threads=100)
         assert view.threads == sorted(left + right)
-        assert first > 4
-        smallest = view.unified_thread_ids[0]
-        links = await store.get_links(view.unified_thread_ids)
-        assert all(smallest in links[ut] for ut in view.unified_thread_ids[1:])
+        assert view.unified_thread_ids == all_uts
+        links = await store.get_links(all_uts)
+        assert all(all_uts[0] in links[ut] for ut in all_uts[1:])
         for t in left + right:
             cost = await calls_of(
                 store, lambda t=t: w.unified_thread(t, team_gids=None, max_threads=100)
