@@ -49,6 +49,9 @@ async def bfs_chain_phases(
         await harness.closed_loop(
             _chain_phase("baseline-bfs", c.length), search, concurrency=1, count=args.chain_queries
         )
+        # The BFS pays one SQL round trip per level: from the chain's first thread, ~length.
+        first = await bfs.unified_threads_async(*c.threads[0], gids)
+        harness.report.add_figure(f"baseline-bfs.chain{c.length}_levels", first.levels)
 
 
 async def chain_read_phases(
