@@ -43,6 +43,7 @@ __all__ = [
     "ThreadKey",
     "ThreadStore",
     "UnifiedStats",
+    "UtRows",
     "WorkQueue",
 ]
 
@@ -79,14 +80,43 @@ class UnifiedStats:
     last_message_at_ms: int | None
 
 
+@dataclass(frozen=True, slots=True)
+class UtRows:
+    """What one level of a unified-thread read learns about a set of UTs, in one round trip."""
+
+    links: dict[str, frozenset[str]]
+    """Every UT this answer covers -> all the UTs linked to it (empty when none).
+
+    It covers each asked UT; an engine that can walk links itself in the same round trip
+    (SQLite) may cover every UT it reached too, and the caller then reads those no more.
+    """
+    threads: list[ThreadKey]
+    """Member threads of the covered UTs (owners in the team when one is given), any order.
+
+    At most the asked limit; fewer only when that is all of them.
+    """
+    stats: UnifiedStats
+    """Over the Message-IDs mapped to the covered UTs."""
+
+
 @runtime_checkable
 class ThreadStore(Protocol):
-    """Storage of Streak's threadweaver relations.
+    """Storage of Streak's threadweaver relations, plus the links that keep reads shallow.
 
     thread -> UT and Message-ID -> UT are written only if absent, atomically under
     concurrent writers (exactly one writer wins a key; every writer learns the winner).
-    Merges are unordered pairs. The reverse relations (UT -> threads, UT -> merges,
-    UT -> messages) are kept by the adapter in whatever shape its engine reads fast.
+    Links are an undirected graph over UTs: the seed's merges, and the shortcut edges the
+    domain adds so that every UT is linked to its component's smallest UT
+    (docs/ARCHITECTURE.md, "ThreadWeaver"). The reverse relations (UT -> threads,
+    UT -> messages, UT -> links) are kept by the adapter in whatever shape its engine
+    reads fast.
+
+    Consistency the domain relies on, whichever process writes: once a write method has
+    returned, every later read from any process or connection sees what it wrote; concurrent
+    `add_links` calls never lose each other's links, and a link removed is never seen again unless
+    added again (a removed link coming back later is harmless: every link joins UTs of one
+    conversation). Every read method costs one round trip
+    to the engine (concurrent requests at most), whatever the number of UTs asked.
     """
 
     async def get_thread_uts(self, threads: Sequence[ThreadKey]) -> dict[ThreadKey, str]:
@@ -101,33 +131,40 @@ class ThreadStore(Protocol):
         ...
 
     async def put_message_uts_if_absent(self, items: Sequence[MessageMapping]) -> list[str]:
-        """For each mapping: set Message-ID -> ut unless set; return each key's winner."""
-        ...
+        """For each mapping: set Message-ID -> ut unless set; return each key's winner.
 
-    async def add_merges(self, pairs: Sequence[tuple[str, str]]) -> None:
-        """Records that each pair of UTs is one conversation (idempotent, unordered)."""
-        ...
-
-    async def get_merge_neighbours(self, uts: Sequence[str]) -> dict[str, set[str]]:
-        """The UTs merged directly with each given UT (UTs with no merge may be left out).
-
-        An engine that can walk the merge graph in one query may also report the complete
-        adjacency of UTs it was not asked about (every UT it reached); the caller then does
-        not ask for those again. A reported UT's set must be complete.
+        When it returns, each key's winner counts in its UT's statistics (exactly once,
+        with the winner's sent_at), whoever won and whatever a crashed writer left undone.
         """
         ...
 
-    async def get_threads_of(
-        self, uts: Sequence[str], gids: frozenset[str] | None, limit: int
-    ) -> list[ThreadKey]:
-        """Threads mapped to any of `uts` (only owners in `gids` when given).
+    async def add_links(self, pairs: Sequence[tuple[str, str]]) -> None:
+        """Links each pair of UTs (idempotent, unordered; a pair (x, x) is ignored)."""
+        ...
 
-        At most `limit` threads, sorted by (gid, thread_id).
+    async def remove_links(self, pairs: Sequence[tuple[str, str]]) -> None:
+        """Unlinks each pair (idempotent, unordered; an absent link is no error).
+
+        The domain removes only links that have a detour through a smaller UT.
         """
         ...
 
-    async def get_stats(self, uts: Sequence[str]) -> UnifiedStats:
-        """Distinct Message-IDs mapped to any of `uts`, and the latest sent_at among them."""
+    async def get_links(self, uts: Sequence[str]) -> dict[str, frozenset[str]]:
+        """Every UT linked to each given UT (complete; UTs without links may be left out).
+
+        An engine that can walk links itself in the same round trip may also report the
+        complete links of UTs it reached from the given ones.
+        """
+        ...
+
+    async def read_uts(
+        self, uts: Sequence[str], gids: frozenset[str] | None, thread_limit: int
+    ) -> UtRows:
+        """Links, member threads (only owners in `gids` when given) and stats of `uts`.
+
+        One round trip for everything a read needs of one level of the link graph.
+        `thread_limit` 0 reads no threads.
+        """
         ...
 
     async def close(self) -> None:

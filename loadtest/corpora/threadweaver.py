@@ -26,12 +26,14 @@ from dataclasses import dataclass, field
 from loadtest.corpora.unionfind import UnionFind
 
 __all__ = [
+    "Chain",
     "Corpus",
     "CorpusParams",
     "Discussion",
     "GroundTruth",
     "ThreadKey",
     "WovenMessage",
+    "chain",
     "generate",
     "shuffled",
 ]
@@ -268,3 +270,56 @@ def generate(params: CorpusParams | None = None) -> Corpus:
     for _ in range(p.short_threads):
         _short_thread(b, team, tuple(externals))
     return Corpus(p, team, tuple(externals), b.sorted_messages(), discussions)
+
+
+@dataclass(frozen=True, slots=True)
+class Chain:
+    """One conversation of `threads` threads whose unified threads form a chain of `length`.
+
+    Weave `groups` first (one batch per group: each group becomes one unified thread), then
+    `links` (each joins two neighbouring groups' unified threads, in shuffled order). Every
+    chain has the same threads and messages whatever its length, so a read of a long chain
+    and of a short one return the same amount: only the chain of merges differs.
+    """
+
+    length: int
+    threads: list[ThreadKey]
+    groups: list[list[WovenMessage]]
+    links: list[list[WovenMessage]]
+
+    @property
+    def messages(self) -> list[WovenMessage]:
+        return [m for part in (*self.groups, *self.links) for m in part]
+
+
+def chain(
+    length: int, *, threads: int = 80, seed: int = 0, start_ms: int = 1_700_000_000_000
+) -> Chain:
+    """A chain of `length` unified threads over `threads` threads (one per mailbox).
+
+    `threads` must be a multiple of `length`. The unified threads are named after the
+    groups' first threads, so the smallest sits at one end of the chain.
+    """
+    if length < 1 or threads % length:
+        raise ValueError("threads must be a positive multiple of length")
+    tag = f"chain{length}-{seed}"
+    keys: list[ThreadKey] = [(f"{tag}-u{i:03d}", "t") for i in range(threads)]
+    per = threads // length
+    groups = [
+        [
+            WovenMessage(gid, tid, f"<group-{g}@{tag}.example>", start_ms + g)
+            for gid, tid in keys[g * per : (g + 1) * per]
+        ]
+        for g in range(length)
+    ]
+    links = [
+        [
+            WovenMessage(
+                *keys[(g + 1) * per - 1], f"<link-{g}@{tag}.example>", start_ms + length + g
+            ),
+            WovenMessage(*keys[(g + 1) * per], f"<link-{g}@{tag}.example>", start_ms + length + g),
+        ]
+        for g in range(length - 1)
+    ]
+    random.Random(seed + length).shuffle(links)
+    return Chain(length, keys, groups, links)

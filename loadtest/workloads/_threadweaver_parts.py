@@ -232,6 +232,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--throughput-seconds", type=float, default=5.0)
     parser.add_argument("--resolve-pages", type=int, default=200, help="ResolveThreads calls")
     parser.add_argument(
+        "--chain-lengths",
+        type=lambda text: [int(x) for x in text.split(",") if x.strip()],
+        default=[5, 20, 80],
+        metavar="N[,N...]",
+        help="unified threads per chain of the read-cost-vs-chain-length phases (empty: none)",
+    )
+    parser.add_argument(
+        "--chain-threads", type=int, default=80, help="threads of every chain (same answer size)"
+    )
+    parser.add_argument(
+        "--chain-queries", type=int, default=200, help="timed reads per chain length and store"
+    )
+    parser.add_argument(
+        "--no-raw-writes",
+        action="store_true",
+        help="skip the engines' raw insert-if-absent baseline (needs engine access)",
+    )
+    parser.add_argument(
         "--verify-sample",
         type=int,
         default=100,

@@ -42,11 +42,14 @@ import grpc
 from loom.v1 import threadweaver_pb2, threadweaver_pb2_grpc
 
 from loadtest.baselines.bfs import BfsBaseline
+from loadtest.baselines.conditional_writes import raw_keys
 from loadtest.corpora.threadweaver import (
+    Chain,
     Corpus,
     CorpusParams,
     GroundTruth,
     ThreadKey,
+    chain,
     generate,
     shuffled,
 )
@@ -64,6 +67,12 @@ from loadtest.workloads._threadweaver_parts import (
     store_env,
     thread_keys,
     weave_batches,
+)
+from loadtest.workloads._threadweaver_phases import (
+    bfs_chain_phases,
+    chain_plot,
+    chain_read_phases,
+    raw_write_phase,
 )
 
 __all__ = [
@@ -106,11 +115,16 @@ class _Inputs:
     bfs_answers: dict[ThreadKey, frozenset[ThreadKey]]
     pages: list[threadweaver_pb2.ResolveThreadsRequest]
     all_threads: list[ThreadKey]
+    chains: list[Chain]
+    raw_items: list[tuple[bytes, str]]
+    """One (Message-ID key, value) per message copy, in weave order: the raw-write baseline."""
 
 
 async def run(args: argparse.Namespace, harness: Harness) -> None:
     """Baseline, then every store; exits non-zero after writing the report on a mismatch."""
     report = harness.report
+    # The machine is shared: its load beside the figures says how far to trust absolutes.
+    report.add_figure("load_average_1m_at_start", round(os.getloadavg()[0], 2))
     with tempfile.TemporaryDirectory(prefix="loom-tw-bfs-") as tmp:
         bfs = BfsBaseline(Path(tmp) / "bfs.sqlite3")
         inputs = await _prepare(args, harness, bfs)
@@ -126,6 +140,9 @@ async def run(args: argparse.Namespace, harness: Harness) -> None:
         for store in args.store:
             for metric in ("p50", "p99"):
                 harness.report.ratio(f"{store}.GetUnifiedThread", "baseline-bfs-end", metric)
+        if inputs.chains:
+            chain_plot(harness, args.store, inputs.chains)
+    report.add_figure("load_average_1m_at_end", round(os.getloadavg()[0], 2))
     mismatches = {k: v for k, v in report.figures.items() if k.endswith("_mismatches") and v != 0}
     if mismatches:
         print(report.table())
@@ -181,15 +198,33 @@ async def _prepare(args: argparse.Namespace, harness: Harness, bfs: BfsBaseline)
     all_threads = list(sizes)
     rng.shuffle(all_threads)
     pages = resolve_pages(all_threads, 100)
+    chains = [chain(n, threads=args.chain_threads, seed=args.seed) for n in args.chain_lengths]
+    raw_items = raw_keys(
+        [m.rfc_message_id for m in order], [f"{m.gid}:{m.thread_id}" for m in order]
+    )
     report.add_figure("prebuild_requests_s", round(time.perf_counter() - t0, 3))
 
     t0 = time.perf_counter()
     bfs.load(corpus)
+    for c in chains:
+        bfs.load(c.messages)
     report.add_figure("bfs_load_s", round(time.perf_counter() - t0, 3))
     inputs = _Inputs(
-        corpus, truth, stats, weave, query_starts, queries, verify_starts, {}, pages, all_threads
+        corpus,
+        truth,
+        stats,
+        weave,
+        query_starts,
+        queries,
+        verify_starts,
+        {},
+        pages,
+        all_threads,
+        chains,
+        raw_items,
     )
     await _bfs_phase(args, harness, bfs, inputs, "baseline-bfs")
+    await bfs_chain_phases(args, harness, bfs, chains)
 
     # The baseline's answers for the verification sample, computed once for every store.
     bfs_answers = {
@@ -230,6 +265,8 @@ async def _measure_store(
 ) -> None:
     run_id = f"{int(time.time()):x}{os.getpid():x}"
     env = store_env(store, run_id, os.environ) if harness.target is None else {}
+    if harness.target is None and not args.no_raw_writes:
+        await raw_write_phase(args, harness, store, run_id, inputs.raw_items)
     async with contextlib.AsyncExitStack() as stack:
         target = await stack.enter_async_context(
             harness.server(extra_args=["--threadweaver-store", store], env=env)
@@ -241,6 +278,7 @@ async def _measure_store(
         await _weave(args, harness, store, stub, inputs)
         await _read(args, harness, store, stub, inputs)
         await _verify(harness, store, stub, inputs)
+        await chain_read_phases(args, harness, store, stub, inputs.chains)
 
 
 async def _weave(
@@ -266,6 +304,12 @@ async def _weave(
     woven = sum(len(inputs.weave[i].messages) for i in range(len(inputs.weave)))
     report = harness.report
     report.add_figure(f"{store}.weave_messages_per_s", round(woven / stats.wall_s))
+    raw = report.figures.get(f"{store}.raw_insert_if_absent_per_s")
+    if isinstance(raw, int) and raw > 0:
+        # Message copies woven per second over bare insert-if-absent calls per second.
+        report.add_figure(
+            f"{store}.weave_vs_raw_insert_if_absent", round(woven / stats.wall_s / raw, 2)
+        )
     # Results flagged ``merged``: a message whose thread and Message-ID mapped to different
     # unified threads (the merge row is idempotent, so this counts re-recordings too).
     report.add_figure(f"{store}.weave_results_merged", merged)

@@ -12,6 +12,7 @@ __all__ = [
     "UnifiedThread",
     "WeaveResult",
     "default_ut",
+    "normalize_message_id",
     "rfc_key",
 ]
 
@@ -53,15 +54,32 @@ def default_ut(thread: ThreadKey) -> str:
     return f"{thread.gid}:{thread.thread_id}"
 
 
+def normalize_message_id(value: str) -> str:
+    """The Message-ID as it is keyed: trimmed, without one pair of surrounding angle brackets.
+
+    Mail APIs hand out the same header differently: the raw ``<a@b.example>``, the bare
+    ``a@b.example`` (some strip the brackets), either with stray whitespace from header
+    folding. Copies fetched through different APIs must meet, so all three key alike. Only
+    whitespace and one bracket pair are dropped (after which the inside is trimmed again);
+    case and everything else are kept, since the local part is case-sensitive. A value
+    that normalizes to nothing (``""``, ``"  "``, ``"<>"``) means "no Message-ID".
+    """
+    text = value.strip()
+    if len(text) >= 2 and text[0] == "<" and text[-1] == ">":
+        text = text[1:-1].strip()
+    return text
+
+
 def rfc_key(message: Message) -> bytes:
-    """The 16-byte MD5 of the Message-ID, the key the seed stores (md5_rfc_message_id).
+    """The 16-byte MD5 of the normalized Message-ID: the seed's md5_rfc_message_id.
 
     A message without a Message-ID gets a key private to its mailbox thread and send time:
     it cannot (and must not) unify anything across mailboxes, yet retries stay idempotent
     and it still counts once in its unified thread's statistics.
     """
-    if message.rfc_message_id:
-        material = b"rfc\x00" + message.rfc_message_id.encode("utf-8")
+    normalized = normalize_message_id(message.rfc_message_id)
+    if normalized:
+        material = b"rfc\x00" + normalized.encode("utf-8")
     else:
         t = message.thread
         material = f"none\x00{t.gid}\x00{t.thread_id}\x00{message.sent_at_ms}".encode()

@@ -12,24 +12,34 @@ For each message (thread t, Message-ID r), exactly the seed's algorithm:
     if ut_t != ut_r: record merge {ut_t, ut_r}
 
 Both conditional writes are atomic per key in every engine, so any interleaving of
-concurrent writers keeps the invariant "UT(t) and UT(r) are equal or merged" for every
-message, hence the merge graph's components are exactly the connected components of the
+concurrent writers keeps the invariant "UT(t) and UT(r) are equal or linked" for every
+message, hence the link graph's components are exactly the connected components of the
 thread <-> Message-ID graph. A batch runs the same steps phase by phase (all thread lookups,
 then all Message-ID writes, ...) so 1,000 messages cost a handful of store round trips.
 
-Reading a unified thread is the seed's: thread -> UT, the merge closure, UT -> threads.
+Merges are recorded as links, and a merge that joins two components keeps the joined
+component star-complete (`union.py`), so a read is thread -> UT -> the smallest UT -> every
+member: four round trips, whatever the chain of merges (`closure.py`). A pair whose UTs are
+already linked through a common UT (the usual case: the merge was recorded before) costs
+no write at all.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 
-from server.runtime.errors import FailedPrecondition, NotFound
-from server.threadweaver.closure import closures
+from server.runtime.errors import NotFound, Unavailable
+from server.runtime.logs import get_logger
+from server.threadweaver.closure import read_component, walk
+from server.threadweaver.graph import components, hint, missing_star_links
 from server.threadweaver.model import Message, UnifiedThread, WeaveResult, default_ut, rfc_key
+from server.threadweaver.union import unite
+from storage.errors import StorageError
 from storage.ports import MessageMapping, ThreadKey, ThreadStore
 
 __all__ = ["ThreadWeaver"]
+
+_log = get_logger("threadweaver")
 
 
 class ThreadWeaver:
@@ -71,19 +81,27 @@ class ThreadWeaver:
             merged_flags.append(ut_t != ut_r)
             if ut_t != ut_r:
                 pairs[(min(ut_t, ut_r), max(ut_t, ut_r))] = None
-        if pairs:
-            await store.add_merges(list(pairs))
-        try:
-            components = await closures(store, set(thread_uts.values()), max_size=self._max_closure)
-        except FailedPrecondition:
-            # An abused Message-ID merged too much to walk; the write itself succeeded, so
-            # answer with each thread's own UT rather than fail an acknowledged write.
-            components = {ut: frozenset([ut]) for ut in thread_uts.values()}
-        canonical = _canonical_ids(components)
+        canonical = await self._join(set(thread_uts.values()) | set(message_uts), pairs)
         return [
             WeaveResult(unified_thread_id=canonical[thread_uts[m.thread]], merged=flag)
             for m, flag in zip(messages, merged_flags, strict=True)
         ]
+
+    async def _join(self, touched: set[str], pairs: Collection[tuple[str, str]]) -> dict[str, str]:
+        """Records the merges not yet linked; each touched UT's canonical id (as now known).
+
+        One read of the touched UTs' links answers both questions: a pair whose UTs share a
+        linked UT is already one conversation (nothing to write), and in a star-complete
+        component a UT's smallest link is the canonical id.
+        """
+        found = await self._store.get_links(sorted(touched))
+        links = {ut: found.get(ut, frozenset()) for ut in touched}
+        separate = [(a, b) for a, b in pairs if not ((links[a] | {a}) & (links[b] | {b}))]
+        hints = {ut: hint(ut, links) for ut in touched}
+        if not separate:
+            return hints
+        settled = await unite(self._store, separate, links, max_size=self._max_closure)
+        return {ut: settled.get(ut) or settled.get(h) or h for ut, h in hints.items()}
 
     async def unified_thread(
         self, thread: ThreadKey, *, team_gids: frozenset[str] | None, max_threads: int
@@ -97,37 +115,49 @@ class ThreadWeaver:
         ut = found.get(thread)
         if ut is None:
             raise NotFound(f"thread {thread.thread_id!r} of {thread.gid!r} was never woven")
-        closure = sorted((await closures(self._store, [ut], max_size=self._max_closure))[ut])
-        members = await self._store.get_threads_of(closure, team_gids, max_threads + 1)
-        stats = await self._store.get_stats(closure)
+        component = await read_component(
+            self._store,
+            ut,
+            gids=team_gids,
+            thread_limit=max_threads + 1,
+            max_size=self._max_closure,
+        )
+        await self._repair(component.links)
+        members = component.threads
         oversized = len(members) > max_threads
         return UnifiedThread(
-            unified_thread_ids=closure,
+            unified_thread_ids=sorted(component.links),
             threads=[] if oversized else members,
             thread_count=len(members),
             oversized=oversized,
-            message_count=stats.message_count,
-            last_message_at_ms=stats.last_message_at_ms,
+            message_count=component.message_count,
+            last_message_at_ms=component.last_message_at_ms,
         )
 
     async def resolve(self, threads: Sequence[ThreadKey]) -> list[str | None]:
         """The canonical unified thread id of each thread (None when never woven)."""
         found = await self._store.get_thread_uts(threads)
-        components = await closures(self._store, set(found.values()), max_size=self._max_closure)
-        canonical = _canonical_ids(components)
-        return [canonical[found[t]] if t in found else None for t in threads]
+        links = await walk(self._store, set(found.values()), max_size=self._max_closure)
+        await self._repair(links)
+        groups = components(links)
+        return [min(groups[found[t]]) if t in found else None for t in threads]
 
+    async def _repair(self, links: Mapping[str, frozenset[str]]) -> None:
+        """Completes any star a writer left unfinished (it crashed or gave up), best effort.
 
-def _canonical_ids(components: dict[str, frozenset[str]]) -> dict[str, str]:
-    """Each UT's canonical id (its component's smallest): one min() per component, not per UT.
-
-    Members of one component share one frozenset object, whose hash Python caches.
-    """
-    smallest: dict[frozenset[str], str] = {}
-    out: dict[str, str] = {}
-    for ut, component in components.items():
-        found = smallest.get(component)
-        if found is None:
-            found = smallest[component] = min(component)
-        out[ut] = found
-    return out
+        The read that found it is exact either way; this only spares the next reads the
+        extra levels. A failure here is logged, never returned: the answer is still right.
+        """
+        missing = [
+            edge
+            for group in set(components(links).values())
+            for edge in missing_star_links(group, links)
+        ]
+        if not missing:
+            return
+        try:
+            await self._store.add_links(missing)
+        except (Unavailable, StorageError) as exc:
+            _log.warning("threadweaver.repair_failed", links=len(missing), error=str(exc))
+        else:
+            _log.info("threadweaver.repaired", links=len(missing))

@@ -1,39 +1,49 @@
-"""ThreadStore on Cloud Bigtable: the seed's design, one conditional mutation per key.
+"""ThreadStore on Cloud Bigtable: the seed's design, one conditional mutation per new key.
 
 Tables (ids are `table_prefix` + name); every family keeps one version (MaxVersionsGCRule(1)),
 nothing expires because mappings are permanent:
 
-    thread_ut   row enc(gid, thread_id)  family u: u = UT                 thread -> UT
-    message_ut  row MD5 of Message-ID    family m: u = UT, s = sent_at    Message-ID -> UT
-    ut          row UT (UTF-8)           family t: enc(gid, thread_id) -> b""   UT -> threads
-                                         family m: MD5 -> sent_at               UT -> messages
-                                         family n: neighbour UT -> b""          UT -> merges
+    thread_ut   row enc(gid, thread_id)  family u: u = UT, r = recorded        thread -> UT
+    message_ut  row MD5 of Message-ID    family m: u = UT, s = sent_at,        Message-ID -> UT
+                                                   r = recorded
+    ut          row UT (UTF-8)           family q: packed enc(gid, thread_id)  UT -> threads
+                                         family p: packed message records      UT -> messages
+                                         family n: linked UT -> b""            UT -> links
 
-enc(gid, thread_id) = UTF-8(gid) with every NUL byte written as 00 02, then the terminator
-00 01, then UTF-8(thread_id). It is unambiguous (an escaped gid never holds 00 01) and
-order-preserving, so a UT row's `t` qualifiers come back in (gid, thread_id) order, and one
-gid's threads are the qualifiers starting with enc(gid) + 00 01: a small team reads one
-column range per gid, a large one a server-side qualifier regex (the seed's "filter the
-cells in the row").
+Cell spellings (enc, packed sets) are in `thread_cells.py`. A UT's row is everything a
+read needs of it, so one level of a read is one multi-row ReadRows.
 
 Insert-if-absent is the seed's check-and-mutate: predicate "family holds any cell", SetCell
 in the false branch. A put first reads every key in bulk (re-seen keys, the common case, cost
 no conditional write); only missing keys get check-and-mutate, and since the async client
-tells whether the predicate matched, the winner is read back only when a racer was first. Reverse cells are written after every put for
-the *winner* (fixed timestamp 0, same value every time), so they are idempotent and a crash
-between the forward and the reverse write heals on the caller's retry. sent_at is a signed
-64-bit big-endian integer. Forward cells carry whole-millisecond timestamps.
+tells whether the predicate matched, the winner is read back only when a racer was first.
+Reverse cells are idempotent (fixed timestamp 0) and written for the *winner* of every key
+whose forward row lacks its `r` flag, which is set only after they are written. A forward
+row without `r` is treated as not there by `get_thread_uts`, so the next call that meets
+the key, whoever makes it, completes what a crashed writer left undone.
+
+A read level (`read_uts`) is one multi-row ReadRows of whole UT rows with no family or
+qualifier filter: the emulator pays per cell scanned for every filter (it
+compiles a regex per cell), so rows are split by family and team-filtered here. A row too
+wide for one response (a cell-count limit keeps each under the emulator's 4 MiB) is the rare
+huge unified thread (or one whose many small cells were never re-packed), read again page
+by page; such a read stops as soon as it has the threads it was asked for.
 """
 
 from __future__ import annotations
 
-import heapq
+import contextlib
 import struct
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from google.cloud.bigtable.data import ReadRowsQuery, SetCell
+from google.cloud.bigtable.data import (
+    DeleteRangeFromColumn,
+    ReadRowsQuery,
+    RowMutationEntry,
+    SetCell,
+)
 from google.cloud.bigtable.data import row_filters as rf
 
 from storage.bigtable.client import (
@@ -41,49 +51,52 @@ from storage.bigtable.client import (
     bounded_gather,
     bulk_set_cells,
     chunks,
-    escape_family,
     family_has_cells,
     gc_rule,
     read_row_cells,
-    regex_literal,
     translate_errors,
 )
-from storage.errors import StorageCorrupt
-from storage.ports import MessageMapping, ThreadKey, UnifiedStats
+from storage.bigtable.thread_cells import (
+    RECORD_WIDTH,
+    decode_thread,
+    encode_thread,
+    latest,
+    needs_repack,
+    pack,
+    record,
+    unpack,
+)
+from storage.errors import StorageCorrupt, StorageError
+from storage.ports import MessageMapping, ThreadKey, UnifiedStats, UtRows
 from storage.settings import BigtableSettings
 
-__all__ = ["BigtableThreadStore", "decode_thread", "encode_thread"]
+__all__ = ["BigtableThreadStore"]
 
 
 _THREAD_UT, _MESSAGE_UT, _UT = "thread_ut", "message_ut", "ut"
-_FAM_U, _FAM_M, _FAM_T, _FAM_N = "u", "m", "t", "n"
+_FAM_U, _FAM_M, _FAM_Q, _FAM_P, _FAM_N = "u", "m", "q", "p", "n"
 _ONE = gc_rule(max_versions=1)
 _TABLES = {
     _THREAD_UT: {_FAM_U: _ONE},
     _MESSAGE_UT: {_FAM_M: _ONE},
-    _UT: {_FAM_T: _ONE, _FAM_M: _ONE, _FAM_N: _ONE},
+    _UT: {_FAM_Q: _ONE, _FAM_P: _ONE, _FAM_N: _ONE},
 }
 _READ_KEYS = 500  # row keys per ReadRows request
-_REGEX_BUDGET = 8_000  # bytes of one team-filter regex; larger teams are split into groups
-_RANGE_TEAM = 32  # teams up to this many gids read one column range per gid
-_Selector = tuple[bytes | None, bytes | None]
-_SEP = b"\x00\x01"
+_ROW_CELLS = 600  # cells of a UT row in one response: each <= ~5 KB, under the 4 MiB limit
+_ROW_LINKS = 3_000  # links of a UT in one response: each <= ~1 KB
+# Links only, without a regex: the emulator would compile a family regex for every cell.
+_LINKS_ONLY = rf.RowFilterChain(
+    [
+        rf.ColumnRangeFilter(_FAM_N),
+        rf.StripValueTransformerFilter(True),
+        rf.CellsRowLimitFilter(_ROW_LINKS),
+    ]
+)
+_REPACK_CELLS = 2_000  # packed cells merged by one atomic row mutation
 _SENT = struct.Struct(">q")
-
-
-def encode_thread(key: ThreadKey) -> bytes:
-    """enc(gid, thread_id): see the module docstring."""
-    return key.gid.encode().replace(b"\x00", b"\x00\x02") + _SEP + key.thread_id.encode()
-
-
-def decode_thread(data: bytes) -> ThreadKey:
-    """Inverse of `encode_thread`; a malformed qualifier is StorageCorrupt."""
-    try:
-        cut = data.index(_SEP)
-        gid = data[:cut].replace(b"\x00\x02", b"\x00").decode()
-        return ThreadKey(gid, data[cut + len(_SEP) :].decode())
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise StorageCorrupt(f"bad thread qualifier {data!r}") from exc
+_LATEST = rf.CellsColumnLimitFilter(1)  # single-family tables: no (per-cell regex) family filter
+_WIDTHS: dict[str, int | None] = {_FAM_Q: None, _FAM_P: RECORD_WIDTH}  # fixed entry sizes
+_Stored = tuple[str, int, bool]  # a message row: (UT, sent_at, recorded in its UT)
 
 
 def _text(data: bytes) -> str:
@@ -97,8 +110,15 @@ def _now_micros() -> int:
     return time.time_ns() // 1_000_000 * 1000  # Bigtable wants whole milliseconds
 
 
-def _cells(row: Any, family: str) -> dict[bytes, bytes]:
-    return {} if row is None else {c.qualifier: c.value for c in row.cells if c.family == family}
+def _cells(row: Any) -> dict[bytes, bytes]:
+    return {} if row is None else {c.qualifier: c.value for c in row.cells}
+
+
+def _message_row(row: Any) -> _Stored | None:
+    stored = _cells(row)
+    if b"u" not in stored or len(stored.get(b"s", b"")) != _SENT.size:
+        return None
+    return _text(stored[b"u"]), _SENT.unpack(stored[b"s"])[0], b"r" in stored
 
 
 class BigtableThreadStore:
@@ -115,11 +135,10 @@ class BigtableThreadStore:
         """Connects (creating tables and families first when `settings.create_tables`)."""
         return cls(await BigtableHandle.open(settings, _TABLES))
 
-    async def _read_rows(self, table: Any, keys: Sequence[bytes], family: str) -> dict[bytes, Any]:
-        """Rows by key (latest cell of `family` only), in requests of `_READ_KEYS` keys."""
-        row_filter = rf.RowFilterChain(
-            [rf.FamilyNameRegexFilter(escape_family(family)), rf.CellsColumnLimitFilter(1)]
-        )
+    async def _read_rows(
+        self, table: Any, keys: Sequence[bytes], row_filter: rf.RowFilter
+    ) -> dict[bytes, Any]:
+        """Rows by key, in concurrent requests of `_READ_KEYS` keys."""
 
         async def read(chunk: Sequence[bytes]) -> list[Any]:
             with translate_errors("read rows"):
@@ -131,21 +150,20 @@ class BigtableThreadStore:
             found.update((row.row_key, row) for row in rows)
         return found
 
-    async def _write_reverse(self, cells: Iterable[tuple[str, str, bytes, bytes]]) -> None:
-        """Idempotent reverse cells (ut, family, qualifier, value) at timestamp 0, in bulk."""
-        await bulk_set_cells(
-            self._ut, ((ut.encode(), f, q, v) for ut, f, q, v in cells), timestamp_micros=0
-        )
+    async def _thread_rows(self, threads: Iterable[ThreadKey]) -> dict[ThreadKey, tuple[str, bool]]:
+        """(UT, recorded) of each mapped thread."""
+        keys = {encode_thread(t): t for t in dict.fromkeys(threads)}
+        rows = await self._read_rows(self._thread_ut, list(keys), _LATEST)
+        found: dict[ThreadKey, tuple[str, bool]] = {}
+        for row_key, row in rows.items():
+            cells = _cells(row)
+            if b"u" in cells and row_key in keys:
+                found[keys[row_key]] = (_text(cells[b"u"]), b"r" in cells)
+        return found
 
     async def get_thread_uts(self, threads: Sequence[ThreadKey]) -> dict[ThreadKey, str]:
-        keys = {encode_thread(t): t for t in dict.fromkeys(threads)}
-        rows = await self._read_rows(self._thread_ut, list(keys), _FAM_U)
-        found: dict[ThreadKey, str] = {}
-        for row_key, row in rows.items():
-            value = _cells(row, _FAM_U).get(b"u")
-            if value is not None and row_key in keys:
-                found[keys[row_key]] = _text(value)
-        return found
+        rows = await self._thread_rows(threads)
+        return {t: ut for t, (ut, recorded) in rows.items() if recorded}
 
     async def put_thread_uts_if_absent(self, items: Sequence[tuple[ThreadKey, str]]) -> list[str]:
         proposals: dict[ThreadKey, str] = {}
@@ -153,7 +171,7 @@ class BigtableThreadStore:
             proposals.setdefault(key, ut)  # one conditional write per distinct thread
         predicate = family_has_cells(_FAM_U)
 
-        async def put(pair: tuple[ThreadKey, str]) -> str:
+        async def put(pair: tuple[ThreadKey, str]) -> tuple[str, bool]:
             key, ut = pair
             row_key = encode_thread(key)
             cell = SetCell(_FAM_U, b"u", ut.encode(), timestamp_micros=_now_micros())
@@ -162,22 +180,28 @@ class BigtableThreadStore:
                     row_key, predicate, false_case_mutations=[cell]
                 )
                 if not taken:
-                    return ut
-                row = await self._thread_ut.read_row(
-                    row_key, row_filter=rf.CellsColumnLimitFilter(1)
-                )
-            value = _cells(row, _FAM_U).get(b"u")
-            if value is None:
+                    return ut, False
+                row = await self._thread_ut.read_row(row_key, row_filter=_LATEST)
+            cells = _cells(row)
+            if b"u" not in cells:
                 raise StorageCorrupt(f"thread row {row_key!r} matched but holds no UT")
-            return _text(value)
+            return _text(cells[b"u"]), b"r" in cells
 
-        winners = await self.get_thread_uts(list(proposals))  # most keys exist: 1 bulk read
+        winners = await self._thread_rows(proposals)  # most keys exist: 1 bulk read
         missing = [(k, ut) for k, ut in proposals.items() if k not in winners]
         winners.update(
             zip((k for k, _ in missing), await bounded_gather(put, missing), strict=True)
         )
-        await self._write_reverse((ut, _FAM_T, encode_thread(k), b"") for k, ut in winners.items())
-        return [winners[key] for key, _ in items]
+        unrecorded = {k: ut for k, (ut, recorded) in winners.items() if not recorded}
+        if unrecorded:
+            by_ut: dict[str, list[bytes]] = {}
+            for k, ut in unrecorded.items():
+                by_ut.setdefault(ut, []).append(encode_thread(k))
+            await self._write_packed(_FAM_Q, by_ut)
+            await self._flag_recorded(
+                self._thread_ut, _FAM_U, (encode_thread(k) for k in unrecorded)
+            )
+        return [winners[key][0] for key, _ in items]
 
     async def put_message_uts_if_absent(self, items: Sequence[MessageMapping]) -> list[str]:
         proposals: dict[bytes, MessageMapping] = {}
@@ -185,7 +209,7 @@ class BigtableThreadStore:
             proposals.setdefault(mapping.rfc_key, mapping)
         predicate = family_has_cells(_FAM_M)
 
-        async def put(mapping: MessageMapping) -> tuple[str, int]:
+        async def put(mapping: MessageMapping) -> _Stored:
             stamp = _now_micros()
             cells = [
                 SetCell(_FAM_M, b"u", mapping.ut.encode(), timestamp_micros=stamp),
@@ -196,110 +220,179 @@ class BigtableThreadStore:
                     mapping.rfc_key, predicate, false_case_mutations=cells
                 )
                 if not taken:
-                    return mapping.ut, mapping.sent_at_ms
-                row = await self._message_ut.read_row(
-                    mapping.rfc_key, row_filter=rf.CellsColumnLimitFilter(1)
-                )
-            stored = _cells(row, _FAM_M)
-            if b"u" not in stored or len(stored.get(b"s", b"")) != _SENT.size:
+                    return mapping.ut, mapping.sent_at_ms, False
+                row = await self._message_ut.read_row(mapping.rfc_key, row_filter=_LATEST)
+            stored = _message_row(row)
+            if stored is None:
                 raise StorageCorrupt(f"message row {mapping.rfc_key.hex()} is incomplete")
-            return _text(stored[b"u"]), _SENT.unpack(stored[b"s"])[0]
+            return stored
 
-        winners: dict[bytes, tuple[str, int]] = {}
-        for rfc, row in (await self._read_rows(self._message_ut, list(proposals), _FAM_M)).items():
-            stored = _cells(row, _FAM_M)
-            if b"u" in stored and len(stored.get(b"s", b"")) == _SENT.size:
-                winners[rfc] = _text(stored[b"u"]), _SENT.unpack(stored[b"s"])[0]
+        winners: dict[bytes, _Stored] = {}
+        for rfc, row in (await self._read_rows(self._message_ut, list(proposals), _LATEST)).items():
+            stored = _message_row(row)
+            if stored is not None:
+                winners[rfc] = stored
         missing = [m for rfc, m in proposals.items() if rfc not in winners]
         winners.update(
             zip((m.rfc_key for m in missing), await bounded_gather(put, missing), strict=True)
         )
-        await self._write_reverse(
-            (ut, _FAM_M, rfc, _SENT.pack(sent)) for rfc, (ut, sent) in winners.items()
-        )
+        by_ut: dict[str, list[bytes]] = {}
+        for rfc, (ut, sent, recorded) in winners.items():
+            if not recorded:
+                by_ut.setdefault(ut, []).append(record(rfc, sent))
+        if by_ut:
+            await self._write_packed(_FAM_P, by_ut, RECORD_WIDTH)
+            await self._flag_recorded(
+                self._message_ut, _FAM_M, (e[:16] for entries in by_ut.values() for e in entries)
+            )
         return [winners[m.rfc_key][0] for m in items]
 
-    async def add_merges(self, pairs: Sequence[tuple[str, str]]) -> None:
-        await self._write_reverse(
-            (a, _FAM_N, b.encode(), b"") for x, y in pairs if x != y for a, b in ((x, y), (y, x))
+    async def _write_packed(
+        self, family: str, by_ut: dict[str, list[bytes]], width: int | None = None
+    ) -> None:
+        await bulk_set_cells(
+            self._ut,
+            (
+                (ut.encode(), family, qualifier, value)
+                for ut, entries in by_ut.items()
+                for qualifier, value in pack(entries, width)
+            ),
+            timestamp_micros=0,
         )
 
-    async def get_merge_neighbours(self, uts: Sequence[str]) -> dict[str, set[str]]:
+    async def _flag_recorded(self, table: Any, family: str, keys: Iterable[bytes]) -> None:
+        await bulk_set_cells(table, ((k, family, b"r", b"") for k in keys), timestamp_micros=0)
+
+    async def add_links(self, pairs: Sequence[tuple[str, str]]) -> None:
+        await bulk_set_cells(
+            self._ut,
+            (
+                (a.encode(), _FAM_N, b.encode(), b"")
+                for x, y in pairs
+                if x != y
+                for a, b in ((x, y), (y, x))
+            ),
+            timestamp_micros=0,
+        )
+
+    async def remove_links(self, pairs: Sequence[tuple[str, str]]) -> None:
+        by_row: dict[bytes, set[bytes]] = {}
+        for x, y in pairs:
+            for a, b in ((x, y), (y, x)):
+                by_row.setdefault(a.encode(), set()).add(b.encode())
+        entries = [
+            RowMutationEntry(row, [DeleteRangeFromColumn(_FAM_N, q) for q in sorted(qs)])
+            for row, qs in by_row.items()
+        ]
+
+        async def send(batch: Sequence[RowMutationEntry]) -> None:
+            with translate_errors("remove links"):
+                await self._ut.bulk_mutate_rows(list(batch))
+
+        await bounded_gather(send, list(chunks(entries, _READ_KEYS)))
+
+    async def get_links(self, uts: Sequence[str]) -> dict[str, frozenset[str]]:
         wanted = list(dict.fromkeys(uts))
+        rows = await self._read_rows(self._ut, [ut.encode() for ut in wanted], _LINKS_ONLY)
+        found: dict[str, frozenset[str]] = {}
+        for key, row in rows.items():
+            cells = [c.qualifier for c in row.cells]
+            if len(cells) >= _ROW_LINKS:  # the smallest UT of a huge component: page it
+                cells = [
+                    q async for q, _ in read_row_cells(self._ut, key, _FAM_N, strip_values=True)
+                ]
+            if cells:
+                found[_text(key)] = frozenset(_text(q) for q in cells)
+        return found
 
-        async def neighbours(ut: str) -> set[str]:
-            cells = read_row_cells(self._ut, ut.encode(), _FAM_N, strip_values=True)
-            return {_text(q) async for q, _ in cells}
+    async def read_uts(
+        self, uts: Sequence[str], gids: frozenset[str] | None, thread_limit: int
+    ) -> UtRows:
+        wanted = list(dict.fromkeys(uts))
+        if gids is not None and not gids:
+            thread_limit = 0
+        rows = await self._read_rows(
+            self._ut, [ut.encode() for ut in wanted], rf.CellsRowLimitFilter(_ROW_CELLS)
+        )
+        links: dict[str, frozenset[str]] = dict.fromkeys(wanted, frozenset())
+        threads: list[ThreadKey] = []
+        records: set[bytes] = set()
+        for row_key, row in rows.items():
+            cells: dict[str, dict[bytes, bytes]] = {_FAM_Q: {}, _FAM_P: {}, _FAM_N: {}}
+            wide = len(row.cells) >= _ROW_CELLS
+            if wide:  # a huge (or never re-packed) unified thread: page through it
+                for family in (_FAM_P, _FAM_N):
+                    cells[family] = {
+                        q: v async for q, v in read_row_cells(self._ut, row_key, family)
+                    }
+            else:
+                for cell in row.cells:
+                    cells[cell.family][cell.qualifier] = cell.value
+            if cells[_FAM_N]:
+                links[_text(row_key)] = frozenset(_text(q) for q in cells[_FAM_N])
+            records |= await self._entries(row_key, _FAM_P, cells[_FAM_P])
+            if thread_limit > len(threads):
+                if wide:
+                    threads += await self._page_threads(row_key, gids, thread_limit - len(threads))
+                else:
+                    entries = await self._entries(row_key, _FAM_Q, cells[_FAM_Q])
+                    found = (decode_thread(e) for e in entries)
+                    threads += found if gids is None else (t for t in found if t.gid in gids)
+        return UtRows(
+            links=links,
+            threads=threads[:thread_limit],
+            stats=UnifiedStats(len(records), latest(records)),
+        )
 
-        found = dict(zip(wanted, await bounded_gather(neighbours, wanted), strict=True))
-        return {ut: found[ut] for ut in wanted if found[ut]}
+    async def _entries(self, row_key: bytes, family: str, cells: dict[bytes, bytes]) -> set[bytes]:
+        """The entries of a family's packed cells (all of them), re-packing them if needed."""
+        entries: set[bytes] = set()
+        width = _WIDTHS[family]
+        for value in cells.values():
+            unpack(value, entries, width)
+        if needs_repack(len(cells), sum(len(v) for v in cells.values())):
+            await self._repack(row_key, family, cells)
+        return entries
 
-    async def get_threads_of(
-        self, uts: Sequence[str], gids: frozenset[str] | None, limit: int
+    async def _page_threads(
+        self, row_key: bytes, gids: frozenset[str] | None, limit: int
     ) -> list[ThreadKey]:
-        wanted = list(dict.fromkeys(uts))
-        if not wanted or limit <= 0 or (gids is not None and not gids):
-            return []
-        selectors = _team_selectors(gids)
+        """A wide row's threads (owners in `gids` when given), until `limit` are found."""
+        threads: set[ThreadKey] = set()
+        cells: dict[bytes, bytes] = {}
+        async for qualifier, value in read_row_cells(self._ut, row_key, _FAM_Q):
+            cells[qualifier] = value
+            entries: set[bytes] = set()
+            unpack(value, entries)
+            found = (decode_thread(e) for e in entries)
+            threads.update(found if gids is None else (t for t in found if t.gid in gids))
+            if len(threads) >= limit:
+                return list(threads)
+        await self._entries(row_key, _FAM_Q, cells)  # read whole: re-pack it if needed
+        return list(threads)
 
-        async def stream(job: tuple[str, _Selector]) -> list[ThreadKey]:
-            ut, (prefix, regex) = job
-            cells = read_row_cells(
-                self._ut,
-                ut.encode(),
-                _FAM_T,
-                limit=limit,
-                qualifier_prefix=prefix,
-                qualifier_regex=regex,
-                strip_values=True,
-            )
-            return [decode_thread(q) async for q, _ in cells]
+    async def _repack(self, row_key: bytes, family: str, cells: dict[bytes, bytes]) -> None:
+        """Replaces many small packed cells of a row by full ones, atomically per slice.
 
-        streams = await bounded_gather(stream, [(ut, s) for ut in wanted for s in selectors])
-        result: list[ThreadKey] = []
-        for key in heapq.merge(*streams):
-            if not result or result[-1] != key:
-                result.append(key)
-                if len(result) == limit:
-                    break
-        return result
-
-    async def get_stats(self, uts: Sequence[str]) -> UnifiedStats:
-        wanted = list(dict.fromkeys(uts))
-
-        async def messages(ut: str) -> dict[bytes, bytes]:
-            return {q: v async for q, v in read_row_cells(self._ut, ut.encode(), _FAM_M)}
-
-        seen: dict[bytes, int] = {}
-        for cells in await bounded_gather(messages, wanted):
-            for rfc, value in cells.items():
-                if len(value) != _SENT.size:
-                    raise StorageCorrupt(f"bad sent_at for {rfc.hex()}")
-                seen[rfc] = _SENT.unpack(value)[0]
-        return UnifiedStats(len(seen), max(seen.values()) if seen else None)
+        Each mutation deletes only cells this read saw and sets cells holding every entry
+        of them, so concurrent writers and re-packers never lose an entry (at worst one
+        sits in two cells, and readers take the union). Best effort: the read already has
+        its answer, so a failure here is left for the next reader.
+        """
+        ordered = sorted(cells.items())
+        for start in range(0, len(ordered), _REPACK_CELLS):
+            part = dict(ordered[start : start + _REPACK_CELLS])
+            entries: set[bytes] = set()
+            for value in part.values():
+                unpack(value, entries, _WIDTHS[family])
+            full = dict(pack(entries, _WIDTHS[family]))
+            mutations: list[Any] = [
+                SetCell(family, q, v, timestamp_micros=0) for q, v in full.items() if q not in part
+            ]
+            mutations += [DeleteRangeFromColumn(family, q) for q in part if q not in full]
+            if mutations:
+                with contextlib.suppress(StorageError), translate_errors("repack"):
+                    await self._ut.mutate_row(row_key, mutations)
 
     async def close(self) -> None:
         await self._handle.close()
-
-
-def _team_selectors(gids: frozenset[str] | None) -> list[_Selector]:
-    """How to read the team's threads from a UT row: (qualifier prefix, qualifier regex).
-
-    A small team reads one column range per gid (the server seeks; cost ~ cells returned);
-    a large team uses full-match regexes over the row, split to stay under `_REGEX_BUDGET`.
-    """
-    if gids is None:
-        return [(None, None)]
-    prefixes = [encode_thread(ThreadKey(gid, "")) for gid in sorted(gids)]
-    if len(prefixes) <= _RANGE_TEAM:
-        return [(prefix, None) for prefix in prefixes]
-    groups: list[list[bytes]] = [[]]
-    size = 0
-    for prefix in prefixes:
-        literal = regex_literal(prefix)
-        if groups[-1] and size + len(literal) > _REGEX_BUDGET:
-            groups.append([])
-            size = 0
-        groups[-1].append(literal)
-        size += len(literal) + 1
-    return [(None, b"(?s)(?:" + b"|".join(group) + b").*") for group in groups]

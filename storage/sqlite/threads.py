@@ -4,7 +4,11 @@ Tables mirror the seed's Scylla schema, with the reverse lookups as covering ind
 
     thread_ut (gid, thread_id) -> ut          index by (ut, gid, thread_id): UT -> threads
     rfc_ut    (md5 Message-ID) -> ut, sent_at index by (ut, sent_at):      UT -> stats
-    ut_merge  (a, b)            both directions stored:                    UT -> merges
+    ut_merge  (a, b)            both directions stored:                    UT -> links
+
+`get_links` and `read_uts` walk the link graph themselves (one recursive query) and cover
+every UT they reach, with its team threads and stats, in one read transaction: a whole
+unified-thread read is one thread hop after the thread's own lookup.
 
 Insert-if-absent is `INSERT ... ON CONFLICT DO NOTHING` followed by reading the winner,
 inside one IMMEDIATE transaction on the single writer thread, so no other writer (thread or
@@ -13,14 +17,13 @@ process) can slip in between.
 
 from __future__ import annotations
 
-import heapq
 import json
 import sqlite3
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TypeVar
 
-from storage.ports import MessageMapping, ThreadKey, UnifiedStats
+from storage.ports import MessageMapping, ThreadKey, UnifiedStats, UtRows
 from storage.sqlite.database import SqliteDatabase
 
 __all__ = ["SqliteThreadStore"]
@@ -41,7 +44,7 @@ CREATE TABLE IF NOT EXISTS ut_merge (
 T = TypeVar("T")
 
 _CHUNK = 500  # bound parameters per statement, well under SQLite's limit
-_MAX_REACH = 20_000  # UTs one merge-graph walk may visit
+_MAX_REACH = 20_000  # UTs one walk of the link graph may visit
 
 
 def _chunks(items: Sequence[T]) -> Iterator[Sequence[T]]:
@@ -117,8 +120,8 @@ class SqliteThreadStore:
 
         return await self._db.write(run) if rows else []
 
-    async def add_merges(self, pairs: Sequence[tuple[str, str]]) -> None:
-        rows = [(a, b) for x, y in pairs if x != y for a, b in ((x, y), (y, x))]
+    async def add_links(self, pairs: Sequence[tuple[str, str]]) -> None:
+        rows = sorted({(a, b) for x, y in pairs if x != y for a, b in ((x, y), (y, x))})
         if not rows:
             return
 
@@ -129,74 +132,94 @@ class SqliteThreadStore:
 
         await self._db.write(run)
 
-    async def get_merge_neighbours(self, uts: Sequence[str]) -> dict[str, set[str]]:
-        """The complete adjacency of every UT reachable from `uts`, in one recursive query.
+    async def remove_links(self, pairs: Sequence[tuple[str, str]]) -> None:
+        rows = sorted({(a, b) for x, y in pairs for a, b in ((x, y), (y, x))})
+        if not rows:
+            return
 
-        Merges along a long discussion's 100-message thread splits form a chain; walking it
-        one level per round trip cost ~15 thread hops per read. The walk stops after
-        `_MAX_REACH` UTs (an abused Message-ID); the caller's own bound then refuses it.
-        """
+        def run(conn: sqlite3.Connection) -> None:
+            conn.executemany("DELETE FROM ut_merge WHERE a = ? AND b = ?", rows)
+
+        await self._db.write(run)
+
+    async def get_links(self, uts: Sequence[str]) -> dict[str, frozenset[str]]:
         wanted = list(dict.fromkeys(uts))
+        return await self._db.read(lambda conn: _links(conn, wanted)) if wanted else {}
 
-        def run(conn: sqlite3.Connection) -> dict[str, set[str]]:
-            found: dict[str, set[str]] = {}
-            rows = conn.execute(
-                "WITH RECURSIVE reach(ut) AS ("
-                " SELECT value FROM json_each(?)"
-                " UNION SELECT m.b FROM ut_merge m JOIN reach r ON m.a = r.ut LIMIT ?)"
-                " SELECT m.a, m.b FROM ut_merge m WHERE m.a IN (SELECT ut FROM reach)",
-                (json.dumps(wanted), _MAX_REACH),
-            )
-            for a, b in rows:
-                found.setdefault(a, set()).add(b)
-            return found
-
-        return await self._db.read(run) if wanted else {}
-
-    async def get_threads_of(
-        self, uts: Sequence[str], gids: frozenset[str] | None, limit: int
-    ) -> list[ThreadKey]:
+    async def read_uts(
+        self, uts: Sequence[str], gids: frozenset[str] | None, thread_limit: int
+    ) -> UtRows:
         wanted = list(dict.fromkeys(uts))
         team = sorted(gids) if gids is not None else None
-        if not wanted or limit <= 0 or team == []:
-            return []
+        if not wanted:
+            return UtRows({}, [], UnifiedStats(0, None))
 
-        def run(conn: sqlite3.Connection) -> list[ThreadKey]:
-            # One query per chunk of UTs (a shuffled weave order leaves hundreds of UTs in one
-            # closure); the team rides along as one JSON array (json_each), whatever its size.
-            streams: list[list[tuple[str, str]]] = []
-            join = "JOIN json_each(?) t ON t.value = thread_ut.gid " if team is not None else ""
-            team_param = (json.dumps(team),) if team is not None else ()
-            for chunk in _chunks(wanted):
-                marks = ",".join("?" * len(chunk))
-                streams.append(
-                    conn.execute(
-                        f"SELECT gid, thread_id FROM thread_ut {join}WHERE ut IN ({marks}) "
-                        "ORDER BY gid, thread_id LIMIT ?",
-                        (*team_param, *chunk, limit),
-                    ).fetchall()
-                )
-            merged = heapq.merge(*streams)
-            return [ThreadKey(g, t) for (g, t), _ in zip(merged, range(limit), strict=False)]
+        def run(conn: sqlite3.Connection) -> UtRows:
+            limit = thread_limit if team != [] else 0
+            links = _links(conn, wanted)
+            covered = list(links)
+            return UtRows(
+                links=links,
+                threads=_threads(conn, covered, team, limit) if limit > 0 else [],
+                stats=_stats(conn, covered),
+            )
 
         return await self._db.read(run)
 
-    async def get_stats(self, uts: Sequence[str]) -> UnifiedStats:
-        wanted = list(dict.fromkeys(uts))
-
-        def run(conn: sqlite3.Connection) -> UnifiedStats:
-            count, latest = 0, None
-            for chunk in _chunks(wanted):
-                marks = ",".join("?" * len(chunk))
-                n, last = conn.execute(
-                    f"SELECT COUNT(*), MAX(sent_at) FROM rfc_ut WHERE ut IN ({marks})", chunk
-                ).fetchone()
-                count += n
-                if last is not None and (latest is None or last > latest):
-                    latest = last
-            return UnifiedStats(message_count=count, last_message_at_ms=latest)
-
-        return await self._db.read(run) if wanted else UnifiedStats(0, None)
-
     async def close(self) -> None:
         await self._db.close()
+
+
+def _links(conn: sqlite3.Connection, uts: Sequence[str]) -> dict[str, frozenset[str]]:
+    """The complete links of every UT reachable from `uts` (each of `uts` is a key).
+
+    One recursive query walks the whole link graph from `uts`, so a read needs no second
+    round trip on this engine. The walk stops after `_MAX_REACH` UTs (an abused Message-ID);
+    what it reached is still reported complete, and the caller's own bound refuses the rest.
+    """
+    found: dict[str, set[str]] = {ut: set() for ut in uts}
+    rows = conn.execute(
+        "WITH RECURSIVE reach(ut) AS ("
+        " SELECT value FROM json_each(?)"
+        " UNION SELECT m.b FROM ut_merge m JOIN reach r ON m.a = r.ut LIMIT ?)"
+        " SELECT r.ut, m.b FROM reach r LEFT JOIN ut_merge m ON m.a = r.ut",
+        (json.dumps(list(uts)), _MAX_REACH),
+    )
+    for a, b in rows:
+        linked = found.setdefault(a, set())
+        if b is not None:
+            linked.add(b)
+    return {ut: frozenset(linked) for ut, linked in found.items()}
+
+
+def _threads(
+    conn: sqlite3.Connection, uts: Sequence[str], team: list[str] | None, limit: int
+) -> list[ThreadKey]:
+    # Driven by the (ut, gid, thread_id) index; the team rides along as one JSON array
+    # (json_each, whatever its size), which SQLite materializes once for the IN test.
+    team_sql = "AND gid IN (SELECT value FROM json_each(?)) " if team is not None else ""
+    team_param = (json.dumps(team),) if team is not None else ()
+    out: list[ThreadKey] = []
+    for chunk in _chunks(uts):
+        marks = ",".join("?" * len(chunk))
+        rows = conn.execute(
+            f"SELECT gid, thread_id FROM thread_ut WHERE ut IN ({marks}) {team_sql}LIMIT ?",
+            (*chunk, *team_param, limit - len(out)),
+        )
+        out.extend(ThreadKey(g, t) for g, t in rows)
+        if len(out) >= limit:
+            break
+    return out
+
+
+def _stats(conn: sqlite3.Connection, uts: Sequence[str]) -> UnifiedStats:
+    count, latest = 0, None
+    for chunk in _chunks(uts):
+        marks = ",".join("?" * len(chunk))
+        n, last = conn.execute(
+            f"SELECT COUNT(*), MAX(sent_at) FROM rfc_ut WHERE ut IN ({marks})", chunk
+        ).fetchone()
+        count += n
+        if last is not None and (latest is None or last > latest):
+            latest = last
+    return UnifiedStats(message_count=count, last_message_at_ms=latest)

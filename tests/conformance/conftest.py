@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from server.config import Settings
 from storage import factory
 from storage.ports import (
     InboxStore,
@@ -53,10 +54,27 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 @pytest.fixture
-async def thread_store(thread_engine: str, tmp_path: Path) -> AsyncIterator[ThreadStore]:
+def thread_settings(thread_engine: str, tmp_path: Path) -> Settings:
+    """Settings of a fresh ThreadStore namespace on `thread_engine`."""
+    return settings_for(thread_engine, tmp_path, threadweaver_store=thread_engine)
+
+
+@pytest.fixture
+async def thread_store(thread_settings: Settings) -> AsyncIterator[ThreadStore]:
     """A ThreadStore on `thread_engine` with no data in it."""
-    settings = settings_for(thread_engine, tmp_path, threadweaver_store=thread_engine)
-    store = await factory.open_thread_store(settings)
+    store = await factory.open_thread_store(thread_settings)
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+@pytest.fixture
+async def thread_store_twin(
+    thread_settings: Settings, thread_store: ThreadStore
+) -> AsyncIterator[ThreadStore]:
+    """A second, independent connection to `thread_store`'s namespace (another process's)."""
+    store = await factory.open_thread_store(thread_settings)
     try:
         yield store
     finally:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 
-from storage.ports import MessageMapping, ThreadKey, ThreadStore, UnifiedStats
+from storage.ports import MessageMapping, ThreadKey, ThreadStore, UnifiedStats, UtRows
 
 
 def key(text: str) -> bytes:
@@ -87,37 +87,130 @@ class TestMessageMappings:
         assert await thread_store.put_message_uts_if_absent(items) == [m.ut for m in items]
 
 
-class TestMergesAndReverseLookups:
-    async def test_merges_are_unordered_and_idempotent(self, thread_store: ThreadStore) -> None:
-        """A merge (a, b) makes each the other's neighbour; repeating it changes nothing."""
-        await thread_store.add_merges([("a", "b"), ("b", "a"), ("a", "c")])
-        await thread_store.add_merges([("a", "b")])
-        found = await thread_store.get_merge_neighbours(["a", "b", "c", "zzz"])
+class TestLinks:
+    async def test_links_are_unordered_idempotent_and_complete(
+        self, thread_store: ThreadStore
+    ) -> None:
+        """A link (a, b) makes each the other's; repeating it or (x, x) changes nothing."""
+        await thread_store.add_links([("a", "b"), ("b", "a"), ("a", "c"), ("d", "d")])
+        await thread_store.add_links([("a", "b")])
+        found = await thread_store.get_links(["a", "b", "c", "d", "zzz"])
         assert found["a"] == {"b", "c"}
         assert found["b"] == {"a"}
         assert found["c"] == {"a"}
+        assert not found.get("d")
         assert not found.get("zzz")
 
-    async def test_threads_of_uts_sorted_limited_and_team_filtered(
+    async def test_removed_links_are_gone_for_every_client(
+        self, thread_store: ThreadStore, thread_store_twin: ThreadStore
+    ) -> None:
+        """Removing (b, a) unlinks both ways; removing an absent link is no error."""
+        await thread_store.add_links([("a", "b"), ("a", "c"), ("b", "c")])
+        await thread_store.remove_links([("c", "b"), ("x", "y")])
+        await thread_store.remove_links([("b", "c")])
+        found = await thread_store_twin.get_links(["a", "b", "c"])
+        assert found == {"a": {"b", "c"}, "b": {"a"}, "c": {"a"}}
+        rows = await thread_store_twin.read_uts(["b", "c"], None, 0)
+        assert (rows.links["b"], rows.links["c"]) == ({"a"}, {"a"})
+
+    async def test_ids_with_separators_and_unicode_link_without_colliding(
         self, thread_store: ThreadStore
     ) -> None:
-        """UT -> threads returns (gid, thread_id) order, honours the limit and the team."""
+        """UT ids are "gid:thread" strings of up to ~1 KB holding any character."""
+        odd = ["a:b:c", "a:b", "ü#/\\:ß", "x" * 512 + ":" + "y" * 512]
+        await thread_store.add_links([(odd[0], u) for u in odd[1:]])
+        found = await thread_store.get_links(odd)
+        assert found[odd[0]] == set(odd[1:])
+        assert all(found[u] == {odd[0]} for u in odd[1:])
+
+    async def test_concurrent_writers_of_one_ut_lose_no_link(
+        self, thread_store: ThreadStore
+    ) -> None:
+        """Fifty tasks linking one UT at once: every link is there afterwards."""
+        await asyncio.gather(
+            *(thread_store.add_links([("hub", f"spoke-{i:02d}")]) for i in range(50))
+        )
+        found = await thread_store.get_links(["hub"])
+        assert found["hub"] == {f"spoke-{i:02d}" for i in range(50)}
+
+    async def test_a_thousand_links_of_one_ut_come_back_whole(
+        self, thread_store: ThreadStore
+    ) -> None:
+        """The smallest UT of a big component is linked to every member: read them all."""
+        members = [f"member-{i:04d}" for i in range(1000)]
+        await thread_store.add_links([("hub", m) for m in members])
+        rows = await thread_store.read_uts(["hub"], None, 0)
+        assert rows.links["hub"] == set(members)
+        assert (await thread_store.get_links(["hub"]))["hub"] == set(members)
+
+
+class TestReadLevels:
+    async def test_threads_of_uts_team_filtered_and_limited(
+        self, thread_store: ThreadStore
+    ) -> None:
+        """UT -> threads honours the team; the limit returns exactly that many when more exist."""
         threads = [ThreadKey(f"g{i % 3}", f"t{i:02d}") for i in range(12)]
         await thread_store.put_thread_uts_if_absent(
             [(t, "ut-x" if i % 2 else "ut-y") for i, t in enumerate(threads)]
         )
-        everyone = await thread_store.get_threads_of(["ut-x", "ut-y"], None, 100)
-        assert everyone == sorted(threads)
-        assert await thread_store.get_threads_of(["ut-x", "ut-y"], None, 5) == sorted(threads)[:5]
-        team = await thread_store.get_threads_of(["ut-x"], frozenset({"g1"}), 100)
-        assert team == sorted(t for i, t in enumerate(threads) if i % 2 and t.gid == "g1")
-        assert await thread_store.get_threads_of(["ut-x"], frozenset(), 100) == []
-        assert await thread_store.get_threads_of(["nobody"], None, 100) == []
+        everyone = await thread_store.read_uts(["ut-x", "ut-y"], None, 100)
+        assert sorted(everyone.threads) == sorted(threads)
+        five = await thread_store.read_uts(["ut-x", "ut-y"], None, 5)
+        assert len(five.threads) == 5
+        assert set(five.threads) <= set(threads)
+        team = await thread_store.read_uts(["ut-x"], frozenset({"g1"}), 100)
+        assert sorted(team.threads) == sorted(
+            t for i, t in enumerate(threads) if i % 2 and t.gid == "g1"
+        )
+        assert (await thread_store.read_uts(["ut-x"], frozenset(), 100)).threads == []
+        assert (await thread_store.read_uts(["ut-x"], None, 0)).threads == []
+        nobody = await thread_store.read_uts(["nobody"], None, 100)
+        assert nobody == UtRows({"nobody": frozenset()}, [], UnifiedStats(0, None))
+
+    async def test_a_big_team_filters_exactly(self, thread_store: ThreadStore) -> None:
+        """A team of 300 gids (beyond one range per gid) keeps only its members' threads."""
+        threads = [ThreadKey(f"user-{i:03d}", "t") for i in range(400)]
+        await thread_store.put_thread_uts_if_absent([(t, "ut-big") for t in threads])
+        team = frozenset(f"user-{i:03d}" for i in range(0, 600, 2))
+        rows = await thread_store.read_uts(["ut-big"], team, 10_000)
+        assert sorted(rows.threads) == sorted(t for t in threads if t.gid in team)
+
+    async def test_a_wide_unified_thread_reads_whole(self, thread_store: ThreadStore) -> None:
+        """2,600 threads of ~1 KB ids (more than one 4 MiB response) read whole, and limited."""
+        threads = [ThreadKey(f"{i:04d}" + "g" * 500, "t" * 500) for i in range(2600)]
+        for start in range(0, len(threads), 1000):
+            chunk = threads[start : start + 1000]
+            await thread_store.put_thread_uts_if_absent([(t, "ut-wide") for t in chunk])
+        await thread_store.put_message_uts_if_absent(
+            [MessageMapping(key(f"w{i}"), "ut-wide", i) for i in range(1000)]
+        )
+        rows = await thread_store.read_uts(["ut-wide"], None, 10_001)
+        assert sorted(rows.threads) == threads
+        assert rows.stats == UnifiedStats(1000, 999)
+        team = frozenset(t.gid for t in threads[::100])
+        assert sorted((await thread_store.read_uts(["ut-wide"], team, 10_001)).threads) == [
+            t for t in threads if t.gid in team
+        ]
+        assert len((await thread_store.read_uts(["ut-wide"], None, 7)).threads) == 7
+
+    async def test_one_message_per_call_still_reads_exactly(
+        self, thread_store: ThreadStore
+    ) -> None:
+        """320 calls of one new thread and one new message each: every one counts once."""
+        for i in range(320):
+            await thread_store.put_thread_uts_if_absent([(ThreadKey("g", f"t{i:03d}"), "ut-slow")])
+            await thread_store.put_message_uts_if_absent(
+                [MessageMapping(key(f"slow{i}"), "ut-slow", i)]
+            )
+        for _ in range(2):  # the first read may tidy what it found; both must be exact
+            rows = await thread_store.read_uts(["ut-slow"], None, 10_001)
+            assert len(rows.threads) == len(set(rows.threads)) == 320
+            assert rows.stats == UnifiedStats(320, 319)
 
     async def test_stats_count_distinct_messages_and_latest_send(
         self, thread_store: ThreadStore
     ) -> None:
-        """Stats count each Message-ID once and keep the winner's sent_at."""
+        """Stats count each Message-ID once, keep the winner's sent_at, sum over UTs."""
         await thread_store.put_message_uts_if_absent(
             [
                 MessageMapping(key("s1"), "ut-1", 100),
@@ -126,6 +219,63 @@ class TestMergesAndReverseLookups:
                 MessageMapping(key("s1"), "ut-2", 999),  # loses: s1 already maps to ut-1
             ]
         )
-        assert await thread_store.get_stats(["ut-1"]) == UnifiedStats(2, 300)
-        assert await thread_store.get_stats(["ut-1", "ut-2"]) == UnifiedStats(3, 300)
-        assert await thread_store.get_stats(["ut-9"]) == UnifiedStats(0, None)
+        await thread_store.put_message_uts_if_absent([MessageMapping(key("s2"), "ut-2", 7)])
+        one = await thread_store.read_uts(["ut-1"], None, 0)
+        assert one.stats == UnifiedStats(2, 300)
+        both = await thread_store.read_uts(["ut-1", "ut-2"], None, 0)
+        assert both.stats == UnifiedStats(3, 300)
+        assert (await thread_store.read_uts(["ut-9"], None, 0)).stats == UnifiedStats(0, None)
+
+    async def test_racing_writers_of_one_message_count_it_once(
+        self, thread_store: ThreadStore
+    ) -> None:
+        """Fifty racers on one Message-ID: the winner's UT counts it once, nobody else does."""
+        results = await asyncio.gather(
+            *(
+                thread_store.put_message_uts_if_absent([MessageMapping(key("race"), f"u{i}", i)])
+                for i in range(50)
+            )
+        )
+        (winner,) = {r[0] for r in results}
+        rows = await thread_store.read_uts([f"u{i}" for i in range(50)], None, 0)
+        assert rows.stats.message_count == 1
+        assert (await thread_store.read_uts([winner], None, 0)).stats.message_count == 1
+
+
+class TestTwoClients:
+    """Two connections to one namespace, as two `loom serve` processes would have."""
+
+    async def test_what_one_client_wrote_the_other_reads_at_once(
+        self, thread_store: ThreadStore, thread_store_twin: ThreadStore
+    ) -> None:
+        """Mappings, links, threads and stats are visible to the other client on return."""
+        t = ThreadKey("g", "t")
+        assert await thread_store.put_thread_uts_if_absent([(t, "ut-a")]) == ["ut-a"]
+        assert await thread_store_twin.put_thread_uts_if_absent([(t, "ut-b")]) == ["ut-a"]
+        await thread_store.put_message_uts_if_absent([MessageMapping(key("m"), "ut-a", 42)])
+        await thread_store.add_links([("ut-a", "ut-z")])
+        assert await thread_store_twin.get_thread_uts([t]) == {t: "ut-a"}
+        assert (await thread_store_twin.get_links(["ut-z"]))["ut-z"] == {"ut-a"}
+        rows = await thread_store_twin.read_uts(["ut-a"], None, 10)
+        assert rows.links["ut-a"] == {"ut-z"}
+        assert (rows.threads, rows.stats) == ([t], UnifiedStats(1, 42))
+
+    async def test_racers_on_two_clients_see_one_winner(
+        self, thread_store: ThreadStore, thread_store_twin: ThreadStore
+    ) -> None:
+        """Conditional writes stay exclusive across clients; concurrent links all land."""
+        t = ThreadKey("race", "two")
+        results = await asyncio.gather(
+            *(
+                (thread_store if i % 2 else thread_store_twin).put_thread_uts_if_absent(
+                    [(t, f"ut-{i}")]
+                )
+                for i in range(40)
+            ),
+            *(
+                (thread_store if i % 2 else thread_store_twin).add_links([("hub", f"s{i:02d}")])
+                for i in range(40)
+            ),
+        )
+        assert len({r[0] for r in results[:40]}) == 1
+        assert (await thread_store.get_links(["hub"]))["hub"] == {f"s{i:02d}" for i in range(40)}

@@ -33,7 +33,9 @@ const (
 // mailboxes (Streak's "threadweaver"). At write time each message maps its
 // thread and its RFC 822 Message-ID to a unified thread (UT), each mapping
 // written only if absent; when the two differ a merge of the two UTs is
-// recorded. Reading is two lookups plus the (rare) merge closure.
+// recorded, and every UT of the merged conversation is linked to its smallest
+// UT. Reading is thread -> UT -> smallest UT -> members: a constant number of
+// storage round trips, however many merges built the conversation.
 type ThreadWeaverClient interface {
 	// Weaves one message into the unified-thread graph. Idempotent: weaving the
 	// same message again changes nothing.
@@ -106,7 +108,9 @@ func (c *threadWeaverClient) ResolveThreads(ctx context.Context, in *ResolveThre
 // mailboxes (Streak's "threadweaver"). At write time each message maps its
 // thread and its RFC 822 Message-ID to a unified thread (UT), each mapping
 // written only if absent; when the two differ a merge of the two UTs is
-// recorded. Reading is two lookups plus the (rare) merge closure.
+// recorded, and every UT of the merged conversation is linked to its smallest
+// UT. Reading is thread -> UT -> smallest UT -> members: a constant number of
+// storage round trips, however many merges built the conversation.
 type ThreadWeaverServer interface {
 	// Weaves one message into the unified-thread graph. Idempotent: weaving the
 	// same message again changes nothing.

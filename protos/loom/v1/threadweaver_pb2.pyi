@@ -36,10 +36,15 @@ class WovenMessage(_message.Message):
     """Thread id within that mailbox (1..512 bytes)."""
     rfc_message_id: _builtins.str
     """The RFC 822 Message-ID header value, e.g. "<abc@example.com>" (up to 998
-    bytes, the RFC's line limit). It is keyed by its MD5, as in the source.
-    May be empty: some systems send no Message-ID. Such a message is woven
-    into its own thread only (it can unify nothing across mailboxes) and is
-    counted once per (gid, thread_id, sent_at).
+    bytes, the RFC's line limit), as any mail API returns it. Before it is
+    keyed (by its MD5, as in the source) it is normalized: surrounding
+    whitespace trimmed, then one pair of surrounding angle brackets removed
+    and what is inside trimmed again. So "<abc@example.com>",
+    "abc@example.com" and " <abc@example.com> " are one message; case and
+    everything else are kept. May be empty (or normalize to empty, like "<>"):
+    some systems send no Message-ID. Such a message is woven into its own
+    thread only (it can unify nothing across mailboxes) and is counted once
+    per (gid, thread_id, sent_at).
     """
     @_builtins.property
     def sent_at(self) -> _timestamp_pb2.Timestamp:
@@ -98,7 +103,9 @@ class WeaveMessageResponse(_message.Message):
     unified_thread_id: _builtins.str
     """The unified thread the message's thread now maps to: the canonical id of
     its merge closure (the smallest UT id). It may change later when a merge
-    joins this unified thread to another one.
+    joins this unified thread to another one, and while a merge into it is
+    still being written by a concurrent call it may name a UT of the same
+    conversation that is not yet the smallest (ResolveThreads is exact).
     """
     merged: _builtins.bool
     """True when weaving this message recorded a merge of two unified threads."""

@@ -30,7 +30,9 @@ class ThreadWeaverStub:
     mailboxes (Streak's "threadweaver"). At write time each message maps its
     thread and its RFC 822 Message-ID to a unified thread (UT), each mapping
     written only if absent; when the two differ a merge of the two UTs is
-    recorded. Reading is two lookups plus the (rare) merge closure.
+    recorded, and every UT of the merged conversation is linked to its smallest
+    UT. Reading is thread -> UT -> smallest UT -> members: a constant number of
+    storage round trips, however many merges built the conversation.
     """
 
     def __init__(self, channel):
@@ -66,7 +68,9 @@ class ThreadWeaverServicer:
     mailboxes (Streak's "threadweaver"). At write time each message maps its
     thread and its RFC 822 Message-ID to a unified thread (UT), each mapping
     written only if absent; when the two differ a merge of the two UTs is
-    recorded. Reading is two lookups plus the (rare) merge closure.
+    recorded, and every UT of the merged conversation is linked to its smallest
+    UT. Reading is thread -> UT -> smallest UT -> members: a constant number of
+    storage round trips, however many merges built the conversation.
     """
 
     def WeaveMessage(self, request, context):
@@ -138,7 +142,9 @@ class ThreadWeaver:
     mailboxes (Streak's "threadweaver"). At write time each message maps its
     thread and its RFC 822 Message-ID to a unified thread (UT), each mapping
     written only if absent; when the two differ a merge of the two UTs is
-    recorded. Reading is two lookups plus the (rare) merge closure.
+    recorded, and every UT of the merged conversation is linked to its smallest
+    UT. Reading is thread -> UT -> smallest UT -> members: a constant number of
+    storage round trips, however many merges built the conversation.
     """
 
     @staticmethod

@@ -31,7 +31,9 @@ class ThreadWeaverStub:
     mailboxes (Streak's "threadweaver"). At write time each message maps its
     thread and its RFC 822 Message-ID to a unified thread (UT), each mapping
     written only if absent; when the two differ a merge of the two UTs is
-    recorded. Reading is two lookups plus the (rare) merge closure.
+    recorded, and every UT of the merged conversation is linked to its smallest
+    UT. Reading is thread -> UT -> smallest UT -> members: a constant number of
+    storage round trips, however many merges built the conversation.
     """
 
     @_typing.overload
@@ -61,7 +63,9 @@ class ThreadWeaverAsyncStub(ThreadWeaverStub):
     mailboxes (Streak's "threadweaver"). At write time each message maps its
     thread and its RFC 822 Message-ID to a unified thread (UT), each mapping
     written only if absent; when the two differ a merge of the two UTs is
-    recorded. Reading is two lookups plus the (rare) merge closure.
+    recorded, and every UT of the merged conversation is linked to its smallest
+    UT. Reading is thread -> UT -> smallest UT -> members: a constant number of
+    storage round trips, however many merges built the conversation.
     """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
@@ -87,7 +91,9 @@ class ThreadWeaverServicer(metaclass=_abc_1.ABCMeta):
     mailboxes (Streak's "threadweaver"). At write time each message maps its
     thread and its RFC 822 Message-ID to a unified thread (UT), each mapping
     written only if absent; when the two differ a merge of the two UTs is
-    recorded. Reading is two lookups plus the (rare) merge closure.
+    recorded, and every UT of the merged conversation is linked to its smallest
+    UT. Reading is thread -> UT -> smallest UT -> members: a constant number of
+    storage round trips, however many merges built the conversation.
     """
 
     @_abc_1.abstractmethod

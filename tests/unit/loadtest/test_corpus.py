@@ -6,7 +6,14 @@ from collections import Counter
 
 import pytest
 
-from loadtest.corpora.threadweaver import Corpus, CorpusParams, generate, shuffled
+from loadtest.corpora.threadweaver import (
+    Corpus,
+    CorpusParams,
+    GroundTruth,
+    chain,
+    generate,
+    shuffled,
+)
 
 PARAMS = CorpusParams(
     users=8,
@@ -80,3 +87,29 @@ class TestCorpus:
         assert mixed != corpus.messages
         assert Counter(mixed) == Counter(corpus.messages)
         assert mixed == shuffled(corpus, seed=9)
+
+
+class TestChains:
+    @pytest.mark.parametrize("length", [1, 5, 20, 80])
+    def test_a_chain_is_one_conversation_of_the_same_threads(self, length: int) -> None:
+        """Whatever its length, a chain is the same 80 threads, all one component."""
+        c = chain(length)
+        assert len(c.threads) == 80
+        assert {(m.gid, m.thread_id) for m in c.messages} == set(c.threads)
+        truth = GroundTruth(c.messages)
+        assert truth.component(*c.threads[0]) == frozenset(c.threads)
+        assert len(c.groups) == length
+        assert len(c.links) == length - 1
+
+    def test_each_group_shares_one_message_and_links_join_neighbours(self) -> None:
+        """Without the links the groups are `length` separate conversations."""
+        c = chain(5)
+        truth = GroundTruth(m for group in c.groups for m in group)
+        assert len(truth.components()) == 5
+        for link in c.links:
+            assert len({m.rfc_message_id for m in link}) == 1
+            assert len({m.gid for m in link}) == 2
+
+    def test_a_length_that_does_not_divide_the_threads_is_refused(self) -> None:
+        with pytest.raises(ValueError, match="multiple"):
+            chain(7)

@@ -1,9 +1,9 @@
-"""Pure pieces of ThreadWeaver: keys and merge components."""
+"""Pure pieces of ThreadWeaver: keys, Message-ID normalization, link-graph arithmetic."""
 
 from __future__ import annotations
 
-from server.threadweaver.closure import _components
-from server.threadweaver.model import Message, default_ut, rfc_key
+from server.threadweaver.graph import components, hint, missing_star_links, redundant_links
+from server.threadweaver.model import Message, default_ut, normalize_message_id, rfc_key
 from storage.ports import ThreadKey
 
 
@@ -30,10 +30,76 @@ class TestKeys:
         assert len(keys) == 4
 
 
-class TestComponents:
-    def test_components_follow_edges_transitively(self) -> None:
-        """a-b, b-c join into one component; d stays alone."""
-        edges = {"a": {"b"}, "b": {"a", "c"}, "c": {"b"}}
-        found = _components({"a", "b", "c", "d"}, edges)
+class TestMessageIdNormalization:
+    def test_brackets_and_whitespace_as_mail_apis_send_them_key_alike(self) -> None:
+        """`<a@b.example>`, `a@b.example` and ` <a@b.example> ` are one message."""
+        forms = ["<a@b.example>", "a@b.example", " <a@b.example> ", "\t<a@b.example>\r\n"]
+        keys = {rfc_key(Message(ThreadKey("g", str(i)), f, 5)) for i, f in enumerate(forms)}
+        assert len(keys) == 1
+        assert {normalize_message_id(f) for f in forms} == {"a@b.example"}
+
+    def test_only_one_pair_of_brackets_and_nothing_else_is_dropped(self) -> None:
+        """Case, inner brackets and lone brackets are kept: they can tell messages apart."""
+        assert normalize_message_id("<<a@b>>") == "<a@b>"
+        assert normalize_message_id("< a@b >") == "a@b"
+        assert normalize_message_id("<a@b") == "<a@b"
+        assert normalize_message_id("a@b>") == "a@b>"
+        assert normalize_message_id("<A@B.example>") == "A@B.example"
+        assert rfc_key(Message(ThreadKey("g", "t"), "<A@b>", 1)) != rfc_key(
+            Message(ThreadKey("g", "t"), "<a@b>", 1)
+        )
+
+    def test_a_value_that_normalizes_to_nothing_is_no_message_id(self) -> None:
+        """Blank or `<>` unifies nothing: the key is private to the mailbox thread."""
+        for blank in ("", "   ", "<>", "< >"):
+            assert normalize_message_id(blank) == ""
+            mine = rfc_key(Message(ThreadKey("a", "1"), blank, 5))
+            assert mine == rfc_key(Message(ThreadKey("a", "1"), "", 5))
+            assert mine != rfc_key(Message(ThreadKey("b", "1"), blank, 5))
+
+
+class TestLinkGraph:
+    def test_components_follow_links_transitively(self) -> None:
+        """a-b, b-c join into one component; d stays alone; members share one set."""
+        found = components({"a": {"b"}, "b": {"a", "c"}, "c": {"b"}, "e": set()}, ["d"])
         assert found["a"] == found["c"] == frozenset({"a", "b", "c"})
+        assert found["a"] is found["b"]
         assert found["d"] == frozenset({"d"})
+        assert found["e"] == frozenset({"e"})
+
+    def test_links_named_only_on_one_side_still_join(self) -> None:
+        """A link known from one end (the other UT never read) joins both UTs."""
+        found = components({"x": {"y"}})
+        assert found["y"] == frozenset({"x", "y"})
+
+    def test_hint_is_the_smallest_of_a_ut_and_its_links(self) -> None:
+        """In a star-complete component one lookup gives the canonical id."""
+        links = {"b": frozenset({"a", "c"}), "a": frozenset({"b"})}
+        assert hint("b", links) == "a"
+        assert hint("a", links) == "a"
+        assert hint("z", links) == "z"
+
+    def test_missing_star_links_point_every_member_at_the_smallest(self) -> None:
+        """A chain a-b-c-d lacks a-c and a-d; a complete star lacks nothing."""
+        chain = {
+            "a": frozenset({"b"}),
+            "b": frozenset({"a", "c"}),
+            "c": frozenset({"b", "d"}),
+            "d": frozenset({"c"}),
+        }
+        assert missing_star_links(frozenset(chain), chain) == [("a", "c"), ("a", "d")]
+        star = {"a": frozenset({"b", "c"}), "b": frozenset({"a"}), "c": frozenset({"a"})}
+        assert missing_star_links(frozenset(star), star) == []
+
+    def test_only_links_with_a_detour_through_the_smallest_are_redundant(self) -> None:
+        """b-c goes (both linked to a); b-d stays while d is not linked to a; a's never go."""
+        links = {
+            "a": frozenset({"b", "c"}),
+            "b": frozenset({"a", "c", "d"}),
+            "c": frozenset({"a", "b"}),
+            "d": frozenset({"b"}),
+        }
+        assert redundant_links(frozenset(links), links) == [("b", "c")]
+        links["d"] |= {"a"}
+        links["a"] |= {"d"}
+        assert redundant_links(frozenset(links), links) == [("b", "c"), ("b", "d")]
