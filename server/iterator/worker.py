@@ -22,6 +22,7 @@ bounded) before more is discovered.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
@@ -39,6 +40,7 @@ __all__ = ["Pipeline"]
 
 _log = get_logger("iterator.worker")
 _MAX_PIECES = 32
+_DEPTH_SAMPLE_S = 1.0
 """Split pieces cut per step (a step is one transaction: DynamoDB allows 100 items)."""
 
 
@@ -70,14 +72,35 @@ class Pipeline:
         """Steps this server committed (statistics)."""
         self.dropped = 0
         """Duplicate messages dropped (statistics)."""
+        self.dropped_at = [0] * len(self._names)
+        """Stale duplicate work messages discarded, per level (statistics)."""
+        self.chunks_emitted = 0
+        """Chunks this server wrote to a ledger (statistics)."""
+        self.reads_wasted = 0
+        """Chunks read from the source whose step another copy of the message had already
+        committed: the seed's duplicate work, never emitted twice (statistics)."""
+        self.depths = [0] * len(self._names)
+        """Messages in each level's queue when last sampled (`sample_depths`)."""
 
     def start(self) -> None:
-        """Starts the workers (inside the running loop)."""
+        """Starts the workers and the queue-depth sampler (inside the running loop)."""
         if not self._tasks:
             self._tasks = [
                 asyncio.create_task(self._run(i), name=f"iterator-worker-{i}")
                 for i in range(max(1, self._s.workers))
             ]
+            self._tasks.append(asyncio.create_task(self._sample_loop(), name="iterator-depths"))
+
+    async def sample_depths(self) -> None:
+        """Reads every level's queue depth (what the metrics show between samples)."""
+        for level, name in enumerate(self._names):
+            self.depths[level] = await self._queue.depth(name)
+
+    async def _sample_loop(self) -> None:
+        while True:
+            with contextlib.suppress(LoomError, StorageError):
+                await self.sample_depths()
+            await asyncio.sleep(_DEPTH_SAMPLE_S)
 
     async def stop(self) -> None:
         """Cancels the workers; messages they held reappear after their visibility."""
@@ -163,6 +186,7 @@ class Pipeline:
                 return
         else:
             self.dropped += 1
+            self.dropped_at[level] += 1
         await self._queue.delete(queue, [message.receipt])
 
     async def _step(
@@ -194,9 +218,12 @@ class Pipeline:
         step = plan_step(task, spec, StepInput(rows, limit, cuts, _now_ms()))
         if not await self._store.commit_step(job_id, step, task.seq):
             self.dropped += 1
+            self.reads_wasted += 1
+            await self._store.add_counters(job_id, {model.REREAD_CHUNKS: 1})
             return
         self.steps += 1
         if step.chunk is not None:
+            self.chunks_emitted += 1
             self._on_emit(job_id)
         await self._pass_on(job_id, step.task, list(step.new_tasks))
 
