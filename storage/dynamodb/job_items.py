@@ -13,6 +13,7 @@ from storage.errors import StorageCorrupt
 from storage.ports import ChunkRecord, JobRecord, TaskRecord
 
 __all__ = [
+    "cancellation_codes",
     "chunk_from_item",
     "chunk_item",
     "counter_update",
@@ -40,6 +41,20 @@ def transaction_lost(exc: BaseException) -> bool:
             "ConditionalCheckFailed" in text
         )
     return False
+
+
+def cancellation_codes(exc: BaseException) -> list[str] | None:
+    """Per-item reasons of a cancelled transaction ("None", "ConditionalCheckFailed",
+    "TransactionConflict", ...), or None when `exc` is not a cancelled transaction that
+    names them."""
+    if not isinstance(exc, ClientError):
+        return None
+    if exc.response.get("Error", {}).get("Code") != "TransactionCanceledException":
+        return None
+    reasons = exc.response.get("CancellationReasons")
+    if not reasons:
+        return None
+    return [str(r.get("Code", "None")) for r in reasons]
 
 
 def _n(value: int | float) -> dict[str, str]:

@@ -14,7 +14,8 @@ them when settled, so a stream's lease is one Query of what is due, never a scan
 
 A step is one TransactWriteItems: the task update conditioned on ``seq``, the new tasks,
 the chunk and the counters' ADD, so a lost race writes nothing and counters never count a
-duplicate (the seed's Redis counters, made exact). Conditional failures are outcomes;
+duplicate (the seed's Redis counters, made exact). Leases and settlements batch many chunks
+per transaction (`storage.dynamodb.chunk_ledger`). Conditional failures are outcomes;
 every other driver error becomes StorageUnavailable (`storage.dynamodb.client`).
 """
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from storage.dynamodb.chunk_ledger import ChunkLedger
 from storage.dynamodb.client import DRIVER_ERRORS, DynamoDBClient, translate
 from storage.dynamodb.job_items import (
     chunk_from_item,
@@ -50,6 +52,7 @@ class DynamoDBJobStore:
         self._client = client
         self._db = client.raw
         self._table = client.table_name(TABLE_SUFFIX)
+        self._chunks = ChunkLedger(self._db, self._table)
 
     @classmethod
     async def open(cls, settings: DynamoDBSettings) -> DynamoDBJobStore:
@@ -221,99 +224,18 @@ class DynamoDBJobStore:
     async def lease_chunks(
         self, job_id: str, *, now_ms: int, lease_ms: int, max_objects: int, max_chunks: int
     ) -> list[ChunkRecord]:
-        reply = await self._call(
-            "query",
-            IndexName="available",
-            KeyConditionExpression="avail_job = :j AND avail_at <= :now",
-            ExpressionAttributeValues={":j": {"S": job_id}, ":now": {"N": str(now_ms)}},
-            Limit=max_chunks,
+        return await self._chunks.lease(
+            job_id, now_ms=now_ms, lease_ms=lease_ms, max_objects=max_objects, max_chunks=max_chunks
         )
-        taken: list[ChunkRecord] = []
-        total = 0
-        until = now_ms + lease_ms
-        for item in reply.get("Items", []):
-            seen = chunk_from_item(item)
-            if taken and total + seen.count > max_objects:
-                break
-            try:
-                await self._db.update_item(
-                    TableName=self._table,
-                    Key={"pk": item["pk"], "sk": item["sk"]},
-                    UpdateExpression="SET #s = :l, lease_until_ms = :u, avail_at = :u, "
-                    "sends = sends + :one, version = version + :one",
-                    ConditionExpression="avail_at = :seen AND #s IN (:ready, :leased)",
-                    ExpressionAttributeNames={"#s": "state"},
-                    ExpressionAttributeValues={
-                        ":l": {"S": "leased"},
-                        ":u": {"N": str(until)},
-                        ":one": {"N": "1"},
-                        ":seen": item["avail_at"],
-                        ":ready": {"S": "ready"},
-                        ":leased": {"S": "leased"},
-                    },
-                )
-            except DRIVER_ERRORS as exc:
-                if transaction_lost(exc):
-                    continue  # another stream leased it first
-                raise translate(exc, "update_item") from exc
-            taken.append(
-                ChunkRecord(
-                    seen.chunk_id,
-                    seen.width,
-                    seen.keys,
-                    seen.count,
-                    "leased",
-                    until,
-                    seen.sends + 1,
-                    seen.acked_keys,
-                    seen.version + 1,
-                )
-            )
-            total += seen.count
-        return taken
 
     async def settle_chunks(
-        self, job_id: str, chunk_ids: Sequence[str], state: ChunkState
+        self,
+        job_id: str,
+        chunk_ids: Sequence[str],
+        state: ChunkState,
+        counts: Mapping[str, int] | None = None,
     ) -> tuple[int, int]:
-        chunks = objects = 0
-        for chunk_id in dict.fromkeys(chunk_ids):
-            reply = await self._call(
-                "get_item",
-                Key={"pk": {"S": f"j#{job_id}"}, "sk": {"S": f"c#{chunk_id}"}},
-                ConsistentRead=True,
-            )
-            item = reply.get("Item")
-            if item is None or item["state"]["S"] not in _UNSETTLED:
-                continue
-            count = int(item["count"]["N"])
-            ok = await self._transact(
-                [
-                    {
-                        "Update": {
-                            "Key": {"pk": item["pk"], "sk": item["sk"]},
-                            "UpdateExpression": "SET #s = :s, version = version + :one "
-                            "REMOVE avail_job, avail_at",
-                            "ConditionExpression": "#s IN (:ready, :leased)",
-                            "ExpressionAttributeNames": {"#s": "state"},
-                            "ExpressionAttributeValues": {
-                                ":s": {"S": state},
-                                ":one": {"N": "1"},
-                                ":ready": {"S": "ready"},
-                                ":leased": {"S": "leased"},
-                            },
-                        }
-                    },
-                    {
-                        "Update": counter_update(
-                            job_id, {f"{state}_chunks": 1, f"{state}_objects": count}
-                        )
-                    },
-                ]
-            )
-            if ok:
-                chunks += 1
-                objects += count
-        return chunks, objects
+        return await self._chunks.settle(job_id, chunk_ids, state, counts)
 
     async def _partition(self, job_id: str, prefix: str, **extra: Any) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = []
