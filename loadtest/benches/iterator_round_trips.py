@@ -147,9 +147,16 @@ async def _job(target: str, enterprises: int) -> tuple[int, pb.Job]:
             )
         )
         objects = 0
+        started = time.perf_counter()
+        first = last = 0.0
         async for batch in stub.StreamObjects(pb.StreamObjectsRequest(job_id=job.job_id)):
             objects += sum(len(c.object_keys) for c in batch.chunks)
+            last = time.perf_counter() - started
+            first = first or last
+        ended = time.perf_counter() - started
         final = await stub.GetJob(pb.GetJobRequest(job_id=job.job_id))
+        print(f"first objects after {first:.2f} s, last after {last:.2f} s, "
+              f"stream ended (job completed) after {ended:.2f} s")  # fmt: skip
     return objects, final
 
 
