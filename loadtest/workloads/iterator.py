@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import statistics
 import tempfile
 import time
 import uuid
@@ -61,6 +62,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--large-workers", type=int, default=0, help="workers for the large user (0: --workers)"
     )
+    parser.add_argument("--large-threshold", type=int, default=250_000)
+    parser.add_argument(
+        "--repeats", type=int, default=1, help="rounds of the large-user cases (medians)"
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="an [iterator] setting for every server of the run, e.g. hold_steps=1",
+    )
+
+
+_SETTINGS: dict[str, str] = {}
+"""``--set`` [iterator] settings, applied to every server of the run."""
 
 
 def _env(mode: str, url: str, **extra: object) -> dict[str, str]:
@@ -82,6 +98,7 @@ def _env(mode: str, url: str, **extra: object) -> dict[str, str]:
                 "AWS_DEFAULT_REGION": os.environ.get("AWS_DEFAULT_REGION", "us-east-1"),
             }
         )
+    env.update({f"LOOM_ITERATOR__{k.upper()}": str(v) for k, v in _SETTINGS.items()})
     env.update({f"LOOM_ITERATOR__{k.upper()}": str(v) for k, v in extra.items()})
     return env
 
@@ -191,29 +208,47 @@ async def _large_user(args: argparse.Namespace, harness: Harness, url: str) -> N
     never = 10**12
     cases = {  # (request, large_range_threshold, steal_after_s)
         "unsplit": (pb.StartIterationRequest(user_id=1, level="file"), never, never),
-        "split": (pb.StartIterationRequest(user_id=1, level="file"), 250_000, 5.0),
-        "spread": (pb.StartIterationRequest(enterprise_id=2, level="file"), 250_000, 5.0),
+        "split": (pb.StartIterationRequest(user_id=1, level="file"), args.large_threshold, 5.0),
+        "spread": (
+            pb.StartIterationRequest(enterprise_id=2, level="file"),
+            args.large_threshold,
+            5.0,
+        ),
     }
     workers = args.large_workers or args.workers
-    times = {}
-    for name, (request, threshold, steal) in cases.items():
-        env = _env(
-            args.mode, url, workers=workers, large_range_threshold=threshold, steal_after_s=steal
-        )
-        async with harness.server(env=env) as target:
-            ids, seconds, final = await _job(target, request)
-        assert len(ids) == n, f"{name}: {len(ids)} of {n} files emitted"
-        assert len(set(ids)) == n, f"{name}: duplicates"
-        times[name] = seconds
+    times: dict[str, list[float]] = {name: [] for name in cases}
+    ranges: dict[str, int] = {}
+    for _ in range(max(1, args.repeats)):  # rounds interleave the cases: drift hits all alike
+        for name, (request, threshold, steal) in cases.items():
+            env = _env(
+                args.mode,
+                url,
+                workers=workers,
+                large_range_threshold=threshold,
+                steal_after_s=steal,
+            )
+            async with harness.server(env=env) as target:
+                ids, seconds, final = await _job(target, request)
+            assert len(ids) == n, f"{name}: {len(ids)} of {n} files emitted"
+            assert len(set(ids)) == n, f"{name}: duplicates"
+            times[name].append(round(seconds, 2))
+            ranges[name] = final.levels[-1].ranges
+    median = {name: statistics.median(t) for name, t in times.items()}
+    for name in cases:
         report.add_figure(
             f"{args.mode}.large_user.{name}",
-            {"seconds": round(seconds, 2), "ranges": final.levels[-1].ranges, "workers": workers},
+            {
+                "median_s": median[name],
+                "runs_s": times[name],
+                "ranges": ranges[name],
+                "workers": workers,
+            },
         )
     report.add_figure(
-        f"{args.mode}.large_user.split_speedup", round(times["unsplit"] / times["split"], 2)
+        f"{args.mode}.large_user.split_speedup", round(median["unsplit"] / median["split"], 2)
     )
     report.add_figure(
-        f"{args.mode}.large_user.split_vs_spread", round(times["split"] / times["spread"], 2)
+        f"{args.mode}.large_user.split_vs_spread", round(median["split"] / median["spread"], 2)
     )
 
 
@@ -248,6 +283,10 @@ async def _redelivery(args: argparse.Namespace, harness: Harness, url: str) -> N
 
 async def run(args: argparse.Namespace, harness: Harness) -> None:
     """Throughput vs raw scan, then the large user, then redelivery."""
+    for item in args.set:
+        field, _, value = item.partition("=")
+        _SETTINGS[field.strip()] = value.strip()
+    harness.report.add_figure(f"{args.mode}.settings", dict(_SETTINGS))
     if args.mode == "distributed":  # DynamoDB Local takes any credentials; botocore wants some
         os.environ.setdefault("AWS_ACCESS_KEY_ID", "loadtest")
         os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "loadtest")

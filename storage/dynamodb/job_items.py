@@ -21,6 +21,7 @@ __all__ = [
     "job_item",
     "task_from_item",
     "task_item",
+    "transaction_conflict",
     "transaction_lost",
 ]
 
@@ -41,6 +42,17 @@ def transaction_lost(exc: BaseException) -> bool:
             "ConditionalCheckFailed" in text
         )
     return False
+
+
+def transaction_conflict(exc: BaseException) -> bool:
+    """True when a write was refused only because a concurrent transaction held an item it
+    touches (DynamoDB's optimistic concurrency): nothing was written, trying again is safe."""
+    if not isinstance(exc, ClientError):
+        return False
+    if exc.response.get("Error", {}).get("Code") == "TransactionConflictException":
+        return True
+    codes = cancellation_codes(exc)
+    return codes is not None and "TransactionConflict" in codes and not transaction_lost(exc)
 
 
 def cancellation_codes(exc: BaseException) -> list[str] | None:

@@ -21,6 +21,8 @@ every other driver error becomes StorageUnavailable (`storage.dynamodb.client`).
 
 from __future__ import annotations
 
+import asyncio
+import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -34,6 +36,7 @@ from storage.dynamodb.job_items import (
     job_item,
     task_from_item,
     task_item,
+    transaction_conflict,
     transaction_lost,
 )
 from storage.ports import ChunkRecord, ChunkState, JobRecord, LedgerSummary, Step, TaskRecord
@@ -42,6 +45,7 @@ from storage.settings import DynamoDBSettings
 __all__ = ["TABLE_SUFFIX", "DynamoDBJobStore"]
 
 TABLE_SUFFIX = "iterator"
+_CONFLICT_RETRIES = 6
 _UNSETTLED = ("ready", "leased")
 
 
@@ -73,15 +77,23 @@ class DynamoDBJobStore:
             raise translate(exc, what) from exc
 
     async def _transact(self, items: list[dict[str, Any]]) -> bool:
+        """True when applied, False when a condition failed (a lost race). A transaction
+        cancelled only by a concurrent one on the same items (every step of a job adds to
+        its counters item) wrote nothing and is tried again, a few times, jittered."""
         for item in items:
             next(iter(item.values()))["TableName"] = self._table
-        try:
-            await self._db.transact_write_items(TransactItems=items)
-        except DRIVER_ERRORS as exc:
-            if transaction_lost(exc):
-                return False
-            raise translate(exc, "transact_write_items") from exc
-        return True
+        for attempt in range(_CONFLICT_RETRIES + 1):
+            try:
+                await self._db.transact_write_items(TransactItems=items)
+            except DRIVER_ERRORS as exc:
+                if transaction_lost(exc):
+                    return False
+                if transaction_conflict(exc) and attempt < _CONFLICT_RETRIES:
+                    await asyncio.sleep(random.uniform(0.002, 0.01) * (attempt + 1))
+                    continue
+                raise translate(exc, "transact_write_items") from exc
+            return True
+        return False  # unreachable: the last attempt returns or raises
 
     async def create_job(
         self, job: JobRecord, root: TaskRecord, counters: Mapping[str, int]
@@ -305,7 +317,7 @@ class DynamoDBJobStore:
                     ExpressionAttributeValues={":new": {"N": repr(new)}, ":old": old},
                 )
             except DRIVER_ERRORS as exc:
-                if transaction_lost(exc):
+                if transaction_lost(exc) or transaction_conflict(exc):
                     continue  # another worker booked first: book after it
                 raise translate(exc, "update_item") from exc
             return (start - now_ms) / 1000.0
