@@ -64,6 +64,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--large-threshold", type=int, default=250_000)
     parser.add_argument(
+        "--redelivery-visibility",
+        type=float,
+        default=0.05,
+        help="visibility timeout (s) that forces redeliveries (SQS rounds it up to whole s)",
+    )
+    parser.add_argument(
         "--repeats", type=int, default=1, help="rounds of the large-user cases (medians)"
     )
     parser.add_argument(
@@ -255,7 +261,10 @@ async def _large_user(args: argparse.Namespace, harness: Harness, url: str) -> N
 async def _redelivery(args: argparse.Namespace, harness: Harness, url: str) -> None:
     report = harness.report
     await write_url(url, generate(CorpusShape(enterprises=4, users_per_enterprise=100)))
-    env = _env(args.mode, url, workers=args.workers, visibility_timeout_s=0.05, max_chunk=2000)
+    visibility = args.redelivery_visibility
+    env = _env(
+        args.mode, url, workers=args.workers, visibility_timeout_s=visibility, max_chunk=2000
+    )
     request = pb.StartIterationRequest(
         enterprise_range=pb.EnterpriseRange(first_enterprise_id=1, last_enterprise_id=4),
         level="version",
@@ -268,7 +277,7 @@ async def _redelivery(args: argparse.Namespace, harness: Harness, url: str) -> N
     report.add_figure(
         f"{args.mode}.redelivery",
         {
-            "visibility_timeout_s": 0.05,
+            "visibility_timeout_s": visibility,
             "objects": len(truth),
             "delivered_to_consumer": len(ids),
             "emitted_twice_to_consumer": len(ids) - len(set(ids)),

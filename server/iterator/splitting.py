@@ -13,6 +13,9 @@ Three cuts, each a position that ends a piece (inclusive) and starts the next:
 - **Long parent list** (work stealing, no query): a children range running longer than
   `steal_after_s` with two or more parents still ahead gives the second half of them away,
   cut at the prefix position ``(p,)`` that sorts before parent p's first row.
+
+Stealing happens only while the level's queue holds fewer work items than the server has
+workers: when every worker is busy, cutting ranges again only multiplies them.
 """
 
 from __future__ import annotations
@@ -36,9 +39,12 @@ class SplitFinder:
         self._source = source
         self._s = settings
 
-    async def cuts(self, task: TaskRecord, rows: list[Key], limit: int) -> list[Key]:
+    async def cuts(
+        self, task: TaskRecord, rows: list[Key], limit: int, *, may_steal: bool = True
+    ) -> list[Key]:
         """Positions after the last row read where the rest of the range is cut (sorted;
-        empty: no cut). Called only after a full read (the range goes on)."""
+        empty: no cut). Called only after a full read (the range goes on). `may_steal`
+        says whether a thief would find a worker (none: stealing only multiplies ranges)."""
         threshold = self._s.large_range_threshold
         after = rows[-1]
         here = after[0] if task.parents else None
@@ -53,7 +59,7 @@ class SplitFinder:
         if not cut_already and before_run < min(self._s.max_chunk, threshold) <= run:
             return await self._large(task, parents, after, run, threshold)
         running_ms = int(time.time() * 1000) - task.started_ms
-        if running_ms < self._s.steal_after_s * 1000:
+        if not may_steal or running_ms < self._s.steal_after_s * 1000:
             return []
         cuts: list[Key] = []
         if run >= 2 * limit:

@@ -281,7 +281,8 @@ class Pipeline:
             cuts: list[Key] = []
             if len(rows) == limit:
                 sizer.observe(task.level, len(rows), time.perf_counter() - started)
-                cuts = await self._splits.cuts(task, rows, limit)
+                idle = self.depths[task.level] < self._s.workers  # sampled every second
+                cuts = await self._splits.cuts(task, rows, limit, may_steal=idle)
         except Unavailable as exc:  # only the source's breaker answers for these calls
             raise _SourceDown(str(exc)) from exc
         if emitting and rate > 0 and rows:
