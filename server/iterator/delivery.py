@@ -174,7 +174,7 @@ class Delivery:
 
     async def _ack_objects(self, job_id: str, object_ids: Sequence[int]) -> tuple[int, int, int]:
         wanted = set(object_ids)
-        acked = whole = 0
+        acked = whole = repeated = 0
         for chunk in await self._store.leased_chunks(job_id, _MAX_LEASED_SCAN):
             flat = model.unpack(chunk.width, chunk.keys)
             ids = set(flat[chunk.width - 1 :: chunk.width])
@@ -183,12 +183,16 @@ class Delivery:
                 continue
             done = set(model.unpack(1, chunk.acked_keys))
             new = hit - done
+            repeated += len(hit) - len(new)  # acked before: ignored, and counted so
             wanted -= hit
             if not new:
                 continue
             done |= new
             if done >= ids:
                 settled, _ = await self._store.settle_chunks(job_id, [chunk.chunk_id], "acked")
+                if not settled:  # settled meanwhile (acked by chunk id): nothing new here
+                    repeated += len(new)
+                    continue
                 whole += settled
             else:
                 _, data = model.pack([(i,) for i in sorted(done)])
@@ -197,7 +201,7 @@ class Delivery:
                     wanted |= new  # raced with a lease or another ack: report as not acked
                     continue
             acked += len(new)
-        return acked, whole, len(wanted)
+        return acked, whole, len(wanted) + repeated
 
 
 def _now_ms() -> int:

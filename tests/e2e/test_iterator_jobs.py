@@ -214,6 +214,45 @@ async def test_acked_job_shared_by_two_consumers(iterator: Running) -> None:
     assert (again.chunks_acked, again.ignored) == (0, 2)
 
 
+async def test_acks_by_object_id_settle_chunks(iterator: Running) -> None:
+    """Acking objects one id at a time (each chunk in two halves) settles every chunk once
+    its last object is acked; ids acked twice or never emitted are ignored and counted."""
+    stub = iterator_pb2_grpc.IteratorStub(iterator.channel)
+    job = await stub.StartIteration(
+        pb.StartIterationRequest(enterprise_id=2, level="file", require_ack=True, ack_timeout_s=60)
+    )
+    acked = chunks_acked = ignored = chunks = repeats = 0
+    seen: list[int] = []
+    async for batch in stub.StreamObjects(pb.StreamObjectsRequest(job_id=job.job_id), timeout=120):
+        for c in batch.chunks:
+            ids = list(c.object_keys)
+            seen.extend(ids)
+            chunks += 1
+            half = len(ids) // 2
+            repeats += 1 if half else 0  # ids[0] again in the second call (not twice in one)
+            for part in (ids[:half], [*ids[half:], ids[0]]):
+                if not part:
+                    continue
+                reply = await stub.AckObjects(
+                    pb.AckObjectsRequest(job_id=job.job_id, object_ids=part)
+                )
+                acked += reply.acked
+                chunks_acked += reply.chunks_acked
+                ignored += reply.ignored
+    truth = await _truth(iterator.source_url, 0, 2, 2, 2)  # type: ignore[attr-defined]
+    assert sorted(seen) == sorted(truth)
+    assert acked == len(truth)
+    assert chunks_acked == chunks
+    assert ignored == repeats
+    never = await stub.AckObjects(pb.AckObjectsRequest(job_id=job.job_id, object_ids=[-5]))
+    assert (never.acked, never.ignored) == (0, 1)
+    final = await stub.GetJob(pb.GetJobRequest(job_id=job.job_id))
+    assert final.state == pb.JOB_STATE_COMPLETED
+    assert final.objects_acked == len(truth)
+    assert final.chunks_acked == final.chunks_emitted == chunks
+    assert final.ignored_acks == repeats + 1
+
+
 async def test_pause_resume_rate_and_cancel(iterator: Running) -> None:
     """A paused job emits nothing until resumed; a rate change shows at once; a cancelled
     job ends its streams."""
