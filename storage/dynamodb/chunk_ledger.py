@@ -21,6 +21,7 @@ from storage.dynamodb.client import DRIVER_ERRORS, translate
 from storage.dynamodb.job_items import (
     cancellation_codes,
     chunk_from_item,
+    counter_shard,
     counter_update,
     transaction_lost,
 )
@@ -136,7 +137,9 @@ class ChunkLedger:
             items.append(
                 {
                     "Update": counter_update(
-                        job_id, {f"{state}_chunks": len(batch), f"{state}_objects": total}
+                        job_id,
+                        {f"{state}_chunks": len(batch), f"{state}_objects": total},
+                        counter_shard(batch[0][0]),
                     )
                 }
             )

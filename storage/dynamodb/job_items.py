@@ -4,6 +4,7 @@ conditional write or transaction."""
 from __future__ import annotations
 
 import json
+import zlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -13,9 +14,11 @@ from storage.errors import StorageCorrupt
 from storage.ports import ChunkRecord, JobRecord, TaskRecord
 
 __all__ = [
+    "COUNTER_SHARDS",
     "cancellation_codes",
     "chunk_from_item",
     "chunk_item",
+    "counter_shard",
     "counter_update",
     "job_from_item",
     "job_item",
@@ -192,8 +195,20 @@ def chunk_from_item(item: Item) -> ChunkRecord:
         raise StorageCorrupt(f"dynamodb chunk item malformed: {exc}") from exc
 
 
-def counter_update(job_id: str, deltas: Mapping[str, int]) -> Item:
-    """An UpdateItem (or transaction Update) adding `deltas` to the job's counters item."""
+COUNTER_SHARDS = 16
+"""Counter items per job: concurrent steps of one job add to different items, so real
+DynamoDB does not cancel their transactions for touching the same one (TransactionConflict);
+reading the counters sums the shards (one Query)."""
+
+
+def counter_shard(name: str) -> int:
+    """The counters item a task's steps add to (stable: a task's steps are sequential)."""
+    return zlib.crc32(name.encode()) % COUNTER_SHARDS
+
+
+def counter_update(job_id: str, deltas: Mapping[str, int], shard: int = 0) -> Item:
+    """An UpdateItem (or transaction Update) adding `deltas` to one of the job's counters
+    items (``counters#<shard>``)."""
     names: dict[str, str] = {}
     values: dict[str, Any] = {}
     parts = []
@@ -202,7 +217,7 @@ def counter_update(job_id: str, deltas: Mapping[str, int]) -> Item:
         values[f":c{i}"] = _n(delta)
         parts.append(f"#c{i} :c{i}")
     update: Item = {
-        "Key": {"pk": _s(f"j#{job_id}"), "sk": _s("counters")},
+        "Key": {"pk": _s(f"j#{job_id}"), "sk": _s(f"counters#{shard}")},
         "UpdateExpression": "ADD " + ", ".join(parts),
         "ExpressionAttributeNames": names,
         "ExpressionAttributeValues": values,

@@ -3,7 +3,8 @@
 Table ``<table_prefix>iterator`` (hash ``pk``, range ``sk``)::
 
     pk = j#<job>  sk = job         the job: state, spec, rate, version, tat (rate limiter)
-                  sk = counters    one numeric attribute per counter (ADD)
+                  sk = counters#k  one numeric attribute per counter (ADD), k < 16:
+                                   steps add to their task's shard, reads sum them
                   sk = t#<task>    a task: level, parents, bounds, marker, seq, done, spawned
                   sk = c#<chunk>   a ledger chunk: keys (binary), count, state, lease, sends
 
@@ -29,8 +30,10 @@ from typing import Any
 from storage.dynamodb.chunk_ledger import ChunkLedger
 from storage.dynamodb.client import DRIVER_ERRORS, DynamoDBClient, translate
 from storage.dynamodb.job_items import (
+    COUNTER_SHARDS,
     chunk_from_item,
     chunk_item,
+    counter_shard,
     counter_update,
     job_from_item,
     job_item,
@@ -217,21 +220,22 @@ class DynamoDBJobStore:
         if step.chunk is not None:
             items.append({"Put": {"Item": chunk_item(job_id, step.chunk)}})
         if step.counters:
-            items.append({"Update": counter_update(job_id, step.counters)})
+            shard = counter_shard(t.task_id)
+            items.append({"Update": counter_update(job_id, step.counters, shard)})
         return await self._transact(items)
 
     async def counters(self, job_id: str) -> dict[str, int]:
-        reply = await self._call(
-            "get_item",
-            Key={"pk": {"S": f"j#{job_id}"}, "sk": {"S": "counters"}},
-            ConsistentRead=True,
-        )
-        item = reply.get("Item", {})
-        return {k[2:]: int(v["N"]) for k, v in item.items() if k.startswith("c_")}
+        totals: dict[str, int] = {}
+        for item in await self._partition(job_id, "counters"):
+            for k, v in item.items():
+                if k.startswith("c_"):
+                    totals[k[2:]] = totals.get(k[2:], 0) + int(v["N"])
+        return totals
 
     async def add_counters(self, job_id: str, deltas: Mapping[str, int]) -> None:
         if any(deltas.values()):
-            await self._call("update_item", **counter_update(job_id, deltas))
+            shard = random.randrange(COUNTER_SHARDS)
+            await self._call("update_item", **counter_update(job_id, deltas, shard))
 
     async def lease_chunks(
         self, job_id: str, *, now_ms: int, lease_ms: int, max_objects: int, max_chunks: int
