@@ -6,7 +6,7 @@ from __future__ import annotations
 from server.iterator import model
 from server.iterator.progress import eta_seconds, progress
 from server.iterator.sizing import ChunkSizer
-from server.iterator.stepping import StepInput, closed_parents, plan_step
+from server.iterator.stepping import StepInput, closed_parents, fan_out, parent_cut, plan_step
 from storage.ports import TaskRecord
 
 SPEC = model.JobSpec(0, (1,), (9,), 2, False, 30, "{}")
@@ -69,6 +69,33 @@ class TestPlanStep:
         last = plan_step(pieces[1], SPEC, StepInput([(7, 12)], limit=4))
         closed = [s.counters.get("closed.0", 0) for s in (step, first, middle, last)]
         assert closed == [0, 0, 0, 1]
+
+    def test_parents_fan_out_into_contiguous_tasks(self) -> None:
+        """A chunk of parents becomes up to `fanout` children tasks of contiguous, near-equal
+        parent lists, each counted as a range of the next level."""
+        step = plan_step(ROOT, SPEC, StepInput([(i,) for i in range(1, 8)], limit=9, fanout=3))
+        assert [t.parents for t in step.new_tasks] == [(1, 2, 3), (4, 5), (6, 7)]
+        assert [t.task_id for t in step.new_tasks] == ["r.0c0", "r.0c1", "r.0c2"]
+        assert step.counters["tasks.1"] == 3
+        assert fan_out([1, 2], 8) == [[1], [2]]
+        assert fan_out([], 4) == [[]]
+
+    def test_a_parent_list_is_cut_between_parents_and_each_closes_once(self) -> None:
+        """A prefix cut (p,) gives the second half of the parents away with no query; the
+        range and the piece together close every parent exactly once."""
+        task = _children((1, 3, 5, 7, 9), level=2, after=(1, 4))
+        cut = parent_cut(task.parents, task.after, task.upto)
+        assert cut == (7,)  # parents 3, 5 | 7, 9 remain after the marker's parent 1
+        step = plan_step(task, SPEC, StepInput([(1, 5), (3, 1)], limit=2, split_points=[cut]))
+        assert step.task.upto == (7,)
+        (piece,) = [t for t in step.new_tasks if t.level == 2]
+        assert (piece.after, piece.upto, piece.parents) == ((7,), (), task.parents)
+        rest = plan_step(step.task, SPEC, StepInput([(3, 2), (5, 1)], limit=9))
+        assert rest.task.done
+        tail = plan_step(piece, SPEC, StepInput([(7, 1), (9, 4)], limit=9))
+        closed = [s.counters.get("closed.1", 0) for s in (step, rest, tail)]
+        assert closed == [1, 2, 2]  # 1 | 3, 5 | 7, 9: five parents, once each
+        assert parent_cut((1, 3), (1, 4), ()) is None  # one parent ahead: nothing to give
 
     def test_closed_parents_counts_between_markers(self) -> None:
         """closed_parents counts parents whose end lies between old and new marker."""
