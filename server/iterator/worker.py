@@ -56,6 +56,9 @@ __all__ = ["Pipeline"]
 _log = get_logger("iterator.worker")
 _DEPTH_SAMPLE_S = 1.0
 _MAX_QUIET_S = 0.5
+_MAX_CHUNK_BYTES = 300_000
+"""A chunk is one ledger item: its keys and per-object acks (8 bytes per integer) stay well
+under DynamoDB's 400 KB item limit whatever max_chunk says."""
 _MAX_FANOUT = 32
 """Children tasks per step (a step is one transaction: DynamoDB allows 100 items)."""
 
@@ -263,7 +266,8 @@ class Pipeline:
         self, job_id: str, rate: int, spec: model.JobSpec, task: TaskRecord, sizer: ChunkSizer
     ) -> Step | None:
         """Reads one chunk after the marker and commits it; None when a copy won."""
-        limit = sizer.limit(task.level)
+        width = len(self._source.levels[task.level].id_columns) + (1 if task.parents else 0)
+        limit = min(sizer.limit(task.level), _MAX_CHUNK_BYTES // (8 * (width + 1)))
         emitting = task.level == spec.emit_level
         if emitting and rate > 0:
             limit = max(1, min(limit, rate))
@@ -290,7 +294,10 @@ class Pipeline:
             if wait > 0:
                 await asyncio.sleep(wait)
         step = plan_step(task, spec, StepInput(rows, limit, cuts, _now_ms(), self._fanout))
-        if not await self._store.commit_step(job_id, step, task.seq):
+        committing = time.perf_counter()
+        committed = await self._store.commit_step(job_id, step, task.seq)
+        sizer.observe_commit(time.perf_counter() - committing)
+        if not committed:
             self.dropped += 1
             self.reads_wasted += 1
             await self._store.add_counters(job_id, {model.REREAD_CHUNKS: 1})

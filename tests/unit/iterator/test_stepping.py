@@ -133,3 +133,13 @@ class TestChunkSizer:
             sizer.observe(1, 1000, 0.001)
         assert sizer.limit(1) == 5000
         assert sizer.limit(2) == 1000
+
+    def test_chunks_read_at_least_as_long_as_they_take_to_commit(self) -> None:
+        """When committing a chunk costs more than the time target, chunks grow so the
+        read matches the commit (fewer round trips per object), within the bounds."""
+        sizer = ChunkSizer(target_s=0.01, minimum=100, maximum=50_000, initial=1000)
+        sizer.observe(1, 1000, 0.01)  # 10 µs per row: 1,000 rows meet the 10 ms target
+        assert 990 <= sizer.limit(1) <= 1000
+        for _ in range(40):
+            sizer.observe_commit(0.05)  # a 50 ms commit
+        assert 4950 <= sizer.limit(1) <= 5000
