@@ -1,7 +1,8 @@
 """The Iterator's chunk ledger on DynamoDB: leasing chunks to streams and settling them.
 
 Round trips, not items, are what a stream pays for: a lease is one Query of the sparse
-``available`` index plus **one** TransactWriteItems that leases every chosen chunk (each
+``available`` index (which projects a chunk's state, never its keys) plus **one**
+TransactWriteItems that leases every chosen chunk (each
 update conditioned on the ``avail_at`` it was seen with, so two streams never lease one
 chunk); settling is one TransactWriteItems per 99 chunks with the counters' ADD, each
 update conditioned on the chunk being unsettled and on its object count, so a count the
@@ -9,6 +10,7 @@ caller passed from its lease is checked rather than trusted — and a chunk whos
 not known is read first (one BatchGetItem per 100). When a transaction is cancelled, its
 per-item reasons say which chunks lost a race (another stream, another ack): those are
 dropped and the rest is tried again; conflicts with a concurrent transaction are retried.
+The leased chunks' keys, written once in their own items, come back in one BatchGetItem.
 """
 
 from __future__ import annotations
@@ -23,9 +25,10 @@ from storage.dynamodb.job_items import (
     chunk_from_item,
     counter_shard,
     counter_update,
+    keys_key,
     transaction_lost,
 )
-from storage.errors import StorageUnavailable
+from storage.errors import StorageCorrupt, StorageUnavailable
 from storage.ports import ChunkRecord, ChunkState
 
 __all__ = ["ChunkLedger"]
@@ -89,7 +92,11 @@ class ChunkLedger:
                 return []
             codes = await self._transact([_lease_update(item, until) for item in chosen])
             if codes is None:
-                return [_leased(chunk_from_item(item), until) for item in chosen]
+                keys = await self.keys(job_id, [item["chunk_id"]["S"] for item in chosen])
+                return [
+                    _leased(chunk_from_item(item, keys.get(item["chunk_id"]["S"], b"")), until)
+                    for item in chosen
+                ]
             # Chunks another stream leased first are dropped; conflicts are tried again.
             chosen = [
                 i for i, code in zip(chosen, codes, strict=True) if code != "ConditionalCheckFailed"
@@ -153,6 +160,29 @@ class ChunkLedger:
                 return (0, 0), kept, [cid for cid, _ in failed]
             await asyncio.sleep(0.005)  # a conflict with another transaction: again
         raise StorageUnavailable("dynamodb settle: transactions kept conflicting")
+
+    async def keys(self, job_id: str, chunk_ids: Sequence[str]) -> dict[str, bytes]:
+        """The packed keys of these chunks (BatchGetItem of their keys items)."""
+        found: dict[str, bytes] = {}
+        for start in range(0, len(chunk_ids), 100):
+            request: dict[str, Any] = {
+                self._table: {
+                    "Keys": [keys_key(job_id, c) for c in chunk_ids[start : start + 100]],
+                    "ConsistentRead": True,
+                }
+            }
+            while request:
+                try:
+                    reply = await self._db.batch_get_item(RequestItems=request)
+                except DRIVER_ERRORS as exc:
+                    raise translate(exc, "batch_get_item") from exc
+                for item in reply.get("Responses", {}).get(self._table, []):
+                    found[item["sk"]["S"][2:]] = bytes(item["keys"]["B"])
+                request = reply.get("UnprocessedKeys") or {}
+        missing = [c for c in chunk_ids if c not in found]
+        if missing:
+            raise StorageCorrupt(f"dynamodb chunk keys missing: {missing[:3]}")
+        return found
 
     async def _unsettled_counts(self, job_id: str, chunk_ids: Sequence[str]) -> dict[str, int]:
         """Object counts of the chunks that exist and are not settled (BatchGetItem)."""

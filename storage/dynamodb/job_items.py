@@ -14,14 +14,16 @@ from storage.errors import StorageCorrupt
 from storage.ports import ChunkRecord, JobRecord, TaskRecord
 
 __all__ = [
+    "CHUNK_STATE_ATTRIBUTES",
     "COUNTER_SHARDS",
     "cancellation_codes",
     "chunk_from_item",
-    "chunk_item",
+    "chunk_items",
     "counter_shard",
     "counter_update",
     "job_from_item",
     "job_item",
+    "keys_key",
     "task_from_item",
     "task_item",
     "transaction_conflict",
@@ -158,14 +160,29 @@ def task_from_item(item: Item) -> TaskRecord:
         raise StorageCorrupt(f"dynamodb task item malformed: {exc}") from exc
 
 
-def chunk_item(job_id: str, c: ChunkRecord) -> Item:
-    """A new chunk's item, available to lease at once."""
-    return {
+CHUNK_STATE_ATTRIBUTES = (
+    "chunk_id",
+    "width",
+    "count",
+    "state",
+    "lease_until_ms",
+    "sends",
+    "acked_keys",
+    "version",
+)
+"""What a chunk's state item holds besides its keys (and what the ``available`` index
+projects): everything but the objects' keys, which live in an item of their own."""
+
+
+def chunk_items(job_id: str, c: ChunkRecord) -> tuple[Item, Item]:
+    """A new chunk as two items: its state (``c#<id>``, available to lease at once, rewritten
+    by leases and settlements) and its keys (``k#<id>``, written once). Kept apart so the
+    tens of kilobytes of keys are not rewritten, nor copied into the index, on every lease."""
+    state = {
         "pk": _s(f"j#{job_id}"),
         "sk": _s(f"c#{c.chunk_id}"),
         "chunk_id": _s(c.chunk_id),
         "width": _n(c.width),
-        "keys": {"B": c.keys},
         "count": _n(c.count),
         "state": _s(c.state),
         "lease_until_ms": _n(c.lease_until_ms),
@@ -175,15 +192,22 @@ def chunk_item(job_id: str, c: ChunkRecord) -> Item:
         "avail_job": _s(job_id),
         "avail_at": _n(c.lease_until_ms),
     }
+    keys = {"pk": _s(f"j#{job_id}"), "sk": _s(f"k#{c.chunk_id}"), "keys": {"B": c.keys}}
+    return state, keys
 
 
-def chunk_from_item(item: Item) -> ChunkRecord:
-    """The chunk of an item."""
+def keys_key(job_id: str, chunk_id: str) -> Item:
+    """The primary key of a chunk's keys item."""
+    return {"pk": _s(f"j#{job_id}"), "sk": _s(f"k#{chunk_id}")}
+
+
+def chunk_from_item(item: Item, keys: bytes) -> ChunkRecord:
+    """The chunk of a state item and its keys."""
     try:
         return ChunkRecord(
             chunk_id=item["chunk_id"]["S"],
             width=int(item["width"]["N"]),
-            keys=bytes(item["keys"]["B"]),
+            keys=keys,
             count=int(item["count"]["N"]),
             state=item["state"]["S"],
             lease_until_ms=int(item["lease_until_ms"]["N"]),

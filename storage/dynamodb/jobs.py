@@ -6,7 +6,8 @@ Table ``<table_prefix>iterator`` (hash ``pk``, range ``sk``)::
                   sk = counters#k  one numeric attribute per counter (ADD), k < 16:
                                    steps add to their task's shard, reads sum them
                   sk = t#<task>    a task: level, parents, bounds, marker, seq, done, spawned
-                  sk = c#<chunk>   a ledger chunk: keys (binary), count, state, lease, sends
+                  sk = c#<chunk>   a ledger chunk's state: count, state, lease, sends, acks
+                  sk = k#<chunk>   its objects' keys (binary), written once
 
 GSI ``available`` (``avail_job``, ``avail_at``) is sparse: a chunk carries the two attributes
 while it can be leased (``avail_at`` = 0 when ready, the lease end while leased) and loses
@@ -30,9 +31,10 @@ from typing import Any
 from storage.dynamodb.chunk_ledger import ChunkLedger
 from storage.dynamodb.client import DRIVER_ERRORS, DynamoDBClient, translate
 from storage.dynamodb.job_items import (
+    CHUNK_STATE_ATTRIBUTES,
     COUNTER_SHARDS,
     chunk_from_item,
-    chunk_item,
+    chunk_items,
     counter_shard,
     counter_update,
     job_from_item,
@@ -218,7 +220,8 @@ class DynamoDBJobStore:
         ]
         items += [{"Put": {"Item": task_item(job_id, n)}} for n in step.new_tasks]
         if step.chunk is not None:
-            items.append({"Put": {"Item": chunk_item(job_id, step.chunk)}})
+            state, keys = chunk_items(job_id, step.chunk)
+            items += [{"Put": {"Item": state}}, {"Put": {"Item": keys}}]
         if step.counters:
             shard = counter_shard(t.task_id)
             items.append({"Update": counter_update(job_id, step.counters, shard)})
@@ -270,8 +273,9 @@ class DynamoDBJobStore:
 
     async def leased_chunks(self, job_id: str, limit: int) -> list[ChunkRecord]:
         items = await self._partition(job_id, "c#")
-        leased = [chunk_from_item(i) for i in items if i["state"]["S"] == "leased"]
-        return leased[:limit]
+        leased = [i for i in items if i["state"]["S"] == "leased"][:limit]
+        keys = await self._chunks.keys(job_id, [i["chunk_id"]["S"] for i in leased])
+        return [chunk_from_item(i, keys[i["chunk_id"]["S"]]) for i in leased]
 
     async def save_chunk_acks(self, job_id: str, chunk: ChunkRecord, expected_version: int) -> bool:
         try:
@@ -352,7 +356,10 @@ _TABLE_SPEC: dict[str, Any] = {
                 {"AttributeName": "avail_job", "KeyType": "HASH"},
                 {"AttributeName": "avail_at", "KeyType": "RANGE"},
             ],
-            "Projection": {"ProjectionType": "ALL"},
+            "Projection": {
+                "ProjectionType": "INCLUDE",
+                "NonKeyAttributes": list(CHUNK_STATE_ATTRIBUTES),
+            },
         },
         {
             "IndexName": "jobs",
