@@ -228,6 +228,13 @@ class Pipeline:
                 await self._on_source_down(work.job, str(exc))
                 await self._queue.set_visibility(queue, message.receipt, self._s.pause_poll_s)
                 return
+            except asyncio.CancelledError:
+                # The server is stopping: let the next worker (a replica, or this server
+                # restarted) have the range now rather than after the visibility timeout.
+                with contextlib.suppress(Exception):
+                    async with asyncio.timeout(1.0):
+                        await asyncio.shield(self._queue.set_visibility(queue, message.receipt, 0))
+                raise
         else:
             self.dropped += 1
             self.dropped_at[level] += 1
