@@ -403,7 +403,9 @@ class IterationSource(Protocol):
     - **bounded** (`parents` None): rows of a level whose id key lies in [first, last];
       a position is the id key.
     - **children** (`parents` given, sorted): rows of a level whose parent is one of
-      `parents`; a position is ``(parent, *id key)``, compared as a row value.
+      `parents`; a position is ``(parent, *id key)``, compared as a row value. A bound may
+      also be the parent alone, ``(p,)``, which sorts before every row of p (as Python
+      tuples compare): ``after=(p,)`` starts at p's first row, ``upto=(p,)`` ends before it.
 
     Only rows satisfying the level's `where` count. Faults become `storage.errors`.
     """
@@ -664,15 +666,22 @@ class JobStore(Protocol):
         """Leases available chunks (ready, or leased with lease_until <= now): each becomes
         leased until now + lease_ms and its `sends` grows by one. A chunk is leased by one
         caller at a time. Stops at `max_chunks` or once `max_objects` are reached (at least
-        one chunk when any is available)."""
+        one chunk when any is available); an adapter may stop sooner (one page, one
+        transaction of its engine)."""
         ...
 
     async def settle_chunks(
-        self, job_id: str, chunk_ids: Sequence[str], state: ChunkState
+        self,
+        job_id: str,
+        chunk_ids: Sequence[str],
+        state: ChunkState,
+        counts: Mapping[str, int] | None = None,
     ) -> tuple[int, int]:
         """Moves chunks that are not yet delivered/acked to `state` ("delivered" or "acked");
         returns (chunks, objects) newly settled and adds them to the counters
-        ``<state>_chunks`` / ``<state>_objects`` in the same write. Unknown ids are ignored."""
+        ``<state>_chunks`` / ``<state>_objects`` in the same write. Unknown ids are ignored.
+        `counts` (chunk id -> object count, as leased) may spare the adapter a read; a count
+        that is not the chunk's is never applied."""
         ...
 
     async def leased_chunks(self, job_id: str, limit: int) -> list[ChunkRecord]:

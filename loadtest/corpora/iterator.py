@@ -13,15 +13,25 @@ hierarchy), the ground truth the e2e suite and the load test compare emissions w
 
 from __future__ import annotations
 
+import contextlib
 import random
 import sqlite3
-from collections.abc import Iterator, Sequence
+import uuid
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from storage.sql.schema import DEFAULT_SCHEMA
 
-__all__ = ["Corpus", "CorpusShape", "expected_ids", "generate", "write_sqlite", "write_url"]
+__all__ = [
+    "Corpus",
+    "CorpusShape",
+    "expected_ids",
+    "generate",
+    "private_database",
+    "write_sqlite",
+    "write_url",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +141,36 @@ async def write_url(url: str, c: Corpus, *, batch: int = 20_000) -> None:
             await conn.execute(text(analyze))
     finally:
         await engine.dispose()
+
+
+@contextlib.asynccontextmanager
+async def private_database(url: str) -> AsyncIterator[str]:
+    """A fresh, empty database on the server `url` points at (PostgreSQL or MariaDB),
+    dropped afterwards; its URL. A SQLite URL is yielded unchanged.
+
+    Tests and load tests that write the default tables each get their own database, so two
+    of them sharing one test server never drop each other's tables mid-run.
+    """
+    from sqlalchemy import text
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    if url.startswith("sqlite"):
+        yield url
+        return
+    name = f"loom_{uuid.uuid4().hex[:12]}"
+    admin = create_async_engine(url, isolation_level="AUTOCOMMIT")
+    postgres = url.startswith("postgresql")
+    try:
+        async with admin.connect() as conn:
+            await conn.execute(text(f"CREATE DATABASE {name}"))
+        yield make_url(url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with contextlib.suppress(Exception):  # a stopped server keeps its leftovers
+            async with admin.connect() as conn:
+                force = " WITH (FORCE)" if postgres else ""
+                await conn.execute(text(f"DROP DATABASE IF EXISTS {name}{force}"))
+        await admin.dispose()
 
 
 _CHAIN = (

@@ -10,17 +10,21 @@ id LIMIT n`` over every user of the scope, no pipeline, measured in the same run
 database; the **pipeline** figure is a real ``loom serve`` iterating the same scope's files
 into one StreamObjects consumer (counting objects, checking the set against plain SQL). The
 headline is the ratio. Embedded = SQLite source, queue and state; distributed = PostgreSQL
-source (LOOM_TEST_POSTGRES_URL), SQS (LOOM_TEST_SQS_ENDPOINT) and DynamoDB Local
-(LOOM_TEST_DYNAMODB_ENDPOINT) from ``scripts/engines/up.sh``.
+source (a private database on LOOM_TEST_POSTGRES_URL's server), SQS (LOOM_TEST_SQS_ENDPOINT)
+and DynamoDB Local (LOOM_TEST_DYNAMODB_ENDPOINT) from ``scripts/engines/up.sh``; there the
+raw TransactWriteItems rate of DynamoDB Local is measured too (`_iterator_baselines`).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import statistics
 import tempfile
 import time
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
@@ -29,8 +33,16 @@ from loom.v1 import iterator_pb2_grpc
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from loadtest.corpora.iterator import Corpus, CorpusShape, expected_ids, generate, write_url
+from loadtest.corpora.iterator import (
+    Corpus,
+    CorpusShape,
+    expected_ids,
+    generate,
+    private_database,
+    write_url,
+)
 from loadtest.harness import Harness
+from loadtest.workloads._iterator_baselines import dynamodb_transactions_per_s, raw_scan
 
 __all__ = ["add_arguments", "run"]
 
@@ -43,9 +55,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--large-user-files", type=int, default=1_000_000)
     parser.add_argument("--spread-users", type=int, default=1000)
     parser.add_argument("--chunk", type=int, default=1000, help="LIMIT of the raw scan")
+    parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument("--skip-large", action="store_true")
     parser.add_argument("--skip-redelivery", action="store_true")
     parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument(
+        "--large-workers", type=int, default=0, help="workers for the large user (0: --workers)"
+    )
+    parser.add_argument("--large-threshold", type=int, default=250_000)
+    parser.add_argument(
+        "--redelivery-visibility",
+        type=float,
+        default=0.05,
+        help="visibility timeout (s) that forces redeliveries (SQS rounds it up to whole s)",
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=1, help="rounds of throughput and large user (medians)"
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="an [iterator] setting for every server of the run, e.g. hold_steps=1",
+    )
+
+
+_SETTINGS: dict[str, str] = {}
+"""``--set`` [iterator] settings, applied to every server of the run."""
 
 
 def _env(mode: str, url: str, **extra: object) -> dict[str, str]:
@@ -64,33 +101,12 @@ def _env(mode: str, url: str, **extra: object) -> dict[str, str]:
                 "LOOM_DYNAMODB__CREATE_TABLES": "true",
                 "AWS_ACCESS_KEY_ID": os.environ.get("AWS_ACCESS_KEY_ID", "loadtest"),
                 "AWS_SECRET_ACCESS_KEY": os.environ.get("AWS_SECRET_ACCESS_KEY", "loadtest"),
-                "AWS_DEFAULT_REGION": "us-east-1",
+                "AWS_DEFAULT_REGION": os.environ.get("AWS_DEFAULT_REGION", "us-east-1"),
             }
         )
+    env.update({f"LOOM_ITERATOR__{k.upper()}": str(v) for k, v in _SETTINGS.items()})
     env.update({f"LOOM_ITERATOR__{k.upper()}": str(v) for k, v in extra.items()})
     return env
-
-
-async def _raw_scan(url: str, users: list[int], chunk: int) -> tuple[int, float]:
-    """The baseline: one keyset loop per user, no pipeline. (rows, seconds)"""
-    engine = create_async_engine(url)
-    sql = text(
-        "SELECT id FROM file WHERE user_id = :u AND id > :m AND deleted = 0 ORDER BY id LIMIT :n"
-    )
-    rows = 0
-    started = time.perf_counter()
-    async with engine.connect() as conn:
-        for user in users:
-            marker = -1
-            while True:
-                got = (await conn.execute(sql, {"u": user, "m": marker, "n": chunk})).all()
-                rows += len(got)
-                if len(got) < chunk:
-                    break
-                marker = got[-1][0]
-    seconds = time.perf_counter() - started
-    await engine.dispose()
-    return rows, seconds
 
 
 async def _job(target: str, request: pb.StartIterationRequest) -> tuple[list[int], float, pb.Job]:
@@ -125,51 +141,71 @@ async def _truth(url: str, scope_level: int, emit_level: int, first: int, last: 
     return ids
 
 
-def _source_url(mode: str, tmp: Path, name: str) -> str:
+@contextlib.asynccontextmanager
+async def _source(mode: str, tmp: Path) -> AsyncIterator[str]:
+    """The source database of this run (a private one on the PostgreSQL server)."""
     if mode == "distributed":
-        return os.environ["LOOM_TEST_POSTGRES_URL"]
-    return f"sqlite+aiosqlite:///{tmp / name}"
+        async with private_database(os.environ["LOOM_TEST_POSTGRES_URL"]) as url:
+            yield url
+    else:
+        yield f"sqlite+aiosqlite:///{tmp / 'corpus.sqlite3'}"
 
 
-async def _throughput(args: argparse.Namespace, harness: Harness, tmp: Path) -> None:
+async def _throughput(args: argparse.Namespace, harness: Harness, url: str) -> None:
+    """Rounds of (raw scan, pipeline job[, DynamoDB raw]); each round's ratio is its own
+    pipeline over its own baseline, and the headline is the median ratio."""
     report = harness.report
-    url = _source_url(args.mode, tmp, "corpus.sqlite3")
     shape = CorpusShape(
         enterprises=args.enterprises, users_per_enterprise=args.users, large_users=0
     )
     corpus = generate(shape)
     await write_url(url, corpus)
-    users = sorted({u for u, _, d in corpus.users if not d})
     live_ents = {e for e, d in corpus.enterprise if not d}
     users = sorted(u for u, e, d in corpus.users if not d and e in live_ents)
-    raw_rows, raw_s = await _raw_scan(url, users, args.chunk)
-    report.add_figure(f"{args.mode}.raw_keyset_rows_per_s", round(raw_rows / raw_s))
+    truth = await _truth(url, 0, 2, 1, args.enterprises)
     request = pb.StartIterationRequest(
         enterprise_range=pb.EnterpriseRange(
             first_enterprise_id=1, last_enterprise_id=args.enterprises
         ),
         level="file",
     )
-    async with harness.server(env=_env(args.mode, url, workers=args.workers)) as target:
-        ids, seconds, final = await _job(target, request)
-    truth = await _truth(url, 0, 2, 1, args.enterprises)
-    rate = len(ids) / seconds
-    report.add_figure(f"{args.mode}.pipeline_objects_per_s", round(rate))
-    report.add_figure(f"{args.mode}.pipeline_vs_raw", round(rate / (raw_rows / raw_s), 3))
-    report.add_figure(
-        f"{args.mode}.correctness",
-        {
-            "objects": len(ids),
-            "expected": len(truth),
-            "missing": len(set(truth) - set(ids)),
-            "duplicates": len(ids) - len(set(ids)),
-            "chunks": final.chunks_emitted,
-            "objects_per_chunk": round(len(ids) / max(1, final.chunks_emitted)),
-        },
-    )
+    rounds: list[dict[str, float]] = []
+    for _ in range(max(1, args.repeats)):
+        raw_rows, raw_s = await raw_scan(url, users, args.chunk)
+        async with harness.server(env=_env(args.mode, url, workers=args.workers)) as target:
+            ids, seconds, final = await _job(target, request)
+        per_chunk = round(len(ids) / max(1, final.chunks_emitted))
+        found = {
+            "raw_rows_per_s": round(raw_rows / raw_s),
+            "pipeline_objects_per_s": round(len(ids) / seconds),
+            "objects_per_chunk": per_chunk,
+        }
+        found["vs_raw"] = round(found["pipeline_objects_per_s"] / found["raw_rows_per_s"], 3)
+        if args.mode == "distributed":
+            tx = await dynamodb_transactions_per_s(
+                objects=per_chunk, width=2, concurrency=args.workers, seconds=5.0
+            )
+            found["dynamodb_step_transactions_per_s"] = round(tx, 1)
+            found["vs_dynamodb_bound"] = round(
+                found["pipeline_objects_per_s"] / (tx * per_chunk), 3
+            )
+        rounds.append(found)
+        report.add_figure(
+            f"{args.mode}.correctness.round{len(rounds)}",
+            {
+                "objects": len(ids),
+                "expected": len(truth),
+                "missing": len(set(truth) - set(ids)),
+                "duplicates": len(ids) - len(set(ids)),
+                "chunks": final.chunks_emitted,
+            },
+        )
+    report.add_figure(f"{args.mode}.throughput_rounds", rounds)
+    for key in rounds[0]:
+        report.add_figure(f"{args.mode}.median.{key}", statistics.median(r[key] for r in rounds))
 
 
-async def _large_user(args: argparse.Namespace, harness: Harness, tmp: Path) -> None:
+async def _large_user(args: argparse.Namespace, harness: Harness, url: str) -> None:
     report = harness.report
     n = args.large_user_files
     spread = args.spread_users
@@ -182,37 +218,61 @@ async def _large_user(args: argparse.Namespace, harness: Harness, tmp: Path) -> 
     corpus.file = [(2 * i + 1, 1, 0) for i in range(n)] + [
         (2 * i + 2, 10 + i % spread, 0) for i in range(n)
     ]
-    url = _source_url(args.mode, tmp, "large.sqlite3")
     await write_url(url, corpus)
-    cases = {
-        "unsplit": (pb.StartIterationRequest(user_id=1, level="file"), 10**12),
-        "split": (pb.StartIterationRequest(user_id=1, level="file"), 250_000),
-        "spread": (pb.StartIterationRequest(enterprise_id=2, level="file"), 250_000),
+    never = 10**12
+    cases = {  # (request, large_range_threshold, steal_after_s)
+        "unsplit": (pb.StartIterationRequest(user_id=1, level="file"), never, never),
+        "split": (pb.StartIterationRequest(user_id=1, level="file"), args.large_threshold, 5.0),
+        "spread": (
+            pb.StartIterationRequest(enterprise_id=2, level="file"),
+            args.large_threshold,
+            5.0,
+        ),
     }
-    times = {}
-    for name, (request, threshold) in cases.items():
-        env = _env(args.mode, url, workers=args.workers, large_range_threshold=threshold)
-        async with harness.server(env=env) as target:
-            ids, seconds, final = await _job(target, request)
-        assert len(ids) == n, f"{name}: {len(ids)} of {n} files emitted"
-        times[name] = seconds
+    workers = args.large_workers or args.workers
+    times: dict[str, list[float]] = {name: [] for name in cases}
+    ranges: dict[str, int] = {}
+    for _ in range(max(1, args.repeats)):  # rounds interleave the cases: drift hits all alike
+        for name, (request, threshold, steal) in cases.items():
+            env = _env(
+                args.mode,
+                url,
+                workers=workers,
+                large_range_threshold=threshold,
+                steal_after_s=steal,
+            )
+            async with harness.server(env=env) as target:
+                ids, seconds, final = await _job(target, request)
+            assert len(ids) == n, f"{name}: {len(ids)} of {n} files emitted"
+            assert len(set(ids)) == n, f"{name}: duplicates"
+            times[name].append(round(seconds, 2))
+            ranges[name] = final.levels[-1].ranges
+    median = {name: statistics.median(t) for name, t in times.items()}
+    for name in cases:
         report.add_figure(
             f"{args.mode}.large_user.{name}",
-            {"seconds": round(seconds, 2), "ranges": final.levels[-1].ranges},
+            {
+                "median_s": median[name],
+                "runs_s": times[name],
+                "ranges": ranges[name],
+                "workers": workers,
+            },
         )
     report.add_figure(
-        f"{args.mode}.large_user.split_speedup", round(times["unsplit"] / times["split"], 2)
+        f"{args.mode}.large_user.split_speedup", round(median["unsplit"] / median["split"], 2)
     )
     report.add_figure(
-        f"{args.mode}.large_user.split_vs_spread", round(times["split"] / times["spread"], 2)
+        f"{args.mode}.large_user.split_vs_spread", round(median["split"] / median["spread"], 2)
     )
 
 
-async def _redelivery(args: argparse.Namespace, harness: Harness, tmp: Path) -> None:
+async def _redelivery(args: argparse.Namespace, harness: Harness, url: str) -> None:
     report = harness.report
-    url = _source_url(args.mode, tmp, "redelivery.sqlite3")
     await write_url(url, generate(CorpusShape(enterprises=4, users_per_enterprise=100)))
-    env = _env(args.mode, url, workers=args.workers, visibility_timeout_s=0.05, max_chunk=2000)
+    visibility = args.redelivery_visibility
+    env = _env(
+        args.mode, url, workers=args.workers, visibility_timeout_s=visibility, max_chunk=2000
+    )
     request = pb.StartIterationRequest(
         enterprise_range=pb.EnterpriseRange(first_enterprise_id=1, last_enterprise_id=4),
         level="version",
@@ -221,24 +281,38 @@ async def _redelivery(args: argparse.Namespace, harness: Harness, tmp: Path) -> 
     async with harness.server(env=env) as target:
         ids, _, final = await _job(target, request)
     truth = await _truth(url, 0, 3, 1, 4)
+    steps = sum(lv.ranges for lv in final.levels)
     report.add_figure(
         f"{args.mode}.redelivery",
         {
-            "visibility_timeout_s": 0.05,
+            "visibility_timeout_s": visibility,
             "objects": len(truth),
+            "delivered_to_consumer": len(ids),
             "emitted_twice_to_consumer": len(ids) - len(set(ids)),
             "missing": len(set(truth) - set(ids)),
             "chunks_emitted": final.chunks_emitted,
+            "chunks_read_twice": final.chunks_reread,
             "chunks_resent": final.chunks_resent,
+            "ranges": steps,
         },
     )
 
 
 async def run(args: argparse.Namespace, harness: Harness) -> None:
     """Throughput vs raw scan, then the large user, then redelivery."""
+    for item in args.set:
+        field, _, value = item.partition("=")
+        _SETTINGS[field.strip()] = value.strip()
+    harness.report.add_figure(f"{args.mode}.settings", dict(_SETTINGS))
+    if args.mode == "distributed":  # DynamoDB Local takes any credentials; botocore wants some
+        os.environ.setdefault("AWS_ACCESS_KEY_ID", "loadtest")
+        os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "loadtest")
+        os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
     with tempfile.TemporaryDirectory(prefix="loom-iterator-") as tmp:
-        await _throughput(args, harness, Path(tmp))
-        if not args.skip_large:
-            await _large_user(args, harness, Path(tmp))
-        if not args.skip_redelivery:
-            await _redelivery(args, harness, Path(tmp))
+        async with _source(args.mode, Path(tmp)) as url:
+            if not args.skip_throughput:
+                await _throughput(args, harness, url)
+            if not args.skip_large:
+                await _large_user(args, harness, url)
+            if not args.skip_redelivery:
+                await _redelivery(args, harness, url)

@@ -6,7 +6,8 @@
 # second start is fast and works offline.
 
 LOOM_REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-LOOM_ENGINES_DIR="${LOOM_REPO_ROOT}/.engines"
+# LOOM_ENGINES_DIR moves all of it (a test that stops an engine runs its own instance there).
+LOOM_ENGINES_DIR="${LOOM_ENGINES_DIR:-${LOOM_REPO_ROOT}/.engines}"
 LOOM_ENV_FILE="${LOOM_ENGINES_DIR}/env"
 LOOM_CACHE_DIR="${LOOM_CACHE_DIR:-${HOME}/.cache/loom}"
 # shellcheck disable=SC2034
@@ -120,15 +121,17 @@ wait_ready() {
 }
 
 # Graceful TERM first (Cassandra flushes and syncs its commit log on TERM), KILL after a timeout.
+# stop_engine TIMEOUT [SIGNAL]: PostgreSQL takes INT (its "fast" shutdown: TERM is "smart",
+# which waits for every pooled client connection to close).
 stop_engine() {
-  local timeout_s="${1:-30}" pid i
+  local timeout_s="${1:-30}" signal="${2:-TERM}" pid i
   if ! pid="$(running_pid)"; then
     say "not running"
     rm -f "${PID_FILE}"
     return 0
   fi
-  say "stopping pid ${pid} (TERM, KILL after ${timeout_s}s)"
-  kill -TERM "${pid}" 2>/dev/null || true
+  say "stopping pid ${pid} (${signal}, KILL after ${timeout_s}s)"
+  kill -"${signal}" "${pid}" 2>/dev/null || true
   for ((i = 0; i < timeout_s * 5; i++)); do
     kill -0 "${pid}" 2>/dev/null || break
     sleep 0.2

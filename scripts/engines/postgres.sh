@@ -66,7 +66,7 @@ do_start() {
   fi
 }
 
-do_stop() { stop_engine 30; }
+do_stop() { stop_engine 30 INT; }
 
 check_ready() {
   port_open "${HOST}" "${PORT}" || return 1

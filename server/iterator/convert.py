@@ -202,6 +202,7 @@ def job_to_proto(view: JobView) -> iterator_pb2.Job:
         chunks_acked=p.acked_chunks,
         chunks_resent=view.counters.get(model.RESENT_CHUNKS, 0),
         ignored_acks=view.counters.get(model.IGNORED_ACKS, 0),
+        chunks_reread=view.counters.get(model.REREAD_CHUNKS, 0),
         iteration_complete=p.iteration_complete,
     )
     if r.finished_ms:

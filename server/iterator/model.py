@@ -9,7 +9,8 @@ committed step) and progress/completion (which read them):
     tasks_done.<L>  ranges that read level L and are closed
     emitted_objects / emitted_chunks           written to the chunk ledger
     delivered_* / acked_*                      settled by streams / acknowledgements
-    resent_chunks, ignored_acks                statistics
+    resent_chunks, ignored_acks, reread_chunks statistics (reread: a chunk read again by
+                                               a copy of a message whose step was committed)
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ __all__ = [
     "EMITTED_CHUNKS",
     "EMITTED_OBJECTS",
     "IGNORED_ACKS",
+    "REREAD_CHUNKS",
     "RESENT_CHUNKS",
     "JobSpec",
     "WorkMessage",
@@ -41,6 +43,7 @@ EMITTED_OBJECTS = "emitted_objects"
 EMITTED_CHUNKS = "emitted_chunks"
 RESENT_CHUNKS = "resent_chunks"
 IGNORED_ACKS = "ignored_acks"
+REREAD_CHUNKS = "reread_chunks"
 
 
 def found(level: int) -> str:

@@ -14,6 +14,7 @@ from server.iterator.handler import POLICIES, IteratorHandler
 from server.iterator.hierarchy import check_levels, check_schema, source_levels
 from server.iterator.jobcache import JobCache
 from server.iterator.service import IteratorService
+from server.iterator.telemetry import register
 from server.iterator.worker import Pipeline
 from server.runtime.guard import guard_store
 from server.runtime.logs import get_logger
@@ -80,6 +81,7 @@ async def mount(server: grpc.aio.Server, settings: Settings, resources: Resource
         source, store, jobs, delivery, s, level_names=names, announce=pipeline.announce
     )
     holder.append(service)
+    register(resources.metrics, pipeline, service, names)
     pipeline.start()
     service.start()
     iterator_pb2_grpc.add_IteratorServicer_to_server(IteratorHandler(service, s.levels, s), server)

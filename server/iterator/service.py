@@ -71,6 +71,11 @@ class IteratorService:
         self._announce = announce
         self._meters: dict[str, progress.RateMeter] = {}
         self._tasks: list[asyncio.Task[None]] = []
+        self.finished: dict[str, int] = {}
+        """Jobs this server's checker moved to COMPLETED or FAILED, by state (statistics:
+        summed over every replica, each job counts once)."""
+        self.unsettled_chunks = 0
+        """Chunks of running jobs emitted and not yet delivered/acked, at the last check."""
 
     def start(self) -> None:
         """Starts the completion checker and the source monitor."""
@@ -195,6 +200,7 @@ class IteratorService:
 
     async def check_once(self) -> None:
         """Completes every running job whose counters and ledger both say it is done."""
+        unsettled = 0
         for record in await self._store.active_jobs():
             if record.state != "running":
                 continue
@@ -202,6 +208,7 @@ class IteratorService:
             counters = await self._store.counters(record.job_id)
             p = progress.progress(spec, self.names, counters)
             self._meters.setdefault(record.job_id, progress.RateMeter()).add(p.emitted_objects)
+            unsettled += max(0, p.emitted_chunks - p.settled_chunks)
             if not p.complete:
                 continue
             settled: ChunkState = "acked" if spec.require_ack else "delivered"
@@ -216,8 +223,10 @@ class IteratorService:
                 final = replace(record, state="completed")
             final = replace(final, finished_ms=_now_ms())
             if await self._store.update_job(final, record.version):
+                self.finished[final.state] = self.finished.get(final.state, 0) + 1
                 self.delivery.notify(record.job_id)
                 _log.info("job finished", job_id=record.job_id, state=final.state)
+        self.unsettled_chunks = unsettled
 
     async def _check_loop(self) -> None:
         while True:

@@ -68,6 +68,12 @@ class IteratorSettings:
     """LIMIT of a worker's first read of a level."""
     visibility_timeout_s: float = 30.0
     """A taken work item not finished within this reappears for another worker."""
+    hold_steps: int = 16
+    """Steps a worker takes on one range while holding its work item (within a third of
+    the visibility timeout) before handing the rest back to the queue."""
+    fanout: int = 4
+    """Children tasks one step creates for the parents it found (1..32): their children
+    are read in parallel by different workers and replicas."""
     ack_timeout_s: int = 30
     """Default seconds a delivered chunk may stay unacknowledged (require_ack)."""
     max_stream_batch: int = 5000

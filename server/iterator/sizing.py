@@ -3,8 +3,11 @@
 Each worker keeps, per level, a moving average of the seconds one row costs to read and
 sets its next LIMIT so a chunk takes about `target_s`: a slow or loaded source gets smaller
 chunks (short transactions, quick reaction to pause and rate changes), a fast one larger
-chunks (fewer round trips and queue hops per object). Bounded both ways; a chunk is one
-ledger item, so the upper bound also bounds an item's size.
+chunks (fewer round trips and queue hops per object). The target is never below what
+committing a chunk costs (the step's writes to the state engine, also a moving average):
+when a round trip to DynamoDB costs more than reading a few thousand rows, a chunk that
+reads for less would spend most of the pipeline on round trips. Bounded both ways; a chunk
+is one ledger item, so the upper bound also bounds an item's size.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ __all__ = ["ChunkSizer"]
 class ChunkSizer:
     """The LIMIT of the next read of each level, adapted to the measured read time."""
 
-    __slots__ = ("_alpha", "_cost", "_initial", "_max", "_min", "_target")
+    __slots__ = ("_alpha", "_cost", "_initial", "_max", "_min", "_overhead", "_target")
 
     def __init__(
         self, *, target_s: float, minimum: int, maximum: int, initial: int, alpha: float = 0.3
@@ -26,13 +29,20 @@ class ChunkSizer:
         self._initial = min(max(initial, self._min), self._max)
         self._alpha = alpha
         self._cost: dict[int, float] = {}
+        self._overhead = 0.0
 
     def limit(self, level: int) -> int:
         """The LIMIT to use for the next read of `level`."""
         cost = self._cost.get(level)
         if cost is None or cost <= 0:
             return self._initial
-        return int(min(self._max, max(self._min, self._target / cost)))
+        target = max(self._target, self._overhead)
+        return int(min(self._max, max(self._min, target / cost)))
+
+    def observe_commit(self, seconds: float) -> None:
+        """Records what committing one step took (its writes, not its read)."""
+        if seconds > 0:
+            self._overhead += self._alpha * (seconds - self._overhead)
 
     def observe(self, level: int, rows: int, seconds: float) -> None:
         """Records that a full read (as many rows as its LIMIT) of `level` took `seconds`.

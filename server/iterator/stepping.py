@@ -25,7 +25,15 @@ from dataclasses import dataclass, replace
 from server.iterator import model
 from storage.ports import ChunkRecord, Key, Step, TaskRecord
 
-__all__ = ["StepInput", "child_id", "closed_parents", "piece_id", "plan_step"]
+__all__ = [
+    "StepInput",
+    "child_id",
+    "closed_parents",
+    "fan_out",
+    "parent_cut",
+    "piece_id",
+    "plan_step",
+]
 
 
 def child_id(task_id: str, seq: int) -> str:
@@ -41,6 +49,34 @@ def piece_id(task_id: str, seq: int, index: int) -> str:
 def chunk_id(task_id: str, seq: int) -> str:
     """The stable id of the chunk emitted by step `seq` of `task_id`."""
     return f"{task_id}/{seq}"
+
+
+def fan_out(ids: Sequence[int], fanout: int) -> list[Sequence[int]]:
+    """`ids` (sorted) cut into at most `fanout` contiguous, near-equal lists."""
+    pieces = max(1, min(fanout, len(ids)))
+    size, extra = divmod(len(ids), pieces)
+    out: list[Sequence[int]] = []
+    start = 0
+    for index in range(pieces):
+        end = start + size + (1 if index < extra else 0)
+        out.append(ids[start:end])
+        start = end
+    return out
+
+
+def parent_cut(parents: Sequence[int], after: Key, upto: Key) -> Key | None:
+    """Where to cut a children range's remaining parents in two (no query needed): the
+    prefix position ``(p,)`` of the middle one, which sorts before every row of p. None
+    when fewer than two parents remain after the marker's own."""
+    lo = bisect.bisect_right(parents, after[0]) if after else 0
+    if upto:
+        hi = bisect.bisect_left(parents, upto[0]) if len(upto) == 1 else len(parents)
+        hi = min(hi, bisect.bisect_right(parents, upto[0]))
+    else:
+        hi = len(parents)
+    if hi - lo < 2:
+        return None
+    return (parents[(lo + hi) // 2],)
 
 
 def closed_parents(task: TaskRecord, new_after: Key, finished: bool) -> int:
@@ -65,6 +101,9 @@ class StepInput:
     split_points: Sequence[Key] = ()
     """Positions where the rest of the range is cut (each ends a piece, inclusive)."""
     now_ms: int = 0
+    fanout: int = 1
+    """Children tasks one step may create: its parents are dealt into up to this many
+    contiguous lists, read in parallel by different workers (and replicas)."""
 
 
 def plan_step(task: TaskRecord, spec: model.JobSpec, got: StepInput) -> Step:
@@ -96,24 +135,26 @@ def plan_step(task: TaskRecord, spec: model.JobSpec, got: StepInput) -> Step:
             counters[model.EMITTED_OBJECTS] = len(rows)
             counters[model.EMITTED_CHUNKS] = 1
     elif rows:
-        ids = sorted({r[-1] for r in rows})
-        new_tasks.append(
-            TaskRecord(
-                child_id(task.task_id, seq),
-                level + 1,
-                tuple(ids),
-                (),
-                (),
-                (),
-                (),
-                0,
-                False,
-                0,
-                got.now_ms,
-                (),
+        groups = fan_out(sorted({r[-1] for r in rows}), got.fanout)
+        for index, group in enumerate(groups):
+            name = child_id(task.task_id, seq)
+            new_tasks.append(
+                TaskRecord(
+                    name if len(groups) == 1 else f"{name}c{index}",
+                    level + 1,
+                    tuple(group),
+                    (),
+                    (),
+                    (),
+                    (),
+                    0,
+                    False,
+                    0,
+                    got.now_ms,
+                    (),
+                )
             )
-        )
-        counters[model.tasks(level + 1)] = 1
+        counters[model.tasks(level + 1)] = len(groups)
 
     upto = task.upto
     if got.split_points and not finished:

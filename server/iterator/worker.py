@@ -1,27 +1,34 @@
-"""The stateless workers: take a step message, read one chunk, commit the step, pass work on.
+"""The stateless workers: take a step message, read chunks, commit the steps, pass work on.
 
 Every server runs `workers` of these asyncio tasks; every replica's workers share the same
 queues (one per level, as in the seed), so adding replicas adds workers. A worker holds no
 state a crash could lose: the task record holds the marker, the queue holds the message,
-and the step's effects are one conditional write.
+and each step's effects are one conditional write.
 
 Handling one message "step s of task t" (the seed's work de-duplication, made exact):
 
 - ``s == t.seq`` and t is open: read a chunk after the marker, maybe split, commit the step
   **iff t.seq is still s** (two copies of one message cannot both commit, so no chunk is
-  emitted twice), then enqueue the tasks it created and the next step, then delete the
-  message. A copy that lost the race just deletes itself.
-- ``s == t.seq - 1`` on a *redelivery*: the step was committed but its messages may have
-  been lost with a crashed worker; send them again (duplicates are harmless: see above).
+  emitted twice), enqueue the tasks it created — and go on with step s + 1 while holding
+  the same message, up to `hold_steps` steps and a third of the visibility timeout. Then
+  enqueue "step n of t" for whoever comes next and delete the message. A copy that lost a
+  race just deletes itself. Holding saves, per step, the queue hop (send, receive, delete)
+  and the task read, which on SQS and DynamoDB cost more than the chunk read itself.
+- ``s < t.seq`` on a *redelivery*: steps were committed but the worker holding the message
+  may have died before sending on; send the last step's tasks and "step t.seq" again
+  (duplicates are harmless: see above).
 - anything else is a stale duplicate: dropped.
 
 Deeper levels are served first, so started work finishes (and memory in flight stays
-bounded) before more is discovered.
+bounded) before more is discovered. A level whose queue was found empty is not asked
+again for a short, growing while (reset when this server sends to it), so idle workers
+do not spend round trips on empty queues.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
@@ -29,17 +36,35 @@ from server.config import IteratorSettings
 from server.iterator import model
 from server.iterator.jobcache import JobCache
 from server.iterator.sizing import ChunkSizer
+from server.iterator.splitting import SplitFinder
 from server.iterator.stepping import StepInput, plan_step
 from server.runtime.errors import LoomError, Unavailable
 from server.runtime.logs import get_logger
 from storage.errors import StorageError
-from storage.ports import IterationSource, JobStore, Key, QueuedMessage, TaskRecord, WorkQueue
+from storage.ports import (
+    IterationSource,
+    JobStore,
+    Key,
+    QueuedMessage,
+    Step,
+    TaskRecord,
+    WorkQueue,
+)
 
 __all__ = ["Pipeline"]
 
 _log = get_logger("iterator.worker")
-_MAX_PIECES = 32
-"""Split pieces cut per step (a step is one transaction: DynamoDB allows 100 items)."""
+_DEPTH_SAMPLE_S = 1.0
+_MAX_QUIET_S = 0.5
+_MAX_CHUNK_BYTES = 300_000
+"""A chunk is one ledger item: its keys and per-object acks (8 bytes per integer) stay well
+under DynamoDB's 400 KB item limit whatever max_chunk says."""
+_MAX_FANOUT = 32
+"""Children tasks per step (a step is one transaction: DynamoDB allows 100 items)."""
+
+
+class _SourceDown(Exception):
+    """The source database failed a read: the job pauses until it answers again."""
 
 
 class Pipeline:
@@ -65,19 +90,33 @@ class Pipeline:
         self._names = list(queue_names)
         self._on_emit = on_emit
         self._on_source_down = on_source_down
+        self._splits = SplitFinder(source, settings)
+        self._fanout = max(1, min(_MAX_FANOUT, settings.fanout))
+        self._quiet_until = [0.0] * len(self._names)
+        self._quiet_for = [settings.poll_interval_s] * len(self._names)
         self._tasks: list[asyncio.Task[None]] = []
         self.steps = 0
         """Steps this server committed (statistics)."""
         self.dropped = 0
         """Duplicate messages dropped (statistics)."""
+        self.dropped_at = [0] * len(self._names)
+        """Stale duplicate work messages discarded, per level (statistics)."""
+        self.chunks_emitted = 0
+        """Chunks this server wrote to a ledger (statistics)."""
+        self.reads_wasted = 0
+        """Chunks read from the source whose step another copy of the message had already
+        committed: the seed's duplicate work, never emitted twice (statistics)."""
+        self.depths = [0] * len(self._names)
+        """Messages in each level's queue when last sampled (`sample_depths`)."""
 
     def start(self) -> None:
-        """Starts the workers (inside the running loop)."""
+        """Starts the workers and the queue-depth sampler (inside the running loop)."""
         if not self._tasks:
             self._tasks = [
                 asyncio.create_task(self._run(i), name=f"iterator-worker-{i}")
                 for i in range(max(1, self._s.workers))
             ]
+            self._tasks.append(asyncio.create_task(self._sample_loop(), name="iterator-depths"))
 
     async def stop(self) -> None:
         """Cancels the workers; messages they held reappear after their visibility."""
@@ -86,13 +125,35 @@ class Pipeline:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
 
+    async def sample_depths(self) -> None:
+        """Reads every level's queue depth (what the metrics show between samples)."""
+        for level, name in enumerate(self._names):
+            self.depths[level] = await self._queue.depth(name)
+
+    async def _sample_loop(self) -> None:
+        while True:
+            with contextlib.suppress(LoomError, StorageError):
+                await self.sample_depths()
+            await asyncio.sleep(_DEPTH_SAMPLE_S)
+
     async def announce(self, job_id: str, tasks: Sequence[TaskRecord]) -> None:
         """Enqueues step 0 of each new task on its level's queue."""
         by_level: dict[int, list[str]] = {}
         for t in tasks:
             by_level.setdefault(t.level, []).append(model.WorkMessage(job_id, t.task_id, 0).dumps())
         for level, bodies in by_level.items():
-            await self._queue.send(self._names[level], bodies)
+            await self._send(level, bodies)
+
+    async def _send(self, level: int, bodies: list[str]) -> None:
+        await self._queue.send(self._names[level], bodies)
+        self._quiet_until[level] = 0.0
+        self._quiet_for[level] = self._s.poll_interval_s
+
+    def _quiet(self, level: int) -> None:
+        """`level`'s queue was empty: skip it for a while (longer each time)."""
+        wait = min(_MAX_QUIET_S, self._quiet_for[level] * 1.5)
+        self._quiet_for[level] = wait
+        self._quiet_until[level] = time.monotonic() + wait
 
     async def _run(self, index: int) -> None:
         sizer = ChunkSizer(
@@ -107,17 +168,23 @@ class Pipeline:
             worked = False
             try:
                 for level in levels:
+                    if self._quiet_until[level] > time.monotonic():
+                        continue
                     messages = await self._queue.receive(
                         self._names[level],
                         max_messages=4,
                         visibility_s=self._s.visibility_timeout_s,
                         wait_s=0,
                     )
-                    if messages:
-                        worked = True
-                        for message in messages:
-                            await self._handle(level, message, sizer)
-                        break
+                    if not messages:
+                        self._quiet(level)
+                        continue
+                    worked = True
+                    # One budget for the batch: no message is held past its visibility.
+                    deadline = time.monotonic() + self._s.visibility_timeout_s / 3
+                    for message in messages:
+                        await self._handle(level, message, sizer, deadline)
+                    break
             except asyncio.CancelledError:
                 raise
             except (LoomError, StorageError) as exc:
@@ -130,9 +197,11 @@ class Pipeline:
                 idle = self._s.poll_interval_s
             else:
                 await asyncio.sleep(idle)
-                idle = min(0.5, idle * 1.5)
+                idle = min(_MAX_QUIET_S, idle * 1.5)
 
-    async def _handle(self, level: int, message: QueuedMessage, sizer: ChunkSizer) -> None:
+    async def _handle(
+        self, level: int, message: QueuedMessage, sizer: ChunkSizer, deadline: float
+    ) -> None:
         queue = self._names[level]
         work = model.WorkMessage.loads(message.body)
         if work is None:
@@ -150,116 +219,114 @@ class Pipeline:
         if task is None or task.level != level:
             await self._queue.delete(queue, [message.receipt])
             return
-        if work.seq == task.seq - 1 and message.receive_count > 1:
-            await self._pass_on(work.job, task)  # a committed step whose messages may be lost
+        if work.seq < task.seq and message.receive_count > 1:
+            await self._pass_on(work.job, task)  # committed steps whose messages may be lost
         elif work.seq == task.seq and not task.done:
             try:
-                await self._step(work.job, job.rate, spec, task, sizer)
-            except Unavailable as exc:
-                if "source" not in str(exc):
-                    raise
+                await self._hold(work.job, spec, job.rate, task, sizer=sizer, deadline=deadline)
+            except _SourceDown as exc:
                 await self._on_source_down(work.job, str(exc))
                 await self._queue.set_visibility(queue, message.receipt, self._s.pause_poll_s)
                 return
+            except asyncio.CancelledError:
+                # The server is stopping: let the next worker (a replica, or this server
+                # restarted) have the range now rather than after the visibility timeout.
+                with contextlib.suppress(Exception):
+                    async with asyncio.timeout(1.0):
+                        await asyncio.shield(self._queue.set_visibility(queue, message.receipt, 0))
+                raise
         else:
             self.dropped += 1
+            self.dropped_at[level] += 1
         await self._queue.delete(queue, [message.receipt])
+
+    async def _hold(
+        self,
+        job_id: str,
+        spec: model.JobSpec,
+        rate: int,
+        task: TaskRecord,
+        *,
+        sizer: ChunkSizer,
+        deadline: float,
+    ) -> None:
+        """Steps `task` while holding its message, then hands the rest on."""
+        taken = 0
+        while True:
+            step = await self._step(job_id, rate, spec, task, sizer)
+            if step is None:
+                return  # another copy committed this step: it goes on
+            taken += 1
+            task = step.task
+            await self.announce(job_id, step.new_tasks)
+            if task.done:
+                return
+            if taken >= self._s.hold_steps or time.monotonic() >= deadline:
+                break
+            found = await self._jobs.get(job_id)
+            if found is None or found[0].state != "running":
+                break  # paused or finished: whoever takes the message next will see it
+            rate = found[0].rate
+        await self._send(task.level, [model.WorkMessage(job_id, task.task_id, task.seq).dumps()])
 
     async def _step(
         self, job_id: str, rate: int, spec: model.JobSpec, task: TaskRecord, sizer: ChunkSizer
-    ) -> None:
-        limit = sizer.limit(task.level)
+    ) -> Step | None:
+        """Reads one chunk after the marker and commits it; None when a copy won."""
+        width = len(self._source.levels[task.level].id_columns) + (1 if task.parents else 0)
+        limit = min(sizer.limit(task.level), _MAX_CHUNK_BYTES // (8 * (width + 1)))
         emitting = task.level == spec.emit_level
         if emitting and rate > 0:
             limit = max(1, min(limit, rate))
         started = time.perf_counter()
-        rows = await self._source.read(
-            task.level,
-            parents=task.parents or None,
-            first=task.first,
-            last=task.last,
-            after=task.after,
-            upto=task.upto,
-            limit=limit,
-        )
-        if len(rows) == limit:
-            sizer.observe(task.level, len(rows), time.perf_counter() - started)
-        cuts: list[Key] = []
-        if len(rows) == limit:
-            cuts = await self._split_points(task, rows, limit)
+        try:
+            rows = await self._source.read(
+                task.level,
+                parents=task.parents or None,
+                first=task.first,
+                last=task.last,
+                after=task.after,
+                upto=task.upto,
+                limit=limit,
+            )
+            cuts: list[Key] = []
+            if len(rows) == limit:
+                sizer.observe(task.level, len(rows), time.perf_counter() - started)
+                idle = self.depths[task.level] < self._s.workers  # sampled every second
+                cuts = await self._splits.cuts(task, rows, limit, may_steal=idle)
+        except Unavailable as exc:  # only the source's breaker answers for these calls
+            raise _SourceDown(str(exc)) from exc
         if emitting and rate > 0 and rows:
             wait = await self._store.reserve(job_id, len(rows), float(rate), _now_ms())
             if wait > 0:
                 await asyncio.sleep(wait)
-        step = plan_step(task, spec, StepInput(rows, limit, cuts, _now_ms()))
-        if not await self._store.commit_step(job_id, step, task.seq):
+        step = plan_step(task, spec, StepInput(rows, limit, cuts, _now_ms(), self._fanout))
+        committing = time.perf_counter()
+        committed = await self._store.commit_step(job_id, step, task.seq)
+        sizer.observe_commit(time.perf_counter() - committing)
+        if not committed:
             self.dropped += 1
-            return
+            self.reads_wasted += 1
+            await self._store.add_counters(job_id, {model.REREAD_CHUNKS: 1})
+            return None
         self.steps += 1
         if step.chunk is not None:
+            self.chunks_emitted += 1
             self._on_emit(job_id)
-        await self._pass_on(job_id, step.task, list(step.new_tasks))
+        return step
 
-    async def _pass_on(
-        self, job_id: str, task: TaskRecord, created: list[TaskRecord] | None = None
-    ) -> None:
-        """Enqueues what a committed step created, then the task's next step."""
-        if created is None:
-            created = []
-            for task_id in task.spawned:
-                spawned = await self._store.get_task(job_id, task_id)
-                if spawned is not None:
-                    created.append(spawned)
+    async def _pass_on(self, job_id: str, task: TaskRecord) -> None:
+        """Enqueues again what the task's last committed step created, and its next step."""
+        created = []
+        for task_id in task.spawned:
+            spawned = await self._store.get_task(job_id, task_id)
+            if spawned is not None:
+                created.append(spawned)
         await self.announce(job_id, created)
         if not task.done:
-            body = model.WorkMessage(job_id, task.task_id, task.seq).dumps()
-            await self._queue.send(self._names[task.level], [body])
-
-    async def _split_points(self, task: TaskRecord, rows: list[Key], limit: int) -> list[Key]:
-        """Where to cut the rest of a large or slow range (empty: no cut).
-
-        Large: the first time a parent's rows read reach `large_range_threshold`, the rest
-        of that parent is cut every `threshold` rows, found by the seed's ``LIMIT 1 OFFSET
-        n`` probe, each probe starting at the previous cut (linear in the parent's size,
-        not quadratic). Slow (work stealing): a range running longer than `steal_after_s`
-        is cut once more, as far ahead as it has already read, so its remainder is shared.
-        """
-        threshold = self._s.large_range_threshold
-        after = rows[-1]
-        before_run = (
-            task.rows if not task.parents or (task.after and task.after[0] == after[0]) else 0
-        )
-        run = before_run + sum(1 for r in rows if not task.parents or r[0] == after[0])
-        parents = [after[0]] if task.parents else None
-        cuts: list[Key] = []
-        if before_run < threshold <= run:
-            cursor = after
-            while len(cuts) < _MAX_PIECES:
-                point = await self._probe(task, parents, cursor, threshold - 1)
-                if point is None:
-                    break
-                cuts.append(point)
-                cursor = point
-            return cuts
-        running_ms = _now_ms() - task.started_ms
-        if running_ms >= self._s.steal_after_s * 1000 and run >= 2 * limit:
-            point = await self._probe(task, parents, after, run)
-            if point is not None:
-                cuts.append(point)
-        return cuts
-
-    async def _probe(
-        self, task: TaskRecord, parents: list[int] | None, after: Key, offset: int
-    ) -> Key | None:
-        return await self._source.probe(
-            task.level,
-            parents=parents,
-            first=task.first,
-            last=task.last,
-            after=after,
-            upto=task.upto,
-            offset=offset,
-        )
+            await self._send(
+                task.level, [model.WorkMessage(job_id, task.task_id, task.seq).dumps()]
+            )
 
 
 def _now_ms() -> int:

@@ -4,6 +4,7 @@ conditional write or transaction."""
 from __future__ import annotations
 
 import json
+import zlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -13,13 +14,19 @@ from storage.errors import StorageCorrupt
 from storage.ports import ChunkRecord, JobRecord, TaskRecord
 
 __all__ = [
+    "CHUNK_STATE_ATTRIBUTES",
+    "COUNTER_SHARDS",
+    "cancellation_codes",
     "chunk_from_item",
-    "chunk_item",
+    "chunk_items",
+    "counter_shard",
     "counter_update",
     "job_from_item",
     "job_item",
+    "keys_key",
     "task_from_item",
     "task_item",
+    "transaction_conflict",
     "transaction_lost",
 ]
 
@@ -40,6 +47,31 @@ def transaction_lost(exc: BaseException) -> bool:
             "ConditionalCheckFailed" in text
         )
     return False
+
+
+def transaction_conflict(exc: BaseException) -> bool:
+    """True when a write was refused only because a concurrent transaction held an item it
+    touches (DynamoDB's optimistic concurrency): nothing was written, trying again is safe."""
+    if not isinstance(exc, ClientError):
+        return False
+    if exc.response.get("Error", {}).get("Code") == "TransactionConflictException":
+        return True
+    codes = cancellation_codes(exc)
+    return codes is not None and "TransactionConflict" in codes and not transaction_lost(exc)
+
+
+def cancellation_codes(exc: BaseException) -> list[str] | None:
+    """Per-item reasons of a cancelled transaction ("None", "ConditionalCheckFailed",
+    "TransactionConflict", ...), or None when `exc` is not a cancelled transaction that
+    names them."""
+    if not isinstance(exc, ClientError):
+        return None
+    if exc.response.get("Error", {}).get("Code") != "TransactionCanceledException":
+        return None
+    reasons = exc.response.get("CancellationReasons")
+    if not reasons:
+        return None
+    return [str(r.get("Code", "None")) for r in reasons]
 
 
 def _n(value: int | float) -> dict[str, str]:
@@ -128,14 +160,29 @@ def task_from_item(item: Item) -> TaskRecord:
         raise StorageCorrupt(f"dynamodb task item malformed: {exc}") from exc
 
 
-def chunk_item(job_id: str, c: ChunkRecord) -> Item:
-    """A new chunk's item, available to lease at once."""
-    return {
+CHUNK_STATE_ATTRIBUTES = (
+    "chunk_id",
+    "width",
+    "count",
+    "state",
+    "lease_until_ms",
+    "sends",
+    "acked_keys",
+    "version",
+)
+"""What a chunk's state item holds besides its keys (and what the ``available`` index
+projects): everything but the objects' keys, which live in an item of their own."""
+
+
+def chunk_items(job_id: str, c: ChunkRecord) -> tuple[Item, Item]:
+    """A new chunk as two items: its state (``c#<id>``, available to lease at once, rewritten
+    by leases and settlements) and its keys (``k#<id>``, written once). Kept apart so the
+    tens of kilobytes of keys are not rewritten, nor copied into the index, on every lease."""
+    state = {
         "pk": _s(f"j#{job_id}"),
         "sk": _s(f"c#{c.chunk_id}"),
         "chunk_id": _s(c.chunk_id),
         "width": _n(c.width),
-        "keys": {"B": c.keys},
         "count": _n(c.count),
         "state": _s(c.state),
         "lease_until_ms": _n(c.lease_until_ms),
@@ -145,15 +192,22 @@ def chunk_item(job_id: str, c: ChunkRecord) -> Item:
         "avail_job": _s(job_id),
         "avail_at": _n(c.lease_until_ms),
     }
+    keys = {"pk": _s(f"j#{job_id}"), "sk": _s(f"k#{c.chunk_id}"), "keys": {"B": c.keys}}
+    return state, keys
 
 
-def chunk_from_item(item: Item) -> ChunkRecord:
-    """The chunk of an item."""
+def keys_key(job_id: str, chunk_id: str) -> Item:
+    """The primary key of a chunk's keys item."""
+    return {"pk": _s(f"j#{job_id}"), "sk": _s(f"k#{chunk_id}")}
+
+
+def chunk_from_item(item: Item, keys: bytes) -> ChunkRecord:
+    """The chunk of a state item and its keys."""
     try:
         return ChunkRecord(
             chunk_id=item["chunk_id"]["S"],
             width=int(item["width"]["N"]),
-            keys=bytes(item["keys"]["B"]),
+            keys=keys,
             count=int(item["count"]["N"]),
             state=item["state"]["S"],
             lease_until_ms=int(item["lease_until_ms"]["N"]),
@@ -165,8 +219,20 @@ def chunk_from_item(item: Item) -> ChunkRecord:
         raise StorageCorrupt(f"dynamodb chunk item malformed: {exc}") from exc
 
 
-def counter_update(job_id: str, deltas: Mapping[str, int]) -> Item:
-    """An UpdateItem (or transaction Update) adding `deltas` to the job's counters item."""
+COUNTER_SHARDS = 16
+"""Counter items per job: concurrent steps of one job add to different items, so real
+DynamoDB does not cancel their transactions for touching the same one (TransactionConflict);
+reading the counters sums the shards (one Query)."""
+
+
+def counter_shard(name: str) -> int:
+    """The counters item a task's steps add to (stable: a task's steps are sequential)."""
+    return zlib.crc32(name.encode()) % COUNTER_SHARDS
+
+
+def counter_update(job_id: str, deltas: Mapping[str, int], shard: int = 0) -> Item:
+    """An UpdateItem (or transaction Update) adding `deltas` to one of the job's counters
+    items (``counters#<shard>``)."""
     names: dict[str, str] = {}
     values: dict[str, Any] = {}
     parts = []
@@ -175,7 +241,7 @@ def counter_update(job_id: str, deltas: Mapping[str, int]) -> Item:
         values[f":c{i}"] = _n(delta)
         parts.append(f"#c{i} :c{i}")
     update: Item = {
-        "Key": {"pk": _s(f"j#{job_id}"), "sk": _s("counters")},
+        "Key": {"pk": _s(f"j#{job_id}"), "sk": _s(f"counters#{shard}")},
         "UpdateExpression": "ADD " + ", ".join(parts),
         "ExpressionAttributeNames": names,
         "ExpressionAttributeValues": values,

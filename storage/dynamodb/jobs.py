@@ -3,9 +3,11 @@
 Table ``<table_prefix>iterator`` (hash ``pk``, range ``sk``)::
 
     pk = j#<job>  sk = job         the job: state, spec, rate, version, tat (rate limiter)
-                  sk = counters    one numeric attribute per counter (ADD)
+                  sk = counters#k  one numeric attribute per counter (ADD), k < 16:
+                                   steps add to their task's shard, reads sum them
                   sk = t#<task>    a task: level, parents, bounds, marker, seq, done, spawned
-                  sk = c#<chunk>   a ledger chunk: keys (binary), count, state, lease, sends
+                  sk = c#<chunk>   a ledger chunk's state: count, state, lease, sends, acks
+                  sk = k#<chunk>   its objects' keys (binary), written once
 
 GSI ``available`` (``avail_job``, ``avail_at``) is sparse: a chunk carries the two attributes
 while it can be leased (``avail_at`` = 0 when ready, the lease end while leased) and loses
@@ -14,24 +16,32 @@ them when settled, so a stream's lease is one Query of what is due, never a scan
 
 A step is one TransactWriteItems: the task update conditioned on ``seq``, the new tasks,
 the chunk and the counters' ADD, so a lost race writes nothing and counters never count a
-duplicate (the seed's Redis counters, made exact). Conditional failures are outcomes;
+duplicate (the seed's Redis counters, made exact). Leases and settlements batch many chunks
+per transaction (`storage.dynamodb.chunk_ledger`). Conditional failures are outcomes;
 every other driver error becomes StorageUnavailable (`storage.dynamodb.client`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from storage.dynamodb.chunk_ledger import ChunkLedger
 from storage.dynamodb.client import DRIVER_ERRORS, DynamoDBClient, translate
 from storage.dynamodb.job_items import (
+    CHUNK_STATE_ATTRIBUTES,
+    COUNTER_SHARDS,
     chunk_from_item,
-    chunk_item,
+    chunk_items,
+    counter_shard,
     counter_update,
     job_from_item,
     job_item,
     task_from_item,
     task_item,
+    transaction_conflict,
     transaction_lost,
 )
 from storage.ports import ChunkRecord, ChunkState, JobRecord, LedgerSummary, Step, TaskRecord
@@ -40,6 +50,7 @@ from storage.settings import DynamoDBSettings
 __all__ = ["TABLE_SUFFIX", "DynamoDBJobStore"]
 
 TABLE_SUFFIX = "iterator"
+_CONFLICT_RETRIES = 6
 _UNSETTLED = ("ready", "leased")
 
 
@@ -50,6 +61,7 @@ class DynamoDBJobStore:
         self._client = client
         self._db = client.raw
         self._table = client.table_name(TABLE_SUFFIX)
+        self._chunks = ChunkLedger(self._db, self._table)
 
     @classmethod
     async def open(cls, settings: DynamoDBSettings) -> DynamoDBJobStore:
@@ -70,15 +82,23 @@ class DynamoDBJobStore:
             raise translate(exc, what) from exc
 
     async def _transact(self, items: list[dict[str, Any]]) -> bool:
+        """True when applied, False when a condition failed (a lost race). A transaction
+        cancelled only by a concurrent one on the same items (every step of a job adds to
+        its counters item) wrote nothing and is tried again, a few times, jittered."""
         for item in items:
             next(iter(item.values()))["TableName"] = self._table
-        try:
-            await self._db.transact_write_items(TransactItems=items)
-        except DRIVER_ERRORS as exc:
-            if transaction_lost(exc):
-                return False
-            raise translate(exc, "transact_write_items") from exc
-        return True
+        for attempt in range(_CONFLICT_RETRIES + 1):
+            try:
+                await self._db.transact_write_items(TransactItems=items)
+            except DRIVER_ERRORS as exc:
+                if transaction_lost(exc):
+                    return False
+                if transaction_conflict(exc) and attempt < _CONFLICT_RETRIES:
+                    await asyncio.sleep(random.uniform(0.002, 0.01) * (attempt + 1))
+                    continue
+                raise translate(exc, "transact_write_items") from exc
+            return True
+        return False  # unreachable: the last attempt returns or raises
 
     async def create_job(
         self, job: JobRecord, root: TaskRecord, counters: Mapping[str, int]
@@ -200,120 +220,41 @@ class DynamoDBJobStore:
         ]
         items += [{"Put": {"Item": task_item(job_id, n)}} for n in step.new_tasks]
         if step.chunk is not None:
-            items.append({"Put": {"Item": chunk_item(job_id, step.chunk)}})
+            state, keys = chunk_items(job_id, step.chunk)
+            items += [{"Put": {"Item": state}}, {"Put": {"Item": keys}}]
         if step.counters:
-            items.append({"Update": counter_update(job_id, step.counters)})
+            shard = counter_shard(t.task_id)
+            items.append({"Update": counter_update(job_id, step.counters, shard)})
         return await self._transact(items)
 
     async def counters(self, job_id: str) -> dict[str, int]:
-        reply = await self._call(
-            "get_item",
-            Key={"pk": {"S": f"j#{job_id}"}, "sk": {"S": "counters"}},
-            ConsistentRead=True,
-        )
-        item = reply.get("Item", {})
-        return {k[2:]: int(v["N"]) for k, v in item.items() if k.startswith("c_")}
+        totals: dict[str, int] = {}
+        for item in await self._partition(job_id, "counters"):
+            for k, v in item.items():
+                if k.startswith("c_"):
+                    totals[k[2:]] = totals.get(k[2:], 0) + int(v["N"])
+        return totals
 
     async def add_counters(self, job_id: str, deltas: Mapping[str, int]) -> None:
         if any(deltas.values()):
-            await self._call("update_item", **counter_update(job_id, deltas))
+            shard = random.randrange(COUNTER_SHARDS)
+            await self._call("update_item", **counter_update(job_id, deltas, shard))
 
     async def lease_chunks(
         self, job_id: str, *, now_ms: int, lease_ms: int, max_objects: int, max_chunks: int
     ) -> list[ChunkRecord]:
-        reply = await self._call(
-            "query",
-            IndexName="available",
-            KeyConditionExpression="avail_job = :j AND avail_at <= :now",
-            ExpressionAttributeValues={":j": {"S": job_id}, ":now": {"N": str(now_ms)}},
-            Limit=max_chunks,
+        return await self._chunks.lease(
+            job_id, now_ms=now_ms, lease_ms=lease_ms, max_objects=max_objects, max_chunks=max_chunks
         )
-        taken: list[ChunkRecord] = []
-        total = 0
-        until = now_ms + lease_ms
-        for item in reply.get("Items", []):
-            seen = chunk_from_item(item)
-            if taken and total + seen.count > max_objects:
-                break
-            try:
-                await self._db.update_item(
-                    TableName=self._table,
-                    Key={"pk": item["pk"], "sk": item["sk"]},
-                    UpdateExpression="SET #s = :l, lease_until_ms = :u, avail_at = :u, "
-                    "sends = sends + :one, version = version + :one",
-                    ConditionExpression="avail_at = :seen AND #s IN (:ready, :leased)",
-                    ExpressionAttributeNames={"#s": "state"},
-                    ExpressionAttributeValues={
-                        ":l": {"S": "leased"},
-                        ":u": {"N": str(until)},
-                        ":one": {"N": "1"},
-                        ":seen": item["avail_at"],
-                        ":ready": {"S": "ready"},
-                        ":leased": {"S": "leased"},
-                    },
-                )
-            except DRIVER_ERRORS as exc:
-                if transaction_lost(exc):
-                    continue  # another stream leased it first
-                raise translate(exc, "update_item") from exc
-            taken.append(
-                ChunkRecord(
-                    seen.chunk_id,
-                    seen.width,
-                    seen.keys,
-                    seen.count,
-                    "leased",
-                    until,
-                    seen.sends + 1,
-                    seen.acked_keys,
-                    seen.version + 1,
-                )
-            )
-            total += seen.count
-        return taken
 
     async def settle_chunks(
-        self, job_id: str, chunk_ids: Sequence[str], state: ChunkState
+        self,
+        job_id: str,
+        chunk_ids: Sequence[str],
+        state: ChunkState,
+        counts: Mapping[str, int] | None = None,
     ) -> tuple[int, int]:
-        chunks = objects = 0
-        for chunk_id in dict.fromkeys(chunk_ids):
-            reply = await self._call(
-                "get_item",
-                Key={"pk": {"S": f"j#{job_id}"}, "sk": {"S": f"c#{chunk_id}"}},
-                ConsistentRead=True,
-            )
-            item = reply.get("Item")
-            if item is None or item["state"]["S"] not in _UNSETTLED:
-                continue
-            count = int(item["count"]["N"])
-            ok = await self._transact(
-                [
-                    {
-                        "Update": {
-                            "Key": {"pk": item["pk"], "sk": item["sk"]},
-                            "UpdateExpression": "SET #s = :s, version = version + :one "
-                            "REMOVE avail_job, avail_at",
-                            "ConditionExpression": "#s IN (:ready, :leased)",
-                            "ExpressionAttributeNames": {"#s": "state"},
-                            "ExpressionAttributeValues": {
-                                ":s": {"S": state},
-                                ":one": {"N": "1"},
-                                ":ready": {"S": "ready"},
-                                ":leased": {"S": "leased"},
-                            },
-                        }
-                    },
-                    {
-                        "Update": counter_update(
-                            job_id, {f"{state}_chunks": 1, f"{state}_objects": count}
-                        )
-                    },
-                ]
-            )
-            if ok:
-                chunks += 1
-                objects += count
-        return chunks, objects
+        return await self._chunks.settle(job_id, chunk_ids, state, counts)
 
     async def _partition(self, job_id: str, prefix: str, **extra: Any) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = []
@@ -332,8 +273,9 @@ class DynamoDBJobStore:
 
     async def leased_chunks(self, job_id: str, limit: int) -> list[ChunkRecord]:
         items = await self._partition(job_id, "c#")
-        leased = [chunk_from_item(i) for i in items if i["state"]["S"] == "leased"]
-        return leased[:limit]
+        leased = [i for i in items if i["state"]["S"] == "leased"][:limit]
+        keys = await self._chunks.keys(job_id, [i["chunk_id"]["S"] for i in leased])
+        return [chunk_from_item(i, keys[i["chunk_id"]["S"]]) for i in leased]
 
     async def save_chunk_acks(self, job_id: str, chunk: ChunkRecord, expected_version: int) -> bool:
         try:
@@ -383,7 +325,7 @@ class DynamoDBJobStore:
                     ExpressionAttributeValues={":new": {"N": repr(new)}, ":old": old},
                 )
             except DRIVER_ERRORS as exc:
-                if transaction_lost(exc):
+                if transaction_lost(exc) or transaction_conflict(exc):
                     continue  # another worker booked first: book after it
                 raise translate(exc, "update_item") from exc
             return (start - now_ms) / 1000.0
@@ -414,7 +356,10 @@ _TABLE_SPEC: dict[str, Any] = {
                 {"AttributeName": "avail_job", "KeyType": "HASH"},
                 {"AttributeName": "avail_at", "KeyType": "RANGE"},
             ],
-            "Projection": {"ProjectionType": "ALL"},
+            "Projection": {
+                "ProjectionType": "INCLUDE",
+                "NonKeyAttributes": list(CHUNK_STATE_ATTRIBUTES),
+            },
         },
         {
             "IndexName": "jobs",

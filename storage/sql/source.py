@@ -225,9 +225,16 @@ class SqlIterationSource:
                 params["offset"] = offset
             stmt = shapes.statement("bounded", bool(after), bool(upto), offset is not None)
             return await self._run(stmt, params)
-        # Parents before the marker or past the end bound need no seek at all.
+        # Parents before the marker or past the end bound need no seek at all. A bound of
+        # the parent alone, (p,), sorts before every row of p: after=(p,) starts at p's first
+        # row, upto=(p,) ends before it.
         lo = bisect.bisect_left(parents, after[0]) if after else 0
-        hi = bisect.bisect_right(parents, upto[0]) if upto else len(parents)
+        if not upto:
+            hi = len(parents)
+        elif len(upto) == 1:
+            hi = bisect.bisect_left(parents, upto[0])
+        else:
+            hi = bisect.bisect_right(parents, upto[0])
         window = list(parents[lo:hi])
         if offset is not None and len(window) > 1:
             raise ValueError("a split probe reads one parent")
@@ -235,7 +242,7 @@ class SqlIterationSource:
         while window and len(rows) < limit:
             parent = window[0]
             head_after = after[1:] if after and after[0] == parent else ()
-            tail_upto = upto[1:] if upto and upto[0] == parent else ()
+            tail_upto = upto[1:] if len(upto) > 1 and upto[0] == parent else ()
             if head_after or tail_upto or len(window) == 1:
                 params = {"limit": limit - len(rows), "parent": parent}
                 params.update(_bind("a", head_after))

@@ -364,8 +364,13 @@ class SqliteJobStore:
         return await self._db.write(run)
 
     async def settle_chunks(
-        self, job_id: str, chunk_ids: Sequence[str], state: ChunkState
+        self,
+        job_id: str,
+        chunk_ids: Sequence[str],
+        state: ChunkState,
+        counts: Mapping[str, int] | None = None,
     ) -> tuple[int, int]:
+        # One local transaction reads each count as it settles: `counts` would save nothing.
         ids = list(dict.fromkeys(chunk_ids))
 
         def run(conn: sqlite3.Connection) -> tuple[int, int]:

@@ -116,6 +116,23 @@ async def test_upto_bound_is_inclusive_and_splits_a_parent(source: IterationSour
     assert left[-1] == cut
 
 
+async def test_a_parent_alone_bounds_before_its_first_row(source: IterationSource) -> None:
+    """(p,) sorts before every row of parent p: ranges cut there split a parent list
+    between parents, with no query to find the cut, and cover it exactly."""
+    everything = _children({1, 2, 4, 5})
+    parents = [1, 2, 4, 5]
+    left = await source.read(1, parents=parents, first=(), last=(), after=(), upto=(4,), limit=1000)
+    right = await source.read(
+        1, parents=parents, first=(), last=(), after=(4,), upto=(), limit=1000
+    )
+    assert left == _children({1, 2})
+    assert left + right == everything
+    middle = await source.read(
+        1, parents=parents, first=(), last=(), after=(2,), upto=(5,), limit=1000
+    )
+    assert middle == _children({2, 4})
+
+
 async def test_probe_past_the_end_is_none(source: IterationSource) -> None:
     """A probe further than the rows left answers None."""
     n = len(_children({4}))

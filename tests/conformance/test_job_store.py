@@ -121,6 +121,24 @@ async def test_chunks_lease_to_one_caller_and_settle_once(job_store: JobStore) -
     assert (ledger.chunks, ledger.chunks_unsettled, ledger.objects) == (3, 1, 30)
 
 
+async def test_settling_checks_the_counts_it_is_given(job_store: JobStore) -> None:
+    """Counts passed from a lease spare a read, but a wrong one is never applied: the
+    chunk is settled with its own count. Many chunks settle in one call."""
+    job = _job()
+    await job_store.create_job(job, ROOT, {})
+    for i in range(150):
+        step = Step(replace(ROOT, seq=i + 1), [], _chunk(f"r/{i}", 2), {"emitted_chunks": 1})
+        assert await job_store.commit_step(job.job_id, step, i)
+    ids = [f"r/{i}" for i in range(150)]
+    hints = {cid: 2 for cid in ids} | {"r/7": 999}
+    assert await job_store.settle_chunks(job.job_id, ids, "delivered", hints) == (150, 300)
+    assert await job_store.settle_chunks(job.job_id, ids, "delivered", hints) == (0, 0)
+    counters = await job_store.counters(job.job_id)
+    assert (counters["delivered_chunks"], counters["delivered_objects"]) == (150, 300)
+    ledger = await job_store.ledger(job.job_id, settled="delivered")
+    assert (ledger.chunks, ledger.chunks_unsettled) == (150, 0)
+
+
 async def test_partial_acks_are_versioned(job_store: JobStore) -> None:
     """Per-object acks of a leased chunk are saved by compare-and-set on its version."""
     job = _job()

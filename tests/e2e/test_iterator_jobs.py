@@ -17,10 +17,17 @@ from loom.v1 import iterator_pb2_grpc
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from loadtest.corpora.iterator import CorpusShape, expected_ids, generate, write_url
+from loadtest.corpora.iterator import (
+    CorpusShape,
+    expected_ids,
+    generate,
+    private_database,
+    write_url,
+)
 from tests.conftest import selected_engines
+from tests.e2e.test_metrics import scrape, value
 from tests.engines import settings_for, source_url
-from tests.serving import Running, eventually, running_server, violations
+from tests.serving import Running, eventually, free_port, running_server, violations
 
 SETUPS = {
     "sqlite": ("sqlite", {"iterator_queue": "sqlite", "iterator_state": "sqlite"}),
@@ -44,25 +51,27 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def iterator(setup: str, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Running]:
-    """A server iterating a Box-like corpus (large users split at 1,000 files)."""
+    """A server iterating a Box-like corpus (large users split at 1,000 files), in a
+    database of its own, with its metrics served."""
     source, stores = SETUPS[setup]
     data = Path(tmp_path_factory.mktemp(f"it-{setup}"))
-    url = source_url(source, data)
-    await write_url(url, generate(SHAPE))
-    settings = settings_for(source, data, **stores)
-    settings = replace(
-        settings,
-        iterator=replace(
-            settings.iterator,
-            source_url=url,
-            large_range_threshold=1000,
-            max_chunk=700,
-            check_interval_s=0.1,
-        ),
-    )
-    async with running_server(settings) as running:
-        running.source_url = url  # type: ignore[attr-defined]
-        yield running
+    async with private_database(source_url(source, data)) as url:
+        await write_url(url, generate(SHAPE))
+        settings = settings_for(source, data, **stores)
+        settings = replace(
+            settings,
+            server=replace(settings.server, metrics_port=free_port()),
+            iterator=replace(
+                settings.iterator,
+                source_url=url,
+                large_range_threshold=1000,
+                max_chunk=700,
+                check_interval_s=0.1,
+            ),
+        )
+        async with running_server(settings) as running:
+            running.source_url = url  # type: ignore[attr-defined]
+            yield running
 
 
 async def _truth(url: str, scope_level: int, emit_level: int, first: int, last: int) -> list[int]:
@@ -205,6 +214,45 @@ async def test_acked_job_shared_by_two_consumers(iterator: Running) -> None:
     assert (again.chunks_acked, again.ignored) == (0, 2)
 
 
+async def test_acks_by_object_id_settle_chunks(iterator: Running) -> None:
+    """Acking objects one id at a time (each chunk in two halves) settles every chunk once
+    its last object is acked; ids acked twice or never emitted are ignored and counted."""
+    stub = iterator_pb2_grpc.IteratorStub(iterator.channel)
+    job = await stub.StartIteration(
+        pb.StartIterationRequest(enterprise_id=2, level="file", require_ack=True, ack_timeout_s=60)
+    )
+    acked = chunks_acked = ignored = chunks = repeats = 0
+    seen: list[int] = []
+    async for batch in stub.StreamObjects(pb.StreamObjectsRequest(job_id=job.job_id), timeout=120):
+        for c in batch.chunks:
+            ids = list(c.object_keys)
+            seen.extend(ids)
+            chunks += 1
+            half = len(ids) // 2
+            repeats += 1 if half else 0  # ids[0] again in the second call (not twice in one)
+            for part in (ids[:half], [*ids[half:], ids[0]]):
+                if not part:
+                    continue
+                reply = await stub.AckObjects(
+                    pb.AckObjectsRequest(job_id=job.job_id, object_ids=part)
+                )
+                acked += reply.acked
+                chunks_acked += reply.chunks_acked
+                ignored += reply.ignored
+    truth = await _truth(iterator.source_url, 0, 2, 2, 2)  # type: ignore[attr-defined]
+    assert sorted(seen) == sorted(truth)
+    assert acked == len(truth)
+    assert chunks_acked == chunks
+    assert ignored == repeats
+    never = await stub.AckObjects(pb.AckObjectsRequest(job_id=job.job_id, object_ids=[-5]))
+    assert (never.acked, never.ignored) == (0, 1)
+    final = await stub.GetJob(pb.GetJobRequest(job_id=job.job_id))
+    assert final.state == pb.JOB_STATE_COMPLETED
+    assert final.objects_acked == len(truth)
+    assert final.chunks_acked == final.chunks_emitted == chunks
+    assert final.ignored_acks == repeats + 1
+
+
 async def test_pause_resume_rate_and_cancel(iterator: Running) -> None:
     """A paused job emits nothing until resumed; a rate change shows at once; a cancelled
     job ends its streams."""
@@ -236,6 +284,43 @@ async def test_pause_resume_rate_and_cancel(iterator: Running) -> None:
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await stub.ResumeJob(pb.ResumeJobRequest(job_id=job.job_id))
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+
+
+async def test_queues_and_work_show_in_metrics(iterator: Running) -> None:
+    """A paused job's waiting work shows as queue depth; resumed and drained, the depth
+    returns to zero and the counters moved by what the job emitted, finished once."""
+    stub = iterator_pb2_grpc.IteratorStub(iterator.channel)
+    levels = [lv.name for lv in iterator.settings.iterator.levels]
+    before = scrape(iterator)
+    job = await stub.StartIteration(
+        pb.StartIterationRequest(enterprise_id=4, level="version", rate_limit_per_second=200)
+    )
+    await stub.PauseJob(pb.PauseJobRequest(job_id=job.job_id))
+
+    def waiting(samples: dict) -> float:  # type: ignore[type-arg]
+        return sum(value(samples, "loom_queue_depth", queue=f"iterator_{n}") for n in levels)
+
+    async def sample() -> dict:  # type: ignore[type-arg]
+        return scrape(iterator)
+
+    paused = await eventually(sample, lambda s: waiting(s) > 0, timeout_s=30)
+    for name in levels:
+        assert value(paused, "loom_queue_capacity", queue=f"iterator_{name}") == 0
+        assert ("loom_queue_dropped_total", frozenset({("queue", f"iterator_{name}")})) in paused
+    await stub.UpdateJob(pb.UpdateJobRequest(job_id=job.job_id, rate_limit_per_second=0))
+    await stub.ResumeJob(pb.ResumeJobRequest(job_id=job.job_id))
+    chunks = await _drain(stub, job.job_id)
+    final = await stub.GetJob(pb.GetJobRequest(job_id=job.job_id))
+    assert final.state == pb.JOB_STATE_COMPLETED
+    after = await eventually(sample, lambda s: waiting(s) == 0, timeout_s=30)
+    assert value(after, "loom_queue_depth", queue="iterator_chunks") == 0
+
+    def delta(name: str, **labels: str) -> float:
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    assert delta("loom_iterator_chunks_emitted_total") >= final.chunks_emitted == len(chunks)
+    assert delta("loom_iterator_steps_total") >= final.chunks_emitted
+    assert delta("loom_iterator_jobs_finished_total", state="completed") >= 1
 
 
 @pytest.mark.parametrize(

@@ -1,68 +1,75 @@
 """`loom serve` killed with SIGKILL in the middle of an Iterator job, then restarted on the
 same data: the job completes, every object was emitted at least once, none is missing,
-and a consumer that acknowledges and de-duplicates by chunk id counts each object once."""
+and a consumer that acknowledges and de-duplicates by chunk id counts each object once.
+
+Run on the embedded engines (SQLite source, queue and state) and on the distributed ones
+(PostgreSQL source, SQS queues, DynamoDB job state): the same test, parametrized."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import signal
-import sqlite3
-import sys
 from pathlib import Path
 
 import grpc
+import pytest
 from loom.v1 import iterator_pb2 as pb
 from loom.v1 import iterator_pb2_grpc
 
-from loadtest.corpora.iterator import CorpusShape, expected_ids, generate, write_sqlite
+from loadtest.corpora.iterator import CorpusShape, generate, private_database, write_url
 from loadtest.server import free_port, wait_for_health
+from tests.reliability.iterator_engines import (
+    base_source_url,
+    loom_serve,
+    namespace,
+    parametrize_setups,
+    serve_env,
+    truth,
+)
 from tests.serving import eventually
 
 
-async def _serve(port: int, data: Path, source: Path, log: Path) -> asyncio.subprocess.Process:
-    env = {
-        **os.environ,
-        "LOOM_ITERATOR__SOURCE_URL": f"sqlite+aiosqlite:///{source}",
-        "LOOM_ITERATOR__LARGE_RANGE_THRESHOLD": "2000",
-        "LOOM_ITERATOR__VISIBILITY_TIMEOUT_S": "2",
-        "LOOM_ITERATOR__MAX_CHUNK": "500",
-        "LOOM_SERVER__USE_UVLOOP": "false",
-    }
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    parametrize_setups(metafunc)
+
+
+async def _serve(
+    port: int, data: Path, env: dict[str, str], log: Path
+) -> asyncio.subprocess.Process:
     with log.open("ab") as out:  # the child keeps its own copy of the descriptor
         process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "server.cli",
-            "serve",
-            "--port",
-            str(port),
-            "--data-dir",
-            str(data),
-            "--log-level",
-            "warning",
+            *loom_serve(port, data),
             stdout=out,
             stderr=asyncio.subprocess.STDOUT,
-            env=env,
+            env={**os.environ, **env},
         )
     await wait_for_health(f"127.0.0.1:{port}", timeout_s=60, process=process)
     return process
 
 
-async def test_job_survives_sigkill(tmp_path: Path) -> None:
+async def test_job_survives_sigkill(setup: str, tmp_path: Path) -> None:
     """Kill -9 mid-job, restart, finish: nothing missing, acks counted once."""
-    source = tmp_path / "source.sqlite3"
-    write_sqlite(
-        source, generate(CorpusShape(enterprises=3, users_per_enterprise=40, large_user_files=6000))
-    )
-    truth = sorted(
-        r[0]
-        for r in sqlite3.connect(source).execute(
-            expected_ids(0, 3).replace(":first", "1").replace(":last", "3")
+    async with private_database(base_source_url(setup, tmp_path)) as source:
+        await write_url(
+            source,
+            generate(CorpusShape(enterprises=3, users_per_enterprise=40, large_user_files=6000)),
         )
-    )
+        expected = await truth(source, 0, 3, 1, 3)
+        env = serve_env(
+            setup,
+            source,
+            namespace(),
+            large_range_threshold=2000,
+            visibility_timeout_s=2,
+            max_chunk=500,
+        )
+        await _kill_and_finish(env, tmp_path, expected)
+
+
+async def _kill_and_finish(env: dict[str, str], tmp_path: Path, expected: list[int]) -> None:
     port, data, log = free_port(), tmp_path / "data", tmp_path / "server.log"
-    server = await _serve(port, data, source, log)
+    server = await _serve(port, data, env, log)
     seen: dict[str, list[int]] = {}
     deliveries = 0
     try:
@@ -92,12 +99,12 @@ async def test_job_survives_sigkill(tmp_path: Path) -> None:
                 if stop_after is not None and sum(map(len, seen.values())) >= stop_after:
                     return
 
-        await consume(stub, len(truth) // 3)
+        await consume(stub, len(expected) // 3)
         server.send_signal(signal.SIGKILL)
         await server.wait()
         await channel.close()
 
-        server = await _serve(port, data, source, log)
+        server = await _serve(port, data, env, log)
         channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
         stub = iterator_pb2_grpc.IteratorStub(channel)
         await consume(stub, None)
@@ -112,8 +119,8 @@ async def test_job_survives_sigkill(tmp_path: Path) -> None:
             server.send_signal(signal.SIGTERM)
             await server.wait()
     once = sorted(k for keys in seen.values() for k in keys)
-    assert once == truth, "with chunk-id de-duplication every object is seen exactly once"
-    assert deliveries >= len(truth)
-    assert final.objects_acked == len(truth)
-    assert final.objects_emitted == len(truth)
+    assert once == expected, "with chunk-id de-duplication every object is seen exactly once"
+    assert deliveries >= len(expected)
+    assert final.objects_acked == len(expected)
+    assert final.objects_emitted == len(expected)
     assert final.chunks_acked == final.chunks_emitted == len(seen)

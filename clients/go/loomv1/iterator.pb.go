@@ -524,7 +524,11 @@ type Job struct {
 	// True once every range has been iterated (delivery may still go on).
 	IterationComplete bool `protobuf:"varint,19,opt,name=iteration_complete,json=iterationComplete,proto3" json:"iteration_complete,omitempty"`
 	// When the job reached COMPLETED, CANCELLED or FAILED.
-	FinishedAt    *timestamppb.Timestamp `protobuf:"bytes,20,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
+	FinishedAt *timestamppb.Timestamp `protobuf:"bytes,20,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
+	// Chunks read from the source a second time by a duplicate work item
+	// (redelivered before its first copy finished) and discarded unemitted:
+	// duplicate work, never a duplicate emission.
+	ChunksReread  int64 `protobuf:"varint,21,opt,name=chunks_reread,json=chunksReread,proto3" json:"chunks_reread,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -697,6 +701,13 @@ func (x *Job) GetFinishedAt() *timestamppb.Timestamp {
 		return x.FinishedAt
 	}
 	return nil
+}
+
+func (x *Job) GetChunksReread() int64 {
+	if x != nil {
+		return x.ChunksReread
+	}
+	return 0
 }
 
 // The request of GetJob.
@@ -1415,7 +1426,7 @@ const file_loom_v1_iterator_proto_rawDesc = "" +
 	"\x05acked\x18\x05 \x01(\x03R\x05acked\x12%\n" +
 	"\x0eall_discovered\x18\x06 \x01(\bR\rallDiscovered\x12\x16\n" +
 	"\x06ranges\x18\a \x01(\x03R\x06ranges\x12#\n" +
-	"\rranges_closed\x18\b \x01(\x03R\frangesClosed\"\xd4\x06\n" +
+	"\rranges_closed\x18\b \x01(\x03R\frangesClosed\"\xf9\x06\n" +
 	"\x03Job\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12'\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x11.loom.v1.JobStateR\x05state\x128\n" +
@@ -1440,7 +1451,8 @@ const file_loom_v1_iterator_proto_rawDesc = "" +
 	"\fignored_acks\x18\x12 \x01(\x03R\vignoredAcks\x12-\n" +
 	"\x12iteration_complete\x18\x13 \x01(\bR\x11iterationComplete\x12;\n" +
 	"\vfinished_at\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"finishedAt\"&\n" +
+	"finishedAt\x12#\n" +
+	"\rchunks_reread\x18\x15 \x01(\x03R\fchunksReread\"&\n" +
 	"\rGetJobRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\"S\n" +
 	"\x14StreamObjectsRequest\x12\x15\n" +

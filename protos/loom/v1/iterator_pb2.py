@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16loom/v1/iterator.proto\x12\x07loom.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"J\n\x0f\x45nterpriseRange\x12\x1b\n\x13\x66irst_enterprise_id\x18\x01 \x01(\x03\x12\x1a\n\x12last_enterprise_id\x18\x02 \x01(\x03\"@\n\nLevelScope\x12\r\n\x05level\x18\x01 \x01(\t\x12\x11\n\tfirst_key\x18\x02 \x03(\x03\x12\x10\n\x08last_key\x18\x03 \x03(\x03\"\x88\x02\n\x15StartIterationRequest\x12\x34\n\x10\x65nterprise_range\x18\x01 \x01(\x0b\x32\x18.loom.v1.EnterpriseRangeH\x00\x12\x17\n\renterprise_id\x18\x02 \x01(\x03H\x00\x12\x11\n\x07user_id\x18\x03 \x01(\x03H\x00\x12*\n\x0blevel_scope\x18\x07 \x01(\x0b\x32\x13.loom.v1.LevelScopeH\x00\x12\r\n\x05level\x18\x04 \x01(\t\x12\x1d\n\x15rate_limit_per_second\x18\x05 \x01(\x05\x12\x13\n\x0brequire_ack\x18\x06 \x01(\x08\x12\x15\n\rack_timeout_s\x18\x08 \x01(\x05\x42\x07\n\x05scope\"\xa4\x01\n\rLevelProgress\x12\r\n\x05level\x18\x01 \x01(\t\x12\x12\n\ndiscovered\x18\x02 \x01(\x03\x12\x11\n\tcompleted\x18\x03 \x01(\x03\x12\x0f\n\x07\x65mitted\x18\x04 \x01(\x03\x12\r\n\x05\x61\x63ked\x18\x05 \x01(\x03\x12\x16\n\x0e\x61ll_discovered\x18\x06 \x01(\x08\x12\x0e\n\x06ranges\x18\x07 \x01(\x03\x12\x15\n\rranges_closed\x18\x08 \x01(\x03\"\xc8\x04\n\x03Job\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12 \n\x05state\x18\x02 \x01(\x0e\x32\x11.loom.v1.JobState\x12/\n\x07request\x18\x03 \x01(\x0b\x32\x1e.loom.v1.StartIterationRequest\x12\x18\n\x10users_discovered\x18\x04 \x01(\x03\x12\x17\n\x0fusers_completed\x18\x05 \x01(\x03\x12\x1c\n\x14\x61ll_users_discovered\x18\x06 \x01(\x08\x12\x17\n\x0fobjects_emitted\x18\x07 \x01(\x03\x12\x15\n\robjects_acked\x18\x08 \x01(\x03\x12.\n\ncreated_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05\x65rror\x18\n \x01(\t\x12&\n\x06levels\x18\x0b \x03(\x0b\x32\x16.loom.v1.LevelProgress\x12\x1a\n\x12objects_per_second\x18\x0c \x01(\x01\x12\x13\n\x0b\x65ta_seconds\x18\r \x01(\x01\x12\x1d\n\x15rate_limit_per_second\x18\x0e \x01(\x05\x12\x16\n\x0e\x63hunks_emitted\x18\x0f \x01(\x03\x12\x14\n\x0c\x63hunks_acked\x18\x10 \x01(\x03\x12\x15\n\rchunks_resent\x18\x11 \x01(\x03\x12\x14\n\x0cignored_acks\x18\x12 \x01(\x03\x12\x1a\n\x12iteration_complete\x18\x13 \x01(\x08\x12/\n\x0b\x66inished_at\x18\x14 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x1f\n\rGetJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\">\n\x14StreamObjectsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x16\n\x0emax_batch_size\x18\x02 \x01(\x05\"k\n\x0bObjectChunk\x12\x10\n\x08\x63hunk_id\x18\x01 \x01(\t\x12\x12\n\nparent_ids\x18\x02 \x03(\x03\x12\x13\n\x0bobject_keys\x18\x03 \x03(\x03\x12\x11\n\tkey_width\x18\x04 \x01(\x05\x12\x0e\n\x06resent\x18\x05 \x01(\x08\"R\n\x0bObjectBatch\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05level\x18\x02 \x01(\t\x12$\n\x06\x63hunks\x18\x03 \x03(\x0b\x32\x14.loom.v1.ObjectChunk\"J\n\x11\x41\x63kObjectsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x12\n\nobject_ids\x18\x02 \x03(\x03\x12\x11\n\tchunk_ids\x18\x03 \x03(\t\"J\n\x12\x41\x63kObjectsResponse\x12\r\n\x05\x61\x63ked\x18\x01 \x01(\x03\x12\x14\n\x0c\x63hunks_acked\x18\x02 \x01(\x03\x12\x0f\n\x07ignored\x18\x03 \x01(\x03\"!\n\x0fPauseJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\"\n\x10ResumeJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"A\n\x10UpdateJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x1d\n\x15rate_limit_per_second\x18\x02 \x01(\x05\"\"\n\x10\x43\x61ncelJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"8\n\x0fListJobsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"G\n\x10ListJobsResponse\x12\x1a\n\x04jobs\x18\x01 \x03(\x0b\x32\x0c.loom.v1.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t*\x9a\x01\n\x08JobState\x12\x19\n\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x15\n\x11JOB_STATE_RUNNING\x10\x01\x12\x17\n\x13JOB_STATE_COMPLETED\x10\x02\x12\x17\n\x13JOB_STATE_CANCELLED\x10\x03\x12\x14\n\x10JOB_STATE_FAILED\x10\x04\x12\x14\n\x10JOB_STATE_PAUSED\x10\x05\x32\xa0\x04\n\x08Iterator\x12>\n\x0eStartIteration\x12\x1e.loom.v1.StartIterationRequest\x1a\x0c.loom.v1.Job\x12.\n\x06GetJob\x12\x16.loom.v1.GetJobRequest\x1a\x0c.loom.v1.Job\x12\x46\n\rStreamObjects\x12\x1d.loom.v1.StreamObjectsRequest\x1a\x14.loom.v1.ObjectBatch0\x01\x12\x45\n\nAckObjects\x12\x1a.loom.v1.AckObjectsRequest\x1a\x1b.loom.v1.AckObjectsResponse\x12\x32\n\x08PauseJob\x12\x18.loom.v1.PauseJobRequest\x1a\x0c.loom.v1.Job\x12\x34\n\tResumeJob\x12\x19.loom.v1.ResumeJobRequest\x1a\x0c.loom.v1.Job\x12\x34\n\tUpdateJob\x12\x19.loom.v1.UpdateJobRequest\x1a\x0c.loom.v1.Job\x12\x34\n\tCancelJob\x12\x19.loom.v1.CancelJobRequest\x1a\x0c.loom.v1.Job\x12?\n\x08ListJobs\x12\x18.loom.v1.ListJobsRequest\x1a\x19.loom.v1.ListJobsResponseB/Z-github.com/loom/loom/clients/go/loomv1;loomv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16loom/v1/iterator.proto\x12\x07loom.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"J\n\x0f\x45nterpriseRange\x12\x1b\n\x13\x66irst_enterprise_id\x18\x01 \x01(\x03\x12\x1a\n\x12last_enterprise_id\x18\x02 \x01(\x03\"@\n\nLevelScope\x12\r\n\x05level\x18\x01 \x01(\t\x12\x11\n\tfirst_key\x18\x02 \x03(\x03\x12\x10\n\x08last_key\x18\x03 \x03(\x03\"\x88\x02\n\x15StartIterationRequest\x12\x34\n\x10\x65nterprise_range\x18\x01 \x01(\x0b\x32\x18.loom.v1.EnterpriseRangeH\x00\x12\x17\n\renterprise_id\x18\x02 \x01(\x03H\x00\x12\x11\n\x07user_id\x18\x03 \x01(\x03H\x00\x12*\n\x0blevel_scope\x18\x07 \x01(\x0b\x32\x13.loom.v1.LevelScopeH\x00\x12\r\n\x05level\x18\x04 \x01(\t\x12\x1d\n\x15rate_limit_per_second\x18\x05 \x01(\x05\x12\x13\n\x0brequire_ack\x18\x06 \x01(\x08\x12\x15\n\rack_timeout_s\x18\x08 \x01(\x05\x42\x07\n\x05scope\"\xa4\x01\n\rLevelProgress\x12\r\n\x05level\x18\x01 \x01(\t\x12\x12\n\ndiscovered\x18\x02 \x01(\x03\x12\x11\n\tcompleted\x18\x03 \x01(\x03\x12\x0f\n\x07\x65mitted\x18\x04 \x01(\x03\x12\r\n\x05\x61\x63ked\x18\x05 \x01(\x03\x12\x16\n\x0e\x61ll_discovered\x18\x06 \x01(\x08\x12\x0e\n\x06ranges\x18\x07 \x01(\x03\x12\x15\n\rranges_closed\x18\x08 \x01(\x03\"\xdf\x04\n\x03Job\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12 \n\x05state\x18\x02 \x01(\x0e\x32\x11.loom.v1.JobState\x12/\n\x07request\x18\x03 \x01(\x0b\x32\x1e.loom.v1.StartIterationRequest\x12\x18\n\x10users_discovered\x18\x04 \x01(\x03\x12\x17\n\x0fusers_completed\x18\x05 \x01(\x03\x12\x1c\n\x14\x61ll_users_discovered\x18\x06 \x01(\x08\x12\x17\n\x0fobjects_emitted\x18\x07 \x01(\x03\x12\x15\n\robjects_acked\x18\x08 \x01(\x03\x12.\n\ncreated_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05\x65rror\x18\n \x01(\t\x12&\n\x06levels\x18\x0b \x03(\x0b\x32\x16.loom.v1.LevelProgress\x12\x1a\n\x12objects_per_second\x18\x0c \x01(\x01\x12\x13\n\x0b\x65ta_seconds\x18\r \x01(\x01\x12\x1d\n\x15rate_limit_per_second\x18\x0e \x01(\x05\x12\x16\n\x0e\x63hunks_emitted\x18\x0f \x01(\x03\x12\x14\n\x0c\x63hunks_acked\x18\x10 \x01(\x03\x12\x15\n\rchunks_resent\x18\x11 \x01(\x03\x12\x14\n\x0cignored_acks\x18\x12 \x01(\x03\x12\x1a\n\x12iteration_complete\x18\x13 \x01(\x08\x12/\n\x0b\x66inished_at\x18\x14 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x15\n\rchunks_reread\x18\x15 \x01(\x03\"\x1f\n\rGetJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\">\n\x14StreamObjectsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x16\n\x0emax_batch_size\x18\x02 \x01(\x05\"k\n\x0bObjectChunk\x12\x10\n\x08\x63hunk_id\x18\x01 \x01(\t\x12\x12\n\nparent_ids\x18\x02 \x03(\x03\x12\x13\n\x0bobject_keys\x18\x03 \x03(\x03\x12\x11\n\tkey_width\x18\x04 \x01(\x05\x12\x0e\n\x06resent\x18\x05 \x01(\x08\"R\n\x0bObjectBatch\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05level\x18\x02 \x01(\t\x12$\n\x06\x63hunks\x18\x03 \x03(\x0b\x32\x14.loom.v1.ObjectChunk\"J\n\x11\x41\x63kObjectsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x12\n\nobject_ids\x18\x02 \x03(\x03\x12\x11\n\tchunk_ids\x18\x03 \x03(\t\"J\n\x12\x41\x63kObjectsResponse\x12\r\n\x05\x61\x63ked\x18\x01 \x01(\x03\x12\x14\n\x0c\x63hunks_acked\x18\x02 \x01(\x03\x12\x0f\n\x07ignored\x18\x03 \x01(\x03\"!\n\x0fPauseJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\"\n\x10ResumeJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"A\n\x10UpdateJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x1d\n\x15rate_limit_per_second\x18\x02 \x01(\x05\"\"\n\x10\x43\x61ncelJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"8\n\x0fListJobsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"G\n\x10ListJobsResponse\x12\x1a\n\x04jobs\x18\x01 \x03(\x0b\x32\x0c.loom.v1.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t*\x9a\x01\n\x08JobState\x12\x19\n\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x15\n\x11JOB_STATE_RUNNING\x10\x01\x12\x17\n\x13JOB_STATE_COMPLETED\x10\x02\x12\x17\n\x13JOB_STATE_CANCELLED\x10\x03\x12\x14\n\x10JOB_STATE_FAILED\x10\x04\x12\x14\n\x10JOB_STATE_PAUSED\x10\x05\x32\xa0\x04\n\x08Iterator\x12>\n\x0eStartIteration\x12\x1e.loom.v1.StartIterationRequest\x1a\x0c.loom.v1.Job\x12.\n\x06GetJob\x12\x16.loom.v1.GetJobRequest\x1a\x0c.loom.v1.Job\x12\x46\n\rStreamObjects\x12\x1d.loom.v1.StreamObjectsRequest\x1a\x14.loom.v1.ObjectBatch0\x01\x12\x45\n\nAckObjects\x12\x1a.loom.v1.AckObjectsRequest\x1a\x1b.loom.v1.AckObjectsResponse\x12\x32\n\x08PauseJob\x12\x18.loom.v1.PauseJobRequest\x1a\x0c.loom.v1.Job\x12\x34\n\tResumeJob\x12\x19.loom.v1.ResumeJobRequest\x1a\x0c.loom.v1.Job\x12\x34\n\tUpdateJob\x12\x19.loom.v1.UpdateJobRequest\x1a\x0c.loom.v1.Job\x12\x34\n\tCancelJob\x12\x19.loom.v1.CancelJobRequest\x1a\x0c.loom.v1.Job\x12?\n\x08ListJobs\x12\x18.loom.v1.ListJobsRequest\x1a\x19.loom.v1.ListJobsResponseB/Z-github.com/loom/loom/clients/go/loomv1;loomv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,8 +33,8 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'loom.v1.iterator_pb2', _glo
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'Z-github.com/loom/loom/clients/go/loomv1;loomv1'
-  _globals['_JOBSTATE']._serialized_start=1979
-  _globals['_JOBSTATE']._serialized_end=2133
+  _globals['_JOBSTATE']._serialized_start=2002
+  _globals['_JOBSTATE']._serialized_end=2156
   _globals['_ENTERPRISERANGE']._serialized_start=68
   _globals['_ENTERPRISERANGE']._serialized_end=142
   _globals['_LEVELSCOPE']._serialized_start=144
@@ -44,31 +44,31 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LEVELPROGRESS']._serialized_start=478
   _globals['_LEVELPROGRESS']._serialized_end=642
   _globals['_JOB']._serialized_start=645
-  _globals['_JOB']._serialized_end=1229
-  _globals['_GETJOBREQUEST']._serialized_start=1231
-  _globals['_GETJOBREQUEST']._serialized_end=1262
-  _globals['_STREAMOBJECTSREQUEST']._serialized_start=1264
-  _globals['_STREAMOBJECTSREQUEST']._serialized_end=1326
-  _globals['_OBJECTCHUNK']._serialized_start=1328
-  _globals['_OBJECTCHUNK']._serialized_end=1435
-  _globals['_OBJECTBATCH']._serialized_start=1437
-  _globals['_OBJECTBATCH']._serialized_end=1519
-  _globals['_ACKOBJECTSREQUEST']._serialized_start=1521
-  _globals['_ACKOBJECTSREQUEST']._serialized_end=1595
-  _globals['_ACKOBJECTSRESPONSE']._serialized_start=1597
-  _globals['_ACKOBJECTSRESPONSE']._serialized_end=1671
-  _globals['_PAUSEJOBREQUEST']._serialized_start=1673
-  _globals['_PAUSEJOBREQUEST']._serialized_end=1706
-  _globals['_RESUMEJOBREQUEST']._serialized_start=1708
-  _globals['_RESUMEJOBREQUEST']._serialized_end=1742
-  _globals['_UPDATEJOBREQUEST']._serialized_start=1744
-  _globals['_UPDATEJOBREQUEST']._serialized_end=1809
-  _globals['_CANCELJOBREQUEST']._serialized_start=1811
-  _globals['_CANCELJOBREQUEST']._serialized_end=1845
-  _globals['_LISTJOBSREQUEST']._serialized_start=1847
-  _globals['_LISTJOBSREQUEST']._serialized_end=1903
-  _globals['_LISTJOBSRESPONSE']._serialized_start=1905
-  _globals['_LISTJOBSRESPONSE']._serialized_end=1976
-  _globals['_ITERATOR']._serialized_start=2136
-  _globals['_ITERATOR']._serialized_end=2680
+  _globals['_JOB']._serialized_end=1252
+  _globals['_GETJOBREQUEST']._serialized_start=1254
+  _globals['_GETJOBREQUEST']._serialized_end=1285
+  _globals['_STREAMOBJECTSREQUEST']._serialized_start=1287
+  _globals['_STREAMOBJECTSREQUEST']._serialized_end=1349
+  _globals['_OBJECTCHUNK']._serialized_start=1351
+  _globals['_OBJECTCHUNK']._serialized_end=1458
+  _globals['_OBJECTBATCH']._serialized_start=1460
+  _globals['_OBJECTBATCH']._serialized_end=1542
+  _globals['_ACKOBJECTSREQUEST']._serialized_start=1544
+  _globals['_ACKOBJECTSREQUEST']._serialized_end=1618
+  _globals['_ACKOBJECTSRESPONSE']._serialized_start=1620
+  _globals['_ACKOBJECTSRESPONSE']._serialized_end=1694
+  _globals['_PAUSEJOBREQUEST']._serialized_start=1696
+  _globals['_PAUSEJOBREQUEST']._serialized_end=1729
+  _globals['_RESUMEJOBREQUEST']._serialized_start=1731
+  _globals['_RESUMEJOBREQUEST']._serialized_end=1765
+  _globals['_UPDATEJOBREQUEST']._serialized_start=1767
+  _globals['_UPDATEJOBREQUEST']._serialized_end=1832
+  _globals['_CANCELJOBREQUEST']._serialized_start=1834
+  _globals['_CANCELJOBREQUEST']._serialized_end=1868
+  _globals['_LISTJOBSREQUEST']._serialized_start=1870
+  _globals['_LISTJOBSREQUEST']._serialized_end=1926
+  _globals['_LISTJOBSRESPONSE']._serialized_start=1928
+  _globals['_LISTJOBSRESPONSE']._serialized_end=1999
+  _globals['_ITERATOR']._serialized_start=2159
+  _globals['_ITERATOR']._serialized_end=2703
 # @@protoc_insertion_point(module_scope)

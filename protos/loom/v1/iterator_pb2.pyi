@@ -265,6 +265,7 @@ class Job(_message.Message):
     IGNORED_ACKS_FIELD_NUMBER: _builtins.int
     ITERATION_COMPLETE_FIELD_NUMBER: _builtins.int
     FINISHED_AT_FIELD_NUMBER: _builtins.int
+    CHUNKS_REREAD_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     """Server-assigned job id."""
     state: Global___JobState.ValueType
@@ -301,6 +302,11 @@ class Job(_message.Message):
     """
     iteration_complete: _builtins.bool
     """True once every range has been iterated (delivery may still go on)."""
+    chunks_reread: _builtins.int
+    """Chunks read from the source a second time by a duplicate work item
+    (redelivered before its first copy finished) and discarded unemitted:
+    duplicate work, never a duplicate emission.
+    """
     @_builtins.property
     def request(self) -> Global___StartIterationRequest:
         """The request that started the job."""
@@ -340,10 +346,11 @@ class Job(_message.Message):
         ignored_acks: _builtins.int = ...,
         iteration_complete: _builtins.bool = ...,
         finished_at: _timestamp_pb2.Timestamp | None = ...,
+        chunks_reread: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "finished_at", b"finished_at", "request", b"request"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["all_users_discovered", b"all_users_discovered", "chunks_acked", b"chunks_acked", "chunks_emitted", b"chunks_emitted", "chunks_resent", b"chunks_resent", "created_at", b"created_at", "error", b"error", "eta_seconds", b"eta_seconds", "finished_at", b"finished_at", "ignored_acks", b"ignored_acks", "iteration_complete", b"iteration_complete", "job_id", b"job_id", "levels", b"levels", "objects_acked", b"objects_acked", "objects_emitted", b"objects_emitted", "objects_per_second", b"objects_per_second", "rate_limit_per_second", b"rate_limit_per_second", "request", b"request", "state", b"state", "users_completed", b"users_completed", "users_discovered", b"users_discovered"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["all_users_discovered", b"all_users_discovered", "chunks_acked", b"chunks_acked", "chunks_emitted", b"chunks_emitted", "chunks_reread", b"chunks_reread", "chunks_resent", b"chunks_resent", "created_at", b"created_at", "error", b"error", "eta_seconds", b"eta_seconds", "finished_at", b"finished_at", "ignored_acks", b"ignored_acks", "iteration_complete", b"iteration_complete", "job_id", b"job_id", "levels", b"levels", "objects_acked", b"objects_acked", "objects_emitted", b"objects_emitted", "objects_per_second", b"objects_per_second", "rate_limit_per_second", b"rate_limit_per_second", "request", b"request", "state", b"state", "users_completed", b"users_completed", "users_discovered", b"users_discovered"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

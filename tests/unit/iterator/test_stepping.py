@@ -6,7 +6,7 @@ from __future__ import annotations
 from server.iterator import model
 from server.iterator.progress import eta_seconds, progress
 from server.iterator.sizing import ChunkSizer
-from server.iterator.stepping import StepInput, closed_parents, plan_step
+from server.iterator.stepping import StepInput, closed_parents, fan_out, parent_cut, plan_step
 from storage.ports import TaskRecord
 
 SPEC = model.JobSpec(0, (1,), (9,), 2, False, 30, "{}")
@@ -70,6 +70,33 @@ class TestPlanStep:
         closed = [s.counters.get("closed.0", 0) for s in (step, first, middle, last)]
         assert closed == [0, 0, 0, 1]
 
+    def test_parents_fan_out_into_contiguous_tasks(self) -> None:
+        """A chunk of parents becomes up to `fanout` children tasks of contiguous, near-equal
+        parent lists, each counted as a range of the next level."""
+        step = plan_step(ROOT, SPEC, StepInput([(i,) for i in range(1, 8)], limit=9, fanout=3))
+        assert [t.parents for t in step.new_tasks] == [(1, 2, 3), (4, 5), (6, 7)]
+        assert [t.task_id for t in step.new_tasks] == ["r.0c0", "r.0c1", "r.0c2"]
+        assert step.counters["tasks.1"] == 3
+        assert fan_out([1, 2], 8) == [[1], [2]]
+        assert fan_out([], 4) == [[]]
+
+    def test_a_parent_list_is_cut_between_parents_and_each_closes_once(self) -> None:
+        """A prefix cut (p,) gives the second half of the parents away with no query; the
+        range and the piece together close every parent exactly once."""
+        task = _children((1, 3, 5, 7, 9), level=2, after=(1, 4))
+        cut = parent_cut(task.parents, task.after, task.upto)
+        assert cut == (7,)  # parents 3, 5 | 7, 9 remain after the marker's parent 1
+        step = plan_step(task, SPEC, StepInput([(1, 5), (3, 1)], limit=2, split_points=[cut]))
+        assert step.task.upto == (7,)
+        (piece,) = [t for t in step.new_tasks if t.level == 2]
+        assert (piece.after, piece.upto, piece.parents) == ((7,), (), task.parents)
+        rest = plan_step(step.task, SPEC, StepInput([(3, 2), (5, 1)], limit=9))
+        assert rest.task.done
+        tail = plan_step(piece, SPEC, StepInput([(7, 1), (9, 4)], limit=9))
+        closed = [s.counters.get("closed.1", 0) for s in (step, rest, tail)]
+        assert closed == [1, 2, 2]  # 1 | 3, 5 | 7, 9: five parents, once each
+        assert parent_cut((1, 3), (1, 4), ()) is None  # one parent ahead: nothing to give
+
     def test_closed_parents_counts_between_markers(self) -> None:
         """closed_parents counts parents whose end lies between old and new marker."""
         task = _children((1, 3, 5, 7), after=(3, 1))
@@ -106,3 +133,13 @@ class TestChunkSizer:
             sizer.observe(1, 1000, 0.001)
         assert sizer.limit(1) == 5000
         assert sizer.limit(2) == 1000
+
+    def test_chunks_read_at_least_as_long_as_they_take_to_commit(self) -> None:
+        """When committing a chunk costs more than the time target, chunks grow so the
+        read matches the commit (fewer round trips per object), within the bounds."""
+        sizer = ChunkSizer(target_s=0.01, minimum=100, maximum=50_000, initial=1000)
+        sizer.observe(1, 1000, 0.01)  # 10 µs per row: 1,000 rows meet the 10 ms target
+        assert 990 <= sizer.limit(1) <= 1000
+        for _ in range(40):
+            sizer.observe_commit(0.05)  # a 50 ms commit
+        assert 4950 <= sizer.limit(1) <= 5000
