@@ -1,7 +1,8 @@
 """Puts a storage adapter behind a circuit breaker without the adapter knowing.
 
 Every coroutine method of the wrapped store runs through the engine's breaker: an open
-breaker fails the call fast, engine faults (`StorageError`, timeouts) count as failures,
+breaker fails the call fast, engine faults (`StorageError`, timeouts — including running
+into the deadline of the call being served, `server.runtime.deadlines`) count as failures,
 anything else (a caller's bad input, NotFound) says the engine answered and counts as success.
 """
 
@@ -14,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, cast
 
 from server.runtime.breaker import CircuitBreaker
+from server.runtime.deadlines import engine_deadline
 from server.runtime.errors import Unavailable
 from storage.errors import StorageError
 
@@ -29,7 +31,8 @@ def _guarded(
     async def call(*args: Any, **kwargs: Any) -> Any:
         breaker.before_call()
         try:
-            result = await method(*args, **kwargs)
+            async with asyncio.timeout_at(engine_deadline()):
+                result = await method(*args, **kwargs)
         except (StorageError, TimeoutError) as exc:
             breaker.on_failure()
             raise Unavailable(f"{breaker.name}: {exc or type(exc).__name__}") from exc

@@ -27,6 +27,7 @@ from google.protobuf.message import DecodeError
 
 from server.runtime.auth import Authenticator, method_scope
 from server.runtime.bulkhead import BulkheadFull
+from server.runtime.deadlines import serving
 from server.runtime.errors import (
     DeadlineExceeded,
     FieldViolation,
@@ -153,8 +154,10 @@ def _wrap_unary(
         if type(request) is _Malformed:
             await call.fail(request.error)
         policy = table.policy(method)
+        timeout_s = _effective_deadline(context, policy.deadline_s)
+        serving(timeout_s)
         try:
-            async with asyncio.timeout(_effective_deadline(context, policy.deadline_s)):
+            async with asyncio.timeout(timeout_s):
                 async with table.bulkhead(method).slot():
                     response = await behavior(request, context)
         except TimeoutError:
