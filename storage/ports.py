@@ -12,7 +12,7 @@ handful of round trips to the engine, not thousands.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
@@ -746,10 +746,20 @@ class TemplateStore(Protocol):
     k, the row cap and re-formation are the domain's.
     """
 
-    async def add_emails(self, writes: Sequence[ClusterWrite]) -> dict[bytes, ClusterCounts]:
-        """Stores every write (email and user cells), then returns s, n, t of each row written.
+    async def add_emails(
+        self,
+        writes: Sequence[ClusterWrite],
+        counted: Collection[bytes] | None = None,
+        cap: int | None = None,
+    ) -> dict[bytes, ClusterCounts]:
+        """Stores every write (email and user cells), then returns s, n, t of the rows in
+        `counted` (default: every row written; rows need not have been written).
 
-        One call carries a micro-batch of emails and should cost a few round trips.
+        With `cap` (>= 1), s and n are each min(true count, cap): the caller only asks
+        whether a threshold is reached, so an engine never reads more than `cap` cells of a
+        family.
+        One call carries a micro-batch of emails and should cost a few round trips (none
+        for counting when `counted` is empty).
         """
         ...
 

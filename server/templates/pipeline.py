@@ -36,13 +36,8 @@ from server.runtime.errors import LoomError
 from server.runtime.logs import get_logger
 from server.runtime.workers import WorkerPool
 from server.templates.cache import TtlLru
-from server.templates.model import (
-    EmailIn,
-    Parsed,
-    TemplateValue,
-    decode_templates,
-    encode_templates,
-)
+from server.templates.model import EmailIn, Parsed, TemplateValue, decode_templates
+from server.templates.rows import RowStates, decide
 from server.templates.schemes import SchemeParams, match_template, tokens_of
 from server.templates.work import fingerprint_batch, form_row
 from storage.errors import StorageError
@@ -53,10 +48,6 @@ __all__ = ["Counters", "Pipeline"]
 _log = get_logger("templates.pipeline")
 FULL_ROW_FACTOR = 4
 """A full row keeps storing emails no template of it explains, up to this many times S."""
-GROWTH = 1.5
-"""Loom's scheme re-forms a row whose last formation left emails in no template once its
-distinct recipients grew by this factor (and by at least k): a rarer template sharing the
-layout becomes separable only once its own text is k-anonymous, i.e. once the row grew."""
 T = TypeVar("T")
 
 
@@ -109,11 +100,20 @@ class Pipeline:
         )
         self._arrivals = 0
         self._pending: set[bytes] = set()
-        self._dirty: set[bytes] = set()
+        """Rows whose formation is queued or running (a row is queued at most once)."""
+        self._running: set[bytes] = set()
+        """Rows whose formation has fetched its emails (a trigger now may have been missed)."""
+        self._dirty: dict[bytes, bool] = {}
+        """Running rows triggered again meanwhile -> whether as a first formation."""
         self._timers: set[bytes] = set()
-        self._formed_n = TtlLru[bytes, int](settings.template_cache_size, 24 * 3600.0, clock)
-        self._mixed = TtlLru[bytes, bool](settings.template_cache_size, 24 * 3600.0, clock)
-        """Rows whose last formation left emails in no template (re-formed as they grow)."""
+        self.rows = RowStates(
+            settings.template_cache_size,
+            settings.template_cache_ttl_s,
+            settings.k_anonymity,
+            clock,
+        )
+        """Each row's s, n, t as last counted or formed: the store counts only the others."""
+        self._count_cap = max(settings.k_anonymity, settings.max_emails)
         self._recent = TtlLru[bytes, float](
             settings.template_cache_size, settings.reform_interval_s, clock
         )
@@ -218,7 +218,11 @@ class Pipeline:
                 _log.warning("store failed", error=type(exc).__name__, emails=len(batch))
 
     async def _check_eligibility(self, batch: list[tuple[EmailIn, Parsed]]) -> None:
-        """Algorithm 2's CheckTemplateEligibility for a micro-batch of emails."""
+        """Algorithm 2's CheckTemplateEligibility for a micro-batch of emails.
+
+        One store call writes the batch and counts only the rows whose cached state cannot
+        decide (`RowStates.needs_count`); the others are decided from that state.
+        """
         writes: list[ClusterWrite] = []
         by_key: dict[bytes, list[tuple[EmailIn, Parsed]]] = {}
         for email, parsed in batch:
@@ -236,26 +240,33 @@ class Pipeline:
                 self.counters.skipped_full += 1
         if not writes:
             return
-        counts = await self._store.add_emails(writes)
-        k, now_ms = self._s.k_anonymity, _now_ms()
-        for key, c in counts.items():
-            if c.users < k:
+        # A row with a formation queued or running is known to have n >= k: its state
+        # (the count that triggered it, plus what was stored since) decides meanwhile.
+        counted = [
+            key
+            for key in by_key
+            if self.rows.needs_count(key) and not (key in self._pending and self.rows.get(key))
+        ]
+        counts = await self._store.add_emails(writes, counted, self._count_cap)
+        s, now_ms = self._s, _now_ms()
+        for key, emails in by_key.items():
+            found = counts.get(key)
+            st = (
+                self.rows.counted(key, found)
+                if found is not None
+                else self.rows.stored(key, len(emails))
+            )
+            if st is None:  # evicted meanwhile: the row's next email counts it
                 continue
-            if c.template_at_ms is None:
-                self._formed_n.put(key, c.users)
+            d = decide(st, s.k_anonymity, s.max_emails, int(s.reinduce_after_s * 1000), now_ms)
+            if d.form:
                 self._schedule(key, first=True)
-                continue
-            last = self._formed_n.get(key)
-            grown = last is not None and c.users >= max(last + k, GROWTH * last)
-            if grown and key in self._mixed:
-                self._formed_n.put(key, c.users)
+            if d.reform:
                 self._schedule(key, first=False)
-            if now_ms - c.template_at_ms >= self._s.reinduce_after_s * 1000:
-                self._schedule(key, first=False)
-            if c.emails >= self._s.max_emails:
-                self.full.put(key, c.emails)
-            if self.params.scheme == "loom":
-                await self._check_explained(key, by_key.get(key, []))
+            if d.full:
+                self.full.put(key, st.emails)
+            if d.formed and self.params.scheme == "loom":
+                await self._check_explained(key, emails)
 
     def _unexplained_in_full_row(self, key: bytes, email: EmailIn, parsed: Parsed) -> bool:
         """Whether a full row must still store this email (Loom's scheme only).
@@ -301,7 +312,10 @@ class Pipeline:
                     asyncio.get_running_loop().call_later(delay, self._deferred, key)
                 return
         if key in self._pending:
-            self._dirty.add(key)
+            # A queued formation will read this row's emails anyway; a running one may
+            # have read them before this trigger's email was stored: it runs once more.
+            if key in self._running:
+                self._dirty[key] = self._dirty.get(key, False) or first
             return
         self._arrivals += 1
         try:
@@ -325,10 +339,12 @@ class Pipeline:
         while True:
             _, _, key = await self.form_queue.get()
             self._recent.put(key, self._clock())
+            self._running.add(key)
+            formed = False
             try:
                 payloads = await self._store.get_emails(key, FULL_ROW_FACTOR * self._s.max_emails)
                 now_ms = _now_ms()
-                formed, left_out = await loop.run_in_executor(
+                result = await loop.run_in_executor(
                     self._executor,
                     form_row,
                     key,
@@ -337,28 +353,36 @@ class Pipeline:
                     now_ms,
                     self.params,
                 )
-                if left_out and self.params.scheme == "loom":
-                    self._mixed.put(key, True)  # re-form as it grows: more may split out
-                else:
-                    self._mixed.pop(key)
                 self.counters.formations += 1
-                if formed:
+                if result.templates:
                     known = {t.template_id for t in self.templates.get(key) or []}
-                    await self._store.put_templates(
-                        key, encode_templates(formed), formed[0].sender, now_ms
-                    )
-                    self.templates.put(key, formed)
+                    sender = result.templates[0].sender
+                    await self._store.put_templates(key, result.encoded, sender, now_ms)
+                    self.templates.put(key, result.templates)
                     self.counters.templates_formed += sum(
-                        t.template_id not in known for t in formed
+                        t.template_id not in known for t in result.templates
                     )
-            except (LoomError, StorageError) as exc:
-                _log.warning("formation failed", error=type(exc).__name__)
-            except Exception as exc:
+                    formed = True
+                self.rows.formed(
+                    key,
+                    emails=result.emails,
+                    users=result.users,
+                    template_at_ms=now_ms if formed else None,
+                    # Loom's scheme re-forms such a row as it grows: more may split out.
+                    left_out=bool(result.left_out) and self.params.scheme == "loom",
+                )
+            except Exception as exc:  # StorageError, LoomError, a broken pool: logged, never raised
                 _log.warning("formation failed", error=type(exc).__name__)
             finally:
                 self._pending.discard(key)
-                if key in self._dirty:
-                    self._dirty.discard(key)
-                    self._schedule(key, first=False)
+                self._running.discard(key)
+                dirty = self._dirty.pop(key, None)
+                if dirty is not None:
+                    # Still no template after a first trigger: that trigger keeps its priority.
+                    self._schedule(key, first=dirty and not formed and self._untemplated(key))
                 with contextlib.suppress(ValueError):
                     self.form_queue.task_done()
+
+    def _untemplated(self, key: bytes) -> bool:
+        st = self.rows.get(key)
+        return st is None or st.template_at_ms is None

@@ -9,6 +9,7 @@ the exception text (which could quote the body) ever leaving the worker.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from server.templates.fingerprint import minhash, parse_structure
 from server.templates.model import (
@@ -18,11 +19,12 @@ from server.templates.model import (
     TemplateValue,
     decode_cluster_email,
     encode_cluster_email,
+    encode_templates,
     recipient_hash,
 )
 from server.templates.schemes import SchemeParams, form_templates, keys_for
 
-__all__ = ["fingerprint_batch", "form_row", "warm_up"]
+__all__ = ["Formed", "fingerprint_batch", "form_row", "warm_up"]
 
 
 def warm_up() -> int:
@@ -54,11 +56,26 @@ def fingerprint_batch(
     return out
 
 
+class Formed(NamedTuple):
+    """What FormTemplate(h) hands back to the event loop."""
+
+    templates: list[TemplateValue]
+    encoded: bytes
+    """`templates` in their stored form (empty when none formed): encoded here, not on the loop."""
+    left_out: int
+    """Emails in no template."""
+    emails: int
+    """s: emails the row held."""
+    users: int
+    """n: their distinct recipients."""
+
+
 def form_row(
     key: bytes, payloads: Sequence[bytes], k: int, now_ms: int, params: SchemeParams
-) -> tuple[list[TemplateValue], int]:
-    """FormTemplate(h) over the row's fetched emails (k re-checked inside): the templates,
-    and how many emails are in none of them."""
+) -> Formed:
+    """FormTemplate(h) over the row's fetched emails (k re-checked inside)."""
     emails = [decode_cluster_email(p) for p in payloads]
     left_out: list[int] = []
-    return form_templates(key, emails, k, now_ms, params, left_out), len(left_out)
+    formed = form_templates(key, emails, k, now_ms, params, left_out)
+    encoded = encode_templates(formed) if formed else b""
+    return Formed(formed, encoded, len(left_out), len(emails), len({e.user for e in emails}))

@@ -10,16 +10,18 @@ The TTL is Bigtable's own max-age GC on `email` and `user` (the emulator runs GC
 a ModifyColumnFamilies call, which `ensure_tables` always makes). GC is lazy, so reads also
 filter cells older than the TTL by timestamp: what a read sees expires exactly on time.
 
-`add_emails` is one MutateRows for the batch, then one ReadRows over the batch's rows
-with values stripped (Algorithm 2's "fetch s, t, n": the counts are cell counts; t is the
-template cell's timestamp). Email payloads are read page by page (`read_row_cells`) so a
+`add_emails` is one MutateRows for the batch, then one ReadRows over the rows the caller
+asks to count, values stripped and each family cut at the caller's cap (Algorithm 2's
+"fetch s, t, n": the counts are cell counts; t is the template cell's timestamp). The
+clustering server asks only for rows its cached state cannot decide, so a hot row's
+hundreds of cells are not streamed through the client on every batch. Email payloads are read page by page (`read_row_cells`) so a
 full row stays under the emulator's 4 MiB response limit.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -75,18 +77,37 @@ class BigtableTemplateStore:
             [rf.FamilyNameRegexFilter(escape_family(family)), rf.TimestampRangeFilter(start=start)]
         )
 
-    async def add_emails(self, writes: Sequence[ClusterWrite]) -> dict[bytes, ClusterCounts]:
+    async def add_emails(
+        self,
+        writes: Sequence[ClusterWrite],
+        counted: Collection[bytes] | None = None,
+        cap: int | None = None,
+    ) -> dict[bytes, ClusterCounts]:
         stamp = _now_ms() * 1000
         cells = [(w.key, _FAM_E, w.email_id.encode(), w.payload) for w in writes]
         cells += [(w.key, _FAM_U, w.user, b"") for w in writes]
         await bulk_set_cells(self._table, cells, timestamp_micros=stamp)
-        keys = list(dict.fromkeys(w.key for w in writes))
+        keys = list(dict.fromkeys(w.key for w in writes) if counted is None else counted)
+        if not keys:
+            return {}
+
+        def family(name: str) -> rf.RowFilter:
+            chain = [self._live(name), rf.CellsColumnLimitFilter(1)]
+            if cap is not None:  # the row's first `cap` cells of the family, no more
+                chain.append(rf.CellsRowLimitFilter(max(1, cap)))
+            return rf.RowFilterChain(chain)
+
         counting = rf.RowFilterChain(
             [
                 rf.RowFilterUnion(
-                    [self._live(_FAM_E), self._live(_FAM_U), rf.FamilyNameRegexFilter(_FAM_T)]
+                    [
+                        family(_FAM_E),
+                        family(_FAM_U),
+                        rf.RowFilterChain(
+                            [rf.FamilyNameRegexFilter(_FAM_T), rf.CellsColumnLimitFilter(1)]
+                        ),
+                    ]
                 ),
-                rf.CellsColumnLimitFilter(1),
                 rf.StripValueTransformerFilter(True),
             ]
         )

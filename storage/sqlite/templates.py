@@ -7,14 +7,15 @@
 The TTL is the adapter's: every read ignores email and user cells stored more than
 `email_ttl_s` ago, and `add_emails` deletes expired cells
 (a sweep of both tables by their age index, at most once per TTL/10), so an expired email is
-neither visible nor kept. A batch is one IMMEDIATE transaction on the single writer thread.
+neither visible nor kept. A batch is one IMMEDIATE transaction on the single writer thread;
+its counts cost three indexed lookups per counted row, each stopping at the cap.
 """
 
 from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from storage.ports import ClusterCounts, ClusterWrite
@@ -62,10 +63,16 @@ class SqliteTemplateStore:
         await db.migrate(_SCHEMA)
         return cls(db, email_ttl_s)
 
-    async def add_emails(self, writes: Sequence[ClusterWrite]) -> dict[bytes, ClusterCounts]:
+    async def add_emails(
+        self,
+        writes: Sequence[ClusterWrite],
+        counted: Collection[bytes] | None = None,
+        cap: int | None = None,
+    ) -> dict[bytes, ClusterCounts]:
         now = _now_ms()
         horizon = now - self._ttl_ms
-        keys = list(dict.fromkeys(w.key for w in writes))
+        keys = list(dict.fromkeys(w.key for w in writes) if counted is None else counted)
+        limit = -1 if cap is None else max(1, cap)  # SQLite: a negative LIMIT is none
         sweep = now >= self._next_sweep_ms
         if sweep:
             self._next_sweep_ms = now + max(1000, self._ttl_ms // 10)
@@ -87,13 +94,16 @@ class SqliteTemplateStore:
             )
             out: dict[bytes, ClusterCounts] = {}
             for key in keys:
+                # Capped: a count never walks more than `cap` rows of a family.
                 (emails,) = conn.execute(
-                    "SELECT count(*) FROM cluster_email WHERE key = ? AND stored_ms > ?",
-                    (key, horizon),
+                    "SELECT count(*) FROM (SELECT 1 FROM cluster_email "
+                    "WHERE key = ? AND stored_ms > ? LIMIT ?)",
+                    (key, horizon, limit),
                 ).fetchone()
                 (users,) = conn.execute(
-                    "SELECT count(*) FROM cluster_user WHERE key = ? AND stored_ms > ?",
-                    (key, horizon),
+                    "SELECT count(*) FROM (SELECT 1 FROM cluster_user "
+                    "WHERE key = ? AND stored_ms > ? LIMIT ?)",
+                    (key, horizon, limit),
                 ).fetchone()
                 row = conn.execute(
                     "SELECT formed_ms FROM cluster_template WHERE key = ?", (key,)

@@ -69,3 +69,15 @@ async def test_emails_and_users_expire_at_the_ttl(template_store: TemplateStore)
     assert counts[b"ttl"].emails == 1
     assert counts[b"ttl"].users == 1
     assert await template_store.get_templates([b"ttl"]) == {b"ttl": b"tpl"}
+
+
+async def test_counts_only_the_rows_asked_and_stop_at_the_cap(
+    template_store: TemplateStore,
+) -> None:
+    """`counted` picks the rows counted (written or not); `cap` bounds s and n."""
+    writes = [_w(b"c1", f"e{i}", f"u{i % 4}") for i in range(9)] + [_w(b"c2", "e", "u")]
+    assert await template_store.add_emails(writes, counted=[]) == {}
+    got = await template_store.add_emails([_w(b"c2", "e2", "u2")], counted=[b"c1", b"c3"], cap=6)
+    assert got == {b"c1": ClusterCounts(6, 4, None), b"c3": ClusterCounts(0, 0, None)}
+    exact = await template_store.add_emails([], counted=[b"c1", b"c2"], cap=100)
+    assert exact == {b"c1": ClusterCounts(9, 4, None), b"c2": ClusterCounts(2, 2, None)}

@@ -1,0 +1,63 @@
+"""The clustering server's cached row state: Algorithm 2's decisions without a store count."""
+
+from __future__ import annotations
+
+from server.templates.rows import Decision, RowState, RowStates, decide
+from storage.ports import ClusterCounts
+
+K, S, A = 5, 200, 3_600_000
+
+
+class TestDecide:
+    def test_below_k_nothing_happens(self) -> None:
+        """Fewer than k recipients: no formation, whatever else the row holds."""
+        assert decide(RowState(500, K - 1, None), K, S, A, 0) == Decision()
+        assert decide(RowState(500, K - 1, 10), K, S, A, 0) == Decision()
+
+    def test_kth_recipient_without_template_forms(self) -> None:
+        """n >= k and no template: form at once (Algorithm 2, line 12)."""
+        assert decide(RowState(K, K, None), K, S, A, 0) == Decision(form=True)
+
+    def test_template_ages_and_fills(self) -> None:
+        """Re-form at age >= A; full at s >= S; a formed row is checked for explanation."""
+        young = decide(RowState(S - 1, 50, 1_000), K, S, A, 2_000)
+        assert young == Decision(formed=True)
+        old = decide(RowState(S, 50, 1_000), K, S, A, 1_000 + A)
+        assert old == Decision(reform=True, full=True, formed=True)
+
+    def test_mixed_row_reforms_once_grown(self) -> None:
+        """A row whose formation left emails out re-forms at x1.5 recipients (and +k)."""
+        st = RowState(40, 20, 1_000, formed_users=20, left_out=True)
+        assert not decide(st, K, S, A, 2_000).reform
+        st.users = 29
+        assert not decide(st, K, S, A, 2_000).reform
+        st.users = 30
+        assert decide(st, K, S, A, 2_000).reform
+        st.left_out = False
+        assert not decide(st, K, S, A, 2_000).reform
+
+
+class TestRowStates:
+    def test_only_undecided_rows_need_a_count(self) -> None:
+        """Unknown rows and rows without a template at n >= k are counted; formed rows not."""
+        now = [0.0]
+        rows = RowStates(10, 60.0, K, lambda: now[0])
+        assert rows.needs_count(b"r")
+        rows.counted(b"r", ClusterCounts(3, 3, None))
+        assert rows.needs_count(b"r")
+        rows.formed(b"r", emails=6, users=K, template_at_ms=99, left_out=False)
+        assert not rows.needs_count(b"r")
+        st = rows.stored(b"r", 4)
+        assert st is not None
+        assert (st.emails, st.users, st.template_at_ms) == (10, K + 4, 99)
+        now[0] = 61.0  # another replica may have changed the row: count it again
+        assert rows.needs_count(b"r")
+        assert rows.stored(b"r", 1) is None
+
+    def test_a_count_keeps_what_this_server_formed(self) -> None:
+        """A count refreshes s and n; the formation's n and left-out flag stay."""
+        rows = RowStates(10, 60.0, K, lambda: 0.0)
+        rows.formed(b"r", emails=8, users=8, template_at_ms=None, left_out=True)
+        st = rows.counted(b"r", ClusterCounts(12, 9, 500))
+        assert (st.emails, st.users, st.template_at_ms) == (12, 9, 500)
+        assert (st.formed_users, st.left_out) == (8, True)
