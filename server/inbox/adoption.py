@@ -15,13 +15,13 @@ changes nothing.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable
 from dataclasses import replace
 
 from server.inbox.fanout import RELEASED_MS, FanoutJob, FanoutStage
 from server.runtime.errors import LoomError, ResourceExhausted
 from server.runtime.logs import get_logger
+from server.runtime.workers import WorkerPool
 from storage.errors import StorageError
 from storage.ports import InboxStore
 
@@ -48,22 +48,17 @@ class Adopter:
         self._stall_ms = int(stall_after_s * 1000)
         self._interval_s = interval_s
         self._now_ms = now_ms
-        self._task: asyncio.Task[None] | None = None
+        self._runner = WorkerPool("inbox-adoption", 1, self._loop)
         self.adopted = 0
         """Deliveries this server has adopted (metrics, tests)."""
 
     def start(self) -> None:
         """Starts looking (the first look is immediate: a restarted server resumes at once)."""
-        if self._task is None:
-            self._task = asyncio.create_task(self._loop(), name="inbox-adoption")
+        self._runner.start()
 
     async def stop(self) -> None:
         """Stops looking."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._runner.stop()
 
     async def _loop(self) -> None:
         while True:

@@ -9,7 +9,6 @@ service's status from its engines' circuit breakers.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -17,6 +16,7 @@ from grpc_health.v1 import health_pb2
 from grpc_health.v1._async import HealthServicer
 
 from server.runtime.breaker import BreakerState, CircuitBreaker
+from server.runtime.workers import WorkerPool
 
 __all__ = ["Health", "HealthMonitor"]
 
@@ -56,20 +56,15 @@ class HealthMonitor:
         self._health = health
         self._dependencies = {service: list(b) for service, b in dependencies.items()}
         self._interval_s = interval_s
-        self._task: asyncio.Task[None] | None = None
+        self._runner = WorkerPool("health-monitor", 1, self._follow)
 
     def start(self) -> None:
         """Starts following the breakers (inside the running loop)."""
-        if self._task is None:
-            self._task = asyncio.create_task(self._follow(), name="health-monitor")
+        self._runner.start()
 
     async def stop(self) -> None:
         """Stops following (before the graceful-shutdown NOT_SERVING is set)."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._runner.stop()
 
     async def _follow(self) -> None:
         shown: dict[str, int] = {}

@@ -1,7 +1,8 @@
 """A fixed pool of asyncio worker tasks: the stage primitive of bounded background work.
 
 Background stages (Inbox fan-out, trimming) are a bounded queue drained by a fixed number of
-workers, so their concurrency is a setting, never a function of load.
+workers, so their concurrency is a setting, never a function of load. A lone background loop
+(Inbox adoption, the health monitor) is a pool of one.
 """
 
 from __future__ import annotations
