@@ -32,7 +32,7 @@ the three shapes).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from cassandra.query import BatchStatement, BatchType, PreparedStatement
@@ -148,19 +148,18 @@ class CassandraInboxStore:
                 # The unread rows move before the entries: an entry showing this message
                 # implies its unread row is in step, so the skip above can never leave an
                 # unread row behind when a chunk is retried after a partial failure.
-                unread_step: list[Awaitable[list[Row]]] = []
-                entry_step: list[Awaitable[list[Row]]] = []
+                # Statements, not coroutines: the entries' are created only once the unread
+                # step succeeded, so a failed step leaves no coroutine un-awaited behind it.
+                unread_step: list[tuple[PreparedStatement, tuple[Any, ...]]] = []
+                entry_step: list[tuple[PreparedStatement, tuple[Any, ...]]] = []
                 if to_unread:
-                    rows_of: tuple[Any, ...] = (ts, message_id, to_unread, thread_id)
-                    unread_step.append(run(make_unread, rows_of, routing_key=route))
-                    rows_of = (ts, message_id, False, to_unread, thread_id)
-                    entry_step.append(run(advance, rows_of, routing_key=route))
+                    unread_step.append((make_unread, (ts, message_id, to_unread, thread_id)))
+                    entry_step.append((advance, (ts, message_id, False, to_unread, thread_id)))
                 if to_read:
-                    unread_step.append(run(make_read, (ts, to_read, thread_id), routing_key=route))
-                    rows_of = (ts, message_id, True, to_read, thread_id)
-                    entry_step.append(run(advance, rows_of, routing_key=route))
-                await gather(unread_step)
-                await gather(entry_step)
+                    unread_step.append((make_read, (ts, to_read, thread_id)))
+                    entry_step.append((advance, (ts, message_id, True, to_read, thread_id)))
+                for step in (unread_step, entry_step):
+                    await gather(run(stmt, params, routing_key=route) for stmt, params in step)
                 return len(to_unread) + len(to_read)
 
         return sum(await gather(one_group(g) for g in groups))
