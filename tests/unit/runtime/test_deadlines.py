@@ -1,0 +1,68 @@
+"""Engine calls end before the call's deadline as faults, unless the caller left too little time.
+
+A hanging engine must open its breaker (its calls end as faults before the caller's deadline),
+but a caller's very short deadline says nothing about the engine: the call's own deadline ends
+it and the breaker hears nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from server.runtime.breaker import BreakerState, CircuitBreaker
+from server.runtime.deadlines import engine_deadline, serving
+from server.runtime.errors import Unavailable
+from server.runtime.guard import guard_store
+
+
+class Hangs:
+    """Something with a coroutine method that never answers, like a hung engine."""
+
+    async def read(self) -> None:
+        await asyncio.Event().wait()
+
+
+async def test_a_call_with_time_to_spare_gives_the_engine_a_deadline_before_its_own() -> None:
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    serving(2.0)
+    deadline = engine_deadline()
+    assert deadline is not None
+    assert start + 1.0 < deadline < start + 2.0
+
+
+async def test_a_very_short_call_gives_the_engine_no_deadline_of_its_own() -> None:
+    serving(0.005)
+    assert engine_deadline() is None
+
+
+async def test_a_task_spawned_by_the_handler_is_not_held_to_the_call_deadline() -> None:
+    serving(2.0)
+    assert engine_deadline() is not None
+    assert await asyncio.create_task(_deadline_in_own_task()) is None
+
+
+async def _deadline_in_own_task() -> float | None:
+    return engine_deadline()
+
+
+async def test_a_hung_engine_fails_unavailable_before_the_deadline_and_counts() -> None:
+    breaker = CircuitBreaker("engine", failure_threshold=1)
+    store = guard_store(Hangs(), breaker)
+    serving(0.3)
+    async with asyncio.timeout(0.3):
+        with pytest.raises(Unavailable):
+            await store.read()
+    assert breaker.state is BreakerState.OPEN
+
+
+async def test_a_caller_deadline_too_short_to_judge_the_engine_is_not_a_fault() -> None:
+    breaker = CircuitBreaker("engine", failure_threshold=1)
+    store = guard_store(Hangs(), breaker)
+    serving(0.005)
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.005):
+            await store.read()
+    assert breaker.state is BreakerState.CLOSED
