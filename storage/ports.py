@@ -644,6 +644,10 @@ class JobStore(Protocol):
         """The task, or None."""
         ...
 
+    async def open_tasks(self, job_id: str) -> list[TaskRecord]:
+        """Every task of the job that is not done (for re-sending work a queue lost)."""
+        ...
+
     async def commit_step(self, job_id: str, step: Step, expected_seq: int) -> bool:
         """Writes `step` iff the task's stored seq is `expected_seq` (else nothing, False).
 

@@ -95,7 +95,7 @@ class SqsSettings:
     queue_prefix: str = "loom-"
     """Prefix of every queue Loom owns (one queue per hierarchy level)."""
     create_queues: bool = False
-    """Create missing queues at start-up."""
+    """Create missing queues at start-up, and again if one disappears while serving."""
 
 
 @dataclass(frozen=True, slots=True)

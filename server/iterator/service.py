@@ -9,6 +9,13 @@ ledger, record by record, which must agree before the job is marked COMPLETED.
 When the source database fails, the job whose step failed pauses itself ("source"); a
 monitor pings the source every `source_probe_s` (through the same circuit breaker) and
 resumes those jobs once it answers.
+
+A queue can lose a message Loom sent it: the job was created (or a step committed) but the
+send failed because the queue was down, or an in-memory queue restarted empty. Nothing
+would ever take that range again and the job would wait for ever, so the checker watches
+each running job's counters: when they have not moved for `resend_after_s`, the current
+step of every open range is sent again. A copy of a message still in the queue is dropped
+by the marker check, so resending is always safe.
 """
 
 from __future__ import annotations
@@ -76,6 +83,10 @@ class IteratorService:
         summed over every replica, each job counts once)."""
         self.unsettled_chunks = 0
         """Chunks of running jobs emitted and not yet delivered/acked, at the last check."""
+        self.ranges_resent = 0
+        """Open ranges of stalled jobs this server sent again (statistics)."""
+        self._stalled: dict[str, tuple[tuple[tuple[str, int], ...], float]] = {}
+        """Per running job: its counters when they last moved, and when (monotonic)."""
 
     def start(self) -> None:
         """Starts the completion checker and the source monitor."""
@@ -116,7 +127,20 @@ class IteratorService:
             "r", scope.level, (), scope.first, scope.last, (), (), 0, False, 0, now, ()
         )
         await self._store.create_job(record, root, {model.tasks(scope.level): 1})
-        await self._announce(job_id, [root])  # type: ignore[misc]
+        try:
+            await self._announce(job_id, [root])  # type: ignore[misc]
+        except LoomError:
+            # The caller hears UNAVAILABLE: the job must not run behind its back. Should this
+            # write fail too (or the server die first), the stall check sends the range.
+            failed = replace(
+                record,
+                state="failed",
+                error="the work queue was unavailable when the job was started",
+                finished_ms=_now_ms(),
+            )
+            with contextlib.suppress(LoomError, StorageError):
+                await self._store.update_job(failed, record.version)
+            raise
         return await self.view(job_id)
 
     async def view(self, job_id: str) -> JobView:
@@ -201,14 +225,18 @@ class IteratorService:
     async def check_once(self) -> None:
         """Completes every running job whose counters and ledger both say it is done."""
         unsettled = 0
+        running = set()
         for record in await self._store.active_jobs():
             if record.state != "running":
                 continue
+            running.add(record.job_id)
             spec = model.JobSpec.loads(record.spec)
             counters = await self._store.counters(record.job_id)
             p = progress.progress(spec, self.names, counters)
             self._meters.setdefault(record.job_id, progress.RateMeter()).add(p.emitted_objects)
             unsettled += max(0, p.emitted_chunks - p.settled_chunks)
+            if not p.iteration_complete:
+                await self._resend_if_stalled(record.job_id, counters)
             if not p.complete:
                 continue
             settled: ChunkState = "acked" if spec.require_ack else "delivered"
@@ -227,6 +255,30 @@ class IteratorService:
                 self.delivery.notify(record.job_id)
                 _log.info("job finished", job_id=record.job_id, state=final.state)
         self.unsettled_chunks = unsettled
+        for job_id in self._stalled.keys() - running:  # paused or finished: start afresh
+            del self._stalled[job_id]
+
+    async def _resend_if_stalled(self, job_id: str, counters: dict[str, int]) -> None:
+        """Sends every open range's current step again once the counters stood still for
+        `resend_after_s` (then waits as long again before the next resend)."""
+        now = time.monotonic()
+        mark = tuple(sorted(counters.items()))
+        seen = self._stalled.get(job_id)
+        if seen is None or seen[0] != mark:
+            self._stalled[job_id] = (mark, now)
+            return
+        if now - seen[1] < self._s.resend_after_s:
+            return
+        tasks = await self._store.open_tasks(job_id)
+        await self._announce(job_id, tasks)  # type: ignore[misc]
+        self._stalled[job_id] = (mark, now)
+        self.ranges_resent += len(tasks)
+        _log.warning(
+            "job stalled: open ranges sent again",
+            job_id=job_id,
+            ranges=len(tasks),
+            stalled_s=round(now - seen[1], 1),
+        )
 
     async def _check_loop(self) -> None:
         while True:

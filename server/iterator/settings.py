@@ -86,3 +86,8 @@ class IteratorSettings:
     """A paused job's work item is looked at again after this long."""
     source_probe_s: float = 1.0
     """While the source is down, how often it is probed (jobs resume when it answers)."""
+    resend_after_s: float = 120.0
+    """A running job whose counters have not moved for this long has the current step of
+    each of its open ranges sent again (copies are dropped by the marker check): work whose
+    message the queue lost — sent while the queue was down, or held by a queue that
+    restarted empty — still gets done. Keep it well above the visibility timeout."""

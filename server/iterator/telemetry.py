@@ -10,7 +10,7 @@ Queues (``loom_queue_depth{queue=...}``, the shape every background stage shares
   at the last completion check: what waits for consumers.
 
 Counters of this server (sum them over replicas): steps committed, chunks emitted, chunks
-re-read by duplicate messages, jobs finished by state. Everything is read at scrape time,
+re-read by duplicate messages, jobs finished by state, ranges of stalled jobs sent again. Everything is read at scrape time,
 so the workers pay nothing for it.
 """
 
@@ -55,7 +55,12 @@ class _Counters(Collector):
         )
         for state in ("completed", "failed"):
             finished.add_metric([state], self._service.finished.get(state, 0))
-        yield from (steps, chunks, reread, finished)
+        resent = CounterMetricFamily(
+            "loom_iterator_ranges_resent",
+            "Open ranges of stalled jobs sent to the queue again (work a queue lost)",
+        )
+        resent.add_metric([], self._service.ranges_resent)
+        yield from (steps, chunks, reread, finished, resent)
 
 
 def register(

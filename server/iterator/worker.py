@@ -137,10 +137,11 @@ class Pipeline:
             await asyncio.sleep(_DEPTH_SAMPLE_S)
 
     async def announce(self, job_id: str, tasks: Sequence[TaskRecord]) -> None:
-        """Enqueues step 0 of each new task on its level's queue."""
+        """Enqueues the next step of each task (step 0 of a new one) on its level's queue."""
         by_level: dict[int, list[str]] = {}
         for t in tasks:
-            by_level.setdefault(t.level, []).append(model.WorkMessage(job_id, t.task_id, 0).dumps())
+            message = model.WorkMessage(job_id, t.task_id, t.seq)
+            by_level.setdefault(t.level, []).append(message.dumps())
         for level, bodies in by_level.items():
             await self._send(level, bodies)
 

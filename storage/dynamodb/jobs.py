@@ -194,6 +194,10 @@ class DynamoDBJobStore:
         item = reply.get("Item")
         return None if item is None else task_from_item(item)
 
+    async def open_tasks(self, job_id: str) -> list[TaskRecord]:
+        items = await self._partition(job_id, "t#")
+        return [task_from_item(i) for i in items if not i["done"]["BOOL"]]
+
     async def commit_step(self, job_id: str, step: Step, expected_seq: int) -> bool:
         t = step.task
         new = task_item(job_id, t)

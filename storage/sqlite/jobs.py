@@ -262,6 +262,15 @@ class SqliteJobStore:
 
         return await self._db.read(run)
 
+    async def open_tasks(self, job_id: str) -> list[TaskRecord]:
+        def run(conn: sqlite3.Connection) -> list[TaskRecord]:
+            rows = conn.execute(
+                f"SELECT {_TASK_COLS} FROM iter_task WHERE job_id = ? AND done = 0", (job_id,)
+            ).fetchall()
+            return [_task(row) for row in rows]
+
+        return await self._db.read(run)
+
     async def commit_step(self, job_id: str, step: Step, expected_seq: int) -> bool:
         t = step.task
         row = _task_row(job_id, t)

@@ -6,14 +6,18 @@ so FIFO queues' throughput limits would buy nothing. Sends and deletes go in bat
 10 (SQS's maximum); a receipt handle is only valid for its own delivery, so a worker whose
 message already reappeared cannot delete the new delivery. Driver errors become
 `storage.errors.StorageUnavailable` here, once.
+
+With ``create_queues`` a queue that has gone (an in-memory ElasticMQ restarted, an
+operator deleted it) is created again on first use and the call retried once; the work
+its messages named is sent again by the Iterator's stall check.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 import aioboto3
 from botocore.config import Config
@@ -33,6 +37,8 @@ _CONFIG = Config(
 )
 _ERRORS: tuple[type[BaseException], ...] = (BotoCoreError, ClientError, OSError)
 _STALE = {"ReceiptHandleIsInvalid", "MessageNotInflight", "InvalidParameterValue"}
+_GONE = {"AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"}
+T = TypeVar("T")
 
 
 def _code(exc: BaseException) -> str:
@@ -48,10 +54,20 @@ def _translate(exc: BaseException, what: str) -> StorageUnavailable:
 class SqsWorkQueue:
     """`storage.ports.WorkQueue` on SQS queues ``<queue_prefix><name>``."""
 
-    def __init__(self, client: Any, urls: dict[str, str], stack: contextlib.AsyncExitStack) -> None:
+    def __init__(
+        self,
+        client: Any,
+        urls: dict[str, str],
+        stack: contextlib.AsyncExitStack,
+        *,
+        prefix: str = "",
+        recreate: bool = False,
+    ) -> None:
         self._client = client
         self._urls = urls
         self._stack = stack
+        self._prefix = prefix
+        self._recreate = recreate
 
     @classmethod
     async def open(cls, settings: SqsSettings, names: Sequence[str]) -> SqsWorkQueue:
@@ -76,14 +92,24 @@ class SqsWorkQueue:
         except BaseException:
             await stack.aclose()
             raise
-        return cls(client, urls, stack)
+        return cls(
+            client, urls, stack, prefix=settings.queue_prefix, recreate=settings.create_queues
+        )
 
-    def _url(self, queue: str) -> str:
-        return self._urls[queue]
+    async def _on(self, queue: str, call: Callable[[str], Awaitable[T]]) -> T:
+        """`call(url)`; a queue found gone is created again (``create_queues``) and the
+        call made once more."""
+        try:
+            return await call(self._urls[queue])
+        except ClientError as exc:
+            if not (self._recreate and _code(exc) in _GONE):
+                raise
+        reply = await self._client.create_queue(QueueName=f"{self._prefix}{queue}")
+        self._urls[queue] = reply["QueueUrl"]
+        return await call(self._urls[queue])
 
     async def send(self, queue: str, bodies: Sequence[str]) -> None:
-        url = self._url(queue)
-        try:
+        async def run(url: str) -> None:
             for start in range(0, len(bodies), 10):
                 part = bodies[start : start + 10]
                 reply = await self._client.send_message_batch(
@@ -92,20 +118,27 @@ class SqsWorkQueue:
                 )
                 if reply.get("Failed"):
                     raise StorageUnavailable(f"sqs send: {reply['Failed'][:3]}")
+
+        try:
+            await self._on(queue, run)
         except _ERRORS as exc:
             raise _translate(exc, "send") from exc
 
     async def receive(
         self, queue: str, *, max_messages: int, visibility_s: float, wait_s: float
     ) -> list[QueuedMessage]:
-        try:
-            reply = await self._client.receive_message(
-                QueueUrl=self._url(queue),
+        async def run(url: str) -> dict[str, Any]:
+            reply: dict[str, Any] = await self._client.receive_message(
+                QueueUrl=url,
                 MaxNumberOfMessages=max(1, min(10, max_messages)),
                 VisibilityTimeout=max(0, math.ceil(visibility_s)),
                 WaitTimeSeconds=max(0, min(20, int(wait_s))),
                 MessageSystemAttributeNames=["ApproximateReceiveCount"],
             )
+            return reply
+
+        try:
+            reply = await self._on(queue, run)
         except _ERRORS as exc:
             raise _translate(exc, "receive") from exc
         return [
@@ -118,7 +151,7 @@ class SqsWorkQueue:
         ]
 
     async def delete(self, queue: str, receipts: Sequence[str]) -> None:
-        url = self._url(queue)
+        url = self._urls[queue]
         try:
             for start in range(0, len(receipts), 10):
                 part = receipts[start : start + 10]
@@ -127,31 +160,35 @@ class SqsWorkQueue:
                     Entries=[{"Id": str(i), "ReceiptHandle": r} for i, r in enumerate(part)],
                 )
         except _ERRORS as exc:
-            if _code(exc) in _STALE:
-                return
+            if _code(exc) in _STALE | _GONE:
+                return  # the delivery is over (or its queue is gone, and with it the message)
             raise _translate(exc, "delete") from exc
 
     async def set_visibility(self, queue: str, receipt: str, visibility_s: float) -> None:
         try:
             await self._client.change_message_visibility(
-                QueueUrl=self._url(queue),
+                QueueUrl=self._urls[queue],
                 ReceiptHandle=receipt,
                 VisibilityTimeout=max(0, math.ceil(visibility_s)),
             )
         except _ERRORS as exc:
-            if _code(exc) in _STALE:
+            if _code(exc) in _STALE | _GONE:
                 return
             raise _translate(exc, "change_message_visibility") from exc
 
     async def depth(self, queue: str) -> int:
-        try:
-            reply = await self._client.get_queue_attributes(
-                QueueUrl=self._url(queue),
+        async def run(url: str) -> dict[str, Any]:
+            reply: dict[str, Any] = await self._client.get_queue_attributes(
+                QueueUrl=url,
                 AttributeNames=[
                     "ApproximateNumberOfMessages",
                     "ApproximateNumberOfMessagesNotVisible",
                 ],
             )
+            return reply
+
+        try:
+            reply = await self._on(queue, run)
         except _ERRORS as exc:
             raise _translate(exc, "get_queue_attributes") from exc
         attrs = reply.get("Attributes", {})

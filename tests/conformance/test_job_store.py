@@ -77,6 +77,25 @@ async def test_commit_step_is_conditional_and_atomic(job_store: JobStore) -> Non
     assert await job_store.commit_step(job.job_id, winner, 0) is False
 
 
+async def test_open_tasks_are_the_tasks_not_done(job_store: JobStore) -> None:
+    """open_tasks lists the job's unfinished tasks at their current step, and only its own."""
+    job, other = _job(), _job()
+    await job_store.create_job(job, ROOT, {})
+    await job_store.create_job(other, ROOT, {})
+    assert await job_store.open_tasks(job.job_id) == [ROOT]
+    children = [TaskRecord(f"r.{i}", 1, (i,), (), (), (), (), 0, False, 0, 5, ()) for i in range(3)]
+    root_done = replace(ROOT, after=(9,), seq=1, done=True, spawned=("r.0", "r.1", "r.2"))
+    assert await job_store.commit_step(job.job_id, Step(root_done, children, None, {}), 0)
+    child_done = replace(children[1], seq=1, done=True)
+    assert await job_store.commit_step(job.job_id, Step(child_done, [], None, {}), 0)
+    child_on = replace(children[2], after=(7,), seq=1)
+    assert await job_store.commit_step(job.job_id, Step(child_on, [], None, {}), 0)
+    open_now = sorted(await job_store.open_tasks(job.job_id), key=lambda t: t.task_id)
+    assert open_now == [children[0], child_on]
+    assert await job_store.open_tasks(other.job_id) == [ROOT]
+    assert await job_store.open_tasks("f" * 32) == []
+
+
 async def test_chunks_lease_to_one_caller_and_settle_once(job_store: JobStore) -> None:
     """A ready chunk is leased by one caller; an expired lease makes it available again;
     settling counts each chunk once and ignores unknown ids."""
