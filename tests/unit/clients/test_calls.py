@@ -6,7 +6,6 @@ test: tests/e2e/test_clients.py drives a real server).
 
 from __future__ import annotations
 
-import asyncio
 import random
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -154,12 +153,10 @@ class TestUnaryRetries:
         slow = RetryPolicy(
             max_attempts=10, initial_backoff_s=1.0, max_backoff_s=1.0, multiplier=1.0
         )
-        loop = asyncio.get_running_loop()
-        started = loop.time()
         with pytest.raises(LoomError) as caught:
             await weaver(fake).weave_message(REQUEST, timeout=0.05, retry=slow)
         assert caught.value.code == grpc.StatusCode.UNAVAILABLE
-        assert loop.time() - started < 0.5
+        assert len(fake.calls) == 1
 
     async def test_metadata_and_default_timeout(self) -> None:
         """Client metadata precedes the call's; the client's timeout applies by default."""
