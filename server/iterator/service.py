@@ -236,7 +236,8 @@ class IteratorService:
             self._meters.setdefault(record.job_id, progress.RateMeter()).add(p.emitted_objects)
             unsettled += max(0, p.emitted_chunks - p.settled_chunks)
             if not p.iteration_complete:
-                await self._resend_if_stalled(record.job_id, counters)
+                with contextlib.suppress(LoomError, StorageError):  # the queue may be down
+                    await self._resend_if_stalled(record.job_id, counters)
             if not p.complete:
                 continue
             settled: ChunkState = "acked" if spec.require_ack else "delivered"
@@ -260,7 +261,8 @@ class IteratorService:
 
     async def _resend_if_stalled(self, job_id: str, counters: dict[str, int]) -> None:
         """Sends every open range's current step again once the counters stood still for
-        `resend_after_s` (then waits as long again before the next resend)."""
+        `resend_after_s`, then waits as long again before the next attempt (a failed one
+        included: while the queue is down, a stalled job costs no reads every check)."""
         now = time.monotonic()
         mark = tuple(sorted(counters.items()))
         seen = self._stalled.get(job_id)
@@ -269,9 +271,9 @@ class IteratorService:
             return
         if now - seen[1] < self._s.resend_after_s:
             return
+        self._stalled[job_id] = (mark, now)
         tasks = await self._store.open_tasks(job_id)
         await self._announce(job_id, tasks)  # type: ignore[misc]
-        self._stalled[job_id] = (mark, now)
         self.ranges_resent += len(tasks)
         _log.warning(
             "job stalled: open ranges sent again",
