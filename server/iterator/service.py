@@ -272,6 +272,9 @@ class IteratorService:
         if now - seen[1] < self._s.resend_after_s:
             return
         self._stalled[job_id] = (mark, now)
+        current = await self._store.get_job(job_id)  # `active_jobs` may be an index behind
+        if current is None or current.state != "running":
+            return
         tasks = await self._store.open_tasks(job_id)
         await self._announce(job_id, tasks)  # type: ignore[misc]
         self.ranges_resent += len(tasks)
