@@ -10,8 +10,8 @@ Queues (``loom_queue_depth{queue=...}``, the shape every background stage shares
   at the last completion check: what waits for consumers.
 
 Counters of this server (sum them over replicas): steps committed, chunks emitted, chunks
-re-read by duplicate messages, jobs finished by state, ranges of stalled jobs sent again. Everything is read at scrape time,
-so the workers pay nothing for it.
+re-read by duplicate messages, jobs finished by state, ranges of stalled jobs sent again.
+Everything is read at scrape time, so the workers pay nothing for it.
 """
 
 from __future__ import annotations

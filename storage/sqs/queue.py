@@ -61,13 +61,13 @@ class SqsWorkQueue:
         stack: contextlib.AsyncExitStack,
         *,
         prefix: str = "",
-        recreate: bool = False,
+        create: bool = False,
     ) -> None:
         self._client = client
         self._urls = urls
         self._stack = stack
         self._prefix = prefix
-        self._recreate = recreate
+        self._create = create
 
     @classmethod
     async def open(cls, settings: SqsSettings, names: Sequence[str]) -> SqsWorkQueue:
@@ -78,23 +78,28 @@ class SqsWorkQueue:
             kwargs["endpoint_url"] = settings.endpoint_url
         try:
             client = await stack.enter_async_context(aioboto3.Session().client("sqs", **kwargs))
-            urls = {}
+            queue = cls(
+                client, {}, stack, prefix=settings.queue_prefix, create=settings.create_queues
+            )
             for name in names:
-                full = f"{settings.queue_prefix}{name}"
-                if settings.create_queues:
-                    reply = await client.create_queue(QueueName=full)
-                else:
-                    reply = await client.get_queue_url(QueueName=full)
-                urls[name] = reply["QueueUrl"]
+                await queue._resolve(name)
         except _ERRORS as exc:
             await stack.aclose()
             raise _translate(exc, "open") from exc
         except BaseException:
             await stack.aclose()
             raise
-        return cls(
-            client, urls, stack, prefix=settings.queue_prefix, recreate=settings.create_queues
-        )
+        return queue
+
+    async def _resolve(self, name: str) -> str:
+        """Finds (or, with ``create_queues``, creates) queue `name` and remembers its URL."""
+        full = f"{self._prefix}{name}"
+        if self._create:
+            reply = await self._client.create_queue(QueueName=full)
+        else:
+            reply = await self._client.get_queue_url(QueueName=full)
+        self._urls[name] = str(reply["QueueUrl"])
+        return self._urls[name]
 
     async def _on(self, queue: str, call: Callable[[str], Awaitable[T]]) -> T:
         """`call(url)`; a queue found gone is created again (``create_queues``) and the
@@ -102,11 +107,9 @@ class SqsWorkQueue:
         try:
             return await call(self._urls[queue])
         except ClientError as exc:
-            if not (self._recreate and _code(exc) in _GONE):
+            if not (self._create and _code(exc) in _GONE):
                 raise
-        reply = await self._client.create_queue(QueueName=f"{self._prefix}{queue}")
-        self._urls[queue] = reply["QueueUrl"]
-        return await call(self._urls[queue])
+        return await call(await self._resolve(queue))
 
     async def send(self, queue: str, bodies: Sequence[str]) -> None:
         async def run(url: str) -> None:
