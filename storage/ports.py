@@ -298,6 +298,18 @@ class InboxStore(Protocol):
         """
         ...
 
+    async def deliver_unread(self, thread_id: str, message_id: int, inboxes: Sequence[str]) -> None:
+        """`deliver` to recipients only, with no count: the background fan-out's call.
+
+        The end state is `deliver(thread_id, message_id, unread=inboxes)`'s under any
+        interleaving with retries, older or newer messages and marks. What differs is that
+        nobody needs the count, so an engine whose ordering is carried by the writes
+        themselves (Cassandra's write timestamps, `storage.cassandra.inbox_clock`) may write
+        without reading first; on the 300,000-inbox announcement that read was a third of
+        the node's work.
+        """
+        ...
+
     async def scan_inbox(self, inbox_id: str, limit: int) -> list[InboxEntry]:
         """The inbox's rows in no particular order, at most `limit` of them.
 

@@ -1,7 +1,7 @@
 """The Cassandra node's raw write rate for an announcement's rows: no Loom logic at all.
 
 What a fan-out of ``n`` recipients must write is ``n`` inbox rows and ``n`` unread rows. This
-baseline writes exactly those rows (same tables, same shapes, same write timestamp, a thread
+baseline writes exactly those rows (same table, same shapes, same write timestamp, a thread
 id of its own so it never touches the fan-out's cells) as single-row prepared INSERTs through
 the driver's own concurrent loop (``cassandra.concurrent.execute_concurrent_with_args``,
 token-aware, ``concurrency`` requests in flight) from the load-test process: the plain loop an
@@ -55,18 +55,16 @@ def raw_insert_rows(
     )
     try:
         session = cluster.connect(keyspace)
-        entry = session.prepare(
-            "INSERT INTO inbox_entries (inbox_id, thread_id, last_message_id, is_read) "
-            "VALUES (?, ?, ?, ?) USING TIMESTAMP ?"
-        )
-        unread = session.prepare(
-            "INSERT INTO inbox_unread (inbox_id, thread_id) VALUES (?, ?) USING TIMESTAMP ?"
+        insert = session.prepare(
+            "INSERT INTO inbox (inbox_id, kind, thread_id, last_message_id, is_read) "
+            "VALUES (?, ?, ?, ?, ?) USING TIMESTAMP ?"
         )
         ts = message_id * 1024  # the delivery timestamp Loom writes (inbox_clock.delivery_ts)
-        entries = [(i, thread_id, message_id, False, ts) for i in inboxes]
-        unreads = [(i, thread_id, ts) for i in inboxes]
+        # kind 1 is the inbox entry, kind 0 the unread marker (storage.cassandra.inbox_rows)
+        entries = [(i, 1, thread_id, message_id, False, ts) for i in inboxes]
+        unreads = [(i, 0, thread_id, message_id, False, ts) for i in inboxes]
         t0 = time.perf_counter()
-        for stmt, params in ((entry, entries), (unread, unreads)):
+        for stmt, params in ((insert, entries), (insert, unreads)):
             execute_concurrent_with_args(
                 session, stmt, params, concurrency=concurrency, raise_on_first_error=True
             )

@@ -229,7 +229,7 @@ class FanoutStage:
     async def _deliver(self, thread_id: str, message_id: int, inboxes: Sequence[str]) -> None:
         for delay in (*_RETRY_DELAYS_S, None):
             try:
-                await self._store.deliver(thread_id, message_id, unread=inboxes)
+                await self._store.deliver_unread(thread_id, message_id, inboxes)
             except (LoomError, StorageError):
                 if delay is None:
                     raise

@@ -1,32 +1,36 @@
 """InboxStore on Apache Cassandra: Yammer's second design, with its fixes.
 
-    inbox_entries    ((inbox_id), thread_id) -> last_message_id, is_read
-    inbox_unread     ((inbox_id), thread_id) -> message_id   the materialized unread count
+    inbox            ((inbox_id), kind, thread_id) -> last_message_id, is_read
+                     kind 1: the inbox entry; kind 0: the thread's unread marker (the
+                     materialized unread count is COUNT(*) of the kind-0 slice)
     inbox_deliveries ((delivery_id)) -> progress   LWT IF NOT EXISTS on create
 
 No secondary index, no ordering that relies on deletes (the domain sorts a whole, trimmed
-inbox itself); LeveledCompaction and a 3 h gc_grace_seconds on the mutating tables (why:
+inbox itself); LeveledCompaction and a 3 h gc_grace_seconds on the mutating table (why:
 `storage.cassandra.inbox_rows`).
 
 Write timestamps carry the ordering (see `storage.cassandra.inbox_clock`): delivery of
 message m writes at m*K, a mark on a row showing m writes inside (m*K, (m+1)*K - 1), and a
 trim of a row read at m deletes at (m+1)*K - 1. Cassandra's last-write-wins then yields
 "last_message_id = max, newest delivery decides is_read, a mark sticks until the next
-message, a trim loses to any newer message" under any interleaving, with no LWT. Every
-write still follows a read (one token-aware IN query per replica group), because the
-Protocol returns how many rows changed and a retried chunk should cost reads only.
+message, a trim loses to any newer message" under any interleaving, with no LWT. So a
+write never needs the row's current state to be right. `deliver` still reads first (one
+token-aware IN query per replica group), because the Protocol returns how many rows changed
+and a retried small post should cost reads only; the background fan-out's
+`deliver_unread` needs no count and writes blind.
 
-A delivery (the 300,000-inbox announcement is 6,000 of them) is, per group of 50 inboxes
-sharing one replica set: one IN read, one ``UPDATE inbox_unread … WHERE inbox_id IN ?``,
-then one ``UPDATE inbox_entries … WHERE inbox_id IN ?`` — three requests for 100 rows,
-routed to a replica of every key. Why not one request per inbox (a single-partition batch
-of its two rows): the Python driver costs ~100 µs of client CPU per request, so 300,000
-requests are ~30 s of the server's one core before Cassandra does anything. Why not the
-multi-partition unlogged BATCH used before: binding 100 statements per group cost twice
-the client CPU of two IN statements, and Cassandra warned about every such batch. The
-writes are still multi-partition, but never cross replica sets, so no coordinator forwards
-anything a single-row write would not (``loadtest/benches/cassandra_fanout.py`` measures
-the three shapes).
+A fan-out chunk (the 300,000-inbox announcement is 600 chunks of 500) is, per group of 50
+inboxes sharing one replica set, one ``UPDATE inbox … WHERE inbox_id IN ? AND kind IN (0,
+1)``: each inbox's entry and unread marker as one mutation of its own partition, routed to
+a replica of every key. Measured by ``loadtest/benches/cassandra_fanout.py`` (shape
+``one-table-in-50`` against ``in-50``, the two-table layout before) and at store level:
+one table halves the node's CPU per inbox, and dropping the read saves another ~40 %.
+Why not one request per inbox (a single-partition batch of its two rows): the Python driver
+costs ~100 µs of client CPU per request, so 300,000 requests are ~30 s of the server's one
+core before Cassandra does anything. Why not a multi-partition unlogged BATCH: binding 100
+statements per group cost twice the client CPU, and Cassandra warned about every such
+batch. The writes are still multi-partition, but never cross replica sets, so no
+coordinator forwards anything a single-row write would not.
 """
 
 from __future__ import annotations
@@ -85,7 +89,14 @@ class CassandraInboxStore:
     ) -> CassandraInboxStore:
         """A store on a session shared with other Cassandra stores (which it won't close)."""
         await session.ensure_schema(ir.TABLES)
-        await session.ensure_columns("inbox_unread", ir.UNREAD_COLUMNS)
+        legacy = session.tables_present(ir.LEGACY_TABLES)
+        if legacy:
+            raise ValueError(
+                f"cassandra: keyspace {session.keyspace} holds inbox tables of an earlier Loom "
+                f"({', '.join(legacy)}); this version keeps inboxes in {session.keyspace}.inbox "
+                "and would serve them empty. Point cassandra.keyspace at a new "
+                "keyspace, or drop those tables once their inboxes are no longer wanted"
+            )
         return cls(session, owns_session=owns_session)
 
     async def _stmt(self, cql: str) -> PreparedStatement:
@@ -104,8 +115,21 @@ class CassandraInboxStore:
         unread: Sequence[str],
         read: Sequence[str] = (),
     ) -> int:
-        ts = clock.delivery_ts(message_id)
         flags = {**dict.fromkeys(unread, False), **dict.fromkeys(read, True)}
+        return await self._deliver(thread_id, message_id, flags, counted=True)
+
+    async def deliver_unread(self, thread_id: str, message_id: int, inboxes: Sequence[str]) -> None:
+        await self._deliver(thread_id, message_id, dict.fromkeys(inboxes, False), counted=False)
+
+    async def _deliver(
+        self, thread_id: str, message_id: int, flags: dict[str, bool], *, counted: bool
+    ) -> int:
+        """Writes `flags` (inbox -> delivered read) in replica-set groups; with `counted`,
+        reads each group first and skips rows already at or past the message (the count,
+        and a retry that costs reads only). Without it the writes go blind: every write
+        carries the message's timestamp, so a row already past it keeps its newer cells and
+        the end state is the same."""
+        ts = clock.delivery_ts(message_id)
         if not flags:
             return 0
         groups = [
@@ -114,52 +138,55 @@ class CassandraInboxStore:
             for chunk in ir.slices(group, _IN_KEYS)
         ]
         current_of = await self._stmt(
-            "SELECT inbox_id, last_message_id FROM {ks}.inbox_entries "
-            "WHERE inbox_id IN ? AND thread_id = ?"
+            "SELECT inbox_id, last_message_id FROM {ks}.inbox "
+            f"WHERE inbox_id IN ? AND kind = {ir.ENTRY} AND thread_id = ?"
         )
         make_unread = await self._stmt(
-            "UPDATE {ks}.inbox_unread USING TIMESTAMP ? SET message_id = ? "
-            "WHERE inbox_id IN ? AND thread_id = ?"
+            "UPDATE {ks}.inbox USING TIMESTAMP ? SET last_message_id = ?, is_read = false "
+            f"WHERE inbox_id IN ? AND kind IN ({ir.UNREAD}, {ir.ENTRY}) AND thread_id = ?"
+        )
+        drop_unread = await self._stmt(
+            "DELETE FROM {ks}.inbox USING TIMESTAMP ? "
+            f"WHERE inbox_id IN ? AND kind = {ir.UNREAD} AND thread_id = ?"
         )
         make_read = await self._stmt(
-            "DELETE FROM {ks}.inbox_unread USING TIMESTAMP ? WHERE inbox_id IN ? AND thread_id = ?"
-        )
-        advance = await self._stmt(
-            "UPDATE {ks}.inbox_entries USING TIMESTAMP ? SET last_message_id = ?, is_read = ? "
-            "WHERE inbox_id IN ? AND thread_id = ?"
+            "UPDATE {ks}.inbox USING TIMESTAMP ? SET last_message_id = ?, is_read = true "
+            f"WHERE inbox_id IN ? AND kind = {ir.ENTRY} AND thread_id = ?"
         )
         run = self._s.run
 
         async def one_group(inboxes: list[str]) -> int:
             async with self._deliveries:
-                # Read first: rows already at (or past) this message are skipped, which makes
-                # a retried chunk cost one read and gives the Protocol its count of advanced
-                # rows. Every key of `inboxes` shares one replica set, so the coordinator
-                # `route` reaches owns all of them.
+                # Counted, read first: rows already at (or past) this message are skipped,
+                # which makes a retried chunk cost one read and gives the Protocol its count
+                # of advanced rows. Every key of `inboxes` shares one replica set, so the
+                # coordinator `route` reaches owns all of them.
                 route = inboxes[0]
-                rows = await run(current_of, (inboxes, thread_id), routing_key=route)
-                done = {
-                    ir.text(r, "inbox_id")
-                    for r in rows
-                    if ir.integer(r, "last_message_id") >= message_id
-                }
+                done: set[str] = set()
+                if counted:
+                    rows = await run(current_of, (inboxes, thread_id), routing_key=route)
+                    done = {
+                        ir.text(r, "inbox_id")
+                        for r in rows
+                        if ir.integer(r, "last_message_id") >= message_id
+                    }
                 to_unread = [i for i in inboxes if i not in done and not flags[i]]
                 to_read = [i for i in inboxes if i not in done and flags[i]]
-                # The unread rows move before the entries: an entry showing this message
-                # implies its unread row is in step, so the skip above can never leave an
-                # unread row behind when a chunk is retried after a partial failure.
-                # Statements, not coroutines: the entries' are created only once the unread
-                # step succeeded, so a failed step leaves no coroutine un-awaited behind it.
-                unread_step: list[tuple[PreparedStatement, tuple[Any, ...]]] = []
-                entry_step: list[tuple[PreparedStatement, tuple[Any, ...]]] = []
-                if to_unread:
-                    unread_step.append((make_unread, (ts, message_id, to_unread, thread_id)))
-                    entry_step.append((advance, (ts, message_id, False, to_unread, thread_id)))
+                # An unread recipient's entry and unread marker share its partition: one
+                # UPDATE writes both as one mutation, applied whole or not at all. A read
+                # recipient (the sender) needs a delete and an update; the marker goes first,
+                # so an entry showing this message implies its marker is in step and the
+                # skip above never leaves a marker behind when a chunk is retried.
+                # Coroutines are made only after the delete succeeded, so a failed delete
+                # leaves none un-awaited behind it.
                 if to_read:
-                    unread_step.append((make_read, (ts, to_read, thread_id)))
-                    entry_step.append((advance, (ts, message_id, True, to_read, thread_id)))
-                for step in (unread_step, entry_step):
-                    await gather(run(stmt, params, routing_key=route) for stmt, params in step)
+                    await run(drop_unread, (ts, to_read, thread_id), routing_key=route)
+                steps: list[tuple[PreparedStatement, tuple[Any, ...]]] = []
+                if to_unread:
+                    steps.append((make_unread, (ts, message_id, to_unread, thread_id)))
+                if to_read:
+                    steps.append((make_read, (ts, message_id, to_read, thread_id)))
+                await gather(run(stmt, params, routing_key=route) for stmt, params in steps)
                 return len(to_unread) + len(to_read)
 
         return sum(await gather(one_group(g) for g in groups))
@@ -188,8 +215,8 @@ class CassandraInboxStore:
         if limit <= 0:
             return []
         rows = await self._q(
-            "SELECT thread_id, last_message_id, is_read FROM {ks}.inbox_entries "
-            "WHERE inbox_id = ? LIMIT ?",
+            "SELECT thread_id, last_message_id, is_read FROM {ks}.inbox "
+            f"WHERE inbox_id = ? AND kind = {ir.ENTRY} LIMIT ?",
             (inbox_id, limit),
             all_pages=True,
         )
@@ -202,7 +229,8 @@ class CassandraInboxStore:
 
     async def unread_count(self, inbox_id: str) -> int:
         rows = await self._q(
-            "SELECT COUNT(*) AS n FROM {ks}.inbox_unread WHERE inbox_id = ?", (inbox_id,)
+            f"SELECT COUNT(*) AS n FROM {{ks}}.inbox WHERE inbox_id = ? AND kind = {ir.UNREAD}",
+            (inbox_id,),
         )
         return ir.integer(rows[0], "n") if rows else 0
 
@@ -212,7 +240,7 @@ class CassandraInboxStore:
         """The inbox's rows (all, or the named ones) with is_read's write timestamp."""
         cql = (
             "SELECT thread_id, last_message_id, is_read, WRITETIME(is_read) AS wt "
-            "FROM {ks}.inbox_entries WHERE inbox_id = ?"
+            f"FROM {{ks}}.inbox WHERE inbox_id = ? AND kind = {ir.ENTRY}"
         )
         if thread_ids is None:
             return await self._q(cql, (inbox_id,), all_pages=True)
@@ -227,14 +255,15 @@ class CassandraInboxStore:
             return 0
         rows = await self._rows_of(inbox_id, thread_ids)
         flip = await self._stmt(
-            "UPDATE {ks}.inbox_entries USING TIMESTAMP ? SET is_read = ? "
-            "WHERE inbox_id = ? AND thread_id = ?"
+            "UPDATE {ks}.inbox USING TIMESTAMP ? SET is_read = ? "
+            f"WHERE inbox_id = ? AND kind = {ir.ENTRY} AND thread_id = ?"
         )
         unread = await self._stmt(
-            "DELETE FROM {ks}.inbox_unread USING TIMESTAMP ? WHERE inbox_id = ? AND thread_id = ?"
+            "DELETE FROM {ks}.inbox USING TIMESTAMP ? "
+            f"WHERE inbox_id = ? AND kind = {ir.UNREAD} AND thread_id = ?"
             if read
-            else "INSERT INTO {ks}.inbox_unread (inbox_id, thread_id) VALUES (?, ?) "
-            "USING TIMESTAMP ?"
+            else "INSERT INTO {ks}.inbox (inbox_id, kind, thread_id) "
+            f"VALUES (?, {ir.UNREAD}, ?) USING TIMESTAMP ?"
         )
         writes: list[tuple[PreparedStatement, tuple[Any, ...], int]] = []
         for r in rows:
@@ -258,14 +287,12 @@ class CassandraInboxStore:
             for r in rows
             if ir.integer(r, "last_message_id") <= seen[ir.text(r, "thread_id")]
         ]
-        writes: list[tuple[PreparedStatement, tuple[Any, ...], int]] = []
-        for table in ("inbox_entries", "inbox_unread"):
-            stmt = await self._stmt(
-                f"DELETE FROM {{ks}}.{table} USING TIMESTAMP ? WHERE inbox_id = ? AND thread_id = ?"
-            )
-            writes += [
-                (stmt, (clock.trim_ts(last), inbox_id, t), 2 * len(t) + 40) for t, last in doomed
-            ]
+        # Both rows of a thread (entry and unread marker) go in one statement.
+        stmt = await self._stmt(
+            "DELETE FROM {ks}.inbox USING TIMESTAMP ? "
+            f"WHERE inbox_id = ? AND kind IN ({ir.UNREAD}, {ir.ENTRY}) AND thread_id = ?"
+        )
+        writes = [(stmt, (clock.trim_ts(last), inbox_id, t), 2 * len(t) + 40) for t, last in doomed]
         await self._write_batches(writes)
         return len(doomed)
 

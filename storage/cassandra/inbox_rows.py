@@ -1,8 +1,8 @@
 """Rows of the Cassandra inbox: the schema, and decoding of what the driver returns.
 
 Kept apart from `storage.cassandra.inbox` so the store reads as the algorithm it is.
-Both inbox tables mutate (every delivery overwrites a row, marks flip it, trims delete it),
-so they use LeveledCompaction: a row's versions sit in few SSTables and a read touches one
+The inbox table mutates (every delivery overwrites a row, marks flip it, trims delete it),
+so it uses LeveledCompaction: a row's versions sit in few SSTables and a read touches one
 or two. gc_grace_seconds is 3 h instead of 10 days so trim and mark-read tombstones stop
 weighing on reads (an unread COUNT(*) walks them) soon; 3 h equals the default
 max_hint_window, so a hinted write can never resurrect a purged row.
@@ -16,8 +16,10 @@ from storage.ports import DeliveryRecord
 
 __all__ = [
     "DELIVERY_COLUMNS",
+    "ENTRY",
+    "LEGACY_TABLES",
     "TABLES",
-    "UNREAD_COLUMNS",
+    "UNREAD",
     "delivery_record",
     "delivery_values",
     "integer",
@@ -27,11 +29,17 @@ __all__ = [
 
 
 _MUTABLE = "WITH compaction = {'class': 'LeveledCompactionStrategy'} AND gc_grace_seconds = 10800"
+UNREAD = 0
+"""`inbox.kind` of a thread's unread marker: the rows GetUnreadCount counts. First in the
+partition's clustering order, so the count reads the head of the partition and stops."""
+ENTRY = 1
+"""`inbox.kind` of a thread's inbox entry (last_message_id, is_read): what ListInbox reads."""
 TABLES = (
-    "CREATE TABLE IF NOT EXISTS {ks}.inbox_entries (inbox_id text, thread_id text, "
-    "last_message_id bigint, is_read boolean, PRIMARY KEY ((inbox_id), thread_id)) " + _MUTABLE,
-    "CREATE TABLE IF NOT EXISTS {ks}.inbox_unread (inbox_id text, thread_id text, "
-    "message_id bigint, PRIMARY KEY ((inbox_id), thread_id)) " + _MUTABLE,
+    # One partition per inbox holds both kinds of row, so a delivery writes an inbox's entry
+    # and its unread marker in one mutation (``kind IN (0, 1)``), not one per table.
+    "CREATE TABLE IF NOT EXISTS {ks}.inbox (inbox_id text, kind tinyint, thread_id text, "
+    "last_message_id bigint, is_read boolean, PRIMARY KEY ((inbox_id), kind, thread_id)) "
+    + _MUTABLE,
     "CREATE TABLE IF NOT EXISTS {ks}.inbox_deliveries (delivery_id text PRIMARY KEY, "
     "thread_id text, message_id bigint, sender_inbox_id text, total bigint, done bigint, "
     "state text, error text, updated_at_ms bigint) "
@@ -44,11 +52,10 @@ TABLES = (
     "CREATE TABLE IF NOT EXISTS {ks}.inbox_unfinished (shard int, delivery_id text, "
     "PRIMARY KEY ((shard), delivery_id)) WITH gc_grace_seconds = 10800",
 )
-UNREAD_COLUMNS = {"message_id": "bigint"}
-"""Columns added to inbox_unread since its first version: message_id (the message that left
-the thread unread) is what lets a fan-out write a row for many inboxes in one ``UPDATE …
-WHERE inbox_id IN ?`` (an UPDATE needs a regular column to set; a key-only table has none).
-Tables created before it get it through ``CassandraSession.ensure_columns``."""
+LEGACY_TABLES = ("inbox_entries", "inbox_unread")
+"""Where Loom kept inboxes before the one-table layout (an entry table and an unread table,
+two mutations per delivered inbox). A keyspace holding them is refused at open rather than
+served empty: `storage.cassandra.inbox.CassandraInboxStore.on_session`."""
 DELIVERY_COLUMNS = (
     "delivery_id, thread_id, message_id, sender_inbox_id, total, done, state, error, updated_at_ms"
 )

@@ -251,22 +251,13 @@ class CassandraSession:
         for ddl in tables:
             await self.execute_ddl(ddl.replace("{ks}", settings.keyspace))
 
-    async def ensure_columns(self, table: str, columns: dict[str, str]) -> None:
-        """Adds `columns` (name -> CQL type) missing from `table`, when ``create_schema``.
-
-        A table created by an older Loom lacks a column a newer one writes; ``CREATE TABLE
-        IF NOT EXISTS`` leaves it as it was, so the column is added here (an operator who
-        manages the schema runs the same ``ALTER TABLE … ADD``).
-        """
-        if not self.settings.create_schema:
-            return
+    def tables_present(self, names: Sequence[str]) -> list[str]:
+        """Which of `names` exist as tables of this keyspace (from the driver's schema metadata,
+        which it keeps current across DDL): how a store finds tables of an earlier layout."""
         meta = self._cluster.metadata.keyspaces.get(self.keyspace)
-        existing = meta.tables.get(table) if meta is not None else None
-        if existing is None:
-            return
-        for name, cql_type in columns.items():
-            if name not in existing.columns:
-                await self.execute_ddl(f"ALTER TABLE {self.keyspace}.{table} ADD {name} {cql_type}")
+        if meta is None:
+            return []
+        return [n for n in names if n in meta.tables]
 
     def replica_groups(self, keys: Sequence[str]) -> list[list[str]]:
         """`keys` (single text partition keys of this keyspace) grouped by replica set.

@@ -147,6 +147,10 @@ class SqliteInboxStore:
 
         return await self._db.write(run)
 
+    async def deliver_unread(self, thread_id: str, message_id: int, inboxes: Sequence[str]) -> None:
+        # One conditional statement either way: the count comes for free here.
+        await self.deliver(thread_id, message_id, unread=inboxes)
+
     async def scan_inbox(self, inbox_id: str, limit: int) -> list[InboxEntry]:
         def run(conn: sqlite3.Connection) -> list[InboxEntry]:
             cursor = conn.execute(

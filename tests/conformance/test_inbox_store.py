@@ -99,6 +99,64 @@ class TestDeliver:
         assert set(await rows(inbox_store, "ß" * 128)) == set(odd)
 
 
+class TestDeliverUnread:
+    """The fan-out's count-free delivery ends where `deliver` would, in any order."""
+
+    async def test_recipients_get_one_unread_row_each(self, inbox_store: InboxStore) -> None:
+        inboxes = [f"u{i}" for i in range(1000)]
+        assert await inbox_store.deliver_unread("announce", 7, inboxes) is None
+        await inbox_store.deliver_unread("announce", 7, inboxes)  # a retried chunk
+        assert await rows(inbox_store, "u0") == {"announce": (7, False)}
+        counts = await asyncio.gather(*(inbox_store.unread_count(i) for i in inboxes[::97]))
+        assert set(counts) == {1}
+
+    async def test_a_retry_after_reading_keeps_the_thread_read(
+        self, inbox_store: InboxStore
+    ) -> None:
+        await inbox_store.deliver_unread("t1", 10, ["bob"])
+        assert await inbox_store.set_read("bob", ["t1"], read=True) == 1
+        await inbox_store.deliver_unread("t1", 10, ["bob"])
+        assert await rows(inbox_store, "bob") == {"t1": (10, True)}
+        assert await inbox_store.unread_count("bob") == 0
+
+    async def test_an_older_message_never_moves_a_row_back_or_reopens_it(
+        self, inbox_store: InboxStore
+    ) -> None:
+        await inbox_store.deliver("t1", 20, unread=[], read=["bob"])
+        await inbox_store.deliver_unread("t1", 20, ["carol"])
+        await inbox_store.deliver_unread("t1", 15, ["bob", "carol"])
+        assert await rows(inbox_store, "bob") == {"t1": (20, True)}
+        assert await rows(inbox_store, "carol") == {"t1": (20, False)}
+        assert [await inbox_store.unread_count(i) for i in ("bob", "carol")] == [0, 1]
+
+    async def test_a_newer_message_reopens_and_a_reply_closes(
+        self, inbox_store: InboxStore
+    ) -> None:
+        await inbox_store.deliver("t1", 10, unread=["bob"])
+        await inbox_store.set_read("bob", None, read=True)
+        await inbox_store.deliver_unread("t1", 12, ["bob"])
+        assert await rows(inbox_store, "bob") == {"t1": (12, False)}
+        assert await inbox_store.unread_count("bob") == 1
+        await inbox_store.deliver("t1", 13, unread=[], read=["bob"])  # bob replies
+        await inbox_store.deliver_unread("t1", 12, ["bob"])  # the older fan-out, retried
+        assert await rows(inbox_store, "bob") == {"t1": (13, True)}
+        assert await inbox_store.unread_count("bob") == 0
+
+    async def test_racing_with_deliver_keeps_the_max_and_one_unread_row(
+        self, inbox_store: InboxStore
+    ) -> None:
+        await asyncio.gather(
+            *(
+                inbox_store.deliver_unread("t", m, ["bob"])
+                if m % 2
+                else inbox_store.deliver("t", m, unread=["bob"])
+                for m in range(1, 51)
+            )
+        )
+        assert await rows(inbox_store, "bob") == {"t": (50, False)}
+        assert await inbox_store.unread_count("bob") == 1
+
+
 class TestScanAndMark:
     async def test_scan_is_bounded_by_limit(self, inbox_store: InboxStore) -> None:
         """At most `limit` rows come back; an empty inbox is empty."""
