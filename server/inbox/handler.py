@@ -15,6 +15,7 @@ from loom.v1 import inbox_pb2, inbox_pb2_grpc
 
 from server.config import InboxSettings, MethodPolicy
 from server.inbox import convert
+from server.inbox.model import OFF_LOOP_RECIPIENTS
 from server.inbox.service import InboxService
 
 __all__ = ["POLICIES", "InboxHandler"]
@@ -32,10 +33,6 @@ POLICIES: dict[str, MethodPolicy] = {
     _S + "MarkThreads": MethodPolicy(max_concurrency=64, max_waiting=64, deadline_s=5.0),
 }
 
-# Validating a million recipient ids holds the GIL for a while; above this size it runs in
-# a worker thread so the event loop keeps serving unread counts between GIL slices.
-_OFF_LOOP_RECIPIENTS = 20_000
-
 
 class InboxHandler(inbox_pb2_grpc.InboxServicer):
     """Serves `loom.v1.Inbox` from an `InboxService`."""
@@ -50,7 +47,7 @@ class InboxHandler(inbox_pb2_grpc.InboxServicer):
         self._service.refuse_if_saturated(
             request.thread_id, request.message_id, len(request.recipient_inbox_ids)
         )
-        if len(request.recipient_inbox_ids) > _OFF_LOOP_RECIPIENTS:
+        if len(request.recipient_inbox_ids) > OFF_LOOP_RECIPIENTS:
             post = await asyncio.to_thread(convert.post_from_proto, request, self._limits)
         else:
             post = convert.post_from_proto(request, self._limits)

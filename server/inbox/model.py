@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from storage.ports import InboxEntry
 
 __all__ = [
+    "OFF_LOOP_RECIPIENTS",
     "FanoutPlan",
     "InboxFilter",
     "MarkResult",
@@ -86,6 +87,14 @@ class FanoutPlan:
     recipients: list[str]
     """Distinct recipient inboxes in request order, the sender left out (delivered unread)."""
     background: bool
+
+
+OFF_LOOP_RECIPIENTS = 20_000
+"""Above this many recipient ids, validating and de-duplicating a post runs in a worker
+thread: on a 300,000-id announcement each step holds the GIL for ~50-65 ms, and on the
+event loop that stalled every call the server was serving (the unread probe's slowest calls
+clustered around the announcement's ack). In a thread the loop gets the GIL back every
+`server.gil_switch_interval_s`."""
 
 
 def plan_fanout(post: Post, *, sync_max: int) -> FanoutPlan:

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -24,6 +25,7 @@ from server.inbox.adoption import Adopter
 from server.inbox.fanout import FanoutJob, FanoutStage
 from server.inbox.listing import select_page
 from server.inbox.model import (
+    OFF_LOOP_RECIPIENTS,
     InboxFilter,
     MarkResult,
     Page,
@@ -97,7 +99,11 @@ class InboxService:
 
     async def post(self, post: Post) -> PostResult:
         """Delivers `post` (see the module docstring)."""
-        plan = plan_fanout(post, sync_max=self._settings.sync_fanout_max)
+        sync_max = self._settings.sync_fanout_max
+        if len(post.recipient_inbox_ids) > OFF_LOOP_RECIPIENTS:
+            plan = await asyncio.to_thread(plan_fanout, post, sync_max=sync_max)
+        else:
+            plan = plan_fanout(post, sync_max=sync_max)
         if not plan.background:
             # The sender rides with the first chunk: a usual post is one store write.
             chunks = list(chunked(plan.recipients, self._settings.fanout_chunk)) or [[]]
