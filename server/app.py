@@ -15,7 +15,7 @@ from types import ModuleType
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from server.config import MethodPolicy, Settings
+from server.config import ConfigError, MethodPolicy, Settings
 from server.runtime.auth import Authenticator
 from server.runtime.health import Health, HealthMonitor
 from server.runtime.interceptor import RpcInterceptor
@@ -98,15 +98,22 @@ def _tune_runtime(settings: Settings) -> None:
 async def _mount_all(
     server: grpc.aio.Server, settings: Settings, resources: Resources, modules: list[ModuleType]
 ) -> list[Callable[[], Awaitable[None]]]:
-    """Mounts every service (closing what was opened if one fails)."""
+    """Mounts every service (closing what was opened if one fails).
+
+    A `ValueError` while mounting is a store refusing its settings (the factory's
+    unsupported engine, a keyspace of an earlier Cassandra inbox layout): it becomes a
+    `ConfigError`, so `loom serve` stops with exit 2 and the message instead of a traceback.
+    """
     closers: list[Callable[[], Awaitable[None]]] = []
     try:
         for module in modules:
             view = resources.for_service(module.SERVICE)
             closers += (await module.mount(server, settings, view)).closers
-    except BaseException:
+    except BaseException as exc:
         for close in reversed(closers):
             await close()
+        if isinstance(exc, ValueError) and not isinstance(exc, ConfigError):
+            raise ConfigError(str(exc)) from exc
         raise
     return closers
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import grpc
 from loom.v1 import inbox_pb2_grpc
 
-from server.config import ConfigError, Settings
+from server.config import Settings
 from server.inbox.fanout import with_engine_defaults
 from server.inbox.handler import POLICIES, InboxHandler
 from server.inbox.service import InboxService
@@ -25,10 +25,7 @@ async def mount(server: grpc.aio.Server, settings: Settings, resources: Resource
     Closers run in reverse: the service stops first (fan-outs record their progress, trims
     are dropped), then the store closes.
     """
-    try:
-        store = await factory.open_inbox_store(settings)
-    except ValueError as exc:  # a keyspace of an earlier layout: refuse, naming the setting
-        raise ConfigError(str(exc)) from exc
+    store = await factory.open_inbox_store(settings)
     engine = settings.storage.inbox_store
     service = InboxService(
         guard_store(store, resources.breaker(engine)), with_engine_defaults(settings.inbox, engine)
