@@ -14,6 +14,8 @@ STORAGE_PORT="${LOOM_CASSANDRA_STORAGE_PORT:-17000}"
 JMX_PORT="${LOOM_CASSANDRA_JMX_PORT:-17199}"
 HEAP_MIN="${LOOM_CASSANDRA_HEAP_MIN:-512m}"
 HEAP_MAX="${LOOM_CASSANDRA_HEAP_MAX:-2g}"
+# Cassandra's own G1 defaults; overridable to study the node's pauses (README, issue 12).
+read -r -a GC_FLAGS <<<"${LOOM_CASSANDRA_GC_FLAGS:--XX:+UseG1GC -XX:MaxGCPauseMillis=300 -XX:+ParallelRefProcEnabled}"
 # Cold start on a 2-core machine is 30-90 s; allow headroom for commit log replay after a kill.
 READY_TIMEOUT="${LOOM_CASSANDRA_TIMEOUT:-180}"
 HERE="${LOOM_SCRIPTS_DIR}/cassandra"
@@ -72,7 +74,7 @@ do_start() {
   launch "${JAVA}" \
     "-D$(engine_marker)" \
     -Xms"${HEAP_MIN}" -Xmx"${HEAP_MAX}" -Xss256k \
-    -XX:+UseG1GC -XX:MaxGCPauseMillis=300 -XX:+ParallelRefProcEnabled \
+    "${GC_FLAGS[@]}" \
     -XX:+ExitOnOutOfMemoryError -XX:+PerfDisableSharedMem \
     -Djava.net.preferIPv4Stack=true \
     "${JVM17_MODULE_FLAGS[@]}" \
@@ -115,6 +117,11 @@ PY
 env_lines() {
   echo "export LOOM_TEST_CASSANDRA_CONTACT_POINTS=${HOST}"
   echo "export LOOM_TEST_CASSANDRA_PORT=${NATIVE_PORT}"
+  # Where this node lives and its other ports: a test that stops and restarts the node
+  # (tests/reliability) acts on this one, whichever checkout's scripts it runs.
+  echo "export LOOM_TEST_CASSANDRA_ENGINES_DIR=${LOOM_ENGINES_DIR}"
+  echo "export LOOM_TEST_CASSANDRA_STORAGE_PORT=${STORAGE_PORT}"
+  echo "export LOOM_TEST_CASSANDRA_JMX_PORT=${JMX_PORT}"
 }
 
 engine_main "$@"

@@ -7,15 +7,16 @@ itself keeps answering health checks, and once the database is back the breaker'
 probes close it and every acknowledged delivery is there. Nothing here bounds a wall time:
 how fast a refusal is, is a property of the breaker, checked by what it answers.
 
-This stops the shared test Cassandra (`scripts/engines/cassandra.sh stop`, which drains and
-keeps the data) for ~20-40 s, so the module is named to run late in the suite, and always
-starts Cassandra again, even when an assertion fails.
+This stops the shared test Cassandra (`scripts/engines/cassandra.sh stop` on the node that
+`.engines/env` names, which drains and keeps the data) for ~20-40 s, so the module is named to
+run late in the suite, and always starts Cassandra again, even when an assertion fails.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import random
 import subprocess
 import time
@@ -60,11 +61,24 @@ class Load:
     stop: asyncio.Event = field(default_factory=asyncio.Event)
 
 
+_NODE_ENV = {
+    "LOOM_ENGINES_DIR": "LOOM_TEST_CASSANDRA_ENGINES_DIR",
+    "LOOM_CASSANDRA_PORT": "LOOM_TEST_CASSANDRA_PORT",
+    "LOOM_CASSANDRA_STORAGE_PORT": "LOOM_TEST_CASSANDRA_STORAGE_PORT",
+    "LOOM_CASSANDRA_JMX_PORT": "LOOM_TEST_CASSANDRA_JMX_PORT",
+}
+"""Script setting <- what `scripts/engines/up.sh` exported: the node the suite talks to."""
+
+
 def cassandra(command: str) -> None:
-    """Runs `scripts/engines/cassandra.sh <command>` (start waits until CQL answers)."""
+    """Runs `scripts/engines/cassandra.sh <command>` (start waits until CQL answers) on the
+    node the suite is connected to, wherever its state directory is (another worktree's
+    `.engines`, a CI run's own ports)."""
+    env = dict(os.environ)
+    env.update({key: os.environ[src] for key, src in _NODE_ENV.items() if src in os.environ})
     subprocess.run(
         [str(REPO / "scripts/engines/cassandra.sh"), command],
-        check=True, capture_output=True, timeout=240,
+        check=True, capture_output=True, timeout=240, env=env,
     )  # fmt: skip
 
 
