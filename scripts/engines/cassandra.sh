@@ -121,11 +121,6 @@ PY
 env_lines() {
   echo "export LOOM_TEST_CASSANDRA_CONTACT_POINTS=${HOST}"
   echo "export LOOM_TEST_CASSANDRA_PORT=${NATIVE_PORT}"
-  # Where this node lives and its other ports: a test that stops and restarts the node
-  # (tests/reliability) acts on this one, whichever checkout's scripts it runs.
-  echo "export LOOM_TEST_CASSANDRA_ENGINES_DIR=${LOOM_ENGINES_DIR}"
-  echo "export LOOM_TEST_CASSANDRA_STORAGE_PORT=${STORAGE_PORT}"
-  echo "export LOOM_TEST_CASSANDRA_JMX_PORT=${JMX_PORT}"
 }
 
 engine_main "$@"

@@ -168,6 +168,14 @@ env_set() {
 
 env_unset() { env_set "$1" </dev/null; }
 
+# publish_env: this engine's env lines, and where every engine's state lives. A test that
+# stops and restarts an engine (tests/reliability) acts on the instance the suite talks to
+# through LOOM_TEST_ENGINES_DIR, whichever checkout's scripts it runs.
+publish_env() {
+  env_lines | env_set "${ENGINE}"
+  echo "export LOOM_TEST_ENGINES_DIR=${LOOM_ENGINES_DIR}" | env_set dir
+}
+
 # Resolves a Maven pom's dependencies into a cached directory of jars, once per pom content.
 # mvn_lib_dir POM NAME -> prints the directory.
 mvn_lib_dir() {
@@ -222,7 +230,7 @@ engine_main() {
       exec 9>&-
       if [[ "${1:-}" != "--no-wait" ]]; then
         wait_ready "${READY_TIMEOUT}" check_ready
-        env_lines | env_set "${ENGINE}"
+        publish_env
       fi
       ;;
     stop) lock_engine; do_stop ;;
@@ -243,7 +251,7 @@ engine_main() {
       ;;
     wait)
       wait_ready "${READY_TIMEOUT}" check_ready
-      env_lines | env_set "${ENGINE}"
+      publish_env
       ;;
     env) env_lines ;;
     *)

@@ -18,7 +18,6 @@ import asyncio
 import itertools
 import os
 import signal
-import subprocess
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -37,10 +36,9 @@ from loom.v1 import (
 )
 
 from server.config import BreakerSettings, Settings
-from tests.engines import settings_for
+from tests.engines import engine_pid, engine_script, settings_for
 from tests.serving import Running, eventually, running_server
 
-REPO = Path(__file__).resolve().parents[2]
 DEADLINE_S = 2.0
 OUTAGE_CALLS = 30
 FAILED = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
@@ -67,17 +65,6 @@ class Load:
 
     def since(self, t: float) -> list[tuple[float, grpc.StatusCode, str]]:
         return [o for o in self.outcomes if o[0] >= t]
-
-
-def engine_script(engine: str, command: str) -> None:
-    subprocess.run(
-        [str(REPO / "scripts/engines" / f"{engine}.sh"), command],
-        check=True, capture_output=True, timeout=240,
-    )  # fmt: skip
-
-
-def engine_pid(engine: str) -> int:
-    return int((REPO / ".engines" / engine / "pid").read_text().strip())
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import os
 import random
-import subprocess
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -29,12 +27,11 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from loom.v1 import inbox_pb2, inbox_pb2_grpc
 
 from server.config import BreakerSettings, InboxSettings
-from tests.engines import settings_for
+from tests.engines import engine_script, settings_for
 from tests.serving import Running, eventually, running_server
 
 pytestmark = pytest.mark.engine("cassandra")
 
-REPO = Path(__file__).resolve().parents[2]
 DEADLINE_S = 1.5
 """Client deadline of every call under test."""
 OUTAGE_CALLS = 40
@@ -59,27 +56,6 @@ class Load:
     outcomes: list[Outcome] = field(default_factory=list)
     acked: list[tuple[str, int, list[str]]] = field(default_factory=list)
     stop: asyncio.Event = field(default_factory=asyncio.Event)
-
-
-_NODE_ENV = {
-    "LOOM_ENGINES_DIR": "LOOM_TEST_CASSANDRA_ENGINES_DIR",
-    "LOOM_CASSANDRA_PORT": "LOOM_TEST_CASSANDRA_PORT",
-    "LOOM_CASSANDRA_STORAGE_PORT": "LOOM_TEST_CASSANDRA_STORAGE_PORT",
-    "LOOM_CASSANDRA_JMX_PORT": "LOOM_TEST_CASSANDRA_JMX_PORT",
-}
-"""Script setting <- what `scripts/engines/up.sh` exported: the node the suite talks to."""
-
-
-def cassandra(command: str) -> None:
-    """Runs `scripts/engines/cassandra.sh <command>` (start waits until CQL answers) on the
-    node the suite is connected to, wherever its state directory is (another worktree's
-    `.engines`, a CI run's own ports)."""
-    env = dict(os.environ)
-    env.update({key: os.environ[src] for key, src in _NODE_ENV.items() if src in os.environ})
-    subprocess.run(
-        [str(REPO / "scripts/engines/cassandra.sh"), command],
-        check=True, capture_output=True, timeout=240, env=env,
-    )  # fmt: skip
 
 
 async def timed(load: Load, call: object) -> grpc.StatusCode:
@@ -153,7 +129,7 @@ async def test_outage_fails_fast_keeps_serving_and_loses_no_acked_delivery(tmp_p
 
             t_stop = time.monotonic()
             stopped = True
-            await asyncio.to_thread(cassandra, "stop")
+            await asyncio.to_thread(engine_script, "cassandra", "stop")
             t_down = time.monotonic()
             await eventually(
                 lambda: asyncio.sleep(0, sum(o.started >= t_down for o in load.outcomes)),
@@ -163,7 +139,7 @@ async def test_outage_fails_fast_keeps_serving_and_loses_no_acked_delivery(tmp_p
             await _assert_failing_fast_and_serving(running, load, t_down)
 
             t_start = time.monotonic()
-            await asyncio.to_thread(cassandra, "start")
+            await asyncio.to_thread(engine_script, "cassandra", "start")
             stopped = False
             t_ready = time.monotonic()
             await eventually(lambda: _recent_ok(load), bool, timeout_s=60.0, interval_s=0.2)
@@ -188,7 +164,7 @@ async def test_outage_fails_fast_keeps_serving_and_loses_no_acked_delivery(tmp_p
             await _assert_every_ack_delivered(stub, load)
     finally:
         if stopped:
-            await asyncio.to_thread(cassandra, "start")
+            await asyncio.to_thread(engine_script, "cassandra", "start")
 
 
 async def _assert_failing_fast_and_serving(running: Running, load: Load, t_down: float) -> None:
