@@ -33,39 +33,13 @@ from loom.v1 import inbox_pb2, inbox_pb2_grpc
 
 from loadtest.recorder import LatencyRecorder, PhaseStats
 from loadtest.server import loom_server
-from loadtest.workloads._inbox_clients import ClientResult, ClientSpec, run_client
+from loadtest.workloads._inbox_announcement import probe_calls, probe_spec
+from loadtest.workloads._inbox_clients import run_client
 from loadtest.workloads.inbox import store_env
 
 _PROBED = 200
 _SLOW_S = 0.030
 _GAP_S = 0.3
-
-
-def _probe(target: str, inboxes: list[str], rate: float, seconds: float) -> ClientSpec:
-    return ClientSpec(
-        target=target,
-        kind="unread",
-        rate=rate,
-        duration_s=seconds,
-        start_at=time.monotonic() + 1.0,
-        index=0,
-        clients=1,
-        inboxes=tuple(inboxes),
-        threads=10,
-        seed=1,
-        max_in_flight=max(100, int(rate)),
-    )
-
-
-def _calls(result: ClientResult, window: tuple[float, float] | None) -> list[tuple[float, float]]:
-    """(scheduled instant, latency s) of each probe call scheduled inside `window`."""
-    lat = result.latencies.get("GetUnreadCount", ())
-    due = result.due.get("GetUnreadCount", ())
-    return [
-        (d, x)
-        for x, d in zip(lat, due, strict=True)
-        if window is None or window[0] <= d <= window[1]
-    ]
 
 
 def _stats(calls: list[tuple[float, float]]) -> PhaseStats:
@@ -166,15 +140,24 @@ async def _main(args: argparse.Namespace) -> None:
         print(f"{args.recipients:,}-recipient announcement, {shape}, B env {fanout_env}")
         with pool:
             for rep in range(args.reps):
-                spec = _probe(probe_target, inboxes, args.probe_rate, 5.0)
-                unloaded = _stats(_calls(await loop.run_in_executor(pool, run_client, spec), None))
-                spec = _probe(probe_target, inboxes, args.probe_rate, args.probe_seconds)
+                spec = probe_spec(
+                    probe_target, inboxes, rate=args.probe_rate, seconds=5.0, threads=10, seed=1
+                )
+                unloaded = _stats(probe_calls(await loop.run_in_executor(pool, run_client, spec)))
+                spec = probe_spec(
+                    probe_target,
+                    inboxes,
+                    rate=args.probe_rate,
+                    seconds=args.probe_seconds,
+                    threads=10,
+                    seed=1,
+                )
                 during_run = loop.run_in_executor(pool, run_client, spec)
                 await asyncio.sleep(max(0.0, spec.start_at + 0.5 - time.monotonic()))
                 m0 = time.monotonic()
                 ack_s, done_s, done = await _announce(fanout, rep, args.recipients)
                 m1 = time.monotonic()
-                calls = _calls(await during_run, (m0, m1))
+                calls = probe_calls(await during_run, (m0, m1))
                 during = _stats(calls)
                 print(_line("unloaded", unloaded))
                 print(_line("during", during))

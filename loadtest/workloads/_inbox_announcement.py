@@ -18,10 +18,24 @@ from loadtest.harness import Harness
 from loadtest.recorder import LatencyRecorder
 from loadtest.workloads._inbox_clients import ClientResult, ClientSpec, run_client
 
-__all__ = ["ANNOUNCEMENT_S", "announce", "raw_baseline"]
+__all__ = ["ANNOUNCEMENT_S", "announce", "probe_calls", "probe_spec", "raw_baseline"]
 
 ANNOUNCEMENT_S = 10.0
 """Yammer: an announcement to 300K inboxes delivered in under 10 s."""
+
+
+def probe_calls(
+    result: ClientResult, window: tuple[float, float] | None = None
+) -> list[tuple[float, float]]:
+    """(scheduled instant, latency s) of each GetUnreadCount call of a probe that succeeded,
+    only those scheduled inside `window` if given."""
+    lat = result.latencies.get("GetUnreadCount", ())
+    due = result.due.get("GetUnreadCount", ())
+    return [
+        (d, x)
+        for x, d in zip(lat, due, strict=True)
+        if window is None or window[0] <= d <= window[1]
+    ]
 
 
 def _probe_phase(
@@ -33,11 +47,8 @@ def _probe_phase(
     """GetUnreadCount latencies of a probe (only calls scheduled inside `window`, if given)."""
     rec = LatencyRecorder()
     for r in results:
-        lat = r.latencies.get("GetUnreadCount", ())
-        due = r.due.get("GetUnreadCount", ())
-        for x, d in zip(lat, due, strict=True):
-            if window is None or window[0] <= d <= window[1]:
-                rec.record(x)
+        for _, x in probe_calls(r, window):
+            rec.record(x)
         for code, n in r.errors.get("GetUnreadCount", Counter()).items():
             for _ in range(n):
                 rec.record_error(code)
@@ -60,8 +71,10 @@ async def announce(
     report = harness.report
     loop = asyncio.get_running_loop()
     threads = args.group_posts + args.heavy_threads
-    probe = functools.partial(_probe_spec, args, target, probe_inboxes, threads)
-    unloaded = await loop.run_in_executor(pool, run_client, probe(args.probe_seconds))
+    probe = functools.partial(
+        probe_spec, target, probe_inboxes, rate=args.probe_rate, threads=threads, seed=args.seed
+    )
+    unloaded = await loop.run_in_executor(pool, run_client, probe(seconds=args.probe_seconds))
     _probe_phase(harness, f"{store}.announcement.unread-unloaded", [unloaded])
 
     recipients = [f"ann{i:07d}" for i in range(args.announcement)]
@@ -71,7 +84,7 @@ async def announce(
         sender_inbox_id="ceo",
         recipient_inbox_ids=recipients,
     )
-    spec = probe(args.announcement_probe_seconds)
+    spec = probe(seconds=args.announcement_probe_seconds)
     during = loop.run_in_executor(pool, run_client, spec)
     await asyncio.sleep(max(0.0, spec.start_at + 0.5 - time.monotonic()))
     t0 = time.perf_counter()
@@ -127,21 +140,22 @@ async def announce(
     return total_s if state == "DONE" else None
 
 
-def _probe_spec(
-    args: argparse.Namespace, target: str, inboxes: list[str], threads: int, seconds: float
+def probe_spec(
+    target: str, inboxes: list[str], *, rate: float, seconds: float, threads: int, seed: int
 ) -> ClientSpec:
+    """An open-loop GetUnreadCount probe at `rate`/s over `inboxes`, starting in 1 s."""
     return ClientSpec(
         target=target,
         kind="unread",
-        rate=args.probe_rate,
+        rate=rate,
         duration_s=seconds,
         start_at=time.monotonic() + 1.0,
         index=0,
         clients=1,
         inboxes=tuple(inboxes),
         threads=threads,
-        seed=args.seed,
-        max_in_flight=max(100, int(args.probe_rate)),
+        seed=seed,
+        max_in_flight=max(100, int(rate)),
     )
 
 
