@@ -10,7 +10,8 @@ background fan-out. So A's event loop, driver thread and GIL never see a fan-out
 is left of the probe's tail during the announcement is the machine and the node.
 ``--same-server`` posts the announcement to A instead: the shape the inbox workload measures
 (``python -m loadtest inbox``), for comparison in the same run. ``--fanout-env K=V`` is
-passed to B only (pacing, chunking), e.g. to see whether a slower fan-out shortens the tail.
+passed to the server that fans out (B, or A with ``--same-server``): pacing, chunking, e.g.
+to see how slow a fan-out must be to leave the tail alone (the README's pacing sweep).
 
 Each repetition prints the probe unloaded (5 s, nothing else running) and during the
 announcement (calls scheduled between the PostMessage and DONE): p50/p95/p99/max in ms, the
@@ -127,7 +128,9 @@ async def _main(args: argparse.Namespace) -> None:
     pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
     loop = asyncio.get_running_loop()
     async with (
-        loom_server(extra_args=extra, env=env) as probe_target,
+        loom_server(
+            extra_args=extra, env={**env, **fanout_env} if args.same_server else env
+        ) as probe_target,
         loom_server(extra_args=extra, env={**env, **fanout_env}) as fanout_target,
         grpc.aio.insecure_channel(probe_target) as probe_channel,
         grpc.aio.insecure_channel(
@@ -137,7 +140,9 @@ async def _main(args: argparse.Namespace) -> None:
         await _populate(inbox_pb2_grpc.InboxStub(probe_channel), inboxes)
         fanout = inbox_pb2_grpc.InboxStub(fanout_channel)
         shape = "same server" if args.same_server else "fan-out on its own server"
-        print(f"{args.recipients:,}-recipient announcement, {shape}, B env {fanout_env}")
+        print(
+            f"{args.recipients:,}-recipient announcement, {shape}, fan-out server env {fanout_env}"
+        )
         with pool:
             for rep in range(args.reps):
                 spec = probe_spec(
@@ -183,7 +188,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--same-server", action="store_true", help="announce to the probed one")
     parser.add_argument(
-        "--fanout-env", action="append", default=[], metavar="K=V", help="fan-out server env"
+        "--fanout-env",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="env of the server that fans out",
     )
     asyncio.run(_main(parser.parse_args(argv)))
 
