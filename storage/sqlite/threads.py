@@ -10,9 +10,10 @@ Tables mirror the seed's Scylla schema, with the reverse lookups as covering ind
 every UT they reach, with its team threads and stats, in one read transaction: a whole
 unified-thread read is one thread hop after the thread's own lookup.
 
-Insert-if-absent is `INSERT ... ON CONFLICT DO NOTHING` followed by reading the winner,
-inside one IMMEDIATE transaction on the single writer thread, so no other writer (thread or
-process) can slip in between.
+Insert-if-absent reads the batch's winners in bulk and inserts only the absent keys, inside
+one IMMEDIATE transaction on the single writer thread, so no other writer (thread or process)
+can slip in between; a batch of keys already mapped (most copies of a Message-ID) writes
+nothing.
 """
 
 from __future__ import annotations
@@ -47,9 +48,9 @@ _CHUNK = 500  # bound parameters per statement, well under SQLite's limit
 _MAX_REACH = 20_000  # UTs one walk of the link graph may visit
 
 
-def _chunks(items: Sequence[T]) -> Iterator[Sequence[T]]:
-    for start in range(0, len(items), _CHUNK):
-        yield items[start : start + _CHUNK]
+def _chunks(items: Sequence[T], size: int = _CHUNK) -> Iterator[Sequence[T]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
 
 
 class SqliteThreadStore:
@@ -68,57 +69,55 @@ class SqliteThreadStore:
         return cls(db)
 
     async def get_thread_uts(self, threads: Sequence[ThreadKey]) -> dict[ThreadKey, str]:
-        keys = list(dict.fromkeys(threads))
-
-        def run(conn: sqlite3.Connection) -> dict[ThreadKey, str]:
-            found: dict[ThreadKey, str] = {}
-            for key in keys:
-                row = conn.execute(
-                    "SELECT ut FROM thread_ut WHERE gid = ? AND thread_id = ?",
-                    (key.gid, key.thread_id),
-                ).fetchone()
-                if row is not None:
-                    found[key] = row[0]
-            return found
-
-        return await self._db.read(run) if keys else {}
+        pairs = list(dict.fromkeys((key.gid, key.thread_id) for key in threads))
+        if not pairs:
+            return {}
+        found = await self._db.read(lambda conn: _thread_uts(conn, pairs))
+        return {ThreadKey(gid, thread_id): ut for (gid, thread_id), ut in found.items()}
 
     async def put_thread_uts_if_absent(self, items: Sequence[tuple[ThreadKey, str]]) -> list[str]:
-        rows = [(key.gid, key.thread_id, ut) for key, ut in items]
+        order = [(key.gid, key.thread_id) for key, _ in items]
+        first: dict[tuple[str, str], str] = {}
+        for pair, (_, ut) in zip(order, items, strict=True):
+            first.setdefault(pair, ut)
 
         def run(conn: sqlite3.Connection) -> list[str]:
-            conn.executemany(
-                "INSERT INTO thread_ut (gid, thread_id, ut) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
-                rows,
-            )
-            lookup = conn.cursor()
-            return [
-                lookup.execute(
-                    "SELECT ut FROM thread_ut WHERE gid = ? AND thread_id = ?", (gid, thread_id)
-                ).fetchone()[0]
-                for gid, thread_id, _ in rows
+            # Read the winners first, insert only the absent keys (an earlier item of the
+            # batch wins over a later one): inside this one IMMEDIATE transaction nobody else
+            # writes in between, and a batch of repeats costs no write.
+            won = _thread_uts(conn, list(first))
+            new = [
+                (gid, thread_id, ut)
+                for (gid, thread_id), ut in first.items()
+                if (gid, thread_id) not in won
             ]
+            conn.executemany("INSERT INTO thread_ut (gid, thread_id, ut) VALUES (?, ?, ?)", new)
+            won.update(((gid, thread_id), ut) for gid, thread_id, ut in new)
+            return [won[pair] for pair in order]
 
-        return await self._db.write(run) if rows else []
+        return await self._db.write(run) if items else []
 
     async def put_message_uts_if_absent(self, items: Sequence[MessageMapping]) -> list[str]:
-        rows = [(m.rfc_key, m.ut, m.sent_at_ms) for m in items]
+        first: dict[bytes, tuple[str, int]] = {}
+        for m in items:
+            first.setdefault(m.rfc_key, (m.ut, m.sent_at_ms))
 
         def run(conn: sqlite3.Connection) -> list[str]:
-            # All inserts first, then read every winner back: inside this one IMMEDIATE
-            # transaction nobody else writes in between, and an earlier item of the batch
-            # legitimately wins over a later one with the same key.
-            conn.executemany(
-                "INSERT INTO rfc_ut (rfc_key, ut, sent_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
-                rows,
-            )
-            lookup = conn.cursor()
-            return [
-                lookup.execute("SELECT ut FROM rfc_ut WHERE rfc_key = ?", (rfc_key,)).fetchone()[0]
-                for rfc_key, _, _ in rows
-            ]
+            # As put_thread_uts_if_absent: winners read in bulk, absent keys inserted.
+            won: dict[bytes, str] = {}
+            for chunk in _chunks(list(first)):
+                marks = ",".join("?" * len(chunk))
+                won.update(
+                    conn.execute(
+                        f"SELECT rfc_key, ut FROM rfc_ut WHERE rfc_key IN ({marks})", chunk
+                    )
+                )
+            new = [(key, ut, sent) for key, (ut, sent) in first.items() if key not in won]
+            conn.executemany("INSERT INTO rfc_ut (rfc_key, ut, sent_at) VALUES (?, ?, ?)", new)
+            won.update((key, ut) for key, ut, _ in new)
+            return [won[m.rfc_key] for m in items]
 
-        return await self._db.write(run) if rows else []
+        return await self._db.write(run) if items else []
 
     async def add_links(self, pairs: Sequence[tuple[str, str]]) -> None:
         rows = sorted({(a, b) for x, y in pairs if x != y for a, b in ((x, y), (y, x))})
@@ -168,6 +167,23 @@ class SqliteThreadStore:
 
     async def close(self) -> None:
         await self._db.close()
+
+
+def _thread_uts(
+    conn: sqlite3.Connection, pairs: Sequence[tuple[str, str]]
+) -> dict[tuple[str, str], str]:
+    """The UT of every (gid, thread_id) in `pairs` that has one: a join on the primary key
+    per chunk (a row-value `IN (VALUES …)` would scan the table)."""
+    found: dict[tuple[str, str], str] = {}
+    for chunk in _chunks(pairs, _CHUNK // 2):
+        marks = ",".join(["(?, ?)"] * len(chunk))
+        rows = conn.execute(
+            f"WITH k(gid, thread_id) AS (VALUES {marks}) SELECT t.gid, t.thread_id, t.ut"
+            " FROM k JOIN thread_ut t ON t.gid = k.gid AND t.thread_id = k.thread_id",
+            [part for pair in chunk for part in pair],
+        )
+        found.update(((gid, thread_id), ut) for gid, thread_id, ut in rows)
+    return found
 
 
 def _links(conn: sqlite3.Connection, uts: Sequence[str]) -> dict[str, frozenset[str]]:

@@ -36,6 +36,21 @@ class TestThreadMappings:
         assert winners[0] in {"a", "c"}
         assert winners[1] == "b"
 
+    async def test_a_batch_mixing_mapped_and_new_threads_keeps_request_order(
+        self, thread_store: ThreadStore
+    ) -> None:
+        """Mapped threads keep their UT, new ones take theirs, answers in request order;
+        a lookup of known and unknown threads returns only the known."""
+        old = [ThreadKey(f"g{i % 3}", f"old-{i}") for i in range(300)]
+        new = [ThreadKey(f"g{i % 3}", f"new-{i}") for i in range(300)]
+        await thread_store.put_thread_uts_if_absent([(t, "before") for t in old])
+        batch = [(t, f"ut-{t.thread_id}") for pair in zip(new, old, strict=True) for t in pair]
+        winners = await thread_store.put_thread_uts_if_absent(batch)
+        assert winners == ["before" if t.thread_id.startswith("old") else ut for t, ut in batch]
+        unknown = [ThreadKey("g0", f"never-{i}") for i in range(5)]
+        found = await thread_store.get_thread_uts([*old[:3], *unknown, new[0]])
+        assert found == {old[0]: "before", old[1]: "before", old[2]: "before", new[0]: "ut-new-0"}
+
     async def test_ids_with_separators_and_unicode_round_trip(
         self, thread_store: ThreadStore
     ) -> None:
@@ -80,6 +95,36 @@ class TestMessageMappings:
             )
         )
         assert len({r[0] for r in results}) == 1
+
+    async def test_same_message_twice_in_one_batch_gets_one_winner(
+        self, thread_store: ThreadStore
+    ) -> None:
+        """Copies of one Message-ID in one call (one per mailbox) all get the same winner."""
+        winners = await thread_store.put_message_uts_if_absent(
+            [
+                MessageMapping(key("m1"), "a", 1),
+                MessageMapping(key("m2"), "b", 2),
+                MessageMapping(key("m1"), "c", 3),
+            ]
+        )
+        assert winners[0] == winners[2]
+        assert winners[0] in {"a", "c"}
+        assert winners[1] == "b"
+
+    async def test_a_batch_mixing_mapped_and_new_messages_keeps_request_order(
+        self, thread_store: ThreadStore
+    ) -> None:
+        """Mapped Message-IDs keep their UT, new ones take theirs, in request order."""
+        await thread_store.put_message_uts_if_absent(
+            [MessageMapping(key(f"old{i}"), "before", i) for i in range(600)]
+        )
+        batch = [
+            MessageMapping(key(f"{kind}{i}"), f"{kind}-ut{i}", i)
+            for i in range(600)
+            for kind in ("new", "old")
+        ]
+        winners = await thread_store.put_message_uts_if_absent(batch)
+        assert winners == [m.ut if m.ut.startswith("new") else "before" for m in batch]
 
     async def test_a_thousand_mappings_in_one_call(self, thread_store: ThreadStore) -> None:
         """A full WeaveMessages batch is one call and keeps request order."""
