@@ -299,6 +299,7 @@ async def read_row_cells(
     qualifier_regex: bytes | None = None,
     strip_values: bool = False,
     min_timestamp_micros: int | None = None,
+    max_cell_bytes: int | None = None,
 ) -> AsyncIterator[tuple[bytes, bytes]]:
     """Yields (qualifier, value) of one row's family in qualifier order, page by page.
 
@@ -307,12 +308,15 @@ async def read_row_cells(
     the emulator's 4 MiB limit even for a row with 100K cells; stops after `limit` cells.
     `qualifier_prefix` is a column range (the server seeks to it); `qualifier_regex` is a
     full-match RE2 filter the server evaluates on every cell; `min_timestamp_micros` hides
-    older cells (a TTL that GC has not applied yet).
+    older cells (a TTL that GC has not applied yet). `max_cell_bytes` (qualifier + value, as
+    far as the caller knows a bound) sizes the first page, before any cell has been seen.
     """
     remaining = limit
     start, inclusive = qualifier_prefix, True
     end = None if qualifier_prefix is None else _prefix_end(qualifier_prefix)
     page = 1000
+    if max_cell_bytes is not None:
+        page = max(1, min(page, _RESPONSE_BUDGET // (max_cell_bytes + len(row_key) + 64)))
     while remaining is None or remaining > 0:
         size = page if remaining is None else min(page, remaining)
         chain: list[rf.RowFilter] = [rf.FamilyNameRegexFilter(escape_family(family))]

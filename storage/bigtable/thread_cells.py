@@ -26,7 +26,10 @@ from storage.ports import ThreadKey
 
 __all__ = [
     "CELL_BYTES",
+    "LONGEST_UT",
     "RECORD_WIDTH",
+    "WIDEST_CELL",
+    "cells_per_response",
     "decode_thread",
     "encode_thread",
     "latest",
@@ -37,12 +40,32 @@ __all__ = [
 ]
 
 CELL_BYTES = 4_096
-"""Target size of a packed cell; one entry more may overshoot it by at most ~1 KB."""
+"""Target size of a packed cell; one entry more may overshoot it by at most ~1.5 KB."""
+LONGEST_UT = 3_073
+"""Longest UT id the domain makes (two 512-byte ids with every byte percent-encoded, as
+`server.threadweaver.model.MAX_UT_BYTES`): a row key, and a link's qualifier."""
+WIDEST_CELL = max(16 + CELL_BYTES + 2 + 1_538, LONGEST_UT)
+"""Qualifier + value of any cell of a UT row: a packed cell (an MD5 qualifier; a value under
+`CELL_BYTES` before its last length-prefixed entry, at most a thread of two 512-byte ids
+with NULs escaped) or a link (a UT id qualifier, no value)."""
 _SEP = b"\x00\x01"
 _RECORD = struct.Struct(">16sq")
 _SENT = struct.Struct(">q")
 RECORD_WIDTH = _RECORD.size
 _LENGTH = struct.Struct(">H")
+
+
+_ROW_BYTES = 3_000_000
+"""One row's cells in one response: under the emulator channel's 4 MiB receive limit."""
+
+
+def cells_per_response(keys: Iterable[bytes], widest: int) -> int:
+    """How many cells of up to `widest` bytes one row of `keys` may return in one response.
+
+    The emulator repeats the row key in every cell, so with a ~3 KB UT id as the key and as
+    each link's qualifier ~480 links fit; with ordinary ids ~940.
+    """
+    return max(1, _ROW_BYTES // (max(map(len, keys), default=0) + widest + 64))
 
 
 def encode_thread(key: ThreadKey) -> bytes:

@@ -23,11 +23,11 @@ row without `r` is treated as not there by `get_thread_uts`, so the next call th
 the key, whoever makes it, completes what a crashed writer left undone.
 
 A read level (`read_uts`) is one multi-row ReadRows of whole UT rows with no family or
-qualifier filter: the emulator pays per cell scanned for every filter (it
-compiles a regex per cell), so rows are split by family and team-filtered here. A row too
-wide for one response (a cell-count limit keeps each under the emulator's 4 MiB) is the rare
-huge unified thread (or one whose many small cells were never re-packed), read again page
-by page; such a read stops as soon as it has the threads it was asked for.
+qualifier filter: the emulator pays per cell scanned for every filter (it compiles a regex
+per cell), so rows are split by family and team-filtered here. A row too wide for one
+response (a cell-count limit, sized for the longest UT id, keeps each under the emulator's
+4 MiB) is the rare huge unified thread (or one whose many small cells were never re-packed),
+read again page by page; such a read stops as soon as it has the threads it was asked for.
 """
 
 from __future__ import annotations
@@ -57,7 +57,10 @@ from storage.bigtable.client import (
     translate_errors,
 )
 from storage.bigtable.thread_cells import (
+    LONGEST_UT,
     RECORD_WIDTH,
+    WIDEST_CELL,
+    cells_per_response,
     decode_thread,
     encode_thread,
     latest,
@@ -82,21 +85,22 @@ _TABLES = {
     _UT: {_FAM_Q: _ONE, _FAM_P: _ONE, _FAM_N: _ONE},
 }
 _READ_KEYS = 500  # row keys per ReadRows request
-_ROW_CELLS = 600  # cells of a UT row in one response: each <= ~5 KB, under the 4 MiB limit
-_ROW_LINKS = 3_000  # links of a UT in one response: each <= ~1 KB
-# Links only, without a regex: the emulator would compile a family regex for every cell.
-_LINKS_ONLY = rf.RowFilterChain(
-    [
-        rf.ColumnRangeFilter(_FAM_N),
-        rf.StripValueTransformerFilter(True),
-        rf.CellsRowLimitFilter(_ROW_LINKS),
-    ]
-)
 _REPACK_CELLS = 2_000  # packed cells merged by one atomic row mutation
 _SENT = struct.Struct(">q")
 _LATEST = rf.CellsColumnLimitFilter(1)  # single-family tables: no (per-cell regex) family filter
 _WIDTHS: dict[str, int | None] = {_FAM_Q: None, _FAM_P: RECORD_WIDTH}  # fixed entry sizes
 _Stored = tuple[str, int, bool]  # a message row: (UT, sent_at, recorded in its UT)
+
+
+def _links_only(limit: int) -> rf.RowFilter:
+    """Links only, without a regex: the emulator would compile a family regex for every cell."""
+    return rf.RowFilterChain(
+        [
+            rf.ColumnRangeFilter(_FAM_N),
+            rf.StripValueTransformerFilter(True),
+            rf.CellsRowLimitFilter(limit),
+        ]
+    )
 
 
 def _text(data: bytes) -> str:
@@ -292,15 +296,17 @@ class BigtableThreadStore:
         await bounded_gather(send, list(chunks(entries, _READ_KEYS)))
 
     async def get_links(self, uts: Sequence[str]) -> dict[str, frozenset[str]]:
-        wanted = list(dict.fromkeys(uts))
-        rows = await self._read_rows(self._ut, [ut.encode() for ut in wanted], _LINKS_ONLY)
+        keys = [ut.encode() for ut in dict.fromkeys(uts)]
+        limit = cells_per_response(keys, LONGEST_UT)
+        rows = await self._read_rows(self._ut, keys, _links_only(limit))
         found: dict[str, frozenset[str]] = {}
         for key, row in rows.items():
             cells = [c.qualifier for c in row.cells]
-            if len(cells) >= _ROW_LINKS:  # the smallest UT of a huge component: page it
-                cells = [
-                    q async for q, _ in read_row_cells(self._ut, key, _FAM_N, strip_values=True)
-                ]
+            if len(cells) >= limit:  # the smallest UT of a huge component: page it
+                pages = read_row_cells(
+                    self._ut, key, _FAM_N, strip_values=True, max_cell_bytes=LONGEST_UT
+                )
+                cells = [q async for q, _ in pages]
             if cells:
                 found[_text(key)] = frozenset(_text(q) for q in cells)
         return found
@@ -311,20 +317,19 @@ class BigtableThreadStore:
         wanted = list(dict.fromkeys(uts))
         if gids is not None and not gids:
             thread_limit = 0
-        rows = await self._read_rows(
-            self._ut, [ut.encode() for ut in wanted], rf.CellsRowLimitFilter(_ROW_CELLS)
-        )
+        keys = [ut.encode() for ut in wanted]
+        limit = cells_per_response(keys, WIDEST_CELL)
+        rows = await self._read_rows(self._ut, keys, rf.CellsRowLimitFilter(limit))
         links: dict[str, frozenset[str]] = dict.fromkeys(wanted, frozenset())
         threads: list[ThreadKey] = []
         records: set[bytes] = set()
         for row_key, row in rows.items():
             cells: dict[str, dict[bytes, bytes]] = {_FAM_Q: {}, _FAM_P: {}, _FAM_N: {}}
-            wide = len(row.cells) >= _ROW_CELLS
+            wide = len(row.cells) >= limit
             if wide:  # a huge (or never re-packed) unified thread: page through it
                 for family in (_FAM_P, _FAM_N):
-                    cells[family] = {
-                        q: v async for q, v in read_row_cells(self._ut, row_key, family)
-                    }
+                    pages = read_row_cells(self._ut, row_key, family, max_cell_bytes=WIDEST_CELL)
+                    cells[family] = {q: v async for q, v in pages}
             else:
                 for cell in row.cells:
                     cells[cell.family][cell.qualifier] = cell.value
@@ -360,7 +365,8 @@ class BigtableThreadStore:
         """A wide row's threads (owners in `gids` when given), until `limit` are found."""
         threads: set[ThreadKey] = set()
         cells: dict[bytes, bytes] = {}
-        async for qualifier, value in read_row_cells(self._ut, row_key, _FAM_Q):
+        pages = read_row_cells(self._ut, row_key, _FAM_Q, max_cell_bytes=WIDEST_CELL)
+        async for qualifier, value in pages:
             cells[qualifier] = value
             entries: set[bytes] = set()
             unpack(value, entries)
