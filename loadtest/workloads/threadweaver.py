@@ -74,6 +74,8 @@ from loadtest.workloads._threadweaver_phases import (
     chain_read_phases,
     raw_write_phase,
 )
+from server.threadweaver.model import default_ut
+from storage.ports import ThreadKey as StoredThread
 
 __all__ = [
     "STORES",
@@ -200,7 +202,8 @@ async def _prepare(args: argparse.Namespace, harness: Harness, bfs: BfsBaseline)
     pages = resolve_pages(all_threads, 100)
     chains = [chain(n, threads=args.chain_threads, seed=args.seed) for n in args.chain_lengths]
     raw_items = raw_keys(
-        [m.rfc_message_id for m in order], [f"{m.gid}:{m.thread_id}" for m in order]
+        [m.rfc_message_id for m in order],
+        [default_ut(StoredThread(m.gid, m.thread_id)) for m in order],
     )
     report.add_figure("prebuild_requests_s", round(time.perf_counter() - t0, 3))
 

@@ -12,7 +12,7 @@ from loom.v1 import common_pb2, threadweaver_pb2
 
 from server.config import ThreadWeaverSettings
 from server.runtime.validation import Violations
-from server.threadweaver.model import Message, UnifiedThread, WeaveResult
+from server.threadweaver.model import MAX_ID_BYTES, Message, UnifiedThread, WeaveResult
 from storage.ports import ThreadKey
 
 __all__ = [
@@ -26,7 +26,6 @@ __all__ = [
     "unified_to_proto",
 ]
 
-MAX_ID_BYTES = 512
 MAX_RFC_BYTES = 998
 MAX_TEAM_GIDS = 1000
 MAX_MAX_THREADS = 100_000

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from storage.ports import ThreadKey
 
 __all__ = [
+    "MAX_ID_BYTES",
+    "MAX_UT_BYTES",
     "Message",
     "UnifiedThread",
     "WeaveResult",
@@ -49,9 +51,28 @@ class UnifiedThread:
     last_message_at_ms: int | None
 
 
+_ESCAPED = str.maketrans({"%": "%25", "/": "%2F", ":": "%3A"})
+
+MAX_ID_BYTES = 512
+"""Longest gid or thread id, in UTF-8 bytes (a gid or a Gmail thread id is ~20)."""
+MAX_UT_BYTES = 3 * MAX_ID_BYTES + 1 + 3 * MAX_ID_BYTES
+"""Longest id `default_ut` makes (3,073 bytes: every byte of both ids escaped to three);
+each engine's key limit holds it (Bigtable's 4 KiB row key is the tightest)."""
+
+
 def default_ut(thread: ThreadKey) -> str:
-    """The seed's new-UT id, ``"$gid:$threadId"``: deterministic, so retries agree."""
-    return f"{thread.gid}:{thread.thread_id}"
+    """A new UT's id, ``gid/thread_id`` with ``%``, ``/`` and ``:`` percent-encoded in each.
+
+    Deterministic, so retries and racing writers propose the same id. The seed's
+    ``"$gid:$threadId"`` is not injective: ("a:b", "c") and ("a", "b:c") both gave
+    ``a:b:c``, so two unrelated threads shared one UT and read as one conversation (provider
+    prefixed ids hold ``:``). Here the one unescaped ``/`` splits the id and
+    `urllib.parse.unquote` restores each part, so distinct threads get distinct ids; and no
+    id holds a ``:``, while every id of the old form does, so a new id never equals one
+    already stored (those are kept as they are: a UT id is opaque to everything else).
+    Ordinary ids (digits, hex, e-mail addresses) read unchanged, e.g. ``alice/a1``.
+    """
+    return f"{thread.gid.translate(_ESCAPED)}/{thread.thread_id.translate(_ESCAPED)}"
 
 
 def normalize_message_id(value: str) -> str:

@@ -3,7 +3,7 @@
 For each message (thread t, Message-ID r), exactly the seed's algorithm:
 
     existing = UT(t)
-    default  = existing or "$gid:$threadId"
+    default  = existing or default_ut(t)   (the seed's "$gid:$threadId", made injective)
     ut_r     = set UT(r) = default   only if absent  -> the winner
     if existing is None:
         ut_t = set UT(t) = ut_r      only if absent  -> the winner

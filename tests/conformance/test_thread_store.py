@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 
+from server.threadweaver.model import MAX_UT_BYTES, default_ut
 from storage.ports import MessageMapping, ThreadKey, ThreadStore, UnifiedStats, UtRows
 
 
@@ -161,12 +162,34 @@ class TestLinks:
     async def test_ids_with_separators_and_unicode_link_without_colliding(
         self, thread_store: ThreadStore
     ) -> None:
-        """UT ids are "gid:thread" strings of up to ~1 KB holding any character."""
-        odd = ["a:b:c", "a:b", "ü#/\\:ß", "x" * 512 + ":" + "y" * 512]
+        """UT ids hold any character but NUL: the "gid:thread" form stored before, and the
+        escaped "gid/thread" form of up to 3,073 bytes made now."""
+        odd = [
+            "a:b:c",
+            "a:b",
+            "ü#/\\:ß",
+            "x" * 512 + ":" + "y" * 512,
+            "%3A" * 512 + "/" + "%25" * 512,
+        ]
         await thread_store.add_links([(odd[0], u) for u in odd[1:]])
         found = await thread_store.get_links(odd)
         assert found[odd[0]] == set(odd[1:])
         assert all(found[u] == {odd[0]} for u in odd[1:])
+
+    async def test_a_component_of_the_longest_ids_reads_whole(
+        self, thread_store: ThreadStore
+    ) -> None:
+        """1,400 members with ~3 KB ids (the longest ids weaving makes) linked to one UT:
+        4.3 MB of ids, more than one 4 MiB response holds: all written, all read back."""
+        members = [default_ut(ThreadKey(":" * 508 + f"{i:04d}", "%" * 512)) for i in range(1400)]
+        hub = default_ut(ThreadKey(":" * 512, "/" * 512))
+        assert len(hub.encode()) == MAX_UT_BYTES
+        assert min(len(m.encode()) for m in members) > 3000
+        await thread_store.add_links([(hub, m) for m in members])
+        assert (await thread_store.get_links([hub]))[hub] == set(members)
+        rows = await thread_store.read_uts([hub, *members[:3]], None, 0)
+        assert rows.links[hub] == set(members)
+        assert all(rows.links[m] == {hub} for m in members[:3])
 
     async def test_concurrent_writers_of_one_ut_lose_no_link(
         self, thread_store: ThreadStore
@@ -221,22 +244,24 @@ class TestReadLevels:
         assert sorted(rows.threads) == sorted(t for t in threads if t.gid in team)
 
     async def test_a_wide_unified_thread_reads_whole(self, thread_store: ThreadStore) -> None:
-        """2,600 threads of ~1 KB ids (more than one 4 MiB response) read whole, and limited."""
+        """2,600 threads of ~1 KB ids (more than one 4 MiB response) in a UT of the longest
+        id read whole, and limited."""
+        wide = default_ut(ThreadKey(":" * 512, "%" * 512))
         threads = [ThreadKey(f"{i:04d}" + "g" * 500, "t" * 500) for i in range(2600)]
         for start in range(0, len(threads), 1000):
             chunk = threads[start : start + 1000]
-            await thread_store.put_thread_uts_if_absent([(t, "ut-wide") for t in chunk])
+            await thread_store.put_thread_uts_if_absent([(t, wide) for t in chunk])
         await thread_store.put_message_uts_if_absent(
-            [MessageMapping(key(f"w{i}"), "ut-wide", i) for i in range(1000)]
+            [MessageMapping(key(f"w{i}"), wide, i) for i in range(1000)]
         )
-        rows = await thread_store.read_uts(["ut-wide"], None, 10_001)
+        rows = await thread_store.read_uts([wide], None, 10_001)
         assert sorted(rows.threads) == threads
         assert rows.stats == UnifiedStats(1000, 999)
         team = frozenset(t.gid for t in threads[::100])
-        assert sorted((await thread_store.read_uts(["ut-wide"], team, 10_001)).threads) == [
+        assert sorted((await thread_store.read_uts([wide], team, 10_001)).threads) == [
             t for t in threads if t.gid in team
         ]
-        assert len((await thread_store.read_uts(["ut-wide"], None, 7)).threads) == 7
+        assert len((await thread_store.read_uts([wide], None, 7)).threads) == 7
 
     async def test_one_message_per_call_still_reads_exactly(
         self, thread_store: ThreadStore

@@ -118,7 +118,7 @@ class TestGrpcurl:
             )
             out = run("-d", "@", served, "loom.v1.ThreadWeaver/WeaveMessage", data=body)
             assert out.returncode == 0, out.stderr
-            assert json.loads(out.stdout)["unified_thread_id"] == "alice:a1"
+            assert json.loads(out.stdout)["unified_thread_id"] == "alice/a1"
         out = run(
             "-d",
             json.dumps({"gid": "bob", "threadId": "b1"}),

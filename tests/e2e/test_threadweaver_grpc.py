@@ -190,7 +190,7 @@ class TestBulkheadsAndDeadlines:
             ok = await stub(running).WeaveMessage(
                 threadweaver_pb2.WeaveMessageRequest(message=woven())
             )
-            assert ok.unified_thread_id == "g:t"
+            assert ok.unified_thread_id == "g/t"
 
     async def test_client_deadline_wins_when_shorter(self, sqlite_server: Running) -> None:
         """A client deadline shorter than the method default is the one applied."""

@@ -75,7 +75,7 @@ async def test_message_id_spellings_of_mail_apis_unify(weaver_server: Running) -
                 )
             )
         )
-    assert {r.unified_thread_id for r in results} == {f"{domain}-u0:t"}
+    assert {r.unified_thread_id for r in results} == {f"{domain}-u0/t"}
     view = await stub.GetUnifiedThread(
         threadweaver_pb2.GetUnifiedThreadRequest(gid=f"{domain}-u2", thread_id="t")
     )

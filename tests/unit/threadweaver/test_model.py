@@ -1,17 +1,81 @@
-"""Pure pieces of ThreadWeaver: keys, Message-ID normalization, link-graph arithmetic."""
+"""Pure pieces of ThreadWeaver: ids, keys, Message-ID normalization, link-graph arithmetic."""
 
 from __future__ import annotations
 
+from urllib.parse import unquote
+
+from hypothesis import given, settings
+
 from server.threadweaver.graph import components, hint, missing_star_links, redundant_links
-from server.threadweaver.model import Message, default_ut, normalize_message_id, rfc_key
+from server.threadweaver.model import (
+    MAX_ID_BYTES,
+    MAX_UT_BYTES,
+    Message,
+    default_ut,
+    normalize_message_id,
+    rfc_key,
+)
+from storage.bigtable import thread_cells
 from storage.ports import ThreadKey
+from tests.thread_ids import valid_ids
+
+
+class TestUnifiedThreadIds:
+    def test_ordinary_ids_read_as_they_are(self) -> None:
+        """A new unified thread is named gid/thread; only '%', '/' and ':' are escaped."""
+        assert default_ut(ThreadKey("g1", "t9")) == "g1/t9"
+        assert default_ut(ThreadKey("ann@b.example", "18c2f")) == "ann@b.example/18c2f"
+        assert default_ut(ThreadKey("google:123", "a/b%c")) == "google%3A123/a%2Fb%25c"
+
+    def test_the_seeds_colliding_pair_gets_two_ids(self) -> None:
+        """("a:b", "c") and ("a", "b:c") were both "a:b:c" in the seed's naming."""
+        assert default_ut(ThreadKey("a:b", "c")) != default_ut(ThreadKey("a", "b:c"))
+
+    @settings(max_examples=500)
+    @given(gid=valid_ids(), thread_id=valid_ids())
+    def test_each_part_comes_back_from_the_id(self, gid: str, thread_id: str) -> None:
+        """Split at its one '/', each part percent-decodes to the id it came from, so no
+        two threads share an id (the function is injective)."""
+        head, tail = default_ut(ThreadKey(gid, thread_id)).split("/")
+        assert (unquote(head), unquote(tail)) == (gid, thread_id)
+
+    @settings(max_examples=500)
+    @given(a=valid_ids(), b=valid_ids(), c=valid_ids(), d=valid_ids())
+    def test_distinct_threads_never_share_an_id(self, a: str, b: str, c: str, d: str) -> None:
+        """Whatever the ids hold, two threads get one id only when they are one thread, even
+        when a separator moves from the gid into the thread id."""
+        for first, second in [
+            (ThreadKey(a, b), ThreadKey(c, d)),
+            (ThreadKey(f"{a}:{b}", c), ThreadKey(a, f"{b}:{c}")),
+            (ThreadKey(f"{a}/{b}", c), ThreadKey(a, f"{b}/{c}")),
+            (ThreadKey(f"{a}%2F{b}", c), ThreadKey(a, f"{b}%2F{c}")),
+        ]:
+            parts = (first.gid, first.thread_id, second.gid, second.thread_id)
+            if max(len(x.encode()) for x in parts) > MAX_ID_BYTES:
+                continue
+            assert (default_ut(first) == default_ut(second)) == (first == second)
+
+    @settings(max_examples=500)
+    @given(a=valid_ids(), b=valid_ids(), c=valid_ids(), d=valid_ids())
+    def test_a_new_id_never_equals_a_stored_old_one(self, a: str, b: str, c: str, d: str) -> None:
+        """Ids stored before were "gid:thread" and all hold a ':'; new ids hold none, so a
+        new unified thread can never land on a stored one."""
+        new = default_ut(ThreadKey(a, b))
+        assert ":" not in new
+        assert new != f"{c}:{d}"
+        assert new != f"{a}:{b}"
+
+    def test_the_longest_id_fits_every_engine(self) -> None:
+        """Two 512-byte ids of escaped characters make the longest id: 3,073 bytes, under
+        Bigtable's 4 KiB row-key limit (the tightest of the engines), and the bound the
+        Bigtable adapter sizes its responses for."""
+        longest = default_ut(ThreadKey(":" * MAX_ID_BYTES, "%" * MAX_ID_BYTES))
+        assert len(longest.encode()) == MAX_UT_BYTES == 3073
+        assert MAX_UT_BYTES < 4096
+        assert thread_cells.LONGEST_UT == MAX_UT_BYTES
 
 
 class TestKeys:
-    def test_default_ut_is_the_seeds_gid_colon_thread(self) -> None:
-        """A new unified thread is named "$gid:$threadId" as in the seed."""
-        assert default_ut(ThreadKey("g1", "t9")) == "g1:t9"
-
     def test_same_message_id_gives_the_same_key_in_every_mailbox(self) -> None:
         """The Message-ID alone keys a message, so copies in two mailboxes meet."""
         a = Message(ThreadKey("a", "1"), "<m@x>", 5)

@@ -46,7 +46,7 @@ class TestSeedScenarios:
         for step in timeline:
             for m in step:
                 (result,) = await weaver.weave([m])
-                assert result.unified_thread_id == "A:111"
+                assert result.unified_thread_id == "A/111"
                 assert not result.merged
         expected = {("A", "111"), ("B", "222"), ("C", "333"), ("D", "444"), ("E", "555")}
         assert await members(weaver, "A", "111") == expected
