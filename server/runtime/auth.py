@@ -14,6 +14,14 @@ or, by default, derived from its name: reads (``Get…``, ``List…``, ``Stream�
 implies the levels below it (admin ⊇ write ⊇ read) for the same service; ``<service>:*``
 grants all three. Verified tokens are cached until they expire, so a busy caller pays for
 one signature check, not one per call.
+
+Every problem with a token is UNAUTHENTICATED, never anything else: PyJWT's token errors are
+translated here, once, and so are the claims PyJWT lets through but Loom cannot use (see
+`_expiry`). A key Loom cannot verify with is refused at start-up (`_algorithm`), because
+PyJWT would accept it here and then fail every call with `InvalidKeyError`, a server fault
+no caller can fix. That error is therefore left untranslated: it cannot happen with a key
+that passed start-up, and if a future PyJWT raised it anyway, the interceptor's last guard
+answers INTERNAL and logs the traceback for the operator.
 """
 
 from __future__ import annotations
@@ -27,7 +35,7 @@ from typing import Any
 
 import jwt
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.hazmat.primitives.asymmetric import dsa, ec, ed448, ed25519, rsa, x448, x25519
 
 from server.config import AuthSettings, ConfigError
 from server.runtime.errors import PermissionDenied, Unauthenticated
@@ -45,6 +53,25 @@ _LEVELS = ("read", "write", "admin")
 _READ_VERBS = ("Get", "List", "Stream", "Resolve", "Annotate")
 _ADMIN_VERBS = ("Start", "Cancel", "Pause", "Resume", "Update")
 _CACHE_SIZE = 4096
+_MIN_RSA_BITS = 2048
+"""NIST SP 800-131A has disallowed shorter RSA signature keys since 2013; PyJWT warns on every
+verification below it."""
+_LAST_DATE = 253_402_300_799
+"""9999-12-31T23:59:59Z, the last second a NumericDate claim may name (see `_expiry`)."""
+_DATE_CLAIMS = ("exp", "nbf", "iat")
+_KEY_KINDS: tuple[tuple[type[Any], str], ...] = (
+    (ed25519.Ed25519PublicKey, "an Ed25519 key"),
+    (ed448.Ed448PublicKey, "an Ed448 key"),
+    (dsa.DSAPublicKey, "a DSA key"),
+    (x25519.X25519PublicKey, "an X25519 key (key agreement, not signatures)"),
+    (x448.X448PublicKey, "an X448 key (key agreement, not signatures)"),
+)
+_NIST_CURVES = {
+    "secp192r1": "P-192",
+    "secp224r1": "P-224",
+    "secp384r1": "P-384",
+    "secp521r1": "P-521",
+}
 
 
 def method_scope(method: str, declared: str = "") -> str:
@@ -155,7 +182,7 @@ class Authenticator:
         except jwt.ExpiredSignatureError:
             raise Unauthenticated("token expired") from None
         except jwt.ImmatureSignatureError:
-            raise Unauthenticated("token not valid yet (nbf)") from None
+            raise Unauthenticated("token not valid yet (nbf or iat in the future)") from None
         except jwt.InvalidAudienceError:
             raise Unauthenticated("token audience does not match") from None
         except jwt.InvalidIssuerError:
@@ -164,7 +191,7 @@ class Authenticator:
             raise Unauthenticated(f"token lacks the {exc.claim!r} claim") from None
         except jwt.InvalidTokenError:
             raise Unauthenticated("token does not verify") from None
-        verified = _Verified(_scopes(claims), float(claims["exp"]))
+        verified = _Verified(_scopes(claims), _expiry(claims))
         self._cache[token] = verified
         if len(self._cache) > _CACHE_SIZE:
             self._cache.popitem(last=False)
@@ -196,11 +223,60 @@ def mint_token(
         claims["iss"] = settings.issuer
     if private_key_file:
         pem = _read_key(private_key_file, "private_key_file")
-        algorithm = "ES256" if _is_ec(pem) else "RS256"
-        return jwt.encode(claims, pem, algorithm=algorithm)
+        return jwt.encode(claims, pem, algorithm=_signing_algorithm(pem))
     if not settings.jwt_secret_file:
         raise ConfigError("minting needs auth.jwt_secret_file (HS256) or --private-key")
     return jwt.encode(claims, _read_key(settings.jwt_secret_file, "jwt_secret_file"), "HS256")
+
+
+def _expiry(claims: Mapping[str, Any]) -> float:
+    """`exp` as a float, once `exp`, `nbf` and `iat` are all NumericDates Loom can use.
+
+    PyJWT checks these claims with ``int()``, so a validly signed token passes it with
+    ``"exp": "1800000000"`` (a string), ``"nbf": true`` (1) or ``"exp": 10**400`` (an integer
+    no float holds: this cache's ``float()`` raised OverflowError). RFC 7519 makes a
+    NumericDate a JSON number of seconds since 1970; Loom also bounds it by the year 9999,
+    so every accepted value is a real date and a finite float. Anything else is a token
+    problem, UNAUTHENTICATED, however well signed.
+    """
+    for name in _DATE_CLAIMS:
+        if name not in claims:
+            continue
+        value = claims[name]
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise Unauthenticated(f"token claim {name!r} is not a number")
+        if not 0 <= value <= _LAST_DATE:  # NaN fails both comparisons
+            raise Unauthenticated(f"token claim {name!r} is not a date between 1970 and 9999")
+    return float(claims["exp"])
+
+
+def _algorithm(key: object, setting: str) -> str:
+    """The one JWS algorithm Loom uses with `key`; `ConfigError` naming `setting` otherwise.
+
+    RS256 for RSA of at least 2048 bits, ES256 for EC on P-256, nothing else. PyJWT loads
+    any EC key for ES256 and only at verification finds that a P-384 or P-521 key does not
+    fit it; a short RSA key verifies with a warning per call. Refusing both here stops
+    start-up with the setting's name instead of failing (or weakening) every call.
+    """
+    if isinstance(key, rsa.RSAPublicKey | rsa.RSAPrivateKey):
+        if key.key_size < _MIN_RSA_BITS:
+            raise ConfigError(
+                f"auth.{setting}: a {key.key_size}-bit RSA key is too short; RS256 needs "
+                f">= {_MIN_RSA_BITS} bits"
+            )
+        return "RS256"
+    if isinstance(key, ec.EllipticCurvePublicKey | ec.EllipticCurvePrivateKey):
+        if isinstance(key.curve, ec.SECP256R1):
+            return "ES256"
+        nist = _NIST_CURVES.get(key.curve.name)
+        kind = f"an EC key on curve {key.curve.name}" + (f" ({nist})" if nist else "")
+    else:
+        found = (name for cls, name in _KEY_KINDS if isinstance(key, cls))
+        kind = next(found, f"a key of type {type(key).__name__}")
+    raise ConfigError(
+        f"auth.{setting}: {kind} is not supported; use an RSA key of >= {_MIN_RSA_BITS} bits "
+        "(RS256) or an EC key on P-256 (ES256)"
+    )
 
 
 def _public_key(pem: bytes) -> tuple[Any, list[str]]:
@@ -209,16 +285,13 @@ def _public_key(pem: bytes) -> tuple[Any, list[str]]:
         key = serialization.load_pem_public_key(pem)
     except (ValueError, TypeError) as exc:
         raise ConfigError("auth.jwt_public_key_file: not a PEM public key") from exc
-    if isinstance(key, rsa.RSAPublicKey):
-        return key, ["RS256"]
-    if isinstance(key, ec.EllipticCurvePublicKey):
-        return key, ["ES256"]
-    raise ConfigError("auth.jwt_public_key_file: only RSA (RS256) and EC (ES256) keys")
+    return key, [_algorithm(key, "jwt_public_key_file")]
 
 
-def _is_ec(pem: bytes) -> bool:
+def _signing_algorithm(pem: bytes) -> str:
+    """The algorithm `loom token --private-key` signs with: the verifier's, by the same rule."""
     try:
         key = serialization.load_pem_private_key(pem, password=None)
     except (ValueError, TypeError) as exc:
         raise ConfigError("private key: not an unencrypted PEM private key") from exc
-    return isinstance(key, ec.EllipticCurvePrivateKey)
+    return _algorithm(key, "private_key_file")

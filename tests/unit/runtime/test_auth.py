@@ -6,9 +6,12 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import jwt
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
 from server.config import AuthSettings, ConfigError
 from server.runtime.auth import Authenticator, method_scope, mint_token
@@ -172,3 +175,78 @@ class TestAuthenticator:
         assert claims["scope"] == "inbox:read inbox:write"
         assert claims["exp"] - claims["iat"] == 120
         Authenticator(settings).check(bearer(token), "inbox:write")
+
+
+class TestKeysLoomCannotVerifyWith:
+    @pytest.mark.parametrize(
+        ("key", "named"),
+        [
+            (lambda: ec.generate_private_key(ec.SECP384R1()), "curve secp384r1 (P-384)"),
+            (lambda: ec.generate_private_key(ec.SECP521R1()), "curve secp521r1 (P-521)"),
+            (lambda: ec.generate_private_key(ec.SECP256K1()), "curve secp256k1"),
+            (ed25519.Ed25519PrivateKey.generate, "an Ed25519 key"),
+            (lambda: rsa.generate_private_key(public_exponent=65537, key_size=1024), "1024-bit"),
+        ],
+        ids=["p384", "p521", "secp256k1", "ed25519", "rsa-1024"],
+    )
+    def test_are_refused_at_start_up(
+        self, tmp_path: Path, key: Callable[[], Any], named: str
+    ) -> None:
+        """PyJWT loads them and fails (or warns) on every call; Loom refuses them up front."""
+        path = tmp_path / "key.pub"
+        path.write_bytes(
+            key()
+            .public_key()
+            .public_bytes(
+                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+            )
+        )
+        with pytest.raises(ConfigError, match=r"^auth\.jwt_public_key_file: ") as caught:
+            Authenticator(AuthSettings(jwt_public_key_file=str(path)))
+        assert named in str(caught.value)
+
+    def test_loom_token_refuses_a_private_key_the_server_would_refuse(self, tmp_path: Path) -> None:
+        """`loom token --private-key` with a P-384 key names the problem instead of minting
+        an ES256 token no server verifies (PyJWT's InvalidKeyError)."""
+        path = tmp_path / "p384.key"
+        path.write_bytes(
+            ec.generate_private_key(ec.SECP384R1()).private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            )
+        )
+        settings = AuthSettings(jwt_public_key_file=str(path))
+        with pytest.raises(ConfigError, match=r"P-384\) is not supported"):
+            mint_token(settings, ["inbox:read"], 60, private_key_file=str(path))
+
+
+class TestDateClaims:
+    @pytest.mark.parametrize(
+        ("claim", "value", "message"),
+        [
+            ("exp", 10**400, "not a date"),
+            ("exp", 10**20, "not a date"),
+            ("exp", "9999999999", "not a number"),
+            ("nbf", "0", "not a number"),
+            ("nbf", -1, "not a date"),
+            ("nbf", True, "not a number"),
+            ("iat", False, "not a number"),
+            ("iat", -5.5, "not a date"),
+        ],
+        ids=["exp-10e400", "exp-past-9999", "exp-str", "nbf-str", "nbf-neg", "nbf-true",
+             "iat-false", "iat-neg"],
+    )  # fmt: skip
+    def test_a_signed_token_whose_dates_are_not_dates_is_unauthenticated(
+        self, settings: AuthSettings, claim: str, value: object, message: str
+    ) -> None:
+        """PyJWT lets these through with int(); Loom wants JSON numbers between 1970 and
+        9999 (10**400 once escaped as OverflowError, i.e. UNKNOWN)."""
+        token = signed({"scope": "inbox:read", claim: value})
+        with pytest.raises(Unauthenticated, match=f"{claim!r} is {message}"):
+            Authenticator(settings).check(bearer(token), "inbox:read")
+
+    def test_fractional_dates_are_dates(self, settings: AuthSettings) -> None:
+        """RFC 7519 NumericDates may carry fractions of a second."""
+        token = signed({"scope": "inbox:read", "exp": time.time() + 60.5, "nbf": 1.5})
+        Authenticator(settings).check(bearer(token), "inbox:read")
