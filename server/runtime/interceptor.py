@@ -10,6 +10,12 @@ A request whose bytes are not a valid message (corrupt wire format, invalid UTF-
 field) never reaches the handler: the deserializer grpc calls is wrapped so that it returns a
 `_Malformed` marker instead of raising (an exception there becomes UNKNOWN with a Python class
 name in the details), and the call answers INVALID_ARGUMENT "request is not a valid <type>".
+
+The last guard: an exception no layer mapped (`server.runtime.status.is_unmapped`) — raised by
+a handler, by the token check, or by this interceptor's own bookkeeping — answers INTERNAL
+"internal error (request id …)", never UNKNOWN with a Python class name and message (grpc's
+answer to anything that escapes). It is a bug: its call's one log line is an error carrying
+the traceback, and ``loom_rpc_unmapped_errors_total`` counts it.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ from server.runtime.errors import (
 from server.runtime.logs import get_logger
 from server.runtime.metrics import Metrics
 from server.runtime.policies import PolicyTable
-from server.runtime.status import code_for, rich_status
+from server.runtime.status import code_for, is_unmapped, rich_status
 
 __all__ = ["RpcInterceptor"]
 
@@ -128,7 +134,8 @@ class _Call:
             "duration_ms": round(seconds * 1000, 3),
             "request_id": self.request_id,
         }
-        if code is grpc.StatusCode.INTERNAL and exc is not None:
+        if exc is not None and is_unmapped(exc):
+            self.metrics.unmapped.labels(self.method, type(exc).__qualname__).inc()
             _log.error("rpc", exc_info=exc, **fields)
         elif code in _ROUTINE:
             _log.info("rpc", **fields)
@@ -153,10 +160,9 @@ def _wrap_unary(
         call = _Call(table, method, context, metrics)
         if type(request) is _Malformed:
             await call.fail(request.error)
-        policy = table.policy(method)
-        timeout_s = _effective_deadline(context, policy.deadline_s)
-        serving(timeout_s)
         try:
+            timeout_s = _effective_deadline(context, table.policy(method).deadline_s)
+            serving(timeout_s)
             async with asyncio.timeout(timeout_s):
                 async with table.bulkhead(method).slot():
                     response = await behavior(request, context)
@@ -309,8 +315,10 @@ class RpcInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         calls already running continue. Health and reflection still answer."""
         self._draining = True
 
-    def _denied(self, details: grpc.HandlerCallDetails, method: str) -> Exception | None:
-        """The auth error of this call, if any (checked before the request is parsed)."""
+    def _denied(self, details: grpc.HandlerCallDetails, method: str) -> LoomError | None:
+        """The auth error of this call, if any (checked before the request is parsed).
+
+        Anything but a `LoomError` is a bug and propagates to the last guard."""
         if self._auth is None or self._auth.is_open(method.partition("/")[0]):
             return None
         scope = self._scopes.get(method)
@@ -329,11 +337,20 @@ class RpcInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
         handler = await continuation(handler_call_details)
-        full = handler_call_details.method
         if handler is None:
             return handler
-        method = full[1:]
-        denied = self._denied(handler_call_details, method)
+        method = handler_call_details.method[1:]
+        try:
+            return self._intercepted(handler, handler_call_details, method)
+        except Exception as exc:  # the last guard; escaping here, grpc would answer UNKNOWN
+            return _refusal(handler, self._table, method, exc, self._metrics)
+
+    def _intercepted(
+        self, handler: grpc.RpcMethodHandler, details: grpc.HandlerCallDetails, method: str
+    ) -> grpc.RpcMethodHandler:
+        """`handler` as this call must run it: refused, guarded for decoding, or wrapped."""
+        full = details.method
+        denied = self._denied(details, method)
         if denied is not None:
             return _refusal(handler, self._table, method, denied, self._metrics)
         if not full.startswith(_LOOM_PREFIX):

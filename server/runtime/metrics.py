@@ -5,6 +5,9 @@ counters). What an SRE alerts on:
 
 - ``loom_rpc_requests_total{method,code}``, ``loom_rpc_duration_seconds{method}`` (histogram),
   ``loom_rpc_in_flight{method}`` — recorded by the interceptor for every Loom call;
+- ``loom_rpc_unmapped_errors_total{method,exception}`` — exceptions no layer mapped to a
+  status, answered INTERNAL: each one is a bug, logged with its traceback, so any increase
+  deserves an alert (the exception label names the class for the operator, never the caller);
 - ``loom_bulkhead_in_use{method}``, ``loom_bulkhead_waiting{method}``,
   ``loom_bulkhead_capacity{method}``, ``loom_bulkhead_refusals_total{method}``;
 - ``loom_breaker_state{engine}`` (0 closed, 1 half-open, 2 open),
@@ -113,6 +116,12 @@ class Metrics:
         self.in_flight = Gauge("loom_rpc_in_flight", "Loom RPCs running", ["method"], registry=r)
         self.refusals = Counter(
             "loom_bulkhead_refusals", "Calls refused by a full bulkhead", ["method"], registry=r
+        )
+        self.unmapped = Counter(
+            "loom_rpc_unmapped_errors",
+            "Exceptions no layer mapped to a status (answered INTERNAL; each is a bug)",
+            ["method", "exception"],
+            registry=r,
         )
         build = Gauge(
             "loom_build_info", "Build of this server", ["version", "python", "grpcio"], registry=r

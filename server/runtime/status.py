@@ -16,7 +16,7 @@ from grpc_status import rpc_status
 from server.runtime import errors
 from storage.errors import StorageError
 
-__all__ = ["code_for", "rich_status"]
+__all__ = ["code_for", "is_unmapped", "rich_status"]
 
 _CODES: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (errors.InvalidArgument, grpc.StatusCode.INVALID_ARGUMENT),
@@ -34,14 +34,20 @@ _CODES: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
 
 
 def code_for(exc: BaseException) -> grpc.StatusCode:
-    """The status code a caller sees for `exc`; INTERNAL for anything unforeseen."""
+    """The status code a caller sees for `exc`; INTERNAL for anything unforeseen (and only
+    for that: no mapped error is INTERNAL, so INTERNAL always means a bug)."""
     for kind, code in _CODES:
         if isinstance(exc, kind):
             return code
     return grpc.StatusCode.INTERNAL
 
 
-def _message(exc: BaseException, code: grpc.StatusCode) -> str:
+def is_unmapped(exc: BaseException) -> bool:
+    """Whether no layer mapped `exc`: a bug, answered INTERNAL, logged and counted."""
+    return code_for(exc) is grpc.StatusCode.INTERNAL
+
+
+def _message(exc: BaseException, code: grpc.StatusCode, request_id: str | None) -> str:
     if isinstance(exc, errors.LoomError):
         return exc.message
     if code is grpc.StatusCode.UNAVAILABLE:
@@ -50,7 +56,9 @@ def _message(exc: BaseException, code: grpc.StatusCode) -> str:
         return "deadline exceeded"
     if code is grpc.StatusCode.UNIMPLEMENTED:
         return "not implemented yet"
-    return "internal error"  # never leak internals to a caller
+    # Never the class or its message (they can hold internals, or the caller's own data);
+    # the request id finds the traceback in the server's log.
+    return f"internal error (request id {request_id})" if request_id else "internal error"
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +93,8 @@ def _bad_request(violations: list[errors.FieldViolation]) -> error_details_pb2.B
 def rich_status(exc: BaseException, request_id: str | None = None) -> grpc.Status:
     """A `grpc.Status` for `exc`, with BadRequest field violations for invalid input."""
     code = code_for(exc)
-    proto = status_pb2.Status(code=code.value[0], message=_message(exc, code)[:1024])
+    message = _message(exc, code, request_id)[:1024]
+    proto = status_pb2.Status(code=code.value[0], message=message)
     if isinstance(exc, errors.InvalidArgument):
         bad = _bad_request(exc.violations)
         detail = any_pb2.Any()
