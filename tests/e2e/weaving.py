@@ -68,7 +68,12 @@ def namespace(raw: list[tuple[int, int, str, int]]) -> list[Woven]:
 
 
 def _message_key(m: Woven) -> str:
-    return m.rfc.strip().strip("<>")
+    """The Message-ID as the contract says it is keyed: trimmed, one pair of brackets off,
+    trimmed again (so ``< id >`` is ``id``)."""
+    text = m.rfc.strip()
+    if len(text) >= 2 and text[0] == "<" and text[-1] == ">":
+        text = text[1:-1].strip()
+    return text
 
 
 def expected_components(messages: list[Woven]) -> UnionFind[tuple[str, str]]:
@@ -156,9 +161,14 @@ async def assert_union_find(stubs: Sequence[Stub], messages: list[Woven]) -> Non
     refs = [common_pb2.ThreadRef(gid=g, thread_id=t) for g, t in threads]
     canonical: dict[tuple[str, str], str] = {}
     for stub in stubs:
-        resolved = await stub.ResolveThreads(threadweaver_pb2.ResolveThreadsRequest(threads=refs))
-        assert all(r.found for r in resolved.threads)
-        answer = {(r.thread.gid, r.thread.thread_id): r.unified_thread_id for r in resolved.threads}
+        answer: dict[tuple[str, str], str] = {}
+        for start in range(0, len(refs), 100):  # ResolveThreads takes up to 100 threads
+            page = threadweaver_pb2.ResolveThreadsRequest(threads=refs[start : start + 100])
+            resolved = await stub.ResolveThreads(page)
+            assert all(r.found for r in resolved.threads)
+            answer.update(
+                ((r.thread.gid, r.thread.thread_id), r.unified_thread_id) for r in resolved.threads
+            )
         assert canonical in ({}, answer)  # every server names the unified threads alike
         canonical = answer
     for a in threads:
