@@ -419,7 +419,9 @@ class IterationSource(Protocol):
       also be the parent alone, ``(p,)``, which sorts before every row of p (as Python
       tuples compare): ``after=(p,)`` starts at p's first row, ``upto=(p,)`` ends before it.
 
-    Only rows satisfying the level's `where` count. Faults become `storage.errors`.
+    Only rows satisfying the level's `where` count. Faults become `storage.errors`: a
+    statement the database refuses as written (an undefined table or column, a syntax
+    error) is StorageRejected, anything else StorageUnavailable.
     """
 
     @property

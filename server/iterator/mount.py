@@ -67,6 +67,9 @@ async def mount(server: grpc.aio.Server, settings: Settings, resources: Resource
     async def source_down(job_id: str, error: str) -> None:
         await holder[0].source_down(job_id, error)
 
+    async def source_rejected(job_id: str, level: int, error: str) -> None:
+        await holder[0].source_rejected(job_id, level, error)
+
     pipeline = Pipeline(
         source,
         queue,
@@ -76,6 +79,7 @@ async def mount(server: grpc.aio.Server, settings: Settings, resources: Resource
         queue_names=names,
         on_emit=delivery.notify,
         on_source_down=source_down,
+        on_source_rejected=source_rejected,
     )
     service = IteratorService(
         source, store, jobs, delivery, s, level_names=names, announce=pipeline.announce

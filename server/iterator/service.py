@@ -8,7 +8,9 @@ ledger, record by record, which must agree before the job is marked COMPLETED.
 
 When the source database fails, the job whose step failed pauses itself ("source"); a
 monitor pings the source every `source_probe_s` (through the same circuit breaker) and
-resumes those jobs once it answers.
+resumes those jobs once it answers. When the database answers but refuses the read itself
+(a column or table renamed under a running job), waiting cannot help: the job fails, and
+GetJob says which level's read and what the database said.
 
 A queue can lose a message Loom sent it: the job was created (or a step committed) but the
 send failed because the queue was down, or an in-memory queue restarted empty. Nothing
@@ -34,7 +36,7 @@ from server.iterator.jobcache import JobCache
 from server.iterator.scope import Scope
 from server.runtime.errors import FailedPrecondition, LoomError, NotFound
 from server.runtime.logs import get_logger
-from storage.errors import StorageError
+from storage.errors import StorageError, StorageRejected
 from storage.ports import ChunkState, IterationSource, JobRecord, JobStore, TaskRecord
 
 __all__ = ["IteratorService", "JobView"]
@@ -107,7 +109,11 @@ class IteratorService:
         self, scope: Scope, *, rate: int, require_ack: bool, ack_timeout_s: int, request_json: str
     ) -> JobView:
         """Creates a job over `scope` (NOT_FOUND when nothing is there) and its first range."""
-        if not await self._source.exists(scope.level, scope.first, scope.last):
+        try:
+            found = await self._source.exists(scope.level, scope.first, scope.last)
+        except StorageRejected as exc:
+            raise FailedPrecondition(self._rejected(scope.level, str(exc))) from exc
+        if not found:
             raise NotFound(
                 f"no {self.names[scope.level]} in {list(scope.first)}..{list(scope.last)}"
             )
@@ -221,6 +227,32 @@ class IteratorService:
         if await self._store.update_job(changed, record.version):
             self._jobs.put(replace(changed, version=record.version + 1))
             _log.warning("job paused: source unavailable", job_id=job_id, error=error)
+
+    async def source_rejected(self, job_id: str, level: int, error: str) -> None:
+        """The source refused a read of `job_id` as written: the job fails, saying why."""
+        while True:
+            record = await self._store.get_job(job_id)
+            if record is None or record.state in _FINAL:
+                return
+            failed = replace(
+                record,
+                state="failed",
+                paused_by="",
+                error=self._rejected(level, error),
+                finished_ms=_now_ms(),
+            )
+            if await self._store.update_job(failed, record.version):
+                self._jobs.put(replace(failed, version=record.version + 1))
+                self.finished["failed"] = self.finished.get("failed", 0) + 1
+                self.delivery.notify(job_id)
+                _log.error("job failed: the source refused its read", job_id=job_id, error=error)
+                return
+
+    def _rejected(self, level: int, error: str) -> str:
+        return (
+            f"the source refused the read of level {self.names[level]!r} "
+            f"(iterator.levels[{level}]): {error}"
+        )
 
     async def check_once(self) -> None:
         """Completes every running job whose counters and ledger both say it is done."""

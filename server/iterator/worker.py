@@ -19,6 +19,11 @@ Handling one message "step s of task t" (the seed's work de-duplication, made ex
   (duplicates are harmless: see above).
 - anything else is a stale duplicate: dropped.
 
+A source read that fails is one of two things. The database is unreachable (an outage): the
+job pauses until the source monitor finds it answering. Or the database refused the
+statement for good (a column or table renamed under a running job): retrying would flap
+between RUNNING and PAUSED for ever, so the job fails, with the database's message.
+
 Deeper levels are served first, so started work finishes (and memory in flight stays
 bounded) before more is discovered. A level whose queue was found empty is not asked
 again for a short, growing while (reset when this server sends to it), so idle workers
@@ -40,7 +45,7 @@ from server.iterator.splitting import SplitFinder
 from server.iterator.stepping import StepInput, plan_step
 from server.runtime.errors import LoomError, Unavailable
 from server.runtime.logs import get_logger
-from storage.errors import StorageError
+from storage.errors import StorageError, StorageRejected
 from storage.ports import (
     IterationSource,
     JobStore,
@@ -67,6 +72,14 @@ class _SourceDown(Exception):
     """The source database failed a read: the job pauses until it answers again."""
 
 
+class _SourceRejected(Exception):
+    """The source database refused a read as written: the job fails."""
+
+    def __init__(self, level: int, message: str) -> None:
+        super().__init__(message)
+        self.level = level
+
+
 class Pipeline:
     """The worker pool of one server and what it needs to send work on."""
 
@@ -81,6 +94,7 @@ class Pipeline:
         queue_names: Sequence[str],
         on_emit: Callable[[str], None],
         on_source_down: Callable[[str, str], Awaitable[None]],
+        on_source_rejected: Callable[[str, int, str], Awaitable[None]],
     ) -> None:
         self._source = source
         self._queue = queue
@@ -90,6 +104,7 @@ class Pipeline:
         self._names = list(queue_names)
         self._on_emit = on_emit
         self._on_source_down = on_source_down
+        self._on_source_rejected = on_source_rejected
         self._splits = SplitFinder(source, settings)
         self._fanout = max(1, min(_MAX_FANOUT, settings.fanout))
         self._quiet_until = [0.0] * len(self._names)
@@ -229,6 +244,8 @@ class Pipeline:
                 await self._on_source_down(work.job, str(exc))
                 await self._queue.set_visibility(queue, message.receipt, self._s.pause_poll_s)
                 return
+            except _SourceRejected as exc:
+                await self._on_source_rejected(work.job, exc.level, str(exc))
             except asyncio.CancelledError:
                 # The server is stopping: let the next worker (a replica, or this server
                 # restarted) have the range now rather than after the visibility timeout.
@@ -297,6 +314,8 @@ class Pipeline:
                 cuts = await self._splits.cuts(task, rows, limit, may_steal=idle)
         except Unavailable as exc:  # only the source's breaker answers for these calls
             raise _SourceDown(str(exc)) from exc
+        except StorageRejected as exc:  # only the source refuses statements
+            raise _SourceRejected(task.level, str(exc)) from exc
         if emitting and rate > 0 and rows:
             wait = await self._store.reserve(job_id, len(rows), float(rate), _now_ms())
             if wait > 0:

@@ -4,6 +4,8 @@ Every coroutine method of the wrapped store runs through the engine's breaker: a
 breaker fails the call fast, engine faults (`StorageError`, timeouts — including running
 into the deadline of the call being served, `server.runtime.deadlines`) count as failures,
 anything else (a caller's bad input, NotFound) says the engine answered and counts as success.
+A `StorageRejected` (the engine refused a statement as written) is such an answer too: it
+passes through unchanged, for the caller to give up on, and never opens the breaker.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any, TypeVar, cast
 from server.runtime.breaker import CircuitBreaker
 from server.runtime.deadlines import engine_deadline
 from server.runtime.errors import Unavailable
-from storage.errors import StorageError
+from storage.errors import StorageError, StorageRejected
 
 __all__ = ["guard_store"]
 
@@ -33,6 +35,9 @@ def _guarded(
         try:
             async with asyncio.timeout_at(engine_deadline()):
                 result = await method(*args, **kwargs)
+        except StorageRejected:
+            breaker.on_success()
+            raise
         except (StorageError, TimeoutError) as exc:
             breaker.on_failure()
             raise Unavailable(f"{breaker.name}: {exc or type(exc).__name__}") from exc

@@ -8,8 +8,9 @@ many small parents is one statement (``parent IN (...)``): Box's users have a ha
 each, and one round trip per user would cap the pipeline at the round-trip rate.
 
 Statements are built once per (level, shape) from identifiers quoted by the dialect; the
-configured ``where`` is the operator's SQL, used verbatim. Driver errors become
-`storage.errors.StorageUnavailable` here, once.
+configured ``where`` is the operator's SQL, used verbatim. Driver errors are classified here,
+once (`storage.sql.errors`): a statement the database refuses as written is
+`StorageRejected`, anything else `StorageUnavailable`.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from sqlalchemy.sql.elements import TextClause
 
 from storage.errors import StorageUnavailable
 from storage.ports import Key, SchemaFacts, SourceLevel
+from storage.sql.errors import translate
 from storage.sql.schema import DEFAULT_SCHEMA
 
 __all__ = ["SqlIterationSource", "create_engine_for"]
@@ -141,7 +143,7 @@ class SqlIterationSource:
                 for statement in DEFAULT_SCHEMA:
                     await conn.execute(text(statement))
         except _FAULTS as exc:
-            raise StorageUnavailable(f"source {self.dialect}: {type(exc).__name__}: {exc}") from exc
+            raise translate(exc, self.dialect) from exc
 
     async def schema(self) -> SchemaFacts:
         tables = {level.table for level in self.levels}
@@ -170,7 +172,7 @@ class SqlIterationSource:
             async with self._engine.connect() as conn:
                 return await conn.run_sync(inspect_all)
         except _FAULTS as exc:
-            raise StorageUnavailable(f"source {self.dialect}: {type(exc).__name__}: {exc}") from exc
+            raise translate(exc, self.dialect) from exc
 
     async def exists(self, level: int, first: Key, last: Key) -> bool:
         rows = await self.read(
@@ -267,7 +269,7 @@ class SqlIterationSource:
                 result = await conn.execute(stmt, params)
                 return [tuple(row) for row in result.all()]
         except _FAULTS as exc:
-            raise StorageUnavailable(f"source {self.dialect}: {type(exc).__name__}: {exc}") from exc
+            raise translate(exc, self.dialect) from exc
 
     async def ping(self) -> None:
         try:

@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import make_url, text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from storage import factory
+from storage.errors import StorageRejected, StorageUnavailable
 from storage.ports import IterationSource, SourceLevel
 from tests.engines import source_url
+from tests.serving import free_port
 
 # parent p: ids 1..5 (3 deleted); child c: rows of parents 1, 2, 4, 5 (none for 3);
 # leaf v: composite key (a, b) under child ids.
@@ -26,8 +29,14 @@ LEAVES = [(c, a, b) for c in (10, 20) for a in (1, 2) for b in (1, 2, 3)]
 
 
 @pytest.fixture
-async def source(source_engine: str, tmp_path: Path) -> AsyncIterator[IterationSource]:
-    url = source_url(source_engine, tmp_path)
+def url(source_engine: str, tmp_path: Path) -> str:
+    """The test database of `source_engine` (a fresh SQLite file)."""
+    return source_url(source_engine, tmp_path)
+
+
+@pytest.fixture
+async def source(url: str) -> AsyncIterator[IterationSource]:
+    """A source over three fresh tables (a unique prefix) in `url`'s database."""
     ns = f"t{uuid.uuid4().hex[:8]}"
     engine = create_async_engine(url)
     async with engine.begin() as conn:
@@ -160,3 +169,62 @@ async def test_schema_reports_tables_columns_and_indexes(source: IterationSource
     assert {"id", "pid", "deleted"} <= set(facts.columns[child])
     assert any(ix[:2] == ("pid", "id") for ix in facts.indexes[child])
     await source.ping()
+
+
+async def _open_with(source: IterationSource, url: str, **changes: str) -> IterationSource:
+    """Another source on the same tables, with some settings of the child level changed."""
+    levels = list(source.levels)
+    levels[1] = replace(levels[1], **changes)
+    return await factory.open_iteration_source(url, levels)
+
+
+async def test_a_where_the_database_refuses_is_rejected(source: IterationSource, url: str) -> None:
+    """A `where` naming a column the table lacks, or a syntax error, is refused for good
+    (StorageRejected, with the database's message)."""
+    bad = await _open_with(source, url, where="delted = 0")
+    try:
+        with pytest.raises(StorageRejected, match=r"(?i)delted"):
+            await bad.read(1, parents=[1], first=(), last=(), after=(), upto=(), limit=10)
+        assert await bad.exists(0, (1,), (5,))  # the other levels are fine
+    finally:
+        await bad.close()
+    syntax = await _open_with(source, url, where="deleted = = 0")
+    try:
+        with pytest.raises(StorageRejected):
+            await syntax.read(1, parents=[1, 2], first=(), last=(), after=(), upto=(), limit=10)
+    finally:
+        await syntax.close()
+
+
+async def test_a_column_renamed_under_a_reader_is_rejected(
+    source: IterationSource, url: str
+) -> None:
+    """The schema changes under a source that has been reading: its next read is refused
+    for good, not taken for an outage."""
+    assert await _walk(source, 1, [1, 2], 50) == _children({1, 2})
+    child = source.levels[1].table
+    engine = create_async_engine(url)
+    async with engine.begin() as conn:
+        await conn.execute(text(f"ALTER TABLE {child} RENAME COLUMN deleted TO gone"))
+    await engine.dispose()
+    with pytest.raises(StorageRejected, match=r"(?i)deleted"):
+        await _walk(source, 1, [1, 2], 50)
+
+
+async def test_an_unreachable_source_is_unavailable(
+    source: IterationSource, url: str, tmp_path: Path
+) -> None:
+    """A database that cannot be reached is an outage (StorageUnavailable), never a
+    refused statement: jobs wait for it instead of failing."""
+    there = make_url(url)
+    if there.get_backend_name() == "sqlite":
+        there = there.set(database=str(tmp_path / "no-such-directory" / "source.sqlite3"))
+    else:
+        there = there.set(port=free_port())
+    gone = await factory.open_iteration_source(there.render_as_string(False), source.levels)
+    try:
+        with pytest.raises(StorageUnavailable) as err:
+            await gone.read(0, parents=None, first=(1,), last=(5,), after=(), upto=(), limit=10)
+        assert not isinstance(err.value, StorageRejected)
+    finally:
+        await gone.close()
