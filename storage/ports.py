@@ -397,12 +397,21 @@ class SourceLevel:
 
 @dataclass(frozen=True, slots=True)
 class SchemaFacts:
-    """What the live source database says about the configured tables."""
+    """What the live source database says about the configured tables, every name spelled
+    as its catalog spells it (the check compares names the way the reads will quote them)."""
 
+    tables: frozenset[str]
+    """Every table of the source's default schema."""
     columns: Mapping[str, frozenset[str]]
-    """Table -> its columns (lower case); a missing table is absent."""
+    """Table -> its columns, for each table whose name equals a configured one in any case."""
     indexes: Mapping[str, tuple[tuple[str, ...], ...]]
-    """Table -> the column lists of its indexes and primary key (lower case, in order)."""
+    """Table -> the column lists of its indexes and primary key (in order), same tables."""
+    tables_fold_case: bool
+    """Whether a read naming a table in another case finds it (SQLite; MySQL with
+    ``lower_case_table_names`` set). False: only the exact name does (PostgreSQL, where
+    the reads quote mixed-case names; MySQL on Linux by default)."""
+    columns_fold_case: bool
+    """The same for columns (SQLite and MySQL: yes; PostgreSQL: no)."""
 
 
 @runtime_checkable
@@ -431,6 +440,11 @@ class IterationSource(Protocol):
 
     async def schema(self) -> SchemaFacts:
         """Columns and indexes of the levels' tables, from the live catalog."""
+        ...
+
+    async def check_read(self, level: int) -> None:
+        """Runs each statement shape of `level`'s reads once, with its `where`, returning no
+        rows: StorageRejected (the database's message) when the database refuses it."""
         ...
 
     async def exists(self, level: int, first: Key, last: Key) -> bool:

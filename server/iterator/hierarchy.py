@@ -1,20 +1,27 @@
-"""The configured hierarchy, checked twice: on its own, then against the live schema.
+"""The configured hierarchy, checked three times: on its own, against the live catalog,
+then by running each level's reads once.
 
 A typo in ``[[iterator.levels]]`` must stop start-up with a message naming the setting,
-not surface as an SQL error in the middle of a job. The index check only warns: a missing
-``(parent, id)`` index makes every keyset read a scan, which an operator should hear about,
-but a database without it is still iterable.
+not surface as an SQL error in the middle of every job. Names are compared the way the
+reads will send them: PostgreSQL finds a quoted mixed-case name (``"Artist"``) only by its
+exact spelling, so ``table = "artist"`` is an error there (saying which name does exist),
+while SQLite, and MySQL's columns, ignore case. The catalog cannot judge a ``where``: only
+the database can, so every statement shape of every level runs once, returning no rows.
+
+The index check only warns: a missing ``(parent, id)`` index makes every keyset read a
+scan, which an operator should hear about, but a database without it is still iterable.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from server.config import IteratorLevel
-from storage.ports import SchemaFacts, SourceLevel
+from storage.errors import StorageRejected
+from storage.ports import IterationSource, SchemaFacts, SourceLevel
 
-__all__ = ["HierarchyError", "check_levels", "check_schema", "source_levels"]
+__all__ = ["HierarchyError", "check_levels", "check_reads", "check_schema", "source_levels"]
 
 _NAME = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,62}$")
@@ -67,34 +74,81 @@ def source_levels(levels: Sequence[IteratorLevel]) -> list[SourceLevel]:
     ]
 
 
+def _resolve(name: str, present: Iterable[str], fold: bool) -> tuple[str | None, list[str]]:
+    """The catalog's spelling of `name` as the database will resolve it (None when it will
+    not), and the names that differ from it only in case (what the user may have meant)."""
+    names = set(present)
+    if name in names:
+        return name, []
+    same = sorted(p for p in names if p.lower() == name.lower())
+    if fold and same:
+        return same[0], []
+    return None, same
+
+
+def _did_you_mean(same: list[str], what: str) -> str:
+    if not same:
+        return ""
+    quoted = " or ".join(f'"{n}"' for n in same)
+    return f"; did you mean {quoted}? (this database compares {what} names case-sensitively)"
+
+
 def check_schema(levels: Sequence[IteratorLevel], facts: SchemaFacts) -> list[str]:
-    """Raises HierarchyError for tables or columns the database lacks; returns warnings
-    (a missing ``(parent, id)`` index)."""
+    """Raises HierarchyError for tables or columns the reads would not find; returns
+    warnings (a missing ``(parent, id)`` index)."""
     problems: list[str] = []
     warnings: list[str] = []
     for i, level in enumerate(levels):
         where = f"iterator.levels[{i}]"
-        columns = facts.columns.get(level.table)
-        if columns is None:
-            problems.append(f"{where}.table: table {level.table!r} does not exist in the source")
+        table, same = _resolve(level.table, facts.tables, facts.tables_fold_case)
+        if table is None:
+            problems.append(
+                f"{where}.table: table {level.table!r} does not exist in the source"
+                + _did_you_mean(same, "table")
+            )
             continue
+        columns = facts.columns.get(table, frozenset())
         wanted = [("id_column", c) for c in level.key_columns]
         if level.parent_column:
-            wanted.append(("parent_column", level.parent_column))
+            wanted.insert(0, ("parent_column", level.parent_column))
+        order: list[str] = []
         for setting, column in wanted:
-            if column.lower() not in columns:
+            found, same = _resolve(column, columns, facts.columns_fold_case)
+            if found is None:
                 problems.append(
-                    f"{where}.{setting}: column {column!r} does not exist in {level.table!r}"
+                    f"{where}.{setting}: column {column!r} does not exist in {table!r}"
+                    + _did_you_mean(same, "column")
                 )
-        order = tuple(
-            c.lower() for c in ([level.parent_column] if level.parent_column else [])
-        ) + tuple(c.lower() for c in level.key_columns)
-        indexes = facts.indexes.get(level.table, ())
-        if not any(ix[: len(order)] == order for ix in indexes):
+            order.append(found or column)
+
+        def norm(names: Iterable[str]) -> tuple[str, ...]:
+            return tuple(n.lower() if facts.columns_fold_case else n for n in names)
+
+        indexes = facts.indexes.get(table, ())
+        if not any(norm(ix[: len(order)]) == norm(order) for ix in indexes):
             warnings.append(
-                f"{where}: no index on {level.table}({', '.join(order)}): every keyset "
+                f"{where}: no index on {table}({', '.join(order)}): every keyset "
                 "read of this level will scan"
             )
     if problems:
         raise HierarchyError("; ".join(problems))
     return warnings
+
+
+async def check_reads(levels: Sequence[IteratorLevel], source: IterationSource) -> None:
+    """Runs every level's reads once (no rows); raises HierarchyError naming the level's
+    ``where`` and quoting the database when the database refuses one. Call it after
+    `check_schema`: the names are right by then, so what fails is the condition."""
+    problems = []
+    for i, level in enumerate(levels):
+        try:
+            await source.check_read(i)
+        except StorageRejected as exc:
+            if level.where:
+                problems.append(
+                    f"iterator.levels[{i}].where = {level.where!r} fails on the source: {exc}"
+                )
+            else:
+                problems.append(f"iterator.levels[{i}]: its read fails on the source: {exc}")
+    if problems:
+        raise HierarchyError("; ".join(problems))

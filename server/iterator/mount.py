@@ -1,5 +1,6 @@
 """Wires the Iterator into the server: source, queues and job state (each behind its
-engine's breaker), the hierarchy checked against the live schema, workers, servicer."""
+engine's breaker), the hierarchy checked against the live schema and by running each
+level's reads once, workers, servicer."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from loom.v1 import iterator_pb2_grpc
 from server.config import Settings
 from server.iterator.delivery import Delivery
 from server.iterator.handler import POLICIES, IteratorHandler
-from server.iterator.hierarchy import check_levels, check_schema, source_levels
+from server.iterator.hierarchy import check_levels, check_reads, check_schema, source_levels
 from server.iterator.jobcache import JobCache
 from server.iterator.service import IteratorService
 from server.iterator.telemetry import register
@@ -31,7 +32,8 @@ async def mount(server: grpc.aio.Server, settings: Settings, resources: Resource
     """Opens the stores, validates the hierarchy, starts the workers, registers the servicer.
 
     A hierarchy that does not match the source stops start-up with an error naming the
-    setting. With no ``source_url`` the source is an embedded SQLite file with the default
+    setting: a table or column the reads would not find, or a ``where`` the database
+    refuses (each level's reads run once, returning no rows). With no ``source_url`` the source is an embedded SQLite file with the default
     schema (empty until something writes to it), so ``loom serve`` runs with no set-up.
     """
     s = settings.iterator
@@ -48,6 +50,7 @@ async def mount(server: grpc.aio.Server, settings: Settings, resources: Resource
         warnings = check_schema(s.levels, await raw_source.schema())
         for warning in warnings:
             _log.warning("iterator hierarchy", warning=warning)
+        await check_reads(s.levels, raw_source)
         raw_queue = await factory.open_work_queue(settings, [lv.name for lv in s.levels])
         closers.append(raw_queue.close)
         raw_store = await factory.open_job_store(settings)

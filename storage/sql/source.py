@@ -146,33 +146,58 @@ class SqlIterationSource:
             raise translate(exc, self.dialect) from exc
 
     async def schema(self) -> SchemaFacts:
-        tables = {level.table for level in self.levels}
+        wanted = {level.table.lower() for level in self.levels}
+        dialect = self.dialect
 
         def inspect_all(conn: Connection) -> SchemaFacts:
             insp = inspect(conn)
-            present = {t.lower(): t for t in insp.get_table_names()}
+            tables = frozenset(str(t) for t in insp.get_table_names())
             columns: dict[str, frozenset[str]] = {}
             indexes: dict[str, tuple[tuple[str, ...], ...]] = {}
             for table in tables:
-                actual = present.get(table.lower())
-                if actual is None:
+                if table.lower() not in wanted:
                     continue
-                columns[table] = frozenset(c["name"].lower() for c in insp.get_columns(actual))
+                columns[table] = frozenset(str(c["name"]) for c in insp.get_columns(table))
                 found = [
-                    tuple(str(c).lower() for c in ix["column_names"] if c)
-                    for ix in insp.get_indexes(actual)
+                    tuple(str(c) for c in ix["column_names"] if c) for ix in insp.get_indexes(table)
                 ]
-                pk = insp.get_pk_constraint(actual).get("constrained_columns") or []
+                pk = insp.get_pk_constraint(table).get("constrained_columns") or []
                 if pk:
-                    found.append(tuple(str(c).lower() for c in pk))
+                    found.append(tuple(str(c) for c in pk))
                 indexes[table] = tuple(found)
-            return SchemaFacts(columns, indexes)
+            # How the engine resolves the names the reads send (quoted by the dialect):
+            # PostgreSQL matches a quoted name exactly; MySQL matches columns in any case and
+            # tables so only with lower_case_table_names set; SQLite ignores case.
+            fold_tables = dialect != "postgresql"
+            if dialect == "mysql":
+                casing = conn.execute(text("SELECT @@lower_case_table_names")).scalar()
+                fold_tables = int(casing or 0) != 0
+            return SchemaFacts(tables, columns, indexes, fold_tables, dialect != "postgresql")
 
         try:
             async with self._engine.connect() as conn:
                 return await conn.run_sync(inspect_all)
         except _FAULTS as exc:
             raise translate(exc, self.dialect) from exc
+
+    async def check_read(self, level: int) -> None:
+        # Every shape of statement the level's reads use (a bounded id range; for a child
+        # level one parent and a parent list too), bounds on both sides, LIMIT 0: the
+        # database parses and plans each with the level's `where` and returns nothing.
+        shapes = self._shapes[level]
+        zero = (0,) * len(shapes.ids)
+        bounds = {**_bind("a", zero), **_bind("b", zero)}
+        await self._run(
+            shapes.statement("bounded", True, True, False),
+            {"limit": 0, **_bind("f", zero), **_bind("l", zero), **bounds},
+        )
+        if shapes.parent:
+            await self._run(
+                shapes.statement("one", True, True, False), {"limit": 0, "parent": 0, **bounds}
+            )
+            await self._run(
+                shapes.statement("many", False, False, False), {"limit": 0, "parents": [0]}
+            )
 
     async def exists(self, level: int, first: Key, last: Key) -> bool:
         rows = await self.read(

@@ -12,7 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from sqlalchemy import make_url, text
+from sqlalchemy import BigInteger, Column, MetaData, String, Table, make_url, text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from storage import factory
@@ -179,19 +179,24 @@ async def _open_with(source: IterationSource, url: str, **changes: str) -> Itera
 
 
 async def test_a_where_the_database_refuses_is_rejected(source: IterationSource, url: str) -> None:
-    """A `where` naming a column the table lacks, or a syntax error, is refused for good
-    (StorageRejected, with the database's message)."""
+    """A `where` naming a column the table lacks is refused for good (StorageRejected, with
+    the database's message), by the start-up check and by a read alike; a good level's
+    check passes and reads nothing."""
+    for level in range(3):
+        await source.check_read(level)
     bad = await _open_with(source, url, where="delted = 0")
     try:
         with pytest.raises(StorageRejected, match=r"(?i)delted"):
+            await bad.check_read(1)
+        with pytest.raises(StorageRejected, match=r"(?i)delted"):
             await bad.read(1, parents=[1], first=(), last=(), after=(), upto=(), limit=10)
-        assert await bad.exists(0, (1,), (5,))  # the other levels are fine
+        await bad.check_read(0)  # the other levels are fine
     finally:
         await bad.close()
     syntax = await _open_with(source, url, where="deleted = = 0")
     try:
         with pytest.raises(StorageRejected):
-            await syntax.read(1, parents=[1, 2], first=(), last=(), after=(), upto=(), limit=10)
+            await syntax.check_read(1)
     finally:
         await syntax.close()
 
@@ -226,5 +231,63 @@ async def test_an_unreachable_source_is_unavailable(
         with pytest.raises(StorageUnavailable) as err:
             await gone.read(0, parents=None, first=(1,), last=(5,), after=(), upto=(), limit=10)
         assert not isinstance(err.value, StorageRejected)
+        with pytest.raises(StorageUnavailable):
+            await gone.check_read(0)
     finally:
         await gone.close()
+
+
+@pytest.fixture
+async def camel(source: IterationSource, url: str) -> AsyncIterator[tuple[str, str]]:
+    """A table with a CamelCase name and columns (quoted by the dialect when it must be),
+    beside the fixture's tables; yields (url, table name)."""
+    table = f"{source.levels[0].table[:-2]}Artist"
+    metadata = MetaData()
+    Table(
+        table,
+        metadata,
+        Column("ArtistId", BigInteger, primary_key=True, autoincrement=False),
+        Column("Name", String(40)),
+    )
+    engine = create_async_engine(url)
+    async with engine.begin() as conn:
+        await conn.run_sync(metadata.create_all)
+    try:
+        yield url, table
+    finally:
+        async with engine.begin() as conn:
+            await conn.run_sync(metadata.drop_all)
+        await engine.dispose()
+
+
+async def test_the_catalog_spells_names_as_the_reads_resolve_them(
+    camel: tuple[str, str],
+) -> None:
+    """The schema facts spell a CamelCase table and its columns as the catalog does, and
+    their case flags say what the reads do: a read naming the table (or a column) in
+    lower case finds it exactly when the facts say the database folds case."""
+    url, table = camel
+    exact = SourceLevel("a", table, ("ArtistId",), "", "")
+    source = await factory.open_iteration_source(url, [exact])
+    try:
+        facts = await source.schema()
+        await source.check_read(0)
+    finally:
+        await source.close()
+    assert table in facts.tables
+    assert facts.columns[table] == {"ArtistId", "Name"}
+    assert ("ArtistId",) in facts.indexes[table]
+    for level, folds in (
+        (replace(exact, table=table.lower()), facts.tables_fold_case),
+        (replace(exact, id_columns=("artistid",)), facts.columns_fold_case),
+        (replace(exact, where="name IS NOT NULL"), facts.columns_fold_case),
+    ):
+        wrong = await factory.open_iteration_source(url, [level])
+        try:
+            if folds:
+                await wrong.check_read(0)
+            else:
+                with pytest.raises(StorageRejected):
+                    await wrong.check_read(0)
+        finally:
+            await wrong.close()
