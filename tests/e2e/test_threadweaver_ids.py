@@ -46,7 +46,7 @@ async def resolve(stub: Stub, threads: Sequence[ThreadKey]) -> dict[ThreadKey, s
 
 
 async def weave(stub: Stub, thread: ThreadKey, rfc: str, sent_s: int) -> str:
-    reply = await stub.WeaveMessage(
+    reply: threadweaver_pb2.WeaveMessageResponse = await stub.WeaveMessage(
         threadweaver_pb2.WeaveMessageRequest(
             message=threadweaver_pb2.WovenMessage(
                 gid=thread.gid,
@@ -60,9 +60,10 @@ async def weave(stub: Stub, thread: ThreadKey, rfc: str, sent_s: int) -> str:
 
 
 async def view(stub: Stub, thread: ThreadKey) -> threadweaver_pb2.GetUnifiedThreadResponse:
-    return await stub.GetUnifiedThread(
+    reply: threadweaver_pb2.GetUnifiedThreadResponse = await stub.GetUnifiedThread(
         threadweaver_pb2.GetUnifiedThreadRequest(gid=thread.gid, thread_id=thread.thread_id)
     )
+    return reply
 
 
 _SEPARATORS = st.sampled_from([":", "/", "%", "%3A", "%2F", "%25", "::"])
