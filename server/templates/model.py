@@ -102,8 +102,8 @@ class TemplateValue:
     created_at_ms: int
     scheme: str
     signature: tuple[str, ...] = ()
-    """Loom's scheme: the k-anonymous fixed text that tells this template from the other
-    templates sharing its layout (empty when the row holds one template)."""
+    """Loom's scheme: the k-anonymous tokens (word shingles of text and subject) nearly all
+    of its emails have; annotation matches an email by how much of it the email contains."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ from loom.v1 import templates_pb2_grpc
 from server.config import Settings
 from server.runtime.guard import guard_store
 from server.runtime.mounting import Mounted, Resources
+from server.templates.grouping import GroupingParams
 from server.templates.handler import POLICIES, TemplateInductionHandler
 from server.templates.pipeline import Pipeline
 from server.templates.schemes import SchemeParams
@@ -41,11 +42,13 @@ async def mount(server: grpc.aio.Server, settings: Settings, resources: Resource
     await asyncio.gather(*(loop.run_in_executor(executor, warm_up) for _ in range(t.cpu_workers)))
     params = SchemeParams(
         scheme=t.scheme,
-        bands=t.lsh_bands,
-        rows=t.lsh_rows,
-        similarity=t.text_similarity,
         match=t.match_threshold,
-        coverage=t.text_coverage,
+        grouping=GroupingParams(
+            present=t.text_present,
+            absent=t.text_absent,
+            min_own=t.own_text_min,
+            min_own_share=t.own_text_share,
+        ),
     )
     guarded = guard_store(store, resources.breaker(settings.storage.templates_store))
     pipeline = Pipeline(guarded, t, executor, params)

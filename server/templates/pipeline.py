@@ -37,8 +37,9 @@ from server.runtime.logs import get_logger
 from server.runtime.workers import WorkerPool
 from server.templates.cache import TtlLru
 from server.templates.model import EmailIn, Parsed, TemplateValue, decode_templates
-from server.templates.rows import RowStates, decide
-from server.templates.schemes import SchemeParams, match_template, tokens_of
+from server.templates.rows import FULL_ROW_FACTOR, RowStates, decide
+from server.templates.schemes import SchemeParams, match_template
+from server.templates.tokens import tokens_of
 from server.templates.work import fingerprint_batch, form_row
 from storage.errors import StorageError
 from storage.ports import ClusterWrite, TemplateStore
@@ -46,8 +47,6 @@ from storage.ports import ClusterWrite, TemplateStore
 __all__ = ["Counters", "Pipeline"]
 
 _log = get_logger("templates.pipeline")
-FULL_ROW_FACTOR = 4
-"""A full row keeps storing emails no template of it explains, up to this many times S."""
 T = TypeVar("T")
 
 
@@ -122,6 +121,10 @@ class Pipeline:
         self.templates = TtlLru[bytes, list[TemplateValue]](
             settings.template_cache_size, settings.template_cache_ttl_s, clock
         )
+        self._stored_since = TtlLru[bytes, dict[str, int]](
+            settings.full_cache_size, settings.full_cache_ttl_s, clock
+        )
+        """Full rows: emails stored per template since its row last formed (Loom)."""
         self._pools = [
             # Two batches in flight per process: one runs while the next is already there,
             # so a worker never idles through a result's trip back and a new hand-off.
@@ -228,7 +231,7 @@ class Pipeline:
         for email, parsed in batch:
             wrote = False
             for key in parsed.keys:
-                if key in self.full and not self._unexplained_in_full_row(key, email, parsed):
+                if key in self.full and not self._store_in_full_row(key, email, parsed):
                     continue
                 writes.append(
                     ClusterWrite(key, email.email_id, parsed.user.encode(), parsed.payload)
@@ -268,13 +271,13 @@ class Pipeline:
             if d.formed and self.params.scheme == "loom":
                 await self._check_explained(key, emails)
 
-    def _unexplained_in_full_row(self, key: bytes, email: EmailIn, parsed: Parsed) -> bool:
-        """Whether a full row must still store this email (Loom's scheme only).
+    def _store_in_full_row(self, key: bytes, email: EmailIn, parsed: Parsed) -> bool:
+        """Whether a full row (s >= S, with templates) must still store this email.
 
-        A full row stops storing its templates' emails, but a row may hold several
-        templates of one layout: an email that none of its cached templates explains may
-        be a rarer template's, so it is stored until the row holds `FULL_ROW_FACTOR` times S
-        emails (a bound on the row, under Bigtable's read limits).
+        The paper's row is its template: no. Loom's row holds several templates sharing a
+        layout and S bounds each of them: an email none of them explains (a rarer template's,
+        still forming) or whose template holds fewer than S emails is stored, until the row
+        holds `FULL_ROW_FACTOR` times S emails.
         """
         if self.params.scheme != "loom":
             return False
@@ -283,7 +286,14 @@ class Pipeline:
         if size is None or templates is None or size >= FULL_ROW_FACTOR * self._s.max_emails:
             return False
         found, _ = match_template(templates, tokens_of(email.subject, parsed.texts), self.params)
-        return found is None
+        if found is None:
+            return True
+        since = self._stored_since.get(key) or {}
+        if found.email_count + since.get(found.template_id, 0) >= self._s.max_emails:
+            return False
+        since[found.template_id] = since.get(found.template_id, 0) + 1
+        self._stored_since.put(key, since)
+        return True
 
     async def _check_explained(self, key: bytes, emails: list[tuple[EmailIn, Parsed]]) -> None:
         templates = (await self.templates_of((key,)))[key]
@@ -343,6 +353,7 @@ class Pipeline:
             formed = False
             try:
                 payloads = await self._store.get_emails(key, FULL_ROW_FACTOR * self._s.max_emails)
+                previous = (await self.templates_of((key,)))[key]
                 now_ms = _now_ms()
                 result = await loop.run_in_executor(
                     self._executor,
@@ -352,6 +363,7 @@ class Pipeline:
                     self._s.k_anonymity,
                     now_ms,
                     self.params,
+                    previous,
                 )
                 self.counters.formations += 1
                 if result.templates:
@@ -359,6 +371,7 @@ class Pipeline:
                     sender = result.templates[0].sender
                     await self._store.put_templates(key, result.encoded, sender, now_ms)
                     self.templates.put(key, result.templates)
+                    self._stored_since.pop(key)
                     self.counters.templates_formed += sum(
                         t.template_id not in known for t in result.templates
                     )
@@ -368,8 +381,10 @@ class Pipeline:
                     emails=result.emails,
                     users=result.users,
                     template_at_ms=now_ms if formed else None,
-                    # Loom's scheme re-forms such a row as it grows: more may split out.
+                    # Loom's scheme re-forms a row as it grows: templates sharing its layout
+                    # split out once their own text is k-anonymous.
                     left_out=bool(result.left_out) and self.params.scheme == "loom",
+                    regrow=self.params.scheme == "loom",
                 )
             except Exception as exc:  # StorageError, LoomError, a broken pool: logged, never raised
                 _log.warning("formation failed", error=type(exc).__name__)

@@ -20,12 +20,19 @@ from dataclasses import dataclass
 from server.templates.cache import TtlLru
 from storage.ports import ClusterCounts
 
-__all__ = ["GROWTH", "Decision", "RowState", "RowStates", "decide"]
+__all__ = ["FULL_ROW_FACTOR", "GROWTH", "Decision", "RowState", "RowStates", "decide"]
+
+FULL_ROW_FACTOR = 4
+"""Loom's scheme: a row holds several templates, each of up to S emails, and at most this
+many times S emails in all (a bound on the row, under Bigtable's read limits)."""
 
 GROWTH = 1.5
-"""Loom's scheme re-forms a row whose last formation left emails in no template once its
-distinct recipients grew by this factor (and by at least k): a rarer template sharing the
-layout becomes separable only once its own text is k-anonymous, i.e. once the row grew."""
+"""Loom's scheme re-forms a row once its distinct recipients grew by this factor (and by at
+least k) since its last formation, until it holds FULL_ROW_FACTOR x S emails: a template sharing the layout with
+another becomes separable only once its own text is k-anonymous, i.e. once the row grew
+(a row first formed from a few emails of several templates holds one template of their
+shared layout until then). A row whose last formation left emails in no template keeps
+re-forming as it grows even when full (its rarer templates may yet form)."""
 
 
 @dataclass(slots=True)
@@ -42,6 +49,8 @@ class RowState:
     """n when this server last formed the row (0: never)."""
     left_out: bool = False
     """The last formation left emails in no template (Loom: more may split out later)."""
+    regrow: bool = False
+    """Re-form as the row grows (Loom's scheme)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +60,7 @@ class Decision:
     form: bool = False
     """n >= k and no template: form one now."""
     reform: bool = False
-    """Re-form: the template is older than A, or (Loom) a mixed row grew by GROWTH."""
+    """Re-form: the template is older than A, or (Loom) the row grew by GROWTH."""
     full: bool = False
     """n >= k, a template and s >= S: the row goes into the full-template cache."""
     formed: bool = False
@@ -65,7 +74,8 @@ def decide(st: RowState, k: int, max_emails: int, reinduce_after_ms: int, now_ms
     if st.template_at_ms is None:
         return Decision(form=True)
     grown = (
-        st.left_out
+        st.regrow
+        and (st.left_out or st.emails < FULL_ROW_FACTOR * max_emails)
         and st.formed_users > 0
         and st.users >= max(st.formed_users + k, GROWTH * st.formed_users)
     )
@@ -90,7 +100,7 @@ class RowStates:
         old = self._rows.get(key)
         st = RowState(counts.emails, counts.users, counts.template_at_ms)
         if old is not None:
-            st.formed_users, st.left_out = old.formed_users, old.left_out
+            st.formed_users, st.left_out, st.regrow = old.formed_users, old.left_out, old.regrow
             if st.template_at_ms is None:  # formed here, not yet visible in a read
                 st.template_at_ms = old.template_at_ms
         self._rows.put(key, st)
@@ -105,13 +115,20 @@ class RowStates:
         return st
 
     def formed(
-        self, key: bytes, *, emails: int, users: int, template_at_ms: int | None, left_out: bool
+        self,
+        key: bytes,
+        *,
+        emails: int,
+        users: int,
+        template_at_ms: int | None,
+        left_out: bool,
+        regrow: bool = False,
     ) -> None:
         """A formation here read the row's `emails` emails from `users` recipients."""
         old = self._rows.get(key)
         if template_at_ms is None and old is not None:
             template_at_ms = old.template_at_ms
-        self._rows.put(key, RowState(emails, users, template_at_ms, users, left_out))
+        self._rows.put(key, RowState(emails, users, template_at_ms, users, left_out, regrow))
 
     def get(self, key: bytes) -> RowState | None:
         """The cached state of a row, if any."""

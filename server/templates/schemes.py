@@ -3,57 +3,72 @@
 **paper** (Crusher §2.1, exactly): the cluster keys are the email's three MinHash values
 over its indexed XPath set; every email is stored under all three; a row with >= k
 distinct recipients forms one template whose id is its MinHash; an email is annotated with
-the first of its three values that has a template. Measured on real vendor templates this
-merges every template of a vendor that reuses one layout (pairwise precision 0.09 before
-Loom was built; see the README's quality figure), and any two senders' emails with the
-same skeleton (e.g. one-off human mail from one webmail client) share rows.
+the first of its three values that has a template. Measured on real vendor templates it
+merges every template of a vendor that reuses one layout, and any two senders' emails with
+the same skeleton (e.g. one-off human mail from one webmail client) share rows (README).
 
-**loom** keeps the paper's machinery (rows keyed by a MinHash, Algorithm 2, formation the
+**loom** keeps the paper's machinery (a row per cluster key, Algorithm 2, formation the
 moment a row has k distinct recipients) and changes what a row and a template are:
 
-1. The key is (sender, LSH band): a MinHash of the *index-free* path set (2 or 9 line items
-   look alike), AND-amplified over `rows` values per band, OR over `bands` bands. The
-   sender in the key keeps senders apart (one-off human mail never pools across people).
-2. A row may still hold several templates of one layout. Formation splits it by the
-   cluster's **k-anonymous fixed text**: a text (or the subject) counts only once it was
-   seen by >= k distinct recipients in the row, so no value seen by fewer than k
-   recipients ever influences a template. An email joins the group whose core text (the
-   k-anonymous text most of its emails have) it contains (>= `similarity`) and which
-   explains enough of the email's own k-anonymous text (>= `coverage`); each group with
-   >= k distinct recipients is a template, identified by the row and its *signature*
-   (its core). A row is re-formed as it grows, so a rarer template splits out once its
-   own text has become k-anonymous.
-3. Annotation picks, among its rows' templates in band order, the template whose signature
-   the email contains best (containment >= `match`).
+1. **One row per email**, keyed by (sender, layout skeleton): a hash of the email's
+   index-free paths made only of container elements (``table``, ``tr``, ``td``, ``div``…)
+   down to `LAYOUT_DEPTH`. Content elements (``p``, ``a``, ``img``, ``li``…) and deeper
+   containers are left out, so an optional section, a repeated line item or a conditional
+   link never moves an email to another row; the sender keeps senders apart (one-off human mail never pools across
+   people). One row, not the paper's three: a template forms once, not once per key.
+2. A row may hold several templates of one layout. Formation divides the row's emails by
+   the k-anonymous text each template owns (`server/templates/grouping.py`): word
+   shingles of text nodes and subject (`server/templates/tokens.py`), each counted only
+   once >= k distinct recipients of the row saw it. Each part with >= k recipients is a
+   template, identified by the row and its *signature*: the tokens nearly all its emails
+   have. A re-formed template keeps the id of the template it continues.
+3. Annotation picks, among the row's templates, the one whose signature the email contains
+   best (containment >= `match`).
 
-Keys and formation run in the CPU stage's processes; `match` runs on the event loop.
+Keys and formation run in the CPU stage's processes; `match_template` on the event loop.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import mmh3
 
-from server.templates.fingerprint import Structure, minhash
+from server.templates.fingerprint import Structure
+from server.templates.grouping import GroupingParams, group_emails
 from server.templates.model import ClusterEmail, TemplateValue
+from server.templates.tokens import tokens_of
 from server.templates.udcas import Cluster, date_format, field_rules, fixed_text, vertical
 
 __all__ = [
-    "LOOM_SEED_BASE",
-    "SUBJECT_PREFIX",
+    "CONTAINERS",
     "SchemeParams",
     "form_templates",
     "keys_for",
     "match_template",
-    "tokens_of",
+    "skeleton",
 ]
 
-LOOM_SEED_BASE = 0x4C4F4F4D
-"""Loom's band seeds are LOOM_SEED_BASE + i ("LOOM" in ASCII), i = 0 .. bands*rows-1."""
-SUBJECT_PREFIX = "\x01subject:"
+CONTAINERS = frozenset(
+    {
+        "html", "body", "table", "tbody", "thead", "tfoot", "tr", "td", "th", "div",
+        "center", "section", "article", "main", "header", "footer", "aside", "nav",
+    }
+)  # fmt: skip
+"""The elements a layout is made of; every other element is content."""
+LAYOUT_DEPTH = 10
+"""How deep the layout frame goes: ``html/body`` and two nested tables (table, tbody, tr,
+td each). Deeper containers are content blocks (an optional section's own table, a
+newsletter card's grid), which must not move an email to another row."""
+SIGNATURE_SLACK = 20
+"""A template's signature is the text all its emails have, but one in every this many may
+lack a token (a misparsed or stray email must not erase it); an optional block (in ~80 %
+of instances) stays out."""
+KEEP_ID = 0.5
+"""A re-formed template keeps a previous template's id when they share at least this share
+of the smaller signature (the same template, grown or trimmed by new emails)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,20 +77,24 @@ class SchemeParams:
 
     scheme: str = "loom"
     """``loom`` or ``paper``."""
-    bands: int = 2
-    """Loom: LSH bands (an email is stored in one row per band)."""
-    rows: int = 4
-    """Loom: MinHash values AND-ed within one band."""
-    similarity: float = 0.6
-    """Loom: least share of a group's core text an email must contain to join it."""
     match: float = 0.8
     """Loom: least containment of a template's signature for an email to match it."""
-    coverage: float = 0.5
-    """Loom: least share of an email's k-anonymous text its group's core must explain."""
+    grouping: GroupingParams = field(default_factory=GroupingParams)
+    """Loom: the split rules that divide a row into templates."""
 
 
 def _sender_prefix(sender: str) -> bytes:
     return hashlib.blake2b(sender.strip().lower().encode(), digest_size=8).digest()
+
+
+def skeleton(structure: Structure) -> list[str]:
+    """The email's layout: its index-free paths made only of `CONTAINERS`, at most
+    `LAYOUT_DEPTH` elements deep, sorted."""
+    return sorted(
+        path
+        for path in structure.plain_paths
+        if path.count("/") <= LAYOUT_DEPTH and all(t in CONTAINERS for t in path[1:].split("/"))
+    )
 
 
 def keys_for(
@@ -84,23 +103,8 @@ def keys_for(
     """The email's cluster row keys in annotation priority order."""
     if p.scheme == "paper":
         return tuple(v.to_bytes(8, "big") for v in fingerprints)
-    seeds = tuple(LOOM_SEED_BASE + i for i in range(p.bands * p.rows))
-    values = minhash(structure.plain_paths, seeds)
-    prefix = _sender_prefix(sender)
-    keys = []
-    for band in range(p.bands):
-        chunk = b"".join(v.to_bytes(8, "big") for v in values[band * p.rows : (band + 1) * p.rows])
-        band_hash = mmh3.hash64(chunk, band, signed=False)[0]
-        keys.append(prefix + bytes((band,)) + band_hash.to_bytes(8, "big"))
-    return tuple(keys)
-
-
-def tokens_of(subject: str, texts: Sequence[tuple[str, str]]) -> set[str]:
-    """The text tokens Loom clusters on: every text node, and the subject."""
-    found = {t for _, t in texts}
-    if subject:
-        found.add(SUBJECT_PREFIX + subject)
-    return found
+    layout = mmh3.hash64("\n".join(skeleton(structure)).encode(), 0, signed=False)[0]
+    return (_sender_prefix(sender) + b"\x00" + layout.to_bytes(8, "big"),)
 
 
 def _recipients(emails: Sequence[ClusterEmail]) -> int:
@@ -144,72 +148,48 @@ def _core(sigs: Sequence[frozenset[str]], share: float) -> frozenset[str]:
     return frozenset(t for t, c in counts.items() if c >= share * len(sigs))
 
 
-def _containment(core: frozenset[str], sig: frozenset[str]) -> float:
-    return len(core & sig) / len(core) if core else (1.0 if not sig else 0.0)
+def _ids(
+    key: bytes, signatures: list[tuple[str, ...]], previous: Sequence[TemplateValue]
+) -> list[str]:
+    """Each new signature's template id: a previous template's it continues, else a new one.
 
-
-def _joins(core: frozenset[str], sig: frozenset[str], similarity: float, coverage: float) -> float:
-    """How well `sig` fits a group of `core` (0 when it does not fit at all).
-
-    It must contain at least `similarity` of the core (optional blocks only add text), and
-    the core must be at least `coverage` of it: otherwise a group whose core is only the
-    vendor's layout text would swallow every template of that layout.
+    Greedy by overlap, each previous id used once, so a re-formation that grew or trimmed a
+    template's signature (optional blocks settling, more emails) keeps the id callers hold.
     """
-    contained = _containment(core, sig)
-    if contained < similarity:
-        return 0.0
-    if sig and len(core & sig) < coverage * len(sig):
-        return 0.0
-    return contained
+    pairs = []
+    for i, sig in enumerate(signatures):
+        new = set(sig)
+        for j, old in enumerate(previous):
+            shared = len(new & set(old.signature))
+            if shared and shared >= KEEP_ID * min(len(new), len(old.signature)):
+                pairs.append((shared, i, j))
+    ids: list[str | None] = [None] * len(signatures)
+    used: set[int] = set()
+    for _, i, j in sorted(pairs, reverse=True):
+        if ids[i] is None and j not in used:
+            ids[i] = previous[j].template_id
+            used.add(j)
+    out = []
+    for i, sig in enumerate(signatures):
+        digest = mmh3.hash64("\x00".join(sig).encode(), 0, signed=False)[0]
+        out.append(ids[i] or f"{key.hex()}-{digest:016x}")
+    return out
 
 
-def _core_groups(sigs: list[frozenset[str]], similarity: float, coverage: float) -> list[list[int]]:
-    """Indexes of `sigs` grouped by the core text they contain.
-
-    A group's core is the k-anonymous text present in most of its emails; an email joins
-    the group whose core it contains best (at least `similarity` of it), else starts one.
-    Smaller sets go first, so a core is the text a template always has, and optional
-    blocks (extra text) still contain it; two templates sharing a layout differ in their
-    own text, so neither's core is contained in the other's emails. Two passes: the second
-    re-assigns every email against the cores the first one found.
-    """
-    distinct: dict[frozenset[str], list[int]] = {}
-    for i, sig in enumerate(sigs):
-        distinct.setdefault(sig, []).append(i)
-    order = sorted(distinct, key=lambda s: (len(s), -len(distinct[s]), sorted(s)))
-    cores: list[frozenset[str]] = []
-    members: list[list[frozenset[str]]] = []
-    for sig in order:
-        scored = [(_joins(c, sig, similarity, coverage), len(c), g) for g, c in enumerate(cores)]
-        best = max(scored, default=(0.0, 0, -1))
-        if best[2] >= 0 and best[0] > 0:
-            members[best[2]].append(sig)
-        else:
-            cores.append(sig)
-            members.append([sig])
-    cores = [_core([s for s in m for _ in distinct[s]], 0.8) or m[0] for m in members]
-    groups: dict[int, list[int]] = {}
-    for sig in order:
-        scored = [(_joins(c, sig, similarity, coverage), len(c), g) for g, c in enumerate(cores)]
-        fit, _, best_group = max(scored)
-        if fit == 0.0:  # fits no core of the first pass: its own first-pass group
-            best_group = next(g for g, m in enumerate(members) if sig in m)
-        groups.setdefault(best_group, []).extend(distinct[sig])
-    return list(groups.values())
-
-
-def form_templates(  # noqa: PLR0917 - FormTemplate(h)'s inputs, then an out-parameter
+def form_templates(  # noqa: PLR0917 - FormTemplate(h)'s inputs, then out-parameters
     key: bytes,
     emails: Sequence[ClusterEmail],
     k: int,
     now_ms: int,
     p: SchemeParams,
     left_out: list[int] | None = None,
+    previous: Sequence[TemplateValue] = (),
 ) -> list[TemplateValue]:
     """FormTemplate(h): the templates of one cluster row (none below k recipients).
 
-    `left_out`, when given, receives the indexes of emails in no template (groups still
-    below k): a row with such emails may hold a template that has yet to form.
+    `left_out`, when given, receives the indexes of emails in no template (parts still
+    below k): a row with such emails may hold a template that has yet to form. `previous`
+    are the row's templates before this formation (their ids carry over).
     """
     left_out = [] if left_out is None else left_out
     if _recipients(emails) < k:
@@ -224,15 +204,24 @@ def form_templates(  # noqa: PLR0917 - FormTemplate(h)'s inputs, then an out-par
             seen_by.setdefault(tok, set()).add(email.user)
     anonymous = {tok for tok, users in seen_by.items() if len(users) >= k}
     sigs = [frozenset(t & anonymous) for t in tokens]
-    out: list[TemplateValue] = []
-    for group in _core_groups(sigs, p.similarity, p.coverage):
-        members = [emails[i] for i in group]
-        if _recipients(members) < k:
+    groups: list[list[int]] = []
+    signatures: list[tuple[str, ...]] = []
+    for group in group_emails(sigs, [e.user for e in emails], k, p.grouping):
+        if _recipients([emails[i] for i in group]) < k:
             left_out.extend(group)
             continue
-        signature = tuple(sorted(_core([sigs[i] for i in group], 0.8)))
-        digest = mmh3.hash64("\x00".join(signature).encode(), 0, signed=False)[0]
-        out.append(_template(f"{key.hex()}-{digest:016x}", key, members, k, now_ms, p, signature))
+        share = 1.0 - (len(group) // SIGNATURE_SLACK) / len(group)
+        signature = tuple(sorted(_core([sigs[i] for i in group], share)))
+        if not signature:  # nothing k-anonymous in common: nothing to annotate with
+            left_out.extend(group)
+            continue
+        groups.append(group)
+        signatures.append(signature)
+    ids = _ids(key, signatures, [t for t in previous if t.signature])
+    out = [
+        _template(template_id, key, [emails[i] for i in group], k, now_ms, p, signature)
+        for template_id, group, signature in zip(ids, groups, signatures, strict=True)
+    ]
     out.sort(key=lambda t: (-len(t.signature), t.template_id))
     return out
 
@@ -252,10 +241,11 @@ def match_template(
     best: TemplateValue | None = None
     best_rank = (0.0, 0)
     for t in templates:
-        basis = t.signature or t.fixed_text
-        score = sum(1 for x in basis if x in tokens) / len(basis) if basis else 1.0
-        if (score, len(basis)) > best_rank:
-            best, best_rank = t, (score, len(basis))
+        if not t.signature:  # no k-anonymous text to recognise it by
+            continue
+        score = sum(1 for x in t.signature if x in tokens) / len(t.signature)
+        if (score, len(t.signature)) > best_rank:
+            best, best_rank = t, (score, len(t.signature))
     best_score = best_rank[0]
     if best is None or best_score < p.match:
         return None, best_score

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from server.runtime.errors import NotFound, ResourceExhausted, Unavailable
 from server.templates.model import EmailIn, Extracted, TemplateValue, decode_templates
 from server.templates.pipeline import Counters, Pipeline
-from server.templates.schemes import match_template, tokens_of
+from server.templates.schemes import match_template
+from server.templates.tokens import tokens_of
 from server.templates.values import normalize
 from storage.ports import TemplateStore
 

@@ -36,18 +36,20 @@ class TemplatesSettings:
     absent_cache_ttl_s: float = 1.0
     """How long "this row has no template" is trusted."""
     scheme: Literal["loom", "paper"] = "loom"
-    """Clustering scheme: Loom's (sender, LSH bands, k-anonymous text) or the paper's."""
-    lsh_bands: int = 2
-    """Loom: bands (rows an email is stored in)."""
-    lsh_rows: int = 4
-    """Loom: MinHash values AND-ed per band."""
-    text_similarity: float = 0.9
-    """Loom: share of a group's core text an email must contain to join that group."""
+    """Clustering scheme: Loom's (sender + layout skeleton, text each template owns) or the
+    paper's (three MinHash rows)."""
     match_threshold: float = 0.8
     """Loom: share of a template's signature an email must contain to be annotated with it."""
-    text_coverage: float = 0.5
-    """Loom: least share of an email's k-anonymous text its group's core must explain (so a
-    core of layout text alone cannot swallow the templates that share the layout)."""
+    text_present: float = 0.9
+    """Loom: a token is in a group when at least this share of its emails has it."""
+    text_absent: float = 0.1
+    """Loom: a token belongs to one side of a split when at most this share of its emails
+    are on the other side."""
+    own_text_min: int = 2
+    """Loom: least tokens of text of its own each side of a split needs."""
+    own_text_share: float = 0.1
+    """Loom: least own text of each side, as a share of the text both sides share (so a
+    one-word alternative within a template never splits it)."""
     cpu_workers: int = 2
     """Processes of the CPU stage (parse, XPaths, MinHash; template formation)."""
     cpu_queue: int = 1000

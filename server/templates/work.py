@@ -70,12 +70,18 @@ class Formed(NamedTuple):
     """n: their distinct recipients."""
 
 
-def form_row(
-    key: bytes, payloads: Sequence[bytes], k: int, now_ms: int, params: SchemeParams
+def form_row(  # noqa: PLR0917 - FormTemplate(h)'s inputs
+    key: bytes,
+    payloads: Sequence[bytes],
+    k: int,
+    now_ms: int,
+    params: SchemeParams,
+    previous: Sequence[TemplateValue] = (),
 ) -> Formed:
-    """FormTemplate(h) over the row's fetched emails (k re-checked inside)."""
+    """FormTemplate(h) over the row's fetched emails (k re-checked inside); `previous` are
+    the row's templates so far, whose ids the templates they continue keep."""
     emails = [decode_cluster_email(p) for p in payloads]
     left_out: list[int] = []
-    formed = form_templates(key, emails, k, now_ms, params, left_out)
+    formed = form_templates(key, emails, k, now_ms, params, left_out, previous)
     encoded = encode_templates(formed) if formed else b""
     return Formed(formed, encoded, len(left_out), len(emails), len({e.user for e in emails}))

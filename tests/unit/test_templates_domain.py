@@ -17,13 +17,8 @@ from server.templates.model import (
     encode_templates,
     recipient_hash,
 )
-from server.templates.schemes import (
-    SchemeParams,
-    form_templates,
-    keys_for,
-    match_template,
-    tokens_of,
-)
+from server.templates.schemes import SchemeParams, form_templates, keys_for, match_template
+from server.templates.tokens import tokens_of
 from server.templates.udcas import Cluster, date_format, field_rules, fixed_text, vertical
 from server.templates.values import classify, date_order, normalize
 from tests.templates_corpus import NAMES, human, one_off_notice, receipt, reset

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from server.templates.rows import Decision, RowState, RowStates, decide
+from server.templates.rows import FULL_ROW_FACTOR, Decision, RowState, RowStates, decide
 from storage.ports import ClusterCounts
 
 K, S, A = 5, 200, 3_600_000
@@ -25,15 +25,20 @@ class TestDecide:
         old = decide(RowState(S, 50, 1_000), K, S, A, 1_000 + A)
         assert old == Decision(reform=True, full=True, formed=True)
 
-    def test_mixed_row_reforms_once_grown(self) -> None:
-        """A row whose formation left emails out re-forms at x1.5 recipients (and +k)."""
-        st = RowState(40, 20, 1_000, formed_users=20, left_out=True)
+    def test_a_loom_row_reforms_as_it_grows(self) -> None:
+        """Loom's row re-forms at x1.5 recipients (and +k) until it holds 4 x S emails; one
+        whose formation left emails out keeps re-forming beyond; the paper's never does."""
+        st = RowState(40, 20, 1_000, formed_users=20, regrow=True)
         assert not decide(st, K, S, A, 2_000).reform
         st.users = 29
         assert not decide(st, K, S, A, 2_000).reform
         st.users = 30
         assert decide(st, K, S, A, 2_000).reform
-        st.left_out = False
+        st.emails = FULL_ROW_FACTOR * S
+        assert not decide(st, K, S, A, 2_000).reform
+        st.left_out = True
+        assert decide(st, K, S, A, 2_000).reform
+        st.regrow = False
         assert not decide(st, K, S, A, 2_000).reform
 
 

@@ -1,0 +1,271 @@
+"""How one cluster row's emails divide into templates: by the text each template owns.
+
+A row holds the emails of one sender in one layout. Several templates may share that
+layout (a receipt, a password reset and a welcome of one vendor), and one template's
+instances differ: optional blocks come and go, repeated blocks repeat 1-10 times, values
+differ. Only k-anonymous tokens (`server/templates/tokens.py`, each seen by >= k distinct
+recipients of the row) are used, so nothing seen by fewer ever shapes a template.
+
+A token *lives* on one side of a split when (nearly) all of its emails are there, and is
+*in* a side when (nearly) all of that side's emails have it. What tells two templates
+from one template's variants:
+
+1. **Both sides own text.** Side A owns text that lives in A and is in all of A; a block of
+   the rest's text lives in the rest. Two templates each have sentences of their own. One
+   template's optional block does not split it: its emails without the block own nothing
+   the others lack (their other blocks, line items and values occur on both sides). Each
+   side's own text must be at least `min_own` tokens and `min_own_share` of the text both
+   sides share, so a one-word alternative (``1 day``/``2 days``) splits nothing.
+2. **The subjects differ.** A owns subject text, and the longest subject prefix nearly all
+   of A's emails share is not compatible with the rest's (neither starts the other), or
+   the rest shares none. Instances of one template keep their subject's fixed start and
+   differ after it (``Your order`` / ``Your order #1234`` / ``Your order for Ava``); the
+   rest's emails either begin differently (another template) or share no k-anonymous
+   subject at all (a template not yet k-anonymous, whose text is invisible): leaving
+   those out rather than folding them in keeps the formed template's core its own.
+
+Candidate sides are the email sets of the row's tokens (a template's own text, an optional
+block, a subject's words). The best split (the most own text on its weaker side) is taken
+and each side divided again until none divides; a part with >= k distinct recipients is a
+template, the others wait. Tokens are counted by class (tokens found in exactly the same
+emails) with emails as the bits of an int, so hundreds of emails with thousands of tokens
+divide in milliseconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from server.templates.tokens import END, is_subject, prefix_words
+
+__all__ = ["GroupingParams", "group_emails"]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupingParams:
+    """The thresholds of the split rules."""
+
+    present: float = 0.9
+    """A token is *in* a side when at least this share of the side's emails has it."""
+    absent: float = 0.1
+    """A token *lives* on a side when at most this share of its emails are elsewhere."""
+    min_own: int = 2
+    """Least tokens of own text each side needs (rule 1)."""
+    min_own_share: float = 0.1
+    """Least own text as a share of the text both sides share (rule 1)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Class:
+    """Tokens found in exactly the same emails."""
+
+    mask: int
+    """Their emails, as bits."""
+    weight: int
+    """How many tokens."""
+    kind: str
+    """``text``, ``subject`` (subject shingles) or ``prefix``."""
+    prefix: tuple[str, ...] = ()
+    """For a prefix class: the longest prefix among its tokens."""
+
+
+_SEEN = 2
+"""Emails of a side a subject prefix must be in to count as one of that side's."""
+
+
+def _bits(mask: int) -> list[int]:
+    out = []
+    while mask:
+        low = mask & -mask
+        out.append(low.bit_length() - 1)
+        mask ^= low
+    return out
+
+
+def _after(seen: set[tuple[str, ...]], prefix: tuple[str, ...]) -> set[str]:
+    """The words (or END) that follow `prefix` among the subject prefixes `seen`."""
+    n = len(prefix)
+    return {s[n] for s in seen if len(s) == n + 1 and s[:n] == prefix}
+
+
+def _compatible(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
+    """Whether one subject prefix starts the other."""
+    n = min(len(a), len(b))
+    return a[:n] == b[:n]
+
+
+@dataclass(slots=True)
+class _Tally:
+    """What one candidate side A and the rest of its group hold."""
+
+    own: int = 0
+    own_subject: int = 0
+    common: int = 0
+    prefix_a: tuple[str, ...] = ()
+    prefix_rest: tuple[str, ...] = ()
+    seen_a: set[tuple[str, ...]] = field(default_factory=set)
+    """Subject prefixes (``$``-ended when the whole subject) in some of A's emails."""
+    seen_rest: set[tuple[str, ...]] = field(default_factory=set)
+
+    def add_prefix(self, prefix: tuple[str, ...], in_a: bool, in_rest: bool) -> None:
+        """Keeps the longest subject prefix in (nearly) all of each side."""
+        if prefix[-1:] == (END,):
+            return
+        if in_a and len(prefix) > len(self.prefix_a):
+            self.prefix_a = prefix
+        if in_rest and len(prefix) > len(self.prefix_rest):
+            self.prefix_rest = prefix
+
+    def subjects_differ(self) -> bool:
+        """Whether A's and the rest's subjects are two templates' subjects.
+
+        Each side's subject is the longest prefix nearly all its emails share. They differ
+        when neither starts the other, when the rest has none, or when one starts the other
+        but both go on alike: the same word (or the end) follows each in some emails
+        (``Invoice`` / ``Invoice paid``, each alone or followed by ``for`` and a name). One
+        template's variants share a prefix, and what follows it in one variant is a value,
+        never k-anonymous (``Your order`` / ``Your order for`` + a name).
+        """
+        a, rest = self.prefix_a, self.prefix_rest
+        if not a:
+            return False
+        if not rest or not _compatible(a, rest):
+            return True
+        if a == rest:
+            return False
+        return bool(_after(self.seen_a, a) & _after(self.seen_rest, rest))
+
+
+class _Divider:
+    def __init__(
+        self, sigs: Sequence[frozenset[str]], users: Sequence[str], k: int, p: GroupingParams
+    ) -> None:
+        self.users = users
+        self.k = k
+        self.p = p
+        masks: dict[str, int] = {}
+        for i, sig in enumerate(sigs):
+            bit = 1 << i
+            for tok in sig:
+                masks[tok] = masks.get(tok, 0) | bit
+        grouped: dict[tuple[int, str], list[str]] = {}
+        for tok, mask in sorted(masks.items()):  # a fixed order: the same split on every run
+            kind = (
+                "prefix"
+                if prefix_words(tok) is not None
+                else "subject"
+                if is_subject(tok)
+                else "text"
+            )
+            grouped.setdefault((mask, kind), []).append(tok)
+        self.classes = [
+            _Class(
+                mask,
+                len(toks),
+                kind,
+                max((prefix_words(t) or () for t in toks), key=len) if kind == "prefix" else (),
+            )
+            for (mask, kind), toks in grouped.items()
+        ]
+
+    def recipients(self, mask: int) -> int:
+        return len({self.users[i] for i in _bits(mask)})
+
+    def divide(self, group: int) -> list[int]:
+        """`group` (a mask) divided into parts none of which divides further."""
+        pending, done = [group], []
+        while pending:
+            g = pending.pop()
+            side = self._best_split(g)
+            if side is None:
+                done.append(g)
+            else:
+                pending.extend((side, g & ~side))
+        return done
+
+    def _local(self, g: int) -> list[_Class]:
+        merged: dict[tuple[int, str, tuple[str, ...]], int] = {}
+        for c in self.classes:
+            m = c.mask & g
+            if m:
+                key = (m, c.kind, c.prefix)
+                merged[key] = merged.get(key, 0) + c.weight
+        return sorted(
+            (_Class(m, w, kind, prefix) for (m, kind, prefix), w in merged.items()),
+            key=lambda c: (-c.weight, c.mask, c.kind, c.prefix),
+        )
+
+    def _best_split(self, g: int) -> int | None:
+        """The side A of the best valid split of `g` into A and g - A, or None."""
+        classes = self._local(g)
+        # Text found in a strict superset of A (and not everywhere) makes A a part of a
+        # bigger side: an optional block inside its template, a template inside a family
+        # of templates sharing a paragraph. Only maximal sides are candidates.
+        wider = [c.mask for c in classes if c.kind == "text" and c.weight >= self.p.min_own]
+        best: tuple[float, int] | None = None
+        tried: set[int] = set()
+        for candidate in classes:
+            a = candidate.mask
+            if a == g or a in tried:
+                continue
+            tried.add(a)
+            if any(w not in (a, g) and w & a == a for w in wider):
+                continue
+            score = self._score(classes, a, g & ~a)
+            if score and (best is None or score > best[0]) and self.recipients(a) >= self.k:
+                best = (score, a)
+        return None if best is None else best[1]
+
+    def _score(self, classes: list[_Class], a: int, rest: int) -> float:
+        """How strongly A and the rest are two templates (0: they are not)."""
+        p = self.p
+        n_a, n_r = a.bit_count(), rest.bit_count()
+        t = _Tally()
+        anti: dict[int, int] = {}
+        for c in classes:
+            total = c.mask.bit_count()
+            in_a = (c.mask & a).bit_count()
+            in_r = total - in_a
+            if c.kind == "prefix":
+                t.add_prefix(c.prefix, in_a >= p.present * n_a, in_r >= p.present * n_r)
+                if in_a >= _SEEN:
+                    t.seen_a.add(c.prefix)
+                if in_r >= _SEEN:
+                    t.seen_rest.add(c.prefix)
+            lives_in_a = in_r <= p.absent * total
+            if in_a >= p.present * n_a and lives_in_a:
+                if c.kind == "text":
+                    t.own += c.weight
+                else:
+                    t.own_subject += c.weight
+            elif c.kind == "text" and in_a >= p.present * n_a and in_r >= p.present * n_r:
+                t.common += c.weight
+            if c.kind == "text" and in_a <= p.absent * total and in_r >= 2:
+                block = c.mask & rest
+                anti[block] = anti.get(block, 0) + c.weight
+        need = max(p.min_own, p.min_own_share * t.common)
+        block_weight = max(anti.values(), default=0)
+        if t.own >= need and block_weight >= need:
+            return float(min(t.own, block_weight))
+        if t.own_subject and t.subjects_differ():
+            return float(t.own + t.own_subject)
+        return 0.0
+
+
+def group_emails(
+    sigs: Sequence[frozenset[str]],
+    users: Sequence[str],
+    k: int,
+    p: GroupingParams | None = None,
+) -> list[list[int]]:
+    """Indexes of `sigs` (each email's k-anonymous tokens) grouped by template.
+
+    Every email is in exactly one group; a group with fewer than k distinct `users` is not
+    a template (yet).
+    """
+    if not sigs:
+        return []
+    divider = _Divider(sigs, users, k, p or GroupingParams())
+    parts = divider.divide((1 << len(sigs)) - 1)
+    return sorted((_bits(m) for m in parts), key=lambda g: g[0])

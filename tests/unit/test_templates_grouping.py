@@ -1,0 +1,207 @@
+"""Loom's scheme: tokens, row keys and the split of a row into templates (pure, no engine).
+
+The emails are written here: a vendor whose receipt (1-10 line items, an optional gift
+block, a personal subject suffix) and password reset share one layout, and one-off notices
+in that layout. What the user checks: one template forms one template whatever its repeats
+and optional blocks, templates sharing a layout stay apart, and nothing below k forms.
+"""
+
+from __future__ import annotations
+
+import random
+
+from server.templates.fingerprint import minhash, parse_structure
+from server.templates.grouping import GroupingParams, group_emails
+from server.templates.model import ClusterEmail
+from server.templates.schemes import SchemeParams, form_templates, keys_for, match_template
+from server.templates.tokens import END, PREFIX_MARK, SUBJECT_MARK, shingles, tokens_of
+from tests.templates_corpus import NAMES, human, one_off_notice, receipt, reset
+
+K = 5
+P = SchemeParams()
+
+
+def _emails(made: list[tuple[str, str]], users: list[str]) -> list[ClusterEmail]:
+    return [
+        ClusterEmail(u, "orders@acme.example", s, parse_structure(h).texts, 0)
+        for (s, h), u in zip(made, users, strict=True)
+    ]
+
+
+def _receipts(rng: random.Random, n: int, tag: str = "r") -> list[ClusterEmail]:
+    return _emails([receipt(rng, NAMES[i % 12]) for i in range(n)], [f"{tag}{i}" for i in range(n)])
+
+
+def _resets(rng: random.Random, n: int, tag: str = "p") -> list[ClusterEmail]:
+    return _emails([reset(rng, NAMES[i % 12]) for i in range(n)], [f"{tag}{i}" for i in range(n)])
+
+
+def _matched(templates: list, e: ClusterEmail) -> str:  # type: ignore[type-arg]
+    found, _ = match_template(templates, tokens_of(e.subject, e.texts), P)
+    return found.template_id if found is not None else ""
+
+
+class TestTokens:
+    def test_shingles_keep_fixed_words_apart_from_values(self) -> None:
+        """Word 3-shingles between markers: a value spoils only the shingles it touches."""
+        a = shingles("Hi Ava, your order 1234 has shipped")
+        b = shingles("Hi Bob, your order 98 has shipped")
+        assert "has shipped $" in a & b
+        assert "Hi Ava, your" in a - b
+        assert shingles("Total:") == {f"^ Total: {END}"}
+
+    def test_subject_prefixes_and_whole_subject(self) -> None:
+        """A subject yields its shingles, its 1-4 word prefixes and, when short, itself."""
+        toks = tokens_of("Your order #123", [])
+        assert {PREFIX_MARK + "Your", PREFIX_MARK + "Your order"} <= toks
+        assert PREFIX_MARK + f"Your order #123 {END}" in toks
+        assert SUBJECT_MARK + "^ Your order" in toks
+        assert not any(t.startswith(PREFIX_MARK) for t in tokens_of("", [("/p", "x")]))
+
+
+class TestKeys:
+    def test_content_blocks_keep_the_row(self) -> None:
+        """Line items, an optional block, a nested optional table: one key for all."""
+        rng = random.Random(3)
+        keys = {
+            keys_for("a@x", s, minhash(s.xpaths), P)
+            for s in (parse_structure(receipt(rng, NAMES[i % 12])[1]) for i in range(30))
+        }
+        assert len(keys) == 1
+        layout = receipt(rng, NAMES[0])[1]
+        deep = layout.replace(
+            "<p>Total</p>",
+            "<table><tr><td><table><tr><td><div><p>promo</p></div></td></tr></table></td></tr>"
+            "</table><p>Total</p>",
+        )
+        s1, s2 = parse_structure(layout), parse_structure(deep)
+        assert keys_for("a@x", s1, (), P) == keys_for("a@x", s2, (), P)
+
+    def test_another_layout_or_sender_is_another_row(self) -> None:
+        """A different frame, or the same frame from another sender: other keys."""
+        mail = parse_structure(receipt(random.Random(1), NAMES[0])[1])
+        webmail = parse_structure(human(random.Random(1))[1])
+        assert keys_for("a@x", mail, (), P) != keys_for("a@x", webmail, (), P)
+        assert keys_for("a@x", mail, (), P) != keys_for("b@x", mail, (), P)
+        assert len(keys_for("a@x", mail, (), P)) == 1
+
+
+class TestForming:
+    def test_repeats_and_optional_blocks_form_one_template(self) -> None:
+        """1-8 line items and a gift block in 40 %: one receipt template, every email in it."""
+        emails = _receipts(random.Random(7), 30)
+        (t,) = form_templates(b"k", emails, K, 0, P)
+        assert {_matched([t], e) for e in emails} == {t.template_id}
+        assert t.distinct_recipients == 30
+
+    def test_two_templates_of_one_layout_stay_apart(self) -> None:
+        """Receipts and resets share the layout and its footer: two templates, each email
+        annotated with its own; fresh emails of each too."""
+        rng = random.Random(8)
+        emails = _receipts(rng, 12) + _resets(rng, 12)
+        formed = form_templates(b"k", emails, K, 0, P)
+        assert len(formed) == 2
+        receipts = {_matched(formed, e) for e in emails[:12]}
+        resets = {_matched(formed, e) for e in emails[12:]}
+        assert len(receipts) == len(resets) == 1
+        assert receipts != resets
+        assert _matched(formed, _receipts(rng, 1, "new")[0]) in receipts
+        assert _matched(formed, _resets(rng, 1, "new")[0]) in resets
+
+    def test_a_template_not_yet_k_anonymous_is_left_out(self) -> None:
+        """Resets from 3 recipients beside 12 receipts: one template, the receipts'; the
+        resets are in no template, and a fresh reset is not annotated as a receipt."""
+        rng = random.Random(9)
+        emails = _receipts(rng, 12) + _resets(rng, 3)
+        left: list[int] = []
+        (t,) = form_templates(b"k", emails, K, 0, P, left)
+        assert sorted(left) == [12, 13, 14]
+        assert not any("Reset" in x for x in t.fixed_text)
+        assert _matched([t], _resets(rng, 1, "new")[0]) == ""
+
+    def test_nothing_below_k_and_only_k_anonymous_text(self) -> None:
+        """Four recipients: no template, however many emails; the fifth forms it, and its
+        signature holds nothing fewer than k recipients saw."""
+        rng = random.Random(10)
+        made = [receipt(rng, NAMES[i % 12]) for i in range(20)]
+        few = _emails(made, [f"u{i % 4}" for i in range(20)])
+        assert form_templates(b"k", few, K, 0, P) == []
+        (t,) = form_templates(b"k", [*few, *_receipts(rng, 1, "fifth")], K, 0, P)
+        assert not any(name.split()[0] in " ".join(t.signature) for name in NAMES)
+
+    def test_rare_notices_never_take_the_layout(self) -> None:
+        """One-off notices in the layout (own text below k) never form a template of the
+        layout's text that would annotate the receipts."""
+        rng = random.Random(12)
+        emails = _receipts(rng, 8) + _emails(
+            [one_off_notice(rng, i) for i in range(8)], [f"n{i}" for i in range(8)]
+        )
+        formed = form_templates(b"k", emails, K, 0, P)
+        for e in emails[:8]:
+            found, _ = match_template(formed, tokens_of(e.subject, e.texts), P)
+            assert found is not None
+            assert "Thanks for your order" in found.fixed_text
+
+    def test_a_reformed_template_keeps_its_id(self) -> None:
+        """Formed from 6 receipts, re-formed from 30: the id callers hold stays."""
+        rng = random.Random(11)
+        emails = _receipts(rng, 30)
+        (first,) = form_templates(b"k", emails[:6], K, 0, P)
+        (again,) = form_templates(b"k", emails, K, 1, P, previous=[first])
+        assert again.template_id == first.template_id
+
+
+class TestSplitRules:
+    def _sigs(self, texts: list[tuple[str, list[str]]]) -> list[frozenset[str]]:
+        return [frozenset(tokens_of(subject, [("/p", t) for t in body])) for subject, body in texts]
+
+    def test_a_one_word_alternative_does_not_split(self) -> None:
+        """``1 day`` / ``2 days`` inside a long shared text: one group."""
+        shared = [f"sentence number {i} of the notice that stays the same" for i in range(6)]
+        texts = [
+            ("Notice", [*shared, "expires in a day" if i % 2 else "expires in days"])
+            for i in range(20)
+        ]
+        groups = group_emails(self._sigs(texts), [f"u{i}" for i in range(20)], K)
+        assert len(groups) == 1
+
+    def test_two_own_sentences_split_even_with_one_subject(self) -> None:
+        """Each side owns a sentence the other lacks: two groups, whatever the subject."""
+        shared = ["the footer that every email of this vendor carries at the end"]
+        a = [("Update", [*shared, "your invoice for this month is ready to download"])] * 10
+        b = [("Update", [*shared, "your subscription renews next week at the same price"])] * 10
+        groups = group_emails(self._sigs(a + b), [f"u{i}" for i in range(20)], K)
+        assert sorted(len(g) for g in groups) == [10, 10]
+
+    def test_subjects_that_only_extend_with_values_do_not_split(self) -> None:
+        """``Your order`` / ``Your order for`` + a name: one template's variants."""
+        body = ["thank you for shopping with us this week at the store"]
+        texts = [("Your order", body)] * 8 + [(f"Your order for {n}", body) for n in NAMES[:10]]
+        groups = group_emails(self._sigs(texts), [f"u{i}" for i in range(18)], K)
+        assert len(groups) == 1
+
+    def test_subjects_that_go_on_alike_split(self) -> None:
+        """``Invoice`` / ``Invoice paid``, each alone or ``for`` a name: two templates, even
+        when one's body is the other's plus a block."""
+        body = ["the summary of your account with all the details below"]
+        extra = ["and the receipt for the payment we received today"]
+        a = [("Invoice", body)] * 6 + [(f"Invoice for {n}", body) for n in NAMES[:6]]
+        b = [("Invoice paid", body + extra)] * 6 + [
+            (f"Invoice paid for {n}", body + extra) for n in NAMES[6:12]
+        ]
+        groups = group_emails(self._sigs(a + b), [f"u{i}" for i in range(24)], K)
+        assert sorted(len(g) for g in groups) == [12, 12]
+
+    def test_thresholds_are_settings(self) -> None:
+        """The one-word alternative splits once the own-text bar is dropped to nothing."""
+        shared = [f"sentence number {i} of the notice that stays the same" for i in range(6)]
+        texts = [
+            (
+                "Notice",
+                [*shared, "it expires in one day" if i % 2 else "it will expire in two days"],
+            )
+            for i in range(20)
+        ]
+        loose = GroupingParams(min_own=1, min_own_share=0.0)
+        groups = group_emails(self._sigs(texts), [f"u{i}" for i in range(20)], K, loose)
+        assert len(groups) == 2
