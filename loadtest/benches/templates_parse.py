@@ -19,8 +19,7 @@ from collections.abc import Callable
 import lxml.html
 from selectolax.lexbor import LexborHTMLParser
 
-from loadtest.corpora.email_corpus import build_corpus
-from loadtest.corpora.email_sources import ensure_sources
+from loadtest.corpora.email_corpus import build_corpus, real_templates
 from server.templates.fingerprint import minhash, parse_structure
 
 _SKIP = {"head", "script", "style", "noscript", "template", "title", "meta", "link"}
@@ -70,7 +69,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    docs = [e.html for e in build_corpus(ensure_sources())]
+    docs = [e.html for e in build_corpus(real_templates())]
     size = sum(len(d.encode()) for d in docs) / len(docs)
     rows = [
         ("selectolax (Lexbor) parse", _rate(LexborHTMLParser, docs, args.repeat)),

@@ -1,30 +1,46 @@
 """The clustering-quality corpus: real templates instantiated as real emails, plus noise.
 
-Each real template (`email_sources`) becomes `per_template` emails to distinct recipients:
+Each real template (`email_sources`) becomes emails to distinct recipients, the way its
+sender's code instantiates it (`template_languages`): every value personal and typed by
+its variable's name, every loop 1-10 items (line items, digest entries, comments), every
+conditional block without an alternative kept in about 80 % of instances (optional
+blocks), every translated string from the source's own catalogue. Foundation's static
+demos get the same treatment from their markup: runs of alike table rows become 1-10
+rows, and one long paragraph is dropped from about 20 % of instances.
 
-- Handlebars sources (Ghost): a small renderer fills every ``{{value}}`` with a personal
-  value typed by its name (names, emails, URLs, amounts, dates, titles), repeats every
-  ``{{#each}}`` block 1-8 times (line items), keeps or drops every ``{{#if}}`` block at
-  random (optional blocks), inlines partials and keeps ``{{t '…'}}`` literals.
-- Static HTML (Foundation's compiled demos): runs of identical table rows become 1-8 rows
-  of random items, digits, amounts and e-mail addresses in text become personal values,
-  and one paragraph is dropped at random (an optional block).
-
-Then noise that must never form a template: one-off human emails (webmail-style HTML, one
-person writing to 1-3 people, fewer than k) and structurally near-identical pairs: a
-template and a copy with one block changed, sent as two different templates. Ground
-truth: an email's label is its template (``family/name``), or unique for noise.
+The held-out protocol: `per_template` *training* instances of every template, submitted
+with one-off human emails (webmail-style HTML, one person writing to 1-3 people, fewer
+than k: they must never form a template), then `fresh` *held-out* instances of every
+template (new values, new choices), which are only annotated. Ground truth: an email's
+label is its template (``family/name``), or unique for noise.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+import json
 import random
 import re
 from dataclasses import dataclass
+from typing import Any
 
-from loadtest.corpora.email_sources import SourceTemplate
+import lxml.html
+from lxml.html import HtmlElement
 
-__all__ = ["LabeledEmail", "build_corpus", "human_email", "render_handlebars"]
+from loadtest.corpora.email_sources import SourceTemplate, ensure_sources
+from loadtest.corpora.mailgen_templates import instantiate_mailgen, mailgen_sources, render_mailgen
+from loadtest.corpora.template_languages import Choices, RenderContext, constructs, render
+
+__all__ = [
+    "LabeledEmail",
+    "build_corpus",
+    "describe",
+    "human_email",
+    "instantiate",
+    "real_templates",
+    "value_for",
+]
 
 _FIRST = [
     "Ava",
@@ -114,6 +130,8 @@ class LabeledEmail:
     html: str
     label: str
     noise: bool
+    held_out: bool = False
+    """A fresh instance: annotated only, never submitted."""
 
 
 def _name(rng: random.Random) -> str:
@@ -125,97 +143,63 @@ def _date(rng: random.Random, order: str) -> str:
     return f"{d:02d}/{m:02d}/{y}" if order == "DMY" else f"{m:02d}/{d:02d}/{y}"
 
 
-def _value(name: str, rng: random.Random, constants: dict[str, str], order: str) -> str:
-    """A personal value for the template variable `name` (per-vendor constants stay fixed)."""
-    key = name.rsplit(".", maxsplit=1)[-1].lower().strip("./ ")
-    if (
-        key.startswith("site")
-        or "color" in key
-        or "accent" in key
-        or "tint" in key
-        or "shade" in key
-    ):
+_CONSTANT = ("site", "app", "realm", "blog", "brand", "shop", "publication", "locale", "lang")
+
+
+def value_for(name: str, rng: random.Random, constants: dict[str, str], order: str) -> str:
+    """A personal value for the template variable `name` (per-sender constants stay fixed)."""
+    key = re.sub(r"(?<=[a-z])(?=[A-Z])", "_", name).lower().strip("./ ")
+    if key.startswith(_CONSTANT) or any(w in key for w in ("color", "accent", "tint", "shade")):
         return constants.setdefault(key, f"{rng.choice(_WORDS).title()} {key}")
-    if "url" in key or "link" in key:
-        return f"https://ghost-blog.example/{rng.choice(_WORDS)}/{rng.randint(1000, 99999)}"
+    if "url" in key or "link" in key or key.endswith(("href", "path")):
+        return f"https://mail.example/{rng.choice(_WORDS)}/{rng.randint(1000, 99999)}"
     if "email" in key:
         return f"{rng.choice(_FIRST).lower()}.{rng.randint(1, 999)}@mail.example"
-    if "date" in key or key.endswith("at"):
+    if "date" in key or key.endswith("_at") or key == "at":
         return _date(rng, order)
-    if "amount" in key or "price" in key or "total" in key:
+    if any(w in key for w in ("amount", "price", "total", "tax", "cost")):
         return f"${rng.randint(1, 500)}.{rng.randint(0, 99):02d}"
-    if any(w in key for w in ("days", "count", "duration", "number", "milestone")):
+    if any(
+        w in key
+        for w in (
+            "days",
+            "count",
+            "duration",
+            "number",
+            "milestone",
+            "quantity",
+            "index",
+            "remaining",
+            "lives",
+            "expiration",
+            "num",
+        )
+    ):
         return str(rng.randint(1, 400))
-    if "name" in key:
+    if any(w in key for w in ("code", "token", "sha", "commit", "hash")) or key == "id":
+        return "".join(rng.choice("0123456789abcdef") for _ in range(rng.choice((6, 8, 12))))
+    if "name" in key or key in ("user", "doer", "editor", "username", "first", "last"):
         return _name(rng)
-    if "title" in key:
+    if "title" in key or "subject" in key:
         return " ".join(rng.choice(_WORDS) for _ in range(rng.randint(3, 6))).capitalize()
-    if any(w in key for w in ("html", "message", "details", "text", "reason", "comment")):
+    if any(
+        w in key
+        for w in (
+            "html",
+            "message",
+            "details",
+            "text",
+            "reason",
+            "comment",
+            "body",
+            "content",
+            "summary",
+            "patch",
+            "note",
+        )
+    ):
         return " ".join(rng.choice(_WORDS) for _ in range(rng.randint(6, 18))).capitalize() + "."
     return " ".join(rng.choice(_WORDS) for _ in range(rng.randint(1, 3)))
-
-
-_TAG = re.compile(r"\{\{\{?(.*?)\}?\}\}", re.DOTALL)
-
-
-def render_handlebars(
-    source: str, partials: dict[str, str], rng: random.Random, constants: dict[str, str], order: str
-) -> str:
-    """A Handlebars template instantiated: values, 1-8 each-items, random optional blocks."""
-    tokens: list[tuple[str, str]] = []
-    pos = 0
-    for m in _TAG.finditer(source):
-        tokens.append(("text", source[pos : m.start()]))
-        tokens.append(("tag", m.group(1).strip()))
-        pos = m.end()
-    tokens.append(("text", source[pos:]))
-
-    def block(i: int, depth: int) -> tuple[str, int, str]:
-        """Renders tokens from i until a closing/else tag at this level; returns it too."""
-        out: list[str] = []
-        while i < len(tokens):
-            kind, value = tokens[i]
-            i += 1
-            if kind == "text":
-                out.append(value)
-                continue
-            if value.startswith("/") or value == "else" or value.startswith("else "):
-                return "".join(out), i, value
-            if value.startswith("!"):
-                continue
-            if value.startswith("#"):
-                head = value[1:].lstrip("*> ").split()
-                helper = head[0] if head else ""
-                start = i
-                body, i, end = block(i, depth + 1)
-                alt = ""
-                if end.startswith("else"):
-                    alt, i, _ = block(i, depth + 1)
-                if helper in ("if", "unless", "has"):
-                    out.append(body if rng.random() < 0.6 else alt)
-                elif helper in ("each", "foreach"):
-                    items = [body] + [block(start, depth + 1)[0] for _ in range(rng.randint(0, 7))]
-                    out.append("".join(items))
-                else:  # partial blocks, inline definitions, with: their body, once
-                    out.append(body)
-                continue
-            if value.startswith(">"):
-                name = value[1:].strip().split()[0].strip("'\"")
-                if depth < 4 and name in partials:
-                    out.append(render_handlebars(partials[name], partials, rng, constants, order))
-                continue
-            literal = re.match(r"""t\s+(['"])(.*?)(?<!\\)\1""", value, re.DOTALL)
-            if literal:
-                text = literal.group(2).replace("\\'", "'")
-                out.append(
-                    re.sub(r"\{(\w+)\}", lambda g: _value(g.group(1), rng, constants, order), text)
-                )
-                continue
-            name = value.split()[-1] if value.split() else value
-            out.append(_value(name, rng, constants, order))
-        return "".join(out), i, ""
-
-    return block(0, 0)[0]
 
 
 _ROW_RUN = re.compile(r"((<tr>\s*(?:<td>[^<]*</td>\s*)+</tr>)\s*)(?:\2\s*)+")
@@ -223,12 +207,51 @@ _DIGITS = re.compile(r">([^<]*\d[^<]*)<")
 _EMAIL = re.compile(r"[\w.]+@[\w.]+\.\w+")
 
 
-def _static(source: str, rng: random.Random, order: str) -> str:
-    """Foundation's compiled demos: line items, personal values, one optional paragraph."""
+def _shape(e: HtmlElement) -> str:
+    return e.tag + "(" + ",".join(_shape(c) for c in e if isinstance(c.tag, str)) + ")"
 
-    def rows(m: re.Match[str]) -> str:
+
+def _sibling_runs(root: HtmlElement) -> list[list[HtmlElement]]:
+    """Runs of >= 2 adjacent alike siblings (same element tree, >= 3 elements): the demo's
+    repeated blocks (product columns, article cards, sidebar links, line items)."""
+    runs = []
+    for parent in root.iter():
+        kids = [c for c in parent if isinstance(c.tag, str)]
+        i = 0
+        while i < len(kids):
+            shape = _shape(kids[i])
+            j = i
+            while j + 1 < len(kids) and _shape(kids[j + 1]) == shape:
+                j += 1
+            if j > i and shape.count("(") >= 3:
+                runs.append(kids[i : j + 1])
+            i = j + 1
+    return runs
+
+
+def _repeat_runs(source: str, rng: random.Random, choices: Choices) -> str:
+    """Every repeated block of a static demo repeated 1-`max_repeats` times."""
+    root = lxml.html.document_fromstring(source)
+    for run in _sibling_runs(root):
+        want = rng.randint(1, choices.max_repeats)
+        for extra in run[want:]:
+            extra.drop_tree()
+        last = run[min(want, len(run)) - 1]
+        for _ in range(want - len(run)):
+            clone = copy.deepcopy(rng.choice(run))
+            last.addnext(clone)
+            last = clone
+    return lxml.html.tostring(root, encoding="unicode", doctype="<!DOCTYPE html>")
+
+
+def _static(source: str, rng: random.Random, choices: Choices) -> str:
+    """Foundation's compiled demos: repeated blocks and line items, personal values, one
+    optional paragraph."""
+    source = _repeat_runs(source, rng, choices)
+
+    def rows(_: re.Match[str]) -> str:
         out = []
-        for _ in range(rng.randint(1, 8)):
+        for _ in range(rng.randint(1, choices.max_repeats)):
             item, qty, price = rng.choice(_ITEMS), rng.randint(1, 9), rng.randint(5, 900)
             out.append(f"<tr><td>{item}</td><td>{qty}</td><td>${price}</td></tr>\n")
         return "".join(out)
@@ -249,14 +272,44 @@ def _static(source: str, rng: random.Random, order: str) -> str:
         html,
     )
     paragraphs = [m.span() for m in re.finditer(r"<p>[^<]{40,}</p>", html)]
-    if paragraphs and rng.random() < 0.4:
+    if paragraphs and rng.random() > choices.optional:
         a, b = rng.choice(paragraphs)
         html = html[:a] + html[b:]
     return html
 
 
+def instantiate(
+    t: SourceTemplate,
+    rng: random.Random,
+    constants: dict[str, str],
+    order: str,
+    choices: Choices | None = None,
+) -> str:
+    """One email of template `t`: its values, repeats and optional blocks drawn from `rng`."""
+    choices = choices or Choices()
+    if t.syntax == "static":
+        return _static(t.source, rng, choices)
+    if t.syntax == "mailgen":
+        spec = _mailgen_input(t, rng, constants, order, choices)
+        return render_mailgen([spec], t.files["node_modules"])[0]
+    ctx = RenderContext(
+        rng,
+        lambda name: value_for(name, rng, constants, order),
+        t.files,
+        t.messages,
+        choices,
+    )
+    return render(t.source, t.syntax, ctx)
+
+
+def _mailgen_input(
+    t: SourceTemplate, rng: random.Random, constants: dict[str, str], order: str, c: Choices
+) -> dict[str, Any]:
+    return instantiate_mailgen(t, rng, lambda n: value_for(n, rng, constants, order), c.optional)
+
+
 def _subject(t: SourceTemplate, rng: random.Random) -> str:
-    words = t.name.replace("-", " ").replace("_", " ")
+    words = t.name.rsplit("/", 1)[-1].replace("-", " ").replace("_", " ")
     personal = rng.choice(("", f" for {_name(rng)}", f" #{rng.randint(10000, 99999)}"))
     return f"{words.capitalize()}{personal}"
 
@@ -280,62 +333,94 @@ def human_email(rng: random.Random, sender: str) -> tuple[str, str]:
     return " ".join(rng.choice(_WORDS) for _ in range(3)).capitalize(), html
 
 
+def real_templates() -> list[SourceTemplate]:
+    """Every real template: the registries' (`email_sources`) and mailgen's vendors."""
+    return ensure_sources() + mailgen_sources()
+
+
+def describe(t: SourceTemplate) -> tuple[bool, bool]:
+    """(has repeated blocks, has optional blocks) of a template, from its source."""
+    s = t.source + "".join(
+        t.files.get(n, "") for n in re.findall(r"""['"]([\w/.-]+\.html)['"]""", t.source)
+    )
+    if t.syntax == "static":
+        runs = _sibling_runs(lxml.html.document_fromstring(s))
+        return bool(runs or _ROW_RUN.search(s)), bool(re.search(r"<p>[^<]{40,}</p>", s))
+    if t.syntax == "mailgen":
+        spec = json.loads(t.source)
+        optional = spec.get("intro_optional") or spec.get("outro_optional") or "dictionary" in spec
+        return "table" in spec, bool(optional or spec.get("action", {}).get("optional"))
+    found = constructs(t.source, t.syntax, t.files)
+    return "loop" in found, "if" in found
+
+
 def build_corpus(
     sources: list[SourceTemplate],
     *,
-    per_template: int = 30,
-    humans: int = 60,
+    per_template: int = 25,
+    fresh: int = 8,
+    humans: int = 150,
     users: int = 5000,
     seed: int = 7,
+    choices: Choices | None = None,
 ) -> list[LabeledEmail]:
-    """The labelled, shuffled corpus (recipients distinct within each template)."""
+    """The labelled corpus: shuffled training emails (templates and humans), then the
+    held-out instances (``held_out=True``) and as many fresh human emails."""
     rng = random.Random(seed)
-    out: list[LabeledEmail] = []
-    pairs = [s for s in sources if s.family.startswith("ghost")][:2]
-    variants: list[tuple[SourceTemplate, str]] = [(s, "") for s in sources]
-    for s in pairs:  # near-identical twins: the same template with one block added
-        twin = s.source.replace(
-            "</body>",
-            "<table><tr><td><p>{{t 'Questions? Reply to this email.'}}</p></td></tr></table></body>",
-            1,
-        )
-        variants.append(
-            (SourceTemplate(s.family, s.name + "-twin", s.sender, twin, s.partials), "twin")
-        )
-    for index, (t, _) in enumerate(variants):
+    train: list[LabeledEmail] = []
+    held: list[LabeledEmail] = []
+    generated: list[tuple[list[LabeledEmail], int, dict[str, Any]]] = []
+    modules = ""
+    for index, t in enumerate(sources):
         constants: dict[str, str] = {}
         order = "DMY" if index % 2 else "MDY"
-        recipients = rng.sample(range(users), per_template)
+        recipients = rng.sample(range(users), per_template + fresh)
         for n, user in enumerate(recipients):
-            if t.source.lstrip().startswith("<!DOCTYPE") and "{{" not in t.source:
-                html = _static(t.source, rng, order)
+            into = held if n >= per_template else train
+            if t.syntax == "mailgen":  # rendered below, all in one Node process
+                html, modules = "", t.files["node_modules"]
+                spec = _mailgen_input(t, rng, constants, order, choices or Choices())
+                generated.append((into, len(into), spec))
             else:
-                html = render_handlebars(t.source, t.partials, rng, constants, order)
-            out.append(
+                html = instantiate(t, rng, constants, order, choices)
+            into.append(
                 LabeledEmail(
-                    f"{t.family}/{t.name}/{n}",
+                    f"{t.label}/{n}",
                     t.sender,
                     f"user{user}",
                     _subject(t, rng),
                     html,
-                    f"{t.family}/{t.name}",
+                    t.label,
                     False,
+                    n >= per_template,
                 )
             )
-    for h in range(humans):
-        person = f"{rng.choice(_FIRST).lower()}.{rng.choice(_LAST).lower()}{h}@mail.example"
-        for n in range(rng.randint(1, 3)):
-            subject, html = human_email(rng, person)
-            out.append(
-                LabeledEmail(
-                    f"human/{h}/{n}",
-                    person,
-                    f"user{rng.randrange(users)}",
-                    subject,
-                    html,
-                    f"human/{h}/{n}",
-                    True,
-                )
+    person = 0
+    for wanted, out, held_out in ((humans, train, False), (fresh * 4, held, True)):
+        made = 0
+        while made < wanted:  # one person writes to 1-3 people: never k recipients
+            person += 1
+            sender = (
+                f"{rng.choice(_FIRST).lower()}.{rng.choice(_LAST).lower()}{person}@mail.example"
             )
-    rng.shuffle(out)
-    return out
+            for _ in range(min(rng.randint(1, 3), wanted - made)):
+                subject, html = human_email(rng, sender)
+                out.append(
+                    LabeledEmail(
+                        f"human/{person}/{made}",
+                        sender,
+                        f"user{rng.randrange(users)}",
+                        subject,
+                        html,
+                        f"human/{person}/{made}",
+                        True,
+                        held_out,
+                    )
+                )
+                made += 1
+    for (into, at, _), html in zip(
+        generated, render_mailgen([spec for _, _, spec in generated], modules), strict=True
+    ):
+        into[at] = dataclasses.replace(into[at], html=html)
+    rng.shuffle(train)
+    return train + held

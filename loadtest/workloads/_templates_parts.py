@@ -19,12 +19,15 @@ from loom.v1 import templates_pb2, templates_pb2_grpc
 from loadtest.corpora.synthetic_emails import skeleton
 from loadtest.recorder import LatencyRecorder
 from server.templates.model import ClusterEmail, EmailIn
-from server.templates.schemes import SchemeParams, form_templates, match_template, tokens_of
+from server.templates.schemes import SchemeParams, form_templates, match_template
+from server.templates.tokens import tokens_of
 from server.templates.work import fingerprint_batch
 
 __all__ = [
+    "HeldOut",
     "Quality",
     "cpu_floor",
+    "held_out_quality",
     "juicer_batch",
     "owns",
     "pairwise_quality",
@@ -122,6 +125,77 @@ def cpu_floor(
         for _ in pool.map(fingerprint_batch, chunks, [params] * len(chunks)):
             pass
         return len(items) / (time.perf_counter() - t0)
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """The held-out protocol's figures for one scheme."""
+
+    precision: float
+    recall: float
+    true_templates: int
+    templates_formed: int
+    formed_per_true: float
+    ids_per_true: float
+    """Distinct template ids among one true template's held-out instances, on average."""
+    unformed: list[str]
+    """True templates none of whose held-out instances got a template of their own."""
+    noise_templated: int
+    least_recipients: int
+    """Fewest distinct recipients of any formed template (k-anonymity: never below k)."""
+    recall_repeated: float
+    """Pairwise recall within templates that have repeated blocks."""
+    recall_optional: float
+    """Pairwise recall within templates that have optional blocks."""
+
+
+def held_out_quality(
+    train: Sequence[tuple[str, str, bool]],
+    fresh: Sequence[tuple[str, str, bool]],
+    formed: Sequence[tuple[str, int]],
+    repeated: set[str],
+    optional: set[str],
+) -> HeldOut:
+    """(label, annotated id or "", is noise) of the training and held-out emails, and the
+    (id, distinct recipients) of every formed template -> the protocol's figures.
+
+    A template id is *owned* by the true template most of the training emails annotated
+    with it belong to; a true template *formed* when one of its held-out instances got an
+    id it owns.
+    """
+    q = pairwise_quality(fresh)
+    votes: dict[str, Counter[str]] = defaultdict(Counter)
+    for label, tid, noise in train:
+        if tid and not noise:
+            votes[tid][label] += 1
+    owner = {tid: c.most_common(1)[0][0] for tid, c in votes.items()}
+    labels = sorted({label for label, _, noise in fresh if not noise})
+    ids: dict[str, set[str]] = defaultdict(set)
+    found: set[str] = set()
+    for label, tid, noise in fresh:
+        if tid and not noise:
+            ids[label].add(tid)
+            if owner.get(tid) == label:
+                found.add(label)
+
+    def recall_within(keep: set[str]) -> float:
+        rows = [r for r in fresh if r[0] in keep]
+        return round(pairwise_quality(rows).recall, 3) if rows else 0.0
+
+    noise = sum(1 for _, tid, n in [*train, *fresh] if n and tid)
+    return HeldOut(
+        precision=round(q.precision, 3),
+        recall=round(q.recall, 3),
+        true_templates=len(labels),
+        templates_formed=len(formed),
+        formed_per_true=round(len(formed) / len(labels), 3) if labels else 0.0,
+        ids_per_true=round(sum(len(ids[x]) for x in labels) / len(labels), 3) if labels else 0.0,
+        unformed=[x for x in labels if x not in found],
+        noise_templated=noise,
+        least_recipients=min((n for _, n in formed), default=0),
+        recall_repeated=recall_within(repeated),
+        recall_optional=recall_within(optional),
+    )
 
 
 @dataclass(frozen=True)

@@ -20,14 +20,18 @@ Every server is a real ``loom serve`` (SQLite, or ``--store bigtable``) configur
 - ``seda``: the throughput of fixed single pools (n, n) — n CPU processes, n I/O tasks, n
   formation tasks, no micro-batching — vs the tuned configuration (Figure 7c).
 - ``skew``: tuned throughput for alpha = 1.001, 1.01, 1.1, 1.5 (Figure 7b).
-- ``quality``: the real-template corpus through a server per scheme (paper, loom):
-  pairwise precision/recall of annotated template ids, noise emails templated.
+- ``quality``: the held-out protocol on the real-template corpus, a server per scheme
+  (paper, loom): train on `--per-template` instances of every template and one-off human
+  emails, then annotate `--fresh` new instances; pairwise precision/recall, templates
+  formed per true template, true templates never formed, noise templated, the fewest
+  recipients of a formed template, recall within templates with repeated / optional blocks.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import os
 import random
 import time
@@ -37,16 +41,15 @@ import grpc
 from grpc_health.v1 import health_pb2_grpc
 from loom.v1 import templates_pb2, templates_pb2_grpc
 
-from loadtest.corpora.email_corpus import build_corpus
-from loadtest.corpora.email_sources import ensure_sources
+from loadtest.corpora.email_corpus import LabeledEmail, build_corpus, describe, real_templates
 from loadtest.corpora.synthetic_emails import SyntheticEmail, ZipfStream, instantiate
 from loadtest.harness import Harness
 from loadtest.recorder import LatencyRecorder
 from loadtest.workloads._templates_parts import (
     cpu_floor,
+    held_out_quality,
     juicer_batch,
     owns,
-    pairwise_quality,
     probe_health,
     settle,
     submit_all,
@@ -91,8 +94,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--alphas", default="1.001,1.01,1.1,1.5")
     parser.add_argument("--seda-emails", type=int, default=6_000)
     parser.add_argument(
-        "--per-template", type=int, default=30, help="quality: emails per real template"
+        "--per-template", type=int, default=25, help="quality: training emails per template"
     )
+    parser.add_argument("--fresh", type=int, default=8, help="quality: held-out per template")
+    parser.add_argument("--humans", type=int, default=150, help="quality: one-off human emails")
 
 
 def _env(args: argparse.Namespace, extra: Mapping[str, str]) -> dict[str, str]:
@@ -329,37 +334,79 @@ async def _skew(harness: Harness, args: argparse.Namespace) -> None:
     harness.report.add_figure("skew", out)
 
 
+async def _annotate(
+    stub: templates_pb2_grpc.TemplateInductionStub,
+    emails: Sequence[LabeledEmail],
+    protos: Sequence[templates_pb2.Email],
+) -> list[tuple[str, str, bool]]:
+    rows = []
+    for e, proto in zip(emails, protos, strict=True):
+        reply = await stub.AnnotateEmail(templates_pb2.AnnotateEmailRequest(email=proto))
+        rows.append((e.label, reply.template_id, e.noise))
+    return rows
+
+
+async def _list_all(stub: templates_pb2_grpc.TemplateInductionStub) -> list[tuple[str, int]]:
+    out: list[tuple[str, int]] = []
+    token = ""
+    while True:
+        page = await stub.ListTemplates(
+            templates_pb2.ListTemplatesRequest(page_size=1000, page_token=token)
+        )
+        out.extend((t.template_id, t.distinct_recipients) for t in page.templates)
+        token = page.next_page_token
+        if not token:
+            return out
+
+
 async def _quality(harness: Harness, args: argparse.Namespace) -> None:
-    corpus = build_corpus(ensure_sources(), per_template=args.per_template)
-    protos = [to_proto(e.email_id, e.sender, e.recipient, e.subject, e.html) for e in corpus]
+    """The held-out protocol on the real templates, for the paper's scheme and Loom's:
+    train on `--per-template` instances of every template and the one-off human emails,
+    then annotate `--fresh` new instances of every template (and fresh human emails)."""
+    sources = real_templates()
+    corpus = build_corpus(
+        sources, per_template=args.per_template, fresh=args.fresh, humans=args.humans
+    )
+    train = [e for e in corpus if not e.held_out]
+    fresh = [e for e in corpus if e.held_out]
+    kinds = {t.label: describe(t) for t in sources}
+    repeated = {label for label, (rep, _) in kinds.items() if rep}
+    optional = {label for label, (_, opt) in kinds.items() if opt}
+    harness.report.add_figure(
+        "quality.corpus",
+        {
+            "sources": len({t.package for t in sources}),
+            "templates": len(sources),
+            "with_repeated_blocks": len(repeated),
+            "with_optional_blocks": len(optional),
+            "senders": len({t.sender for t in sources}),
+            "training_emails": len(train),
+            "held_out_emails": len(fresh),
+            "human_emails": sum(e.noise for e in corpus),
+        },
+    )
+
+    def protos(emails: Sequence[LabeledEmail]) -> list[templates_pb2.Email]:
+        return [to_proto(e.email_id, e.sender, e.recipient, e.subject, e.html) for e in emails]
+
     for scheme in ("paper", "loom"):
         async with (
             harness.server(
                 extra_args=["--templates-store", args.store],
                 env=_env(args, {**_TUNED, "SCHEME": scheme}),
             ) as target,
-            grpc.aio.insecure_channel(target) as channel,
+            grpc.aio.insecure_channel(
+                target, options=[("grpc.max_send_message_length", 64 << 20)]
+            ) as channel,
         ):
             stub = templates_pb2_grpc.TemplateInductionStub(channel)
-            await submit_all(stub, protos, batch=args.batch, concurrency=2)
+            await submit_all(stub, protos(train), batch=args.batch, concurrency=2)
             await settle(stub)
-            rows = []
-            for e, proto in zip(corpus, protos, strict=True):
-                reply = await stub.AnnotateEmail(templates_pb2.AnnotateEmailRequest(email=proto))
-                rows.append((e.label, reply.template_id, e.noise))
-        q = pairwise_quality(rows)
-        harness.report.add_figure(
-            f"quality.{scheme}",
-            {
-                "emails": len(corpus),
-                "true_templates": len({e.label for e in corpus if not e.noise}),
-                "noise_emails": sum(e.noise for e in corpus),
-                "precision": round(q.precision, 3),
-                "recall": round(q.recall, 3),
-                "noise_templated": q.noise_templated,
-                "predicted_templates": q.templates,
-            },
-        )
+            train_rows = await _annotate(stub, train, protos(train))
+            fresh_rows = await _annotate(stub, fresh, protos(fresh))
+            formed = await _list_all(stub)
+        q = held_out_quality(train_rows, fresh_rows, formed, repeated, optional)
+        harness.report.add_figure(f"quality.{scheme}", dataclasses.asdict(q))
 
 
 async def run(args: argparse.Namespace, harness: Harness) -> None:
