@@ -20,7 +20,7 @@ from loadtest.corpora.synthetic_emails import skeleton
 from loadtest.recorder import LatencyRecorder
 from server.templates.model import ClusterEmail, EmailIn
 from server.templates.schemes import SchemeParams, form_templates, match_template
-from server.templates.tokens import tokens_of
+from server.templates.tokens import email_hashes
 from server.templates.work import fingerprint_batch
 
 __all__ = [
@@ -255,7 +255,7 @@ def juicer_batch(
     for (template, _, _, subject, _), p in zip(sample, parsed, strict=True):
         if p is None:
             continue
-        toks = tokens_of(subject, p.texts)
+        toks = email_hashes(subject, p.texts)
         for key in p.keys:
             match, _ = match_template(formed.get(key, []), toks, params)
             if match is not None and owns(match.fixed_text, template):

@@ -207,7 +207,12 @@ class _Divider:
         tried: set[int] = set()
         for candidate in classes:
             a = candidate.mask
-            if a == g or a in tried:
+            # A side is a template's own text (several tokens in exactly its emails) or its
+            # subject; a lone token in some emails (a common phrase in personal text) is
+            # neither, and a side with fewer than k emails cannot have k recipients.
+            if candidate.kind == "text" and candidate.weight < self.p.min_own:
+                continue
+            if a == g or a in tried or a.bit_count() < self.k:
                 continue
             tried.add(a)
             if any(w not in (a, g) and w & a == a for w in wider):

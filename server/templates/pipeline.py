@@ -39,7 +39,7 @@ from server.templates.cache import TtlLru
 from server.templates.model import EmailIn, Parsed, TemplateValue, decode_templates
 from server.templates.rows import FULL_ROW_FACTOR, RowStates, decide
 from server.templates.schemes import SchemeParams, match_template
-from server.templates.tokens import tokens_of
+from server.templates.tokens import email_hashes
 from server.templates.work import fingerprint_batch, form_row
 from storage.errors import StorageError
 from storage.ports import ClusterWrite, TemplateStore
@@ -48,6 +48,8 @@ __all__ = ["Counters", "Pipeline"]
 
 _log = get_logger("templates.pipeline")
 T = TypeVar("T")
+REFORM_YIELD_S = 2.0
+"""Longest a re-formation waits for a backlogged CPU stage (so re-formations never starve)."""
 
 
 @dataclass
@@ -228,10 +230,11 @@ class Pipeline:
         """
         writes: list[ClusterWrite] = []
         by_key: dict[bytes, list[tuple[EmailIn, Parsed]]] = {}
+        matched: set[int] = set()  # emails (their Parsed's id) a full row found explained
         for email, parsed in batch:
             wrote = False
             for key in parsed.keys:
-                if key in self.full and not self._store_in_full_row(key, email, parsed):
+                if key in self.full and not self._store_in_full_row(key, email, parsed, matched):
                     continue
                 writes.append(
                     ClusterWrite(key, email.email_id, parsed.user.encode(), parsed.payload)
@@ -268,10 +271,14 @@ class Pipeline:
                 self._schedule(key, first=False)
             if d.full:
                 self.full.put(key, st.emails)
-            if d.formed and self.params.scheme == "loom":
-                await self._check_explained(key, emails)
+            busy = d.form or d.reform or key in self._pending or key in self._timers
+            if d.formed and self.params.scheme == "loom" and not busy:
+                # (a formation on its way reads every email anyway)
+                await self._check_explained(key, [e for e in emails if id(e[1]) not in matched])
 
-    def _store_in_full_row(self, key: bytes, email: EmailIn, parsed: Parsed) -> bool:
+    def _store_in_full_row(
+        self, key: bytes, email: EmailIn, parsed: Parsed, matched: set[int]
+    ) -> bool:
         """Whether a full row (s >= S, with templates) must still store this email.
 
         The paper's row is its template: no. Loom's row holds several templates sharing a
@@ -285,9 +292,10 @@ class Pipeline:
         templates = self.templates.get(key)
         if size is None or templates is None or size >= FULL_ROW_FACTOR * self._s.max_emails:
             return False
-        found, _ = match_template(templates, tokens_of(email.subject, parsed.texts), self.params)
+        found, _ = match_template(templates, email_hashes(email.subject, parsed.texts), self.params)
         if found is None:
             return True
+        matched.add(id(parsed))
         since = self._stored_since.get(key) or {}
         if found.email_count + since.get(found.template_id, 0) >= self._s.max_emails:
             return False
@@ -296,10 +304,14 @@ class Pipeline:
         return True
 
     async def _check_explained(self, key: bytes, emails: list[tuple[EmailIn, Parsed]]) -> None:
+        """Re-forms a formed row (Loom) when one of its new emails fits none of its templates:
+        a second template sharing the layout forms the moment its emails reach k."""
+        if not emails:
+            return
         templates = (await self.templates_of((key,)))[key]
         for email, parsed in emails:
             found, _ = match_template(
-                templates, tokens_of(email.subject, parsed.texts), self.params
+                templates, email_hashes(email.subject, parsed.texts), self.params
             )
             if found is None:
                 self._schedule(key, first=False)
@@ -344,10 +356,21 @@ class Pipeline:
         self._recent.pop(key)
         self._schedule(key, first=False)
 
+    async def _yield_to_cpu_stage(self) -> None:
+        """A re-formation waits while the CPU stage is backlogged (its queue over half full),
+        up to `REFORM_YIELD_S`: it shares the worker processes with fingerprinting, and
+        taking them under load turns into dropped emails. First formations never wait."""
+        waited = 0.0
+        while self.cpu_queue.qsize() * 2 > self.cpu_queue.maxsize and waited < REFORM_YIELD_S:
+            await asyncio.sleep(0.05)
+            waited += 0.05
+
     async def _form_work(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            _, _, key = await self.form_queue.get()
+            priority, _, key = await self.form_queue.get()
+            if priority:
+                await self._yield_to_cpu_stage()
             self._recent.put(key, self._clock())
             self._running.add(key)
             formed = False

@@ -31,7 +31,9 @@ Keys and formation run in the CPU stage's processes; `match_template` on the eve
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 import mmh3
@@ -39,7 +41,7 @@ import mmh3
 from server.templates.fingerprint import Structure
 from server.templates.grouping import GroupingParams, group_emails
 from server.templates.model import ClusterEmail, TemplateValue
-from server.templates.tokens import tokens_of
+from server.templates.tokens import signature_hashes, tokens_of
 from server.templates.udcas import Cluster, date_format, field_rules, fixed_text, vertical
 
 __all__ = [
@@ -198,11 +200,13 @@ def form_templates(  # noqa: PLR0917 - FormTemplate(h)'s inputs, then out-parame
     if p.scheme == "paper":
         return [_template(key.hex(), key, emails, k, now_ms, p, ())]
     tokens = [tokens_of(e.subject, e.texts) for e in emails]
-    seen_by: dict[str, set[str]] = {}
+    by_user: dict[str, set[str]] = {}
     for email, toks in zip(emails, tokens, strict=True):
-        for tok in toks:
-            seen_by.setdefault(tok, set()).add(email.user)
-    anonymous = {tok for tok, users in seen_by.items() if len(users) >= k}
+        by_user.setdefault(email.user, set()).update(toks)
+    recipients: Counter[str] = Counter()
+    for toks in by_user.values():
+        recipients.update(toks)
+    anonymous = {tok for tok, n in recipients.items() if n >= k}
     sigs = [frozenset(t & anonymous) for t in tokens]
     groups: list[list[int]] = []
     signatures: list[tuple[str, ...]] = []
@@ -227,9 +231,9 @@ def form_templates(  # noqa: PLR0917 - FormTemplate(h)'s inputs, then out-parame
 
 
 def match_template(
-    templates: Sequence[TemplateValue], tokens: set[str], p: SchemeParams
+    templates: Sequence[TemplateValue], tokens: AbstractSet[int], p: SchemeParams
 ) -> tuple[TemplateValue | None, float]:
-    """The template of one row that the email (its text tokens) belongs to, and how well.
+    """The template of one row that the email (its token hashes) belongs to, and how well.
 
     The score is the share of the template's signature the email contains (1.0 for a
     paper-scheme row, which holds one template). None when no template reaches `p.match`.
@@ -241,11 +245,12 @@ def match_template(
     best: TemplateValue | None = None
     best_rank = (0.0, 0)
     for t in templates:
-        if not t.signature:  # no k-anonymous text to recognise it by
+        size = len(t.signature)
+        if not size:  # no k-anonymous text to recognise it by
             continue
-        score = sum(1 for x in t.signature if x in tokens) / len(t.signature)
-        if (score, len(t.signature)) > best_rank:
-            best, best_rank = t, (score, len(t.signature))
+        score = len(signature_hashes(t.signature) & tokens) / size
+        if (score, size) > best_rank:
+            best, best_rank = t, (score, size)
     best_score = best_rank[0]
     if best is None or best_score < p.match:
         return None, best_score

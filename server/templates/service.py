@@ -13,7 +13,7 @@ from server.runtime.errors import NotFound, ResourceExhausted, Unavailable
 from server.templates.model import EmailIn, Extracted, TemplateValue, decode_templates
 from server.templates.pipeline import Counters, Pipeline
 from server.templates.schemes import match_template
-from server.templates.tokens import tokens_of
+from server.templates.tokens import email_hashes
 from server.templates.values import normalize
 from storage.ports import TemplateStore
 
@@ -102,7 +102,7 @@ class TemplateService:
             raise Unavailable("template CPU stage unavailable") from exc
         if parsed is None:
             raise ResourceExhausted("the email could not be fingerprinted")
-        tokens = tokens_of(email.subject, parsed.texts)
+        tokens = email_hashes(email.subject, parsed.texts)
         rows = await self._pipeline.templates_of(parsed.keys)
         for key in parsed.keys:
             template, _ = match_template(rows.get(key, []), tokens, self._pipeline.params)

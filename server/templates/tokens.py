@@ -12,32 +12,41 @@ whole subject when it is that short, marked as ending there): instances of a tem
 their subject's fixed start (``Your order``, ``Reset your password``) and differ in what
 follows (a name, a number), so the longest prefix most of a group's emails share is that
 group's subject; see `server/templates/grouping.py`.
+
+Tokens are strings (their hashes are cached, and formation puts hundreds of thousands of
+them in sets); a subject token leads with a mark. Matching compares hashes of the tokens'
+word tuples (`email_hashes` builds them without joining a single string; `signature_hashes`
+splits a stored signature back): both sides are hashed in the process that compares them,
+and nothing hashed is ever stored or sent.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import functools
+from collections.abc import Iterable
 
 __all__ = [
     "END",
-    "PREFIX_MARK",
+    "PREFIX",
     "SHINGLE",
-    "SUBJECT_MARK",
+    "SUBJECT",
+    "email_hashes",
     "is_subject",
     "prefix_words",
     "shingles",
+    "signature_hashes",
     "tokens_of",
 ]
 
 SHINGLE = 3
 """Words per shingle."""
-SUBJECT_MARK = "\x01subject:"
+SUBJECT = "\x01subject:"
 """Leads every subject shingle (a subject's words never meet the body's)."""
-PREFIX_MARK = "\x02prefix:"
+PREFIX = "\x02prefix:"
 """Leads every subject prefix token."""
-_MAX_PREFIX = 4
 END = "$"
 """Marks the end of a text (and a subject prefix that is the whole subject)."""
+_MAX_PREFIX = 4
 
 
 def shingles(text: str, lead: str = "") -> set[str]:
@@ -54,23 +63,62 @@ def tokens_of(subject: str, texts: Iterable[tuple[str, str]]) -> set[str]:
     for _, text in texts:
         found |= shingles(text)
     if subject:
-        found |= shingles(subject, SUBJECT_MARK)
-        words: Sequence[str] = subject.split()
-        found |= {
-            PREFIX_MARK + " ".join(words[:i]) for i in range(1, min(_MAX_PREFIX, len(words)) + 1)
-        }
+        found |= shingles(subject, SUBJECT)
+        words = subject.split()
+        found.update(
+            PREFIX + " ".join(words[:i]) for i in range(1, min(_MAX_PREFIX, len(words)) + 1)
+        )
         if 0 < len(words) <= _MAX_PREFIX:  # the whole subject: this prefix can end it
-            found.add(PREFIX_MARK + " ".join(words) + " " + END)
+            found.add(PREFIX + " ".join(words) + " " + END)
     return found
+
+
+def _words(token: str) -> tuple[str, ...]:
+    """A token as the word tuple `email_hashes` hashes (its mark as a first word)."""
+    if token.startswith(SUBJECT):
+        return ("\x01", *token[len(SUBJECT) :].split())
+    if token.startswith(PREFIX):
+        return ("\x02", *token[len(PREFIX) :].split())
+    return tuple(token.split())
+
+
+def email_hashes(subject: str, texts: Iterable[tuple[str, str]]) -> set[int]:
+    """The hashes of `tokens_of`'s word tuples, built without joining a single string: what
+    annotation and the explained check intersect with `signature_hashes`."""
+    out: set[int] = set()
+    add = out.update
+    for _, text in texts:
+        words = ["^", *text.split(), END]
+        if len(words) <= SHINGLE:
+            out.add(hash(tuple(words)))
+        else:
+            add(map(hash, zip(words, words[1:], words[2:], strict=False)))
+    if subject:
+        words = ["\x01", "^", *subject.split(), END]
+        if len(words) <= SHINGLE + 1:
+            out.add(hash(tuple(words)))
+        else:
+            add(hash(("\x01", *w)) for w in zip(words[1:], words[2:], words[3:], strict=False))
+        plain = words[2:-1]
+        add(hash(("\x02", *plain[:i])) for i in range(1, min(_MAX_PREFIX, len(plain)) + 1))
+        if 0 < len(plain) <= _MAX_PREFIX:
+            out.add(hash(("\x02", *plain, END)))
+    return out
+
+
+@functools.lru_cache(maxsize=65_536)
+def signature_hashes(signature: tuple[str, ...]) -> frozenset[int]:
+    """A template's stored signature as `email_hashes` values (cached per signature)."""
+    return frozenset(hash(_words(t)) for t in signature)
 
 
 def is_subject(token: str) -> bool:
     """Whether `token` comes from the subject (a shingle or a prefix)."""
-    return token.startswith((SUBJECT_MARK, PREFIX_MARK))
+    return token.startswith((SUBJECT, PREFIX))
 
 
 def prefix_words(token: str) -> tuple[str, ...] | None:
     """The words of a subject prefix token (None for any other token)."""
-    if not token.startswith(PREFIX_MARK):
+    if not token.startswith(PREFIX):
         return None
-    return tuple(token[len(PREFIX_MARK) :].split())
+    return tuple(token[len(PREFIX) :].split())

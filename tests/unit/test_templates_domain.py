@@ -18,7 +18,7 @@ from server.templates.model import (
     recipient_hash,
 )
 from server.templates.schemes import SchemeParams, form_templates, keys_for, match_template
-from server.templates.tokens import tokens_of
+from server.templates.tokens import email_hashes
 from server.templates.udcas import Cluster, date_format, field_rules, fixed_text, vertical
 from server.templates.values import classify, date_order, normalize
 from tests.templates_corpus import NAMES, human, one_off_notice, receipt, reset
@@ -132,7 +132,8 @@ class TestSchemes:
         formed = form_templates(b"k", emails, 5, 0, p)
         assert len(formed) == 2
         ids = {
-            match_template(formed, tokens_of(e.subject, e.texts), p)[0].template_id for e in emails
+            match_template(formed, email_hashes(e.subject, e.texts), p)[0].template_id
+            for e in emails
         }  # type: ignore[union-attr]
         assert len(ids) == 2
 
@@ -146,7 +147,7 @@ class TestSchemes:
         emails = _cluster(made, [f"r{i}" for i in range(16)])
         formed = form_templates(b"k", emails, 5, 0, p)
         for e in emails[:8]:
-            found, _ = match_template(formed, tokens_of(e.subject, e.texts), p)
+            found, _ = match_template(formed, email_hashes(e.subject, e.texts), p)
             assert found is not None
             assert "Thanks for your order" in found.fixed_text
 
