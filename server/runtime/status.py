@@ -14,7 +14,7 @@ from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from server.runtime import errors
-from storage.errors import StorageError
+from storage.errors import StorageError, StorageRejected
 
 __all__ = ["code_for", "is_unmapped", "rich_status"]
 
@@ -27,6 +27,7 @@ _CODES: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (errors.DeadlineExceeded, grpc.StatusCode.DEADLINE_EXCEEDED),
     (errors.Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
     (errors.PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
+    (StorageRejected, grpc.StatusCode.FAILED_PRECONDITION),
     (StorageError, grpc.StatusCode.UNAVAILABLE),
     (TimeoutError, grpc.StatusCode.DEADLINE_EXCEEDED),
     (NotImplementedError, grpc.StatusCode.UNIMPLEMENTED),
@@ -52,6 +53,8 @@ def _message(exc: BaseException, code: grpc.StatusCode, request_id: str | None) 
         return exc.message
     if code is grpc.StatusCode.UNAVAILABLE:
         return "storage unavailable"
+    if isinstance(exc, StorageRejected):
+        return "the storage engine refused the request as written (see the server log)"
     if code is grpc.StatusCode.DEADLINE_EXCEEDED:
         return "deadline exceeded"
     if code is grpc.StatusCode.UNIMPLEMENTED:
