@@ -28,6 +28,9 @@ from server.runtime.tls import CertificateReloader, check_tls, is_loopback, serv
 
 __all__ = ["SERVICE_NAMES", "LoomServer", "build_server", "check_startup", "serve"]
 
+METADATA_LIMIT = 16 * 1024
+"""Request metadata (headers, the bearer token among them) accepted per call, bytes."""
+
 _log = get_logger("server")
 
 # The services: each module has SERVICE, POLICIES and mount() (server.runtime.mounting).
@@ -153,6 +156,10 @@ async def build_server(settings: Settings) -> LoomServer:
             ("grpc.max_receive_message_length", settings.server.max_message_bytes),
             ("grpc.max_send_message_length", settings.server.max_message_bytes),
             ("grpc.so_reuseport", 1 if settings.server.reuse_port else 0),
+            # grpc refuses metadata between its soft (8 KiB) and hard (16 KiB) limits at
+            # random; one limit makes a large token's fate the same on every call.
+            ("grpc.max_metadata_size", METADATA_LIMIT),
+            ("grpc.absolute_max_metadata_size", METADATA_LIMIT),
         ],
     )
     resources = Resources(settings.breaker, metrics)
