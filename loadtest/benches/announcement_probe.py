@@ -11,13 +11,13 @@ is left of the probe's tail during the announcement is the machine and the node.
 ``--same-server`` posts the announcement to A instead: the shape the inbox workload measures
 (``python -m loadtest inbox``), for comparison in the same run. ``--fanout-env K=V`` is
 passed to the server that fans out (B, or A with ``--same-server``): pacing, chunking, e.g.
-to see how slow a fan-out must be to leave the tail alone (the README's pacing sweep).
+to see how slow a fan-out must be to leave the tail alone (the pacing sweep in docs/benchmarks.md).
 
 Each repetition prints the probe unloaded (5 s, nothing else running) and during the
 announcement (calls scheduled between the PostMessage and DONE): p50/p95/p99/max in ms, the
 p99 ratio, the time to DONE, and the 0.3 s windows in which calls took over 30 ms — to line
 up with the node's GC log (``LOOM_CASSANDRA_GC_FLAGS=... -Xlog:gc:file=...:time``) and its
-``system.log`` flushes. The inbox workload's figures are the ones the README reports; this
+``system.log`` flushes. The inbox workload's figures are the ones docs/benchmarks.md reports; this
 bench explains them.
 """
 

@@ -5,7 +5,7 @@ the production hash) as DELIVERED events through ``MessageSummary.record`` in 10
 reads the summary's count at every checkpoint, so one run of 1M yields one sample at each of
 1K, 10K, 50K, 100K and 1M. Prints mean |relative error|, RMS, bias and max per n, plus the
 encoded size at the checkpoint. The unit tests run a few of these; the full 20-run table is
-what the README and the load-test report quote.
+what docs/benchmarks.md and the load-test report quote.
 
 Measured with format v2 (CPC lgK 13; 20 runs, seed 2024, 2-core VM at load ~6, 42.6 s)::
 

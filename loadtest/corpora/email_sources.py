@@ -1,6 +1,6 @@
 """Real third-party email templates, downloaded pinned from four registries, never committed.
 
-Seven independent, permissively licensed collections (see `loadtest/corpora/README.md`):
+Seven independent, permissively licensed collections (an eighth, mailgen, is `mailgen_templates.py`) (see `loadtest/corpora/README.md`):
 
 ==================  ========  ===========  ============  =====================================
 package             registry  licence      language      templates

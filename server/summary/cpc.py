@@ -3,7 +3,7 @@
 Why CPC (Lang, "Back to the Future: an Even More Nearly Optimal Cardinality Estimation
 Algorithm", 2017): it is a compressed FM85 coupon matrix, the smallest mergeable sketch per
 unit of error that a library maintains. Measured beside the v1 bitmap + HLL pair it replaces
-(``python -m loadtest summary``, README "Summary"): at lgK = 13 a 50,000-recipient status
+(``python -m loadtest summary``, docs/benchmarks.md "Summary"): at lgK = 13 a 50,000-recipient status
 stores ~4.9 KB instead of ~11 KB at a comparable mean error (~0.6 %), 0.13 µs of CPU per
 recorded id, and the same bytes for the same set of ids whatever their order or batching.
 

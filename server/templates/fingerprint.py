@@ -10,7 +10,7 @@ exactly once per email: the *index-free* paths (``/html/body/table/tr/td``: 2 or
 items look alike) and the text nodes with the indexed XPath of their element.
 
 Parser: selectolax (Lexbor). Measured on the real-template corpus, parse + walk:
-`python -m loadtest.benches.templates_parse` (selectolax vs lxml, README figure).
+`python -m loadtest.benches.templates_parse` (selectolax vs lxml, docs/benchmarks.md).
 Everything here is bounded, so junk input costs bounded work: at most `MAX_TAGS` tags
 parsed, `MAX_ELEMENTS` elements walked to depth `MAX_DEPTH`, `MAX_TEXTS` text nodes kept,
 each cut to `MAX_TEXT_CHARS`.

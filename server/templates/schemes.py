@@ -5,7 +5,7 @@ over its indexed XPath set; every email is stored under all three; a row with >=
 distinct recipients forms one template whose id is its MinHash; an email is annotated with
 the first of its three values that has a template. Measured on real vendor templates it
 merges every template of a vendor that reuses one layout, and any two senders' emails with
-the same skeleton (e.g. one-off human mail from one webmail client) share rows (README).
+the same skeleton (e.g. one-off human mail from one webmail client) share rows (docs/benchmarks.md).
 
 **loom** keeps the paper's machinery (a row per cluster key, Algorithm 2, formation the
 moment a row has k distinct recipients) and changes what a row and a template are:
