@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ import grpc
 from google.rpc import error_details_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_status import rpc_status
+from prometheus_client.parser import text_string_to_metric_families
 
 from server.app import LoomServer, build_server
 from server.config import Settings
@@ -192,3 +194,14 @@ def run_loom(*args: str, env: dict[str, str] | None = None) -> subprocess.Comple
         env={**base, **(env or {})},
         check=False,
     )
+
+
+def scrape_metrics(port: int) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """Every sample of the Prometheus exposition on `port`: (name, labels) -> value."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
+        text = reply.read().decode()
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }

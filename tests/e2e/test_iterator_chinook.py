@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import re
 import sqlite3
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -168,6 +168,24 @@ async def _drain(stub: iterator_pb2_grpc.IteratorStub, job_id: str) -> list[int]
     return keys
 
 
+async def _slow_track_job(
+    stub: iterator_pb2_grpc.IteratorStub,
+) -> tuple[asyncio.Task[list[int]], Callable[[], Awaitable[pb.Job]]]:
+    """Every track of every artist at 100 objects/s, streamed by a consumer; returns once it
+    has emitted, with the consumer's task and a GetJob of it."""
+    job = await stub.StartIteration(pb.StartIterationRequest(
+        level="track", rate_limit_per_second=100,
+        enterprise_range=pb.EnterpriseRange(first_enterprise_id=1, last_enterprise_id=275),
+    ))  # fmt: skip
+    consumer = asyncio.create_task(_drain(stub, job.job_id))
+
+    async def get() -> pb.Job:
+        return await stub.GetJob(pb.GetJobRequest(job_id=job.job_id))
+
+    await eventually(get, lambda j: j.objects_emitted > 0, timeout_s=60)
+    return consumer, get
+
+
 @pytest.mark.parametrize(
     ("request_", "scope", "first", "last"),
     [
@@ -291,16 +309,7 @@ async def test_a_column_renamed_under_a_running_job_fails_it(
     async with running_server(settings) as running:
         stub = iterator_pb2_grpc.IteratorStub(running.channel)
         total = len(await truth(chinook, "artist", "track", 1, 275))
-        job = await stub.StartIteration(pb.StartIterationRequest(
-            level="track", rate_limit_per_second=100,
-            enterprise_range=pb.EnterpriseRange(first_enterprise_id=1, last_enterprise_id=275),
-        ))  # fmt: skip
-        consumer = asyncio.create_task(_drain(stub, job.job_id))
-
-        async def get() -> pb.Job:
-            return await stub.GetJob(pb.GetJobRequest(job_id=job.job_id))
-
-        await eventually(get, lambda j: j.objects_emitted > 0, timeout_s=60)
+        consumer, get = await _slow_track_job(stub)
         db = create_async_engine(chinook.url)
         try:
             quote = db.dialect.identifier_preparer.quote
@@ -342,16 +351,7 @@ async def test_a_locked_sqlite_source_pauses_the_job_until_released(tmp_path: Pa
     expected = await truth(chinook, "artist", "track", 1, 275)
     async with running_server(settings) as running:
         stub = iterator_pb2_grpc.IteratorStub(running.channel)
-        job = await stub.StartIteration(pb.StartIterationRequest(
-            level="track", rate_limit_per_second=100,
-            enterprise_range=pb.EnterpriseRange(first_enterprise_id=1, last_enterprise_id=275),
-        ))  # fmt: skip
-        consumer = asyncio.create_task(_drain(stub, job.job_id))
-
-        async def get() -> pb.Job:
-            return await stub.GetJob(pb.GetJobRequest(job_id=job.job_id))
-
-        await eventually(get, lambda j: j.objects_emitted > 0, timeout_s=60)
+        consumer, get = await _slow_track_job(stub)
         path = url.removeprefix("sqlite+aiosqlite:///")
         holder = sqlite3.connect(path, isolation_level=None)
         try:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import urllib.request
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
@@ -13,11 +12,10 @@ import pytest
 import pytest_asyncio
 from google.protobuf.timestamp_pb2 import Timestamp
 from loom.v1 import inbox_pb2, inbox_pb2_grpc, threadweaver_pb2, threadweaver_pb2_grpc
-from prometheus_client.parser import text_string_to_metric_families
 
 from server.config import MethodPolicy
 from tests.engines import settings_for
-from tests.serving import Running, free_port, running_server
+from tests.serving import Running, free_port, running_server, scrape_metrics
 
 WEAVE = "loom.v1.ThreadWeaver/WeaveMessages"
 
@@ -37,14 +35,7 @@ async def server(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Runn
 
 def scrape(running: Running) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
     """Every sample of the exposition: (name, labels) -> value."""
-    url = f"http://127.0.0.1:{running.loom.metrics_port}/metrics"
-    with urllib.request.urlopen(url, timeout=10) as reply:
-        text = reply.read().decode()
-    return {
-        (sample.name, frozenset(sample.labels.items())): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
+    return scrape_metrics(running.loom.metrics_port)
 
 
 def value(

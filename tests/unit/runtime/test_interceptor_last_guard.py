@@ -15,7 +15,6 @@ parses it). No engine is involved; the interceptor is pure runtime logic.
 from __future__ import annotations
 
 import asyncio
-import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager
@@ -27,7 +26,6 @@ import grpc
 import pytest
 import structlog
 from google.protobuf import empty_pb2
-from prometheus_client.parser import text_string_to_metric_families
 
 from server.config import AuthSettings
 from server.runtime.auth import Authenticator
@@ -35,6 +33,7 @@ from server.runtime.errors import NotFound
 from server.runtime.interceptor import RpcInterceptor
 from server.runtime.metrics import Metrics
 from server.runtime.policies import PolicyTable
+from tests.serving import scrape_metrics
 
 SERVICE = "loom.test.Faulty"
 SECRET_DETAIL = "ledger row 7f3a went negative"
@@ -91,14 +90,7 @@ class _Served:
     metrics_port: int
 
     def scrape(self) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
-        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
-        with urllib.request.urlopen(url, timeout=10) as reply:
-            text = reply.read().decode()
-        return {
-            (sample.name, frozenset(sample.labels.items())): sample.value
-            for family in text_string_to_metric_families(text)
-            for sample in family.samples
-        }
+        return scrape_metrics(self.metrics_port)
 
     async def sample(self, name: str, **labels: str) -> float:
         samples = await asyncio.to_thread(self.scrape)
