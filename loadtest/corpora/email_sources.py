@@ -15,7 +15,7 @@ keycloak-themes     Maven     Apache-2.0   FreeMarker    identity mail (message 
 ==================  ========  ===========  ============  =====================================
 
 Each archive is fetched once with the registry's own client (``npm pack``, ``pip
-download``, ``go mod download``, ``mvn dependency:get``) into ``~/.cache/loom/corpora``
+download``, ``go mod download``, ``mvn dependency:copy``) into ``~/.cache/loom/corpora``
 (``$LOOM_CACHE_DIR``), checked against its pinned digest (a mismatch deletes it and fails)
 and against its licence text, and read in memory; later runs read the cache.
 """
@@ -329,27 +329,26 @@ def _fetch(pkg: Package, folder: Path) -> Path:
         path = folder / f"{pkg.name.replace('/', '_')}-{pkg.version}.zip"
         if zipped:
             shutil.copyfile(zipped, path)
-    else:  # maven
-        group, artifact = pkg.name.split(":")
-        done = _run(
-            [
-                "mvn",
-                "-B",
-                "-q",
-                "dependency:get",
-                "-Dtransitive=false",
-                f"-Dartifact={pkg.name}:{pkg.version}",
-            ]
-        )
-        repo = Path.home() / ".m2" / "repository" / Path(*group.split(".")) / artifact / pkg.version
+    else:  # maven: copied straight into the cache (its local repository is Java's
+        # user.home, which need not be $HOME)
+        _, artifact = pkg.name.split(":")
         path = folder / f"{artifact}-{pkg.version}.jar"
-        jar = repo / f"{artifact}-{pkg.version}.jar"
-        if jar.exists():
-            shutil.copyfile(jar, path)
+        command = [
+            "mvn",
+            "-B",
+            "-q",
+            "-Dstyle.color=never",
+            "dependency:copy",
+            f"-Dartifact={pkg.name}:{pkg.version}",
+            f"-DoutputDirectory={folder}",
+        ]
+        done = _run([*command, "-o"])
+        if done.returncode != 0:
+            done = _run(command)
     if not path.exists():
         raise RuntimeError(
             f"{pkg.registry} {pkg.name}@{pkg.version}: download failed: "
-            f"{done.stderr.strip()[-500:]}"
+            f"{(done.stderr or done.stdout).strip()[-500:]}"
         )
     return path
 

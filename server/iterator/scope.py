@@ -54,7 +54,7 @@ def resolve_scope(  # noqa: PLR0911 - each invalid case stops here
     elif level_name in names:
         index = names.index(level_name)
     else:
-        v.add(f"{field}.level", f"unknown level {level_name!r} (levels: {', '.join(names)})")
+        v.add(f"{field}.level", f"not a level of the hierarchy (levels: {', '.join(names)})")
         return None
     width = len(levels[index].key_columns)
     last = last or first
@@ -68,7 +68,7 @@ def resolve_scope(  # noqa: PLR0911 - each invalid case stops here
         v.add("level", f"must name the emitted level ({', '.join(names)})")
         return None
     if emit_name not in names:
-        v.add("level", f"unknown level {emit_name!r} (levels: {', '.join(names)})")
+        v.add("level", f"not a level of the hierarchy (levels: {', '.join(names)})")
         return None
     emit = names.index(emit_name)
     if emit < index:

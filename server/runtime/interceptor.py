@@ -139,6 +139,10 @@ class _Call:
             _log.error("rpc", exc_info=exc, **fields)
         elif code in _ROUTINE:
             _log.info("rpc", **fields)
+        elif isinstance(exc, InvalidArgument):
+            # The field paths only: a violation's description may quote the caller's value
+            # (an address, a Message-ID), which the caller sees and the log must not.
+            _log.warning("rpc", fields=[v.field for v in exc.violations], **fields)
         else:
             _log.warning("rpc", error=str(exc) if exc else None, **fields)
         structlog.contextvars.unbind_contextvars("request_id")
