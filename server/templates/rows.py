@@ -124,11 +124,20 @@ class RowStates:
         left_out: bool,
         regrow: bool = False,
     ) -> None:
-        """A formation here read the row's `emails` emails from `users` recipients."""
+        """A formation here read the row's `emails` emails from `users` recipients.
+
+        Emails stored while it ran are not in its counts: the row's upper bounds keep them
+        (never lowered to what the formation read), so the row's growth since the formation
+        is not forgotten and its next re-formation still comes.
+        """
         old = self._rows.get(key)
-        if template_at_ms is None and old is not None:
-            template_at_ms = old.template_at_ms
-        self._rows.put(key, RowState(emails, users, template_at_ms, users, left_out, regrow))
+        known_emails, known_users = emails, users
+        if old is not None:
+            known_emails, known_users = max(old.emails, emails), max(old.users, users)
+            if template_at_ms is None:
+                template_at_ms = old.template_at_ms
+        state = RowState(known_emails, known_users, template_at_ms, users, left_out, regrow)
+        self._rows.put(key, state)
 
     def get(self, key: bytes) -> RowState | None:
         """The cached state of a row, if any."""

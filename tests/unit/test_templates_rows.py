@@ -66,3 +66,16 @@ class TestRowStates:
         st = rows.counted(b"r", ClusterCounts(12, 9, 500))
         assert (st.emails, st.users, st.template_at_ms) == (12, 9, 500)
         assert (st.formed_users, st.left_out) == (8, True)
+
+    def test_emails_stored_during_a_formation_still_count(self) -> None:
+        """A formation read 20 recipients while 15 more were stored: the row keeps 35 (its
+        upper bound), so its next re-formation (at x1.5 of 20) is due, not forgotten."""
+        rows = RowStates(10, 60.0, K, lambda: 0.0)
+        rows.formed(b"r", emails=20, users=20, template_at_ms=1, left_out=False, regrow=True)
+        st = rows.stored(b"r", 15)
+        assert st is not None
+        rows.formed(b"r", emails=20, users=20, template_at_ms=2, left_out=False, regrow=True)
+        st = rows.get(b"r")
+        assert st is not None
+        assert (st.emails, st.users, st.formed_users) == (35, 35, 20)
+        assert decide(st, K, S, A, 3).reform
