@@ -2,7 +2,7 @@
 
 - `storage/` never imports `server/` (arrows point down: server -> storage, never back);
 - `server/` reaches storage only through its contract (`ports`, `errors`, `settings`,
-  `factory`), never an engine package;
+  `factory`, and the shared `clock`), never an engine package;
 - no two modules of `loadtest/` import each other (directly or around a longer cycle).
 """
 
@@ -21,6 +21,7 @@ STORAGE_CONTRACT = {
     "storage.errors",
     "storage.settings",
     "storage.factory",
+    "storage.clock",
 }
 
 
@@ -62,7 +63,7 @@ def test_storage_never_imports_server() -> None:
 
 
 def test_server_reaches_storage_only_through_its_contract() -> None:
-    """server/ imports storage.ports / errors / settings / factory, never an engine adapter."""
+    """server/ imports storage.ports / errors / settings / factory / clock, never an adapter."""
     offenders: dict[str, list[str]] = {}
     for module, path in _modules("server"):
         bad = sorted(
