@@ -12,7 +12,7 @@ PROTOS := $(wildcard protos/loom/v1/*.proto)
 # Go lives here on these machines; harmless where it is already on PATH.
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: install run test test-unit lint protos buf-lint engines-up engines-down tools clients bench clean
+.PHONY: install run test test-unit lint protos buf-lint contract contract-baseline engines-up engines-down tools clients bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -39,7 +39,8 @@ clients: $(TS_DEPS)
 
 # Every engine starts once for the whole suite and is stopped however pytest ends. The suite
 # asserts behaviour, never speed, so it needs no quiet machine (speed is `loadtest/`'s job).
-test: install tools clients
+# Lint and the contract check run first: STYLE's promises are the gate's too.
+test: install tools clients lint contract
 	@set -euo pipefail; \
 	export PATH="$(TOOLS_BIN):$$PATH"; \
 	trap 'scripts/engines/down.sh' EXIT; \
@@ -62,6 +63,15 @@ protos: install
 
 buf-lint: tools
 	cd protos && $(TOOLS_BIN)/buf lint
+
+# The wire contract: buf lint, and buf breaking against the released contract committed in
+# protos/contract/ (a change that breaks callers fails here; a release that means to break
+# them says so by `make contract-baseline`, reviewed like any other change).
+contract: tools
+	cd protos && $(TOOLS_BIN)/buf lint && $(TOOLS_BIN)/buf breaking --against contract/loom-v1.binpb
+
+contract-baseline: tools
+	cd protos && $(TOOLS_BIN)/buf build -o contract/loom-v1.binpb
 
 engines-up:
 	scripts/engines/up.sh
