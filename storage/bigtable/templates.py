@@ -20,7 +20,6 @@ full row stays under the emulator's 4 MiB response limit.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Collection, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -38,6 +37,7 @@ from storage.bigtable.client import (
     read_row_cells,
     translate_errors,
 )
+from storage.clock import now_ms
 from storage.ports import ClusterCounts, ClusterWrite
 from storage.settings import BigtableSettings
 
@@ -47,10 +47,6 @@ _TABLE = "templates"
 _FAM_T, _FAM_E, _FAM_U = "template", "email", "user"
 _READ_KEYS = 500
 _SCAN_PAGE = 200
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def _tables(email_ttl_s: float) -> dict[str, dict[str, Any]]:
@@ -72,7 +68,7 @@ class BigtableTemplateStore:
         return cls(await BigtableHandle.open(settings, _tables(email_ttl_s)), email_ttl_s)
 
     def _live(self, family: str) -> rf.RowFilter:
-        start = datetime.fromtimestamp((_now_ms() - self._ttl_ms) / 1000, tz=UTC)
+        start = datetime.fromtimestamp((now_ms() - self._ttl_ms) / 1000, tz=UTC)
         return rf.RowFilterChain(
             [rf.FamilyNameRegexFilter(escape_family(family)), rf.TimestampRangeFilter(start=start)]
         )
@@ -83,7 +79,7 @@ class BigtableTemplateStore:
         counted: Collection[bytes] | None = None,
         cap: int | None = None,
     ) -> dict[bytes, ClusterCounts]:
-        stamp = _now_ms() * 1000
+        stamp = now_ms() * 1000
         cells = [(w.key, _FAM_E, w.email_id.encode(), w.payload) for w in writes]
         cells += [(w.key, _FAM_U, w.user, b"") for w in writes]
         await bulk_set_cells(self._table, cells, timestamp_micros=stamp)
@@ -133,7 +129,7 @@ class BigtableTemplateStore:
         return out
 
     async def get_emails(self, key: bytes, limit: int) -> list[bytes]:
-        start = (_now_ms() - self._ttl_ms) * 1000
+        start = (now_ms() - self._ttl_ms) * 1000
         cells = read_row_cells(self._table, key, _FAM_E, limit=limit, min_timestamp_micros=start)
         return [value async for _, value in cells]
 

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import contextlib
 import struct
-import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -69,6 +68,7 @@ from storage.bigtable.thread_cells import (
     record,
     unpack,
 )
+from storage.clock import now_ms
 from storage.errors import StorageCorrupt, StorageError
 from storage.ports import MessageMapping, ThreadKey, UnifiedStats, UtRows
 from storage.settings import BigtableSettings
@@ -111,7 +111,7 @@ def _text(data: bytes) -> str:
 
 
 def _now_micros() -> int:
-    return time.time_ns() // 1_000_000 * 1000  # Bigtable wants whole milliseconds
+    return now_ms() * 1000  # Bigtable wants whole milliseconds
 
 
 def _cells(row: Any) -> dict[bytes, bytes]:

@@ -21,6 +21,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from storage.clock import now_ms
 from storage.ports import QueuedMessage
 from storage.sqlite.database import SqliteDatabase
 
@@ -37,10 +38,6 @@ CREATE TABLE IF NOT EXISTS queue_message (
 );
 CREATE INDEX IF NOT EXISTS queue_message_visible ON queue_message (queue, visible_at_ms);
 """
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def _parse(receipt: str) -> tuple[int, int] | None:
@@ -76,7 +73,7 @@ class SqliteWorkQueue:
     async def send(self, queue: str, bodies: Sequence[str]) -> None:
         if not bodies:
             return
-        now = _now_ms()
+        now = now_ms()
         rows = [(queue, body, now) for body in bodies]
 
         def run(conn: sqlite3.Connection) -> None:
@@ -105,7 +102,7 @@ class SqliteWorkQueue:
                 pass
 
     async def _take(self, queue: str, limit: int, visibility_s: float) -> list[QueuedMessage]:
-        now = _now_ms()
+        now = now_ms()
         until = now + int(visibility_s * 1000)
 
         def run(conn: sqlite3.Connection) -> list[QueuedMessage]:
@@ -144,7 +141,7 @@ class SqliteWorkQueue:
         pair = _parse(receipt)
         if pair is None:
             return
-        until = _now_ms() + int(visibility_s * 1000)
+        until = now_ms() + int(visibility_s * 1000)
 
         def run(conn: sqlite3.Connection) -> None:
             conn.execute(

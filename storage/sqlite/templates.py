@@ -14,10 +14,10 @@ its counts cost three indexed lookups per counted row, each stopping at the cap.
 from __future__ import annotations
 
 import sqlite3
-import time
 from collections.abc import Collection, Sequence
 from pathlib import Path
 
+from storage.clock import now_ms
 from storage.ports import ClusterCounts, ClusterWrite
 from storage.sqlite.database import SqliteDatabase
 
@@ -40,10 +40,6 @@ CREATE TABLE IF NOT EXISTS cluster_template (
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS cluster_template_sender ON cluster_template (sender, key);
 """
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class SqliteTemplateStore:
@@ -69,7 +65,7 @@ class SqliteTemplateStore:
         counted: Collection[bytes] | None = None,
         cap: int | None = None,
     ) -> dict[bytes, ClusterCounts]:
-        now = _now_ms()
+        now = now_ms()
         horizon = now - self._ttl_ms
         keys = list(dict.fromkeys(w.key for w in writes) if counted is None else counted)
         limit = -1 if cap is None else max(1, cap)  # SQLite: a negative LIMIT is none
@@ -116,7 +112,7 @@ class SqliteTemplateStore:
         return await self._db.write(run)
 
     async def get_emails(self, key: bytes, limit: int) -> list[bytes]:
-        horizon = _now_ms() - self._ttl_ms
+        horizon = now_ms() - self._ttl_ms
 
         def run(conn: sqlite3.Connection) -> list[bytes]:
             rows = conn.execute(
