@@ -1,0 +1,72 @@
+"""Every storage interface of Loom: one module per port, one import surface.
+
+Domain code depends on these Protocols only, and imports them from here
+(``from storage.ports import ThreadStore``), never from the module that defines them; each
+engine package (`storage/sqlite`, `storage/bigtable`, `storage/cassandra`,
+`storage/dynamodb`, ...) implements them, and one conformance suite per port
+(`tests/conformance/`) runs unchanged against every adapter. Adapters hold no business
+rules: they store, fetch and compare-and-set, and translate their driver's errors into
+`storage.errors` exactly once.
+
+    threads            ThreadStore       ThreadWeaver's thread/Message-ID relations and links
+    summaries          SummaryStore      Summary's encoded summaries, compare-and-set
+    inbox              InboxStore        Inbox rows, unread rows, background deliveries
+    iteration_source   IterationSource   Iterator's relational source, read by keyset
+    work_queue         WorkQueue         Iterator's at-least-once queues
+    jobs               JobStore          Iterator's jobs, tasks, counters, chunk ledger, pace
+    templates          TemplateStore     TemplateInduction's templates table
+
+Each port's records live beside its Protocol. Batch-shaped methods are deliberate: a
+WeaveMessages call of 1,000 messages must cost a handful of round trips to the engine, not
+thousands.
+"""
+
+from __future__ import annotations
+
+from storage.ports.inbox import DeliveryRecord, DeliveryState, InboxEntry, InboxStore
+from storage.ports.iteration_source import IterationSource, Key, SchemaFacts, SourceLevel
+from storage.ports.jobs import (
+    ChunkRecord,
+    ChunkState,
+    JobRecord,
+    JobStateName,
+    JobStore,
+    LedgerSummary,
+    Step,
+    TaskRecord,
+)
+from storage.ports.summaries import StoredSummary, SummaryStore
+from storage.ports.templates import ClusterCounts, ClusterWrite, TemplateStore
+from storage.ports.threads import MessageMapping, ThreadKey, ThreadStore, UnifiedStats, UtRows
+from storage.ports.work_queue import QueuedMessage, WorkQueue
+
+__all__ = [
+    "ChunkRecord",
+    "ChunkState",
+    "ClusterCounts",
+    "ClusterWrite",
+    "DeliveryRecord",
+    "DeliveryState",
+    "InboxEntry",
+    "InboxStore",
+    "IterationSource",
+    "JobRecord",
+    "JobStateName",
+    "JobStore",
+    "Key",
+    "LedgerSummary",
+    "MessageMapping",
+    "QueuedMessage",
+    "SchemaFacts",
+    "SourceLevel",
+    "Step",
+    "StoredSummary",
+    "SummaryStore",
+    "TaskRecord",
+    "TemplateStore",
+    "ThreadKey",
+    "ThreadStore",
+    "UnifiedStats",
+    "UtRows",
+    "WorkQueue",
+]

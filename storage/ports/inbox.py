@@ -1,0 +1,171 @@
+"""Inbox's port: Yammer's fan-out-on-write rows, the materialized unread count, deliveries.
+
+The records are the rows themselves (an inbox's thread, a background fan-out's progress);
+ordering, filtering and trimming policy are the domain's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+__all__ = ["DeliveryRecord", "DeliveryState", "InboxEntry", "InboxStore"]
+
+
+DeliveryState = Literal["running", "done", "failed"]
+"""A background fan-out's state as stored (the gRPC enum is the handler's business)."""
+
+
+@dataclass(frozen=True, slots=True)
+class InboxEntry:
+    """One row of Yammer's second design: an inbox's thread and its mutable metadata.
+
+    Rows are keyed by ``(inbox_id, thread_id)``; `last_message_id` only ever grows (message
+    ids increase with time), which is what makes delivery idempotent and order-free.
+    """
+
+    thread_id: str
+    last_message_id: int
+    is_read: bool
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryRecord:
+    """Progress of one background fan-out, stored so GetDelivery survives restarts.
+
+    Recipients are processed in a fixed order (deduplicated request order, sender left
+    out), chunk by chunk, so `done` is also the resume point of a retried PostMessage.
+    """
+
+    delivery_id: str
+    thread_id: str
+    message_id: int
+    sender_inbox_id: str
+    total: int
+    """Recipient inboxes to update (the sender is delivered inside the call)."""
+    done: int
+    """Recipient inboxes updated so far (a prefix of the ordered recipient list)."""
+    state: DeliveryState
+    error: str
+    """Why it failed, when it did; empty otherwise."""
+    updated_at_ms: int
+    """Wall-clock time of the last progress write (a stalled RUNNING delivery shows it)."""
+
+
+class InboxStore(Protocol):
+    """Storage of Yammer's inbox: fan-out on write, unread count materialized separately.
+
+    Two row sets, no secondary index, no ordering that relies on deletes:
+
+    - ``inbox``  (inbox_id, thread_id) -> last_message_id, is_read   one partition per inbox
+    - ``unread`` (inbox_id, thread_id)                               one partition per inbox
+
+    Invariant, after every call returns: a thread has an unread row iff its inbox row
+    exists with ``is_read = false``. The unread count is the size of the unread partition
+    (small: Yammer's P999 is < 1,000), never a scan of the inbox. The domain reads whole
+    inboxes (bounded by trimming) and sorts and filters them itself; deliveries of
+    background fan-outs are stored beside the inboxes.
+
+    Cassandra notes (the adapter's business, not the contract's): LeveledCompaction on both
+    inbox tables (they mutate), a short gc_grace_seconds (trimming deletes); a write made
+    with ``USING TIMESTAMP`` derived from the message id makes "last_message_id = max" hold
+    under any order of concurrent deliveries without a read-before-write.
+    """
+
+    async def deliver(
+        self,
+        thread_id: str,
+        message_id: int,
+        *,
+        unread: Sequence[str],
+        read: Sequence[str] = (),
+    ) -> int:
+        """Delivers message `message_id` of `thread_id` to inboxes; returns rows advanced.
+
+        `unread` are recipients (the thread becomes unread for them), `read` the sender (it
+        becomes read); all the inbox ids are distinct. Per inbox: when the row is missing or
+        its last_message_id is smaller, set last_message_id = message_id and is_read, and
+        insert (unread) or delete (read) its unread row in step. When last_message_id >=
+        message_id (a retry or an out-of-order older message) nothing changes, so a thread
+        read since is never marked unread again and no delivery is ever counted twice.
+        A call carries up to ~1,000 inboxes (one fan-out chunk; a small post's sender and
+        recipients together) and should cost a handful of round trips, not one per inbox.
+        """
+        ...
+
+    async def deliver_unread(self, thread_id: str, message_id: int, inboxes: Sequence[str]) -> None:
+        """`deliver` to recipients only, with no count: the background fan-out's call.
+
+        The end state is `deliver(thread_id, message_id, unread=inboxes)`'s under any
+        interleaving with retries, older or newer messages and marks. What differs is that
+        nobody needs the count, so an engine whose ordering is carried by the writes
+        themselves (Cassandra's write timestamps, `storage.cassandra.inbox_clock`) may write
+        without reading first; on the 300,000-inbox announcement that read was a third of
+        the node's work.
+        """
+        ...
+
+    async def scan_inbox(self, inbox_id: str, limit: int) -> list[InboxEntry]:
+        """The inbox's rows in no particular order, at most `limit` of them.
+
+        Trimming keeps inboxes near their cap, so this reads a few thousand small rows at
+        most. When an inbox holds more than `limit` rows, which ones come back is up to the
+        engine (newest first where it can order cheaply).
+        """
+        ...
+
+    async def unread_count(self, inbox_id: str) -> int:
+        """Rows in the inbox's unread partition."""
+        ...
+
+    async def set_read(self, inbox_id: str, thread_ids: Sequence[str] | None, *, read: bool) -> int:
+        """Sets is_read on existing rows (every row when `thread_ids` is None).
+
+        Unknown threads are ignored (no row is created). Unread rows follow in step.
+        Returns the rows whose is_read actually changed.
+        """
+        ...
+
+    async def delete_entries(self, inbox_id: str, entries: Sequence[InboxEntry]) -> int:
+        """Trims: deletes each named row, and its unread row, unless it advanced since.
+
+        A row whose last_message_id is now greater than the entry's (a new message arrived
+        after the trimmer read it) is kept. Returns the rows deleted.
+        """
+        ...
+
+    async def create_delivery(self, record: DeliveryRecord) -> DeliveryRecord:
+        """Stores `record` unless its delivery_id exists; returns the stored record."""
+        ...
+
+    async def get_delivery(self, delivery_id: str) -> DeliveryRecord | None:
+        """The stored delivery, or None."""
+        ...
+
+    async def save_delivery(self, record: DeliveryRecord) -> None:
+        """Stores `record` whole, replacing any stored version (progress, state, error)."""
+        ...
+
+    async def save_recipients(self, delivery_id: str, recipients: Sequence[str]) -> None:
+        """Stores the delivery's ordered recipient list (a retry stores the same list), so
+        that any server can resume the fan-out after the one running it died."""
+        ...
+
+    async def load_recipients(self, delivery_id: str) -> list[str] | None:
+        """The stored recipient list, in order, or None when none was stored."""
+        ...
+
+    async def unfinished_deliveries(self, limit: int) -> list[DeliveryRecord]:
+        """Deliveries whose stored state is not done (running or failed), whichever server
+        ran them, at most `limit` (the order is the engine's)."""
+        ...
+
+    async def claim_delivery(self, record: DeliveryRecord, expected_updated_at_ms: int) -> bool:
+        """Stores `record` only if the stored record's updated_at_ms is still `expected`:
+        of several servers adopting one stalled delivery, exactly one wins (True)."""
+        ...
+
+    async def close(self) -> None:
+        """Releases connections and threads."""
+        ...

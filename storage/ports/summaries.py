@@ -1,0 +1,49 @@
+"""Summary's port: Remind's encoded summaries, written by compare-and-set on a version.
+
+The store never looks inside a summary, so the encoding (exact ids, then a sketch) stays the
+domain's and one conditional write is all an engine has to offer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+__all__ = ["StoredSummary", "SummaryStore"]
+
+
+@dataclass(frozen=True, slots=True)
+class StoredSummary:
+    """One message's encoded summary and its optimistic-concurrency version (1 on create)."""
+
+    data: bytes
+    version: int
+
+
+class SummaryStore(Protocol):
+    """Opaque encoded summaries keyed by message id, written by compare-and-set on a version.
+
+    The store never looks inside `data` (the domain owns the encoding); it only guarantees
+    that of two writers who read the same version, exactly one `put_if_version` succeeds, so
+    the loser re-reads and re-applies its events (Remind's summaries in DynamoDB, with a
+    version attribute and a conditional PutItem).
+    """
+
+    async def get(self, message_id: str) -> StoredSummary | None:
+        """The stored summary, or None when nothing was ever written for `message_id`."""
+        ...
+
+    async def put_if_version(
+        self, message_id: str, data: bytes, expected_version: int | None
+    ) -> bool:
+        """Write `data` with version ``expected_version + 1`` (1 when creating).
+
+        `expected_version` None means the row must not exist yet. Returns True when written,
+        False when the stored version differs (someone else wrote first): never raises for
+        a lost race, only for engine faults.
+        """
+        ...
+
+    async def close(self) -> None:
+        """Releases connections and threads."""
+        ...

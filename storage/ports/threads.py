@@ -1,0 +1,134 @@
+"""ThreadWeaver's port: Streak's thread -> UT and Message-ID -> UT relations, plus links.
+
+Both relations are written only if absent, atomically, whoever writes: that conditional write
+is the whole of threadweaver's correctness, so every engine must provide it natively
+(SQLite's INSERT OR IGNORE, Bigtable's checkAndMutate, Cassandra's LWT).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+__all__ = ["MessageMapping", "ThreadKey", "ThreadStore", "UnifiedStats", "UtRows"]
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class ThreadKey:
+    """A mailbox thread: thread ids are unique only within one owner's mailbox."""
+
+    gid: str
+    thread_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class MessageMapping:
+    """Map the Message-ID keyed by `rfc_key` (its 16-byte MD5) to `ut`, if absent.
+
+    `sent_at_ms` is stored with the mapping that wins, so the unified thread's statistics
+    (distinct messages, latest message) can be read without a scan of anybody's mailbox.
+    """
+
+    rfc_key: bytes
+    ut: str
+    sent_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class UnifiedStats:
+    """Statistics over every Message-ID mapped to a set of unified threads."""
+
+    message_count: int
+    last_message_at_ms: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class UtRows:
+    """What one level of a unified-thread read learns about a set of UTs, in one round trip."""
+
+    links: dict[str, frozenset[str]]
+    """Every UT this answer covers -> all the UTs linked to it (empty when none).
+
+    It covers each asked UT; an engine that can walk links itself in the same round trip
+    (SQLite) may cover every UT it reached too, and the caller then reads those no more.
+    """
+    threads: list[ThreadKey]
+    """Member threads of the covered UTs (owners in the team when one is given), any order.
+
+    At most the asked limit; fewer only when that is all of them.
+    """
+    stats: UnifiedStats
+    """Over the Message-IDs mapped to the covered UTs."""
+
+
+class ThreadStore(Protocol):
+    """Storage of Streak's threadweaver relations, plus the links that keep reads shallow.
+
+    thread -> UT and Message-ID -> UT are written only if absent, atomically under
+    concurrent writers (exactly one writer wins a key; every writer learns the winner).
+    Links are an undirected graph over UTs: the seed's merges, and the shortcut edges the
+    domain adds so that every UT is linked to its component's smallest UT
+    (docs/ARCHITECTURE.md, "ThreadWeaver"). The reverse relations (UT -> threads,
+    UT -> messages, UT -> links) are kept by the adapter in whatever shape its engine
+    reads fast.
+
+    Consistency the domain relies on, whichever process writes: once a write method has
+    returned, every later read from any process or connection sees what it wrote; concurrent
+    `add_links` calls never lose each other's links, and a link removed is never seen again unless
+    added again (a removed link coming back later is harmless: every link joins UTs of one
+    conversation). Every read method costs one round trip
+    to the engine (concurrent requests at most), whatever the number of UTs asked.
+    """
+
+    async def get_thread_uts(self, threads: Sequence[ThreadKey]) -> dict[ThreadKey, str]:
+        """The UT of each thread that has one (threads without one are left out)."""
+        ...
+
+    async def put_thread_uts_if_absent(self, items: Sequence[tuple[ThreadKey, str]]) -> list[str]:
+        """For each (thread, ut): map thread -> ut unless mapped; return each key's winner.
+
+        Items naming the same thread all get the same winner.
+        """
+        ...
+
+    async def put_message_uts_if_absent(self, items: Sequence[MessageMapping]) -> list[str]:
+        """For each mapping: set Message-ID -> ut unless set; return each key's winner.
+
+        When it returns, each key's winner counts in its UT's statistics (exactly once,
+        with the winner's sent_at), whoever won and whatever a crashed writer left undone.
+        """
+        ...
+
+    async def add_links(self, pairs: Sequence[tuple[str, str]]) -> None:
+        """Links each pair of UTs (idempotent, unordered; a pair (x, x) is ignored)."""
+        ...
+
+    async def remove_links(self, pairs: Sequence[tuple[str, str]]) -> None:
+        """Unlinks each pair (idempotent, unordered; an absent link is no error).
+
+        The domain removes only links that have a detour through a smaller UT.
+        """
+        ...
+
+    async def get_links(self, uts: Sequence[str]) -> dict[str, frozenset[str]]:
+        """Every UT linked to each given UT (complete; UTs without links may be left out).
+
+        An engine that can walk links itself in the same round trip may also report the
+        complete links of UTs it reached from the given ones.
+        """
+        ...
+
+    async def read_uts(
+        self, uts: Sequence[str], gids: frozenset[str] | None, thread_limit: int
+    ) -> UtRows:
+        """Links, member threads (only owners in `gids` when given) and stats of `uts`.
+
+        One round trip for everything a read needs of one level of the link graph.
+        `thread_limit` 0 reads no threads.
+        """
+        ...
+
+    async def close(self) -> None:
+        """Releases connections and threads."""
+        ...
