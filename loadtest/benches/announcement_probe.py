@@ -32,10 +32,10 @@ from concurrent.futures import ProcessPoolExecutor
 import grpc
 from loom.v1 import inbox_pb2, inbox_pb2_grpc
 
+from loadtest.phases.inbox_announcement import probe_calls, probe_spec
 from loadtest.recorder import LatencyRecorder, PhaseStats
 from loadtest.server import loom_server
-from loadtest.workloads._inbox_announcement import probe_calls, probe_spec
-from loadtest.workloads._inbox_clients import run_client
+from loadtest.traffic.inbox_mix import run_client
 from loadtest.workloads.inbox import store_env
 
 _PROBED = 200

@@ -50,9 +50,9 @@ from loom.v1 import inbox_pb2, inbox_pb2_grpc
 
 from loadtest.baselines.cassandra_raw import drop_keyspace
 from loadtest.harness import Harness
+from loadtest.phases.inbox_announcement import announce, raw_baseline
 from loadtest.recorder import LatencyRecorder
-from loadtest.workloads._inbox_announcement import announce, raw_baseline
-from loadtest.workloads._inbox_clients import MIX, ClientResult, ClientSpec, run_client, warm
+from loadtest.traffic.inbox_mix import MIX, ClientResult, ClientSpec, run_client, warm
 
 __all__ = ["add_arguments", "run", "store_env"]
 

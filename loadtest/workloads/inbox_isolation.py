@@ -36,8 +36,8 @@ from loom.v1 import inbox_pb2, inbox_pb2_grpc
 
 from loadtest.harness import Harness
 from loadtest.recorder import LatencyRecorder
-from loadtest.workloads._inbox_clients import ClientResult, ClientSpec, run_client, warm
-from loadtest.workloads._inbox_flood import FloodResult, FloodSpec, run_flood
+from loadtest.traffic.inbox_flood import FloodResult, FloodSpec, run_flood
+from loadtest.traffic.inbox_mix import ClientResult, ClientSpec, run_client, warm
 from loadtest.workloads.inbox import store_env
 
 __all__ = ["add_arguments", "run"]

@@ -12,7 +12,7 @@ into one StreamObjects consumer (counting objects, checking the set against plai
 headline is the ratio. Embedded = SQLite source, queue and state; distributed = PostgreSQL
 source (a private database on LOOM_TEST_POSTGRES_URL's server), SQS (LOOM_TEST_SQS_ENDPOINT)
 and DynamoDB Local (LOOM_TEST_DYNAMODB_ENDPOINT) from ``scripts/engines/up.sh``; there the
-raw TransactWriteItems rate of DynamoDB Local is measured too (`_iterator_baselines`).
+raw TransactWriteItems rate of DynamoDB Local is measured too (`loadtest/baselines/`).
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ from loom.v1 import iterator_pb2_grpc
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from loadtest.baselines.keyset_scan import raw_scan
+from loadtest.baselines.step_transactions import dynamodb_transactions_per_s
 from loadtest.corpora.iterator import (
     Corpus,
     CorpusShape,
@@ -42,7 +44,6 @@ from loadtest.corpora.iterator import (
     write_url,
 )
 from loadtest.harness import Harness
-from loadtest.workloads._iterator_baselines import dynamodb_transactions_per_s, raw_scan
 
 __all__ = ["add_arguments", "run"]
 

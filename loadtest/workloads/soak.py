@@ -30,7 +30,7 @@ import numpy as np
 from loadtest.corpora.iterator import CorpusShape, generate, write_sqlite
 from loadtest.harness import Harness
 from loadtest.server import SERVER_PIDS
-from loadtest.workloads._soak_mix import DRIVERS, Outcomes
+from loadtest.traffic.soak_mix import DRIVERS, Outcomes
 
 __all__ = ["add_arguments", "run"]
 

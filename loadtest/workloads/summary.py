@@ -29,8 +29,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from loom.v1 import summary_pb2, summary_pb2_grpc
 
-from loadtest.harness import Harness
-from loadtest.workloads._summary_figures import (
+from loadtest.figures.summary_estimators import (
     Competitor,
     accuracy_table,
     cpu_per_event,
@@ -39,6 +38,7 @@ from loadtest.workloads._summary_figures import (
     paired_cpc,
     size_table,
 )
+from loadtest.harness import Harness
 
 __all__ = ["add_arguments", "run"]
 

@@ -41,19 +41,21 @@ import grpc
 from grpc_health.v1 import health_pb2_grpc
 from loom.v1 import templates_pb2, templates_pb2_grpc
 
+from loadtest.baselines.fingerprint_floor import cpu_floor
 from loadtest.corpora.email_corpus import LabeledEmail, build_corpus, describe, real_templates
 from loadtest.corpora.synthetic_emails import SyntheticEmail, ZipfStream, instantiate
-from loadtest.harness import Harness
-from loadtest.recorder import LatencyRecorder
-from loadtest.workloads._templates_parts import (
-    cpu_floor,
+from loadtest.figures.templates_quality import (
     held_out_quality,
     juicer_batch,
     owns,
+    templates_reaching_k,
+)
+from loadtest.harness import Harness
+from loadtest.recorder import LatencyRecorder
+from loadtest.traffic.templates_calls import (
     probe_health,
     settle,
     submit_all,
-    templates_reaching_k,
     to_proto,
     until_processed,
 )

@@ -53,45 +53,27 @@ from loadtest.corpora.threadweaver import (
     generate,
     shuffled,
 )
+from loadtest.figures.threadweaver_truth import ExpectedStats, expected_stats
 from loadtest.harness import Harness
-from loadtest.workloads._threadweaver_parts import (
-    STORES,
-    CorrectnessError,
-    ExpectedStats,
-    add_arguments,
-    discussion_starts,
-    expected_stats,
-    get_requests,
-    partition_mismatches,
-    resolve_pages,
-    store_env,
-    thread_keys,
-    weave_batches,
-)
-from loadtest.workloads._threadweaver_phases import (
+from loadtest.phases.threadweaver import (
     bfs_chain_phases,
+    bfs_phase,
     chain_plot,
     chain_read_phases,
     raw_write_phase,
+    verify_answers,
+)
+from loadtest.stores import parse_stores, store_env
+from loadtest.traffic.threadweaver_requests import (
+    discussion_starts,
+    get_requests,
+    resolve_pages,
+    weave_batches,
 )
 from server.threadweaver.model import default_ut
 from storage.ports import ThreadKey as StoredThread
 
-__all__ = [
-    "STORES",
-    "CorrectnessError",
-    "ExpectedStats",
-    "add_arguments",
-    "discussion_starts",
-    "expected_stats",
-    "get_requests",
-    "partition_mismatches",
-    "resolve_pages",
-    "run",
-    "store_env",
-    "thread_keys",
-    "weave_batches",
-]
+__all__ = ["CHANNEL_OPTIONS", "add_arguments", "run"]
 
 CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.max_send_message_length", 64 * 1024 * 1024),
@@ -122,6 +104,75 @@ class _Inputs:
     """One (Message-ID key, value) per message copy, in weave order: the raw-write baseline."""
 
 
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Corpus shape, stores, and how much of each phase to run."""
+    parser.add_argument(
+        "--store",
+        type=parse_stores,
+        default=["sqlite"],
+        metavar="S[,S...]",
+        help="engines to measure, comma-separated: sqlite, bigtable, cassandra",
+    )
+    parser.add_argument("--users", type=int, default=20, help="team size")
+    parser.add_argument(
+        "--discussions",
+        type=int,
+        default=3,
+        help="2,000-message discussions; 3 give ~130K message copies to weave",
+    )
+    parser.add_argument("--messages-per-discussion", type=int, default=2000)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--weave-order",
+        choices=["sent", "shuffled"],
+        default="sent",
+        help="sent: messages woven as they are delivered (steady state); shuffled: random "
+        "order, as a backfill of whole mailboxes would weave them (most unified threads)",
+    )
+    parser.add_argument("--batch", type=int, default=1000, help="messages per WeaveMessages")
+    parser.add_argument("--weave-concurrency", type=int, default=4, help="concurrent weavers")
+    parser.add_argument("--bfs-queries", type=int, default=100, help="timed BFS searches")
+    parser.add_argument("--queries", type=int, default=1000, help="timed GetUnifiedThread calls")
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=20,
+        help="untimed BFS searches and GetUnifiedThread calls before each timed phase",
+    )
+    parser.add_argument(
+        "--throughput-concurrency",
+        type=int,
+        default=8,
+        help="GetUnifiedThread callers of the throughput phase (0 skips it)",
+    )
+    parser.add_argument("--throughput-seconds", type=float, default=5.0)
+    parser.add_argument("--resolve-pages", type=int, default=200, help="ResolveThreads calls")
+    parser.add_argument(
+        "--chain-lengths",
+        type=lambda text: [int(x) for x in text.split(",") if x.strip()],
+        default=[5, 20, 80],
+        metavar="N[,N...]",
+        help="unified threads per chain of the read-cost-vs-chain-length phases (empty: none)",
+    )
+    parser.add_argument(
+        "--chain-threads", type=int, default=80, help="threads of every chain (same answer size)"
+    )
+    parser.add_argument(
+        "--chain-queries", type=int, default=200, help="timed reads per chain length and store"
+    )
+    parser.add_argument(
+        "--no-raw-writes",
+        action="store_true",
+        help="skip the engines' raw insert-if-absent baseline (needs engine access)",
+    )
+    parser.add_argument(
+        "--verify-sample",
+        type=int,
+        default=100,
+        help="start threads whose GetUnifiedThread is checked against BFS and ground truth",
+    )
+
+
 async def run(args: argparse.Namespace, harness: Harness) -> None:
     """Baseline, then every store; exits non-zero after writing the report on a mismatch."""
     report = harness.report
@@ -138,7 +189,9 @@ async def run(args: argparse.Namespace, harness: Harness) -> None:
             await _measure_store(args, harness, store, inputs)
         # The load on a shared machine drifts over minutes: measure the baseline again at
         # the end, so each store's ratio is bracketed by a baseline before and after it.
-        await _bfs_phase(args, harness, bfs, inputs, "baseline-bfs-end")
+        await bfs_phase(
+            args, harness, bfs, inputs.query_starts, inputs.corpus.team_gids, "baseline-bfs-end"
+        )
         for store in args.store:
             for metric in ("p50", "p99"):
                 harness.report.ratio(f"{store}.GetUnifiedThread", "baseline-bfs-end", metric)
@@ -153,7 +206,7 @@ async def run(args: argparse.Namespace, harness: Harness) -> None:
         if args.png is not None:
             from loadtest.plots import render_png  # matplotlib loads only when a PNG is asked for
 
-        render_png(report, args.png)
+            render_png(report, args.png)
         print(f"threadweaver: CORRECTNESS FAILURE {mismatches}", file=sys.stderr)
         raise SystemExit(1)
 
@@ -226,7 +279,9 @@ async def _prepare(args: argparse.Namespace, harness: Harness, bfs: BfsBaseline)
         chains,
         raw_items,
     )
-    await _bfs_phase(args, harness, bfs, inputs, "baseline-bfs")
+    await bfs_phase(
+        args, harness, bfs, inputs.query_starts, inputs.corpus.team_gids, "baseline-bfs"
+    )
     await bfs_chain_phases(args, harness, bfs, chains)
 
     # The baseline's answers for the verification sample, computed once for every store.
@@ -239,28 +294,6 @@ async def _prepare(args: argparse.Namespace, harness: Harness, bfs: BfsBaseline)
     report.add_figure("bfs_vs_truth_mismatches", bad)
     inputs.bfs_answers = bfs_answers
     return inputs
-
-
-async def _bfs_phase(
-    args: argparse.Namespace, harness: Harness, bfs: BfsBaseline, inputs: _Inputs, phase: str
-) -> None:
-    """The baseline: a team's BFS from the same start threads GetUnifiedThread gets."""
-    team = inputs.corpus.team_gids
-    starts = inputs.query_starts
-    found: list[int] = []
-    levels: list[int] = []
-
-    async def search(i: int) -> None:
-        result = await bfs.unified_threads_async(*starts[i % len(starts)], team)
-        found.append(len(result.threads))
-        levels.append(result.levels)
-
-    for k in starts[: args.warmup]:
-        await bfs.unified_threads_async(*k, team)
-    await harness.closed_loop(phase, search, concurrency=1, count=args.bfs_queries)
-    report = harness.report
-    report.add_figure(f"{phase}.threads_per_result_mean", round(sum(found) / max(1, len(found)), 1))
-    report.add_figure(f"{phase}.levels_mean", round(sum(levels) / max(1, len(levels)), 1))
 
 
 async def _measure_store(
@@ -280,7 +313,16 @@ async def _measure_store(
         stub = threadweaver_pb2_grpc.ThreadWeaverStub(channel)
         await _weave(args, harness, store, stub, inputs)
         await _read(args, harness, store, stub, inputs)
-        await _verify(harness, store, stub, inputs)
+        await verify_answers(
+            harness,
+            store,
+            stub,
+            truth=inputs.truth,
+            team=inputs.corpus.team_gids,
+            bfs_answers=inputs.bfs_answers,
+            stats=inputs.stats,
+            pages=inputs.pages,
+        )
         await chain_read_phases(args, harness, store, stub, inputs.chains)
 
 
@@ -355,42 +397,3 @@ async def _read(
         await harness.closed_loop(
             f"{store}.ResolveThreads", resolve, concurrency=1, count=args.resolve_pages
         )
-
-
-async def _verify(
-    harness: Harness, store: str, stub: threadweaver_pb2_grpc.ThreadWeaverStub, inputs: _Inputs
-) -> None:
-    """Untimed: sampled GetUnifiedThread vs BFS and truth; every thread's ResolveThreads."""
-    team = inputs.corpus.team_gids
-    vs_bfs = vs_truth = vs_stats = 0
-    for key in inputs.verify_starts:
-        resp = await stub.GetUnifiedThread(
-            threadweaver_pb2.GetUnifiedThreadRequest(gid=key[0], thread_id=key[1], team_gids=team),
-            timeout=_RPC_TIMEOUT_S,
-        )
-        got = thread_keys(resp.threads)
-        vs_bfs += got != inputs.bfs_answers[key] or resp.oversized
-        vs_truth += got != inputs.truth.team_component(*key, team)
-        want = inputs.stats[inputs.truth.component(*key)]
-        last_ms = (
-            resp.stats.last_message_at.seconds * 1000
-            + resp.stats.last_message_at.nanos // 1_000_000
-        )
-        vs_stats += (resp.stats.message_count, last_ms) != (
-            want.message_count,
-            want.last_message_at_ms,
-        )
-    resolved: dict[ThreadKey, str | None] = {}
-    for page in inputs.pages:
-        resp_r = await stub.ResolveThreads(page, timeout=_RPC_TIMEOUT_S)
-        for r in resp_r.threads:
-            resolved[(r.thread.gid, r.thread.thread_id)] = r.unified_thread_id if r.found else None
-    report = harness.report
-    report.add_figure(f"{store}.verified_threads", len(inputs.verify_starts))
-    report.add_figure(f"{store}.get_vs_bfs_mismatches", vs_bfs)
-    report.add_figure(f"{store}.get_vs_truth_mismatches", vs_truth)
-    report.add_figure(f"{store}.stats_mismatches", vs_stats)
-    report.add_figure(f"{store}.resolved_threads", len(resolved))
-    report.add_figure(
-        f"{store}.resolve_partition_mismatches", partition_mismatches(resolved, inputs.truth)
-    )

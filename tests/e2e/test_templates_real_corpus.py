@@ -21,7 +21,8 @@ import pytest_asyncio
 from loom.v1 import templates_pb2, templates_pb2_grpc
 
 from loadtest.corpora.email_corpus import LabeledEmail, build_corpus, describe, real_templates
-from loadtest.workloads._templates_parts import held_out_quality, settle, submit_all, to_proto
+from loadtest.figures.templates_quality import held_out_quality
+from loadtest.traffic.templates_calls import settle, submit_all, to_proto
 from tests.conftest import selected_engines
 from tests.engines import settings_for
 from tests.serving import Running, running_server

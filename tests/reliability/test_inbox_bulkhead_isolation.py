@@ -25,7 +25,7 @@ from pathlib import Path
 import grpc
 from loom.v1 import inbox_pb2, inbox_pb2_grpc
 
-from loadtest.workloads._inbox_flood import FloodResult, FloodSpec, recipients, run_flood
+from loadtest.traffic.inbox_flood import FloodResult, FloodSpec, recipients, run_flood
 from server.config import InboxSettings, Settings
 from tests.engines import settings_for
 from tests.serving import eventually, running_server

@@ -6,7 +6,7 @@ import statistics
 from collections import Counter
 
 from loadtest.corpora.synthetic_emails import ZipfStream
-from loadtest.workloads._templates_parts import pairwise_quality
+from loadtest.figures.templates_quality import pairwise_quality
 
 
 class TestZipfStream:

@@ -6,13 +6,12 @@ import pytest
 from loom.v1 import common_pb2
 
 from loadtest.corpora.threadweaver import Corpus, CorpusParams, ThreadKey, WovenMessage, generate
-from loadtest.workloads.threadweaver import (
+from loadtest.figures.threadweaver_truth import expected_stats, partition_mismatches
+from loadtest.stores import store_env
+from loadtest.traffic.threadweaver_requests import (
     discussion_starts,
-    expected_stats,
     get_requests,
-    partition_mismatches,
     resolve_pages,
-    store_env,
     thread_keys,
     weave_batches,
 )

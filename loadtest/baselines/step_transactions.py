@@ -1,12 +1,9 @@
-"""Baselines of the Iterator workload, measured in the same run as the pipeline.
+"""The Iterator's job-state baseline: DynamoDB Local committing step-shaped transactions.
 
-- The raw keyset scan of the source: one loop of ``WHERE user_id = ? AND id > ? ORDER BY id
-  LIMIT n`` per user, no pipeline (what "≥ 40 % of raw" is measured against).
-- The raw TransactWriteItems rate of the job-state engine (DynamoDB Local in tests), with
-  transactions shaped like a pipeline step — a conditional task update, a chunk item of
-  `objects` packed keys and the counters' ADD — at the pipeline's concurrency. A chunk
-  costs the pipeline its commit and a share of one settlement, so this rate times the
-  objects per chunk bounds what any pipeline on that engine can emit.
+Transactions shaped like a pipeline step — a conditional task update, a chunk item of
+``objects`` packed keys and the counters' ADD — at the pipeline's concurrency. A chunk costs
+the pipeline its commit and a share of one settlement, so this rate times the objects per
+chunk bounds what any pipeline on that engine can emit.
 """
 
 from __future__ import annotations
@@ -17,32 +14,8 @@ import time
 import uuid
 
 import aioboto3
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import create_async_engine
 
-__all__ = ["dynamodb_transactions_per_s", "raw_scan"]
-
-
-async def raw_scan(url: str, users: list[int], chunk: int) -> tuple[int, float]:
-    """The baseline: one keyset loop per user, no pipeline. (rows, seconds)"""
-    engine = create_async_engine(url)
-    sql = text(
-        "SELECT id FROM file WHERE user_id = :u AND id > :m AND deleted = 0 ORDER BY id LIMIT :n"
-    )
-    rows = 0
-    started = time.perf_counter()
-    async with engine.connect() as conn:
-        for user in users:
-            marker = -1
-            while True:
-                got = (await conn.execute(sql, {"u": user, "m": marker, "n": chunk})).all()
-                rows += len(got)
-                if len(got) < chunk:
-                    break
-                marker = got[-1][0]
-    seconds = time.perf_counter() - started
-    await engine.dispose()
-    return rows, seconds
+__all__ = ["dynamodb_transactions_per_s"]
 
 
 async def dynamodb_transactions_per_s(

@@ -16,7 +16,7 @@ from loom.v1 import inbox_pb2, inbox_pb2_grpc
 from loadtest.baselines.cassandra_raw import raw_insert_rows
 from loadtest.harness import Harness
 from loadtest.recorder import LatencyRecorder
-from loadtest.workloads._inbox_clients import ClientResult, ClientSpec, run_client
+from loadtest.traffic.inbox_mix import ClientResult, ClientSpec, run_client
 
 __all__ = ["ANNOUNCEMENT_S", "announce", "probe_calls", "probe_spec", "raw_baseline"]
 

@@ -1,23 +1,21 @@
-"""Pieces of the TemplateInduction workload: calls, waiting, and the figures' arithmetic."""
+"""How well templates were induced: pairwise quality, the held-out protocol, Juicer's batch.
+
+Pure arithmetic on what a run annotated (unit-tested): pairwise precision and recall of
+predicted template ids against the true templates, the held-out protocol's figures (which
+true templates formed, how many ids one true template got, k-anonymity of every formed
+template), and Juicer's weekly MapReduce over a sample, run with the service's own keys
+and formation, to compare the online service's recall with.
+"""
 
 from __future__ import annotations
 
-import asyncio
 import itertools
-import multiprocessing
 import random
-import time
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
-import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-from loom.v1 import templates_pb2, templates_pb2_grpc
-
 from loadtest.corpora.synthetic_emails import skeleton
-from loadtest.recorder import LatencyRecorder
 from server.templates.model import ClusterEmail, EmailIn
 from server.templates.schemes import SchemeParams, form_templates, match_template
 from server.templates.tokens import email_hashes
@@ -26,105 +24,12 @@ from server.templates.work import fingerprint_batch
 __all__ = [
     "HeldOut",
     "Quality",
-    "cpu_floor",
     "held_out_quality",
     "juicer_batch",
     "owns",
     "pairwise_quality",
-    "probe_health",
-    "settle",
-    "stats",
-    "submit_all",
-    "to_proto",
-    "until_processed",
+    "templates_reaching_k",
 ]
-
-
-def to_proto(
-    email_id: str, sender: str, recipient: str, subject: str, html: str
-) -> templates_pb2.Email:
-    """One Email message."""
-    return templates_pb2.Email(
-        email_id=email_id, sender=sender, recipient_id=recipient, subject=subject, html_body=html
-    )
-
-
-async def stats(stub: templates_pb2_grpc.TemplateInductionStub) -> templates_pb2.InductionStats:
-    """The server's induction counters."""
-    return await stub.GetInductionStats(templates_pb2.GetInductionStatsRequest(), timeout=5)
-
-
-async def settle(
-    stub: templates_pb2_grpc.TemplateInductionStub, timeout_s: float = 600
-) -> templates_pb2.InductionStats:
-    """Waits until every admitted email left the pipeline and no formation is queued."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        st = await stats(stub)
-        done = st.processed + st.failed + st.dropped_io >= st.accepted
-        if done and st.cpu_queue_depth == st.io_queue_depth == st.formation_queue_depth == 0:
-            return st
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"pipeline not idle after {timeout_s}s: {st}")
-        await asyncio.sleep(0.05)
-
-
-async def submit_all(
-    stub: templates_pb2_grpc.TemplateInductionStub,
-    emails: Sequence[templates_pb2.Email],
-    *,
-    batch: int,
-    concurrency: int,
-    resend: bool = True,
-) -> tuple[int, int]:
-    """SubmitEmails in batches from `concurrency` callers; a caller told of drops backs off
-    and (with `resend`) sends the dropped tail again, so the whole stream gets in.
-
-    Returns (accepted, dropped): every refusal counts, including those later resent.
-    """
-    batches = [list(emails[i : i + batch]) for i in range(0, len(emails), batch)]
-    queue: asyncio.Queue[list[templates_pb2.Email]] = asyncio.Queue()
-    for b in batches:
-        queue.put_nowait(b)
-    totals = [0, 0]
-
-    async def caller() -> None:
-        while not queue.empty():
-            part = queue.get_nowait()
-            while part:
-                request = templates_pb2.SubmitEmailsRequest(emails=part)
-                reply = await stub.SubmitEmails(request, timeout=30)
-                totals[0] += reply.accepted
-                totals[1] += reply.dropped
-                if not reply.dropped:
-                    break
-                # Back off for about as long as the server needs to make room for the tail
-                # (at ~2,000 emails/s): refused emails cost the server their transfer and
-                # parse, so hammering a full queue only slows it down.
-                await asyncio.sleep(max(0.05, reply.dropped / 2000))
-                part = part[len(part) - reply.dropped :] if resend else []
-
-    await asyncio.gather(*(caller() for _ in range(concurrency)))
-    return totals[0], totals[1]
-
-
-def cpu_floor(
-    items: Sequence[tuple[str, str]], workers: int, batch: int, params: SchemeParams
-) -> float:
-    """Emails/s of parse + fingerprint alone, same process count and batch as the server.
-
-    `items` are (sender, html); no recipient, so no stored form is built: the floor is the
-    paper's fingerprint and the scheme's keys only.
-    """
-    emails = [EmailIn("", sender, "", "", html, 0) for sender, html in items]
-    ctx = multiprocessing.get_context("forkserver")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-        list(pool.map(fingerprint_batch, [emails[:batch]] * workers, [params] * workers))  # warm
-        chunks = [emails[i : i + batch] for i in range(0, len(emails), batch)]
-        t0 = time.perf_counter()
-        for _ in pool.map(fingerprint_batch, chunks, [params] * len(chunks)):
-            pass
-        return len(items) / (time.perf_counter() - t0)
 
 
 @dataclass(frozen=True)
@@ -282,53 +187,3 @@ def templates_reaching_k(emails: Sequence[tuple[int, str]], k: int) -> int:
     for template, recipient in emails:
         users[template].add(recipient)
     return sum(1 for u in users.values() if len(u) >= k)
-
-
-def most_common(values: Sequence[int], n: int) -> list[int]:
-    """The `n` most frequent values."""
-    return [v for v, _ in Counter(values).most_common(n)]
-
-
-async def until_processed(
-    stub: templates_pb2_grpc.TemplateInductionStub, sending: asyncio.Task[tuple[int, int]], n: int
-) -> float:
-    """Seconds until all `n` emails went through the I/O stage (Algorithm 2's check).
-
-    Formations still queued then are the second stage's backlog, reported apart
-    (``formations_drained_s``), as the paper's throughput counts emails clustered.
-    """
-    t0 = time.perf_counter()
-    while True:
-        st = await stats(stub)
-        through = st.processed + st.failed + st.dropped_io
-        if sending.done() and through >= n and st.cpu_queue_depth == st.io_queue_depth == 0:
-            return time.perf_counter() - t0
-        await asyncio.sleep(0.02)
-
-
-async def probe_health(
-    health: health_pb2_grpc.HealthStub,
-    rate: float,
-    *,
-    seconds: float | None = None,
-    stop: asyncio.Event | None = None,
-    rec: LatencyRecorder | None = None,
-) -> LatencyRecorder:
-    """Health checks at `rate`/s for `seconds` (or until `stop`), latencies recorded."""
-    rec = LatencyRecorder() if rec is None else rec  # an empty recorder is falsy
-    request = health_pb2.HealthCheckRequest(service="loom.v1.TemplateInduction")
-    start = time.perf_counter()
-    n = 0
-    while (seconds is None or time.perf_counter() - start < seconds) and not (
-        stop and stop.is_set()
-    ):
-        due = start + n / rate
-        await asyncio.sleep(max(0.0, due - time.perf_counter()))
-        t = time.perf_counter()
-        try:
-            await health.Check(request, timeout=5)
-            rec.record(time.perf_counter() - max(t, due))
-        except grpc.aio.AioRpcError as exc:
-            rec.record_error(exc.code().name)
-        n += 1
-    return rec

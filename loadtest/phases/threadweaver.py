@@ -1,5 +1,8 @@
-"""The ThreadWeaver workload's extra phases: read cost vs chain length, raw conditional writes.
+"""The ThreadWeaver workload's phases beside weaving and reading: the BFS baseline, read cost
+vs chain length, raw conditional writes, and the check of every answer against the truth.
 
+* BFS (`loadtest.baselines.bfs`): a team's breadth-first search from the same start threads
+  GetUnifiedThread gets, closed loop, concurrency 1: what every read ratio is against.
 * Chains (`loadtest.corpora.threadweaver.chain`): the same 80-thread conversation built as a
   chain of 5, 20 or 80 unified threads. GetUnifiedThread from random threads of each, timed
   per chain length and per store, beside the BFS baseline on the same chains: the figure
@@ -7,6 +10,9 @@
 * Raw conditional writes (`loadtest.baselines.conditional_writes`): as many bare
   insert-if-absent calls as the corpus has message copies, on the store's engine, from this
   process; WeaveMessages throughput is reported as a fraction of that rate.
+* Verification, untimed: a sample of GetUnifiedThread answers against the BFS answer and the
+  union-find truth (threads and stats), every thread's ResolveThreads against the truth's
+  partition; each count of mismatches is a figure.
 """
 
 from __future__ import annotations
@@ -14,23 +20,56 @@ from __future__ import annotations
 import argparse
 import os
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from loom.v1 import threadweaver_pb2, threadweaver_pb2_grpc
 
 from loadtest.baselines.bfs import BfsBaseline
 from loadtest.baselines.conditional_writes import insert_if_absent, measure_raw_rate
-from loadtest.corpora.threadweaver import Chain
+from loadtest.corpora.threadweaver import Chain, GroundTruth, ThreadKey
+from loadtest.figures.threadweaver_truth import ExpectedStats, partition_mismatches
 from loadtest.harness import Harness
-from loadtest.workloads._threadweaver_parts import thread_keys, weave_batches
+from loadtest.traffic.threadweaver_requests import thread_keys, weave_batches
 
-__all__ = ["bfs_chain_phases", "chain_plot", "chain_read_phases", "raw_write_phase"]
+__all__ = [
+    "bfs_chain_phases",
+    "bfs_phase",
+    "chain_plot",
+    "chain_read_phases",
+    "raw_write_phase",
+    "verify_answers",
+]
 
 _TIMEOUT_S = 120.0
 
 
 def _chain_phase(store: str, length: int) -> str:
     return f"{store}.GetUnifiedThread-chain{length}"
+
+
+async def bfs_phase(
+    args: argparse.Namespace,
+    harness: Harness,
+    bfs: BfsBaseline,
+    starts: Sequence[ThreadKey],
+    team: Sequence[str],
+    phase: str,
+) -> None:
+    """The baseline: a team's BFS from the same start threads GetUnifiedThread gets."""
+    found: list[int] = []
+    levels: list[int] = []
+
+    async def search(i: int) -> None:
+        result = await bfs.unified_threads_async(*starts[i % len(starts)], team)
+        found.append(len(result.threads))
+        levels.append(result.levels)
+
+    for k in starts[: args.warmup]:
+        await bfs.unified_threads_async(*k, team)
+    await harness.closed_loop(phase, search, concurrency=1, count=args.bfs_queries)
+    report = harness.report
+    report.add_figure(f"{phase}.threads_per_result_mean", round(sum(found) / max(1, len(found)), 1))
+    report.add_figure(f"{phase}.levels_mean", round(sum(levels) / max(1, len(levels)), 1))
 
 
 async def bfs_chain_phases(
@@ -134,3 +173,51 @@ async def raw_write_phase(
             insert, items, batch=args.batch, callers=args.weave_concurrency
         )
     harness.report.add_figure(f"{store}.raw_insert_if_absent_per_s", round(calls / seconds))
+
+
+async def verify_answers(
+    harness: Harness,
+    store: str,
+    stub: threadweaver_pb2_grpc.ThreadWeaverStub,
+    *,
+    truth: GroundTruth,
+    team: Sequence[str],
+    bfs_answers: Mapping[ThreadKey, frozenset[ThreadKey]],
+    stats: Mapping[frozenset[ThreadKey], ExpectedStats],
+    pages: Sequence[threadweaver_pb2.ResolveThreadsRequest],
+) -> None:
+    """Untimed: GetUnifiedThread of each of `bfs_answers`' threads vs BFS and truth; every
+    thread's ResolveThreads (`pages`) vs the truth's partition."""
+    team = list(team)
+    vs_bfs = vs_truth = vs_stats = 0
+    for key, bfs_answer in bfs_answers.items():
+        resp = await stub.GetUnifiedThread(
+            threadweaver_pb2.GetUnifiedThreadRequest(gid=key[0], thread_id=key[1], team_gids=team),
+            timeout=_TIMEOUT_S,
+        )
+        got = thread_keys(resp.threads)
+        vs_bfs += got != bfs_answer or resp.oversized
+        vs_truth += got != truth.team_component(*key, team)
+        want = stats[truth.component(*key)]
+        last_ms = (
+            resp.stats.last_message_at.seconds * 1000
+            + resp.stats.last_message_at.nanos // 1_000_000
+        )
+        vs_stats += (resp.stats.message_count, last_ms) != (
+            want.message_count,
+            want.last_message_at_ms,
+        )
+    resolved: dict[ThreadKey, str | None] = {}
+    for page in pages:
+        resp_r = await stub.ResolveThreads(page, timeout=_TIMEOUT_S)
+        for r in resp_r.threads:
+            resolved[(r.thread.gid, r.thread.thread_id)] = r.unified_thread_id if r.found else None
+    report = harness.report
+    report.add_figure(f"{store}.verified_threads", len(bfs_answers))
+    report.add_figure(f"{store}.get_vs_bfs_mismatches", vs_bfs)
+    report.add_figure(f"{store}.get_vs_truth_mismatches", vs_truth)
+    report.add_figure(f"{store}.stats_mismatches", vs_stats)
+    report.add_figure(f"{store}.resolved_threads", len(resolved))
+    report.add_figure(
+        f"{store}.resolve_partition_mismatches", partition_mismatches(resolved, truth)
+    )
