@@ -24,6 +24,7 @@ import os
 import random
 import time
 import uuid
+from collections.abc import Sequence
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -31,6 +32,9 @@ from loom.v1 import summary_pb2, summary_pb2_grpc
 
 from loadtest.figures.summary_estimators import (
     Competitor,
+    ErrorRow,
+    PairedRow,
+    SizeRow,
     accuracy_table,
     cpu_per_event,
     determinism,
@@ -39,6 +43,7 @@ from loadtest.figures.summary_estimators import (
     size_table,
 )
 from loadtest.harness import Harness
+from loadtest.report import Report
 
 __all__ = ["add_arguments", "run"]
 
@@ -74,54 +79,63 @@ def _at_equal(loom_err: float, competitors: list[Competitor], n: int) -> float:
 
 
 def _accuracy(args: argparse.Namespace, harness: Harness) -> None:
+    """Error and bytes against DataSketches, CPU per event, determinism, stored bytes."""
     report = harness.report
     sizes = [int(s) for s in args.sizes.split(",")]
     t0 = time.perf_counter()
     rows = accuracy_table(sizes, args.runs, args.seed)
     report.add_figure("accuracy_seconds", round(time.perf_counter() - t0, 1))
-    table = []
-    for r in rows:
-        entry: dict[str, object] = {
-            "n": r.n,
-            "runs": r.runs,
-            "loom_mean_abs_err": round(r.loom_mean, 6),
-            "loom_max_abs_err": round(r.loom_max, 6),
-            "loom_rms_err": round(r.loom_rms, 6),
-            "loom_bytes_1_status": round(r.loom_bytes),
-            "v1_mean_abs_err": round(r.v1_mean, 6),
-            "v1_bytes_1_status": round(r.v1_bytes),
-        }
-        for name, comps in (("cpc", r.cpc), ("hll4", r.hll4)):
-            entry[name] = {
-                f"lgK{c.lg_k}": {"mean_abs_err": round(c.mean_err, 6), "bytes": round(c.bytes)}
-                for c in comps
-            }
-            equal = equal_error_bytes(r.loom_mean, comps, r.n)
-            if equal is not None:
-                nearest, at_equal = equal
-                entry[f"{name}_nearest_lgK"] = nearest.lg_k
-                entry[f"{name}_bytes_at_loom_error"] = round(at_equal)
-                entry[f"loom_bytes_over_{name}_at_equal_error"] = round(r.loom_bytes / at_equal, 3)
-        table.append(entry)
-    report.add_figure("accuracy", table)
+    report.add_figure("accuracy", [_error_entry(r) for r in rows])
     paired = paired_cpc((50_000, 1_000_000), args.paired_runs, args.seed + 10_000)
-    report.add_figure(
-        "cpc_paired_equal_error",
-        [
-            {
-                "n": p.n,
-                "runs": p.runs,
-                "loom_mean_abs_err": round(p.loom_mean, 6),
-                "cpc_hip_mean_abs_err": round(p.cpc_hip_mean, 6),
-                "loom_bytes_1_status": round(p.loom_bytes),
-                "cpc_hip_bytes": round(p.cpc_hip_bytes),
-                "loom_over_cpc_bytes_at_equal_error": round(p.bytes_ratio_at_equal_error, 3),
-            }
-            for p in paired
-        ],
-    )
+    report.add_figure("cpc_paired_equal_error", [_paired_entry(p) for p in paired])
     report.add_figure("cpu_per_event_us", {k: round(v, 3) for k, v in cpu_per_event().items()})
     report.add_figure("same_bytes_after_reordering", determinism())
+    _error_plots(report, rows)
+    _stored_bytes(report, size_table(sizes, args.seed))
+
+
+def _error_entry(r: ErrorRow) -> dict[str, object]:
+    """One n of the accuracy table: Loom, v1, and each competitor at every lgK and at
+    Loom's mean error."""
+    entry: dict[str, object] = {
+        "n": r.n,
+        "runs": r.runs,
+        "loom_mean_abs_err": round(r.loom_mean, 6),
+        "loom_max_abs_err": round(r.loom_max, 6),
+        "loom_rms_err": round(r.loom_rms, 6),
+        "loom_bytes_1_status": round(r.loom_bytes),
+        "v1_mean_abs_err": round(r.v1_mean, 6),
+        "v1_bytes_1_status": round(r.v1_bytes),
+    }
+    for name, comps in (("cpc", r.cpc), ("hll4", r.hll4)):
+        entry[name] = {
+            f"lgK{c.lg_k}": {"mean_abs_err": round(c.mean_err, 6), "bytes": round(c.bytes)}
+            for c in comps
+        }
+        equal = equal_error_bytes(r.loom_mean, comps, r.n)
+        if equal is not None:
+            nearest, at_equal = equal
+            entry[f"{name}_nearest_lgK"] = nearest.lg_k
+            entry[f"{name}_bytes_at_loom_error"] = round(at_equal)
+            entry[f"loom_bytes_over_{name}_at_equal_error"] = round(r.loom_bytes / at_equal, 3)
+    return entry
+
+
+def _paired_entry(p: PairedRow) -> dict[str, object]:
+    """Loom's canonical CPC against a single-writer CPC (HIP) on the same ids."""
+    return {
+        "n": p.n,
+        "runs": p.runs,
+        "loom_mean_abs_err": round(p.loom_mean, 6),
+        "cpc_hip_mean_abs_err": round(p.cpc_hip_mean, 6),
+        "loom_bytes_1_status": round(p.loom_bytes),
+        "cpc_hip_bytes": round(p.cpc_hip_bytes),
+        "loom_over_cpc_bytes_at_equal_error": round(p.bytes_ratio_at_equal_error, 3),
+    }
+
+
+def _error_plots(report: Report, rows: Sequence[ErrorRow]) -> None:
+    """Error vs n, and bytes vs n with the competitors scaled to Loom's mean error."""
     xs = [float(r.n) for r in rows]
     report.add_line_plot(
         "mean |relative error| of count vs recipients (same ids, same run)",
@@ -158,7 +172,10 @@ def _accuracy(args: argparse.Namespace, harness: Harness) -> None:
         logx=True,
         logy=True,
     )
-    sized = size_table(sizes, args.seed)
+
+
+def _stored_bytes(report: Report, sized: Sequence[SizeRow]) -> None:
+    """A realistic summary's stored bytes against Remind's exact UUID sets and the item limit."""
     report.add_figure(
         "stored_bytes",
         [
