@@ -20,7 +20,7 @@ from dataclasses import replace
 
 from server.iterator import model
 from server.iterator.model import JobSpec
-from server.runtime.errors import FailedPrecondition, NotFound
+from server.runtime.errors import FailedPrecondition
 from storage.ports import ChunkRecord, JobStore
 
 __all__ = ["AckResult", "Delivery"]
@@ -206,9 +206,3 @@ class Delivery:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def require_job(found: object, job_id: str) -> None:
-    """NOT_FOUND for a job id that names nothing."""
-    if found is None:
-        raise NotFound(f"job {job_id} not found")

@@ -137,10 +137,6 @@ class MessageSummary:
             self._encoded = None
         return changed
 
-    def record_one(self, recipient_id: str, status: DeliveryStatus) -> bool:
-        """Convenience for a single event."""
-        return self.record((DeliveryEvent(recipient_id, status),))
-
     def merge_in(self, other: MessageSummary) -> bool:
         """Union ``other`` into this summary (same params required); return whether it changed."""
         if other.params != self.params:

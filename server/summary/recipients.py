@@ -302,11 +302,3 @@ def _take(data: memoryview, offset: int, size: int) -> bytes:
     if offset + size > len(data):
         raise ValueError("truncated sketch")
     return bytes(data[offset : offset + size])
-
-
-def union_all(sets: Iterable[RecipientSet], params: SketchParams) -> RecipientSet:
-    """Union of many sets (used by tests and by folding concurrently written versions)."""
-    out = RecipientSet(params)
-    for s in sets:
-        out.merge(s)
-    return out

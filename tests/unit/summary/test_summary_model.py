@@ -91,10 +91,10 @@ def test_invalid_recipient_ids_rejected():
     """Empty or over-long ids raise ValueError instead of writing an undecodable row."""
     summary = MessageSummary()
     with pytest.raises(ValueError, match="empty"):
-        summary.record_one("", D)
+        summary.record([DeliveryEvent("", D)])
     with pytest.raises(ValueError, match="UTF-8"):
-        summary.record_one("é" * 129, D)
-    summary.record_one("é" * 128, D)  # exactly 256 bytes is fine
+        summary.record([DeliveryEvent("é" * 129, D)])
+    summary.record([DeliveryEvent("é" * 128, D)])  # exactly 256 bytes is fine
 
 
 event_lists = st.lists(
