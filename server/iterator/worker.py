@@ -37,9 +37,10 @@ import contextlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
-from server.config import IteratorSettings
 from server.iterator import model
 from server.iterator.jobcache import JobCache
+from server.iterator.pacing import reserve
+from server.iterator.settings import IteratorSettings
 from server.iterator.sizing import ChunkSizer
 from server.iterator.splitting import SplitFinder
 from server.iterator.stepping import StepInput, plan_step
@@ -317,7 +318,9 @@ class Pipeline:
         except StorageRejected as exc:  # only the source refuses statements
             raise _SourceRejected(task.level, str(exc)) from exc
         if emitting and rate > 0 and rows:
-            wait = await self._store.reserve(job_id, len(rows), float(rate), _now_ms())
+            wait = await reserve(
+                self._store, job_id, objects=len(rows), rate=float(rate), now_ms=_now_ms()
+            )
             if wait > 0:
                 await asyncio.sleep(wait)
         step = plan_step(task, spec, StepInput(rows, limit, cuts, _now_ms(), self._fanout))

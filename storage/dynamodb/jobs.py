@@ -2,7 +2,7 @@
 
 Table ``<table_prefix>iterator`` (hash ``pk``, range ``sk``)::
 
-    pk = j#<job>  sk = job         the job: state, spec, rate, version, tat (rate limiter)
+    pk = j#<job>  sk = job         the job: state, spec, rate, version, tat_ms (the pace)
                   sk = counters#k  one numeric attribute per counter (ADD), k < 16:
                                    steps add to their task's shard, reads sum them
                   sk = t#<task>    a task: level, parents, bounds, marker, seq, done, spawned
@@ -313,26 +313,39 @@ class DynamoDBJobStore:
             objects=sum(int(c["count"]["N"]) for c in chunks),
         )
 
-    async def reserve(self, job_id: str, objects: int, rate: float, now_ms: int) -> float:
-        key = {"pk": {"S": f"j#{job_id}"}, "sk": {"S": "job"}}
-        while True:
-            reply = await self._call("get_item", Key=key, ConsistentRead=True)
-            old = reply.get("Item", {}).get("tat_ms", {"N": "0"})
-            start = max(float(old["N"]), float(now_ms))
-            new = start + objects * 1000.0 / rate
-            try:
-                await self._db.update_item(
-                    TableName=self._table,
-                    Key=key,
-                    UpdateExpression="SET tat_ms = :new",
-                    ConditionExpression="attribute_not_exists(tat_ms) OR tat_ms = :old",
-                    ExpressionAttributeValues={":new": {"N": repr(new)}, ":old": old},
-                )
-            except DRIVER_ERRORS as exc:
-                if transaction_lost(exc) or transaction_conflict(exc):
-                    continue  # another worker booked first: book after it
-                raise translate(exc, "update_item") from exc
-            return (start - now_ms) / 1000.0
+    async def get_pace(self, job_id: str) -> float | None:
+        reply = await self._call(
+            "get_item",
+            Key={"pk": {"S": f"j#{job_id}"}, "sk": {"S": "job"}},
+            ConsistentRead=True,
+            ProjectionExpression="pk, tat_ms",
+        )
+        item = reply.get("Item")
+        if item is None:
+            return None
+        return float(item["tat_ms"]["N"]) if "tat_ms" in item else 0.0
+
+    async def set_pace(self, job_id: str, pace_ms: float, *, expected_ms: float) -> bool:
+        # A job never paced has no attribute yet: that is the pace 0.0.
+        condition = "tat_ms = :old"
+        if expected_ms == 0.0:
+            condition = "attribute_exists(pk) AND (attribute_not_exists(tat_ms) OR tat_ms = :old)"
+        try:
+            await self._db.update_item(
+                TableName=self._table,
+                Key={"pk": {"S": f"j#{job_id}"}, "sk": {"S": "job"}},
+                UpdateExpression="SET tat_ms = :new",
+                ConditionExpression=condition,
+                ExpressionAttributeValues={
+                    ":new": {"N": repr(pace_ms)},
+                    ":old": {"N": repr(expected_ms)},
+                },
+            )
+        except DRIVER_ERRORS as exc:
+            if transaction_lost(exc) or transaction_conflict(exc):
+                return False  # another booking swapped first
+            raise translate(exc, "update_item") from exc
+        return True
 
     async def close(self) -> None:
         await self._client.close()

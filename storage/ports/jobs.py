@@ -1,4 +1,5 @@
-"""Iterator's job-state port: jobs, task markers, counters, the chunk ledger and the pace.
+"""Iterator's job-state port: jobs, task markers, counters, the chunk ledger and the pace
+(the rate limiter's state; its arithmetic is `server.iterator.pacing`'s).
 
 Every write that must not happen twice is a conditional write on a version or a sequence
 number, so at-least-once queues and many workers on many replicas never count twice.
@@ -125,11 +126,12 @@ class LedgerSummary:
 
 
 class JobStore(Protocol):
-    """Iterator job state: jobs, task markers, counters and the chunk ledger.
+    """Iterator job state: jobs, task markers, counters, the chunk ledger and the pace.
 
     Every write that must not happen twice is conditional: `commit_step` on the task's
-    `seq`, `update_job` on the job's version, leases and settlements on the chunk's state.
-    Counters move only inside those writes, so they never count a duplicate.
+    `seq`, `update_job` on the job's version, leases and settlements on the chunk's state,
+    `set_pace` on the pace it replaces. Counters move only inside those writes, so they
+    never count a duplicate.
     """
 
     async def create_job(
@@ -215,9 +217,15 @@ class JobStore(Protocol):
         """Counts the job's task and chunk records; unsettled = not in `settled` state."""
         ...
 
-    async def reserve(self, job_id: str, objects: int, rate: float, now_ms: int) -> float:
-        """Rate limiting shared by every worker of every replica (GCRA): books `objects`
-        at `rate` per second and returns how long the caller must wait before using them."""
+    async def get_pace(self, job_id: str) -> float | None:
+        """The job's pace: the rate limiter's state (a time in ms, 0.0 until first set), or
+        None when the job does not exist. The domain's GCRA reads and sets it."""
+        ...
+
+    async def set_pace(self, job_id: str, pace_ms: float, *, expected_ms: float) -> bool:
+        """Stores `pace_ms` iff the stored pace is still `expected_ms` (compare-and-set,
+        atomic against every other writer of any process); False when it moved or the job
+        does not exist. Never raises for a lost race, only for engine faults."""
         ...
 
     async def close(self) -> None:

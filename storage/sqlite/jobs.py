@@ -1,6 +1,6 @@
 """JobStore on the embedded SQLite engine: jobs, task markers, counters and the chunk ledger.
 
-    iter_job     (job_id) state, spec, rate, version, tat_ms (the shared rate limiter)
+    iter_job     (job_id) state, spec, rate, version, tat_ms (the pace)
     iter_task    (job_id, task_id) level, parents, bounds, marker, seq, done, spawned
     iter_counter (job_id, name) value
     iter_chunk   (job_id, chunk_id) width, keys, count, state, lease_until_ms, sends
@@ -436,15 +436,20 @@ class SqliteJobStore:
 
         return await self._db.read(run)
 
-    async def reserve(self, job_id: str, objects: int, rate: float, now_ms: int) -> float:
-        def run(conn: sqlite3.Connection) -> float:
+    async def get_pace(self, job_id: str) -> float | None:
+        def run(conn: sqlite3.Connection) -> float | None:
             row = conn.execute("SELECT tat_ms FROM iter_job WHERE job_id = ?", (job_id,)).fetchone()
-            start = max(float(row[0]) if row else 0.0, float(now_ms))
-            conn.execute(
-                "UPDATE iter_job SET tat_ms = ? WHERE job_id = ?",
-                (start + objects * 1000.0 / rate, job_id),
+            return None if row is None else float(row[0])
+
+        return await self._db.read(run)
+
+    async def set_pace(self, job_id: str, pace_ms: float, *, expected_ms: float) -> bool:
+        def run(conn: sqlite3.Connection) -> bool:
+            cursor = conn.execute(
+                "UPDATE iter_job SET tat_ms = ? WHERE job_id = ? AND tat_ms = ?",
+                (pace_ms, job_id, expected_ms),
             )
-            return (start - now_ms) / 1000.0
+            return cursor.rowcount == 1
 
         return await self._db.write(run)
 

@@ -6,6 +6,7 @@ import asyncio
 import uuid
 from dataclasses import replace
 
+from server.iterator.pacing import reserve
 from storage.ports import ChunkRecord, JobRecord, JobStore, Step, TaskRecord
 
 
@@ -177,13 +178,41 @@ async def test_partial_acks_are_versioned(job_store: JobStore) -> None:
     assert stored.acked_keys == b"x"
 
 
+async def test_the_pace_is_swapped_by_compare_and_set(job_store: JobStore) -> None:
+    """A new job's pace is 0.0; set_pace writes only over the pace it expects, and a job
+    that does not exist has no pace to read or set."""
+    job = _job()
+    await job_store.create_job(job, ROOT, {})
+    assert await job_store.get_pace(job.job_id) == 0.0
+    assert await job_store.set_pace(job.job_id, 11_000.5, expected_ms=0.0)
+    assert not await job_store.set_pace(job.job_id, 12_000.0, expected_ms=0.0)
+    assert await job_store.get_pace(job.job_id) == 11_000.5
+    assert await job_store.set_pace(job.job_id, 1e12 / 3, expected_ms=11_000.5)
+    assert await job_store.get_pace(job.job_id) == 1e12 / 3
+    assert await job_store.get_pace("f" * 32) is None
+    assert not await job_store.set_pace("f" * 32, 5.0, expected_ms=0.0)
+    assert await job_store.get_pace("f" * 32) is None
+
+
 async def test_rate_reservations_queue_up(job_store: JobStore) -> None:
     """Booking objects at a rate makes the next booking wait for the earlier ones."""
     job = _job()
     await job_store.create_job(job, ROOT, {})
-    assert await job_store.reserve(job.job_id, 100, 100.0, 10_000) == 0.0
-    assert await job_store.reserve(job.job_id, 50, 100.0, 10_000) == 1.0
-    assert await job_store.reserve(job.job_id, 1, 100.0, 12_000) == 0.0
+    assert await reserve(job_store, job.job_id, objects=100, rate=100.0, now_ms=10_000) == 0.0
+    assert await reserve(job_store, job.job_id, objects=50, rate=100.0, now_ms=10_000) == 1.0
+    assert await reserve(job_store, job.job_id, objects=1, rate=100.0, now_ms=12_000) == 0.0
     await job_store.add_counters(job.job_id, {"ignored_acks": 2})
     await job_store.add_counters(job.job_id, {"ignored_acks": 3})
     assert (await job_store.counters(job.job_id))["ignored_acks"] == 5
+
+
+async def test_concurrent_bookings_form_one_queue(job_store: JobStore) -> None:
+    """Bookings racing from many workers each get their own slot: no two start together and
+    none is lost, as the swaps that lost re-read the pace and book after the winner."""
+    job = _job()
+    await job_store.create_job(job, ROOT, {})
+    waits = await asyncio.gather(
+        *(reserve(job_store, job.job_id, objects=10, rate=100.0, now_ms=50_000) for _ in range(8))
+    )
+    assert sorted(waits) == [i / 10 for i in range(8)]
+    assert await job_store.get_pace(job.job_id) == 50_800.0
