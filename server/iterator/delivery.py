@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 
 from server.iterator import model
 from server.iterator.model import JobSpec
 from server.runtime.errors import FailedPrecondition
+from storage.clock import now_ms
 from storage.ports import ChunkRecord, JobStore
 
 __all__ = ["AckResult", "Delivery"]
@@ -95,7 +95,7 @@ class Delivery:
             return asyncio.create_task(
                 self._store.lease_chunks(
                     job_id,
-                    now_ms=_now_ms(),
+                    now_ms=now_ms(),
                     lease_ms=lease_ms,
                     max_objects=max_objects * _MESSAGES_PER_LEASE,
                     max_chunks=1000,
@@ -202,7 +202,3 @@ class Delivery:
                     continue
             acked += len(new)
         return acked, whole, len(wanted) + repeated
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)

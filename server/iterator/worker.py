@@ -46,6 +46,7 @@ from server.iterator.splitting import SplitFinder
 from server.iterator.stepping import StepInput, plan_step
 from server.runtime.errors import LoomError, Unavailable
 from server.runtime.logs import get_logger
+from storage.clock import now_ms
 from storage.errors import StorageError, StorageRejected
 from storage.ports import (
     IterationSource,
@@ -319,11 +320,11 @@ class Pipeline:
             raise _SourceRejected(task.level, str(exc)) from exc
         if emitting and rate > 0 and rows:
             wait = await reserve(
-                self._store, job_id, objects=len(rows), rate=float(rate), now_ms=_now_ms()
+                self._store, job_id, objects=len(rows), rate=float(rate), now_ms=now_ms()
             )
             if wait > 0:
                 await asyncio.sleep(wait)
-        step = plan_step(task, spec, StepInput(rows, limit, cuts, _now_ms(), self._fanout))
+        step = plan_step(task, spec, StepInput(rows, limit, cuts, now_ms(), self._fanout))
         committing = time.perf_counter()
         committed = await self._store.commit_step(job_id, step, task.seq)
         sizer.observe_commit(time.perf_counter() - committing)
@@ -350,7 +351,3 @@ class Pipeline:
             await self._send(
                 task.level, [model.WorkMessage(job_id, task.task_id, task.seq).dumps()]
             )
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
