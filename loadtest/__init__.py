@@ -3,3 +3,5 @@
 Run ``python -m loadtest --help`` for the workloads; write one as
 ``loadtest/workloads/<name>.py`` (see :mod:`loadtest.harness`).
 """
+
+__all__: list[str] = []

@@ -38,6 +38,8 @@ from loadtest.server import loom_server
 from loadtest.traffic.inbox_mix import run_client
 from loadtest.workloads.inbox import store_env
 
+__all__ = ["main", "slow_windows"]
+
 _PROBED = 200
 _SLOW_S = 0.030
 _GAP_S = 0.3

@@ -37,6 +37,8 @@ from cassandra.query import BatchStatement, BatchType
 from storage.cassandra.session import CassandraSession, gather
 from storage.settings import CassandraSettings
 
+__all__ = ["main"]
+
 _GROUP = 50
 _TABLES = (
     "CREATE TABLE IF NOT EXISTS {ks}.e (inbox_id text, thread_id text, last_message_id bigint, "

@@ -39,6 +39,8 @@ from loadtest.corpora.iterator import CorpusShape, generate, private_database, w
 from server.app import build_server
 from server.config import load_settings
 
+__all__ = ["CALLS", "SECONDS", "main"]
+
 CALLS: Counter[str] = Counter()
 SECONDS: Counter[str] = Counter()
 """Wall seconds spent inside each operation's calls (overlapping calls add up)."""

@@ -31,6 +31,8 @@ import time
 
 from server.summary.model import DeliveryEvent, DeliveryStatus, MessageSummary
 
+__all__ = ["CHECKPOINTS", "main", "run_once"]
+
 CHECKPOINTS = (1_000, 10_000, 50_000, 100_000, 1_000_000)
 
 

@@ -25,6 +25,8 @@ from server.summary.model import STATUS_ORDER, DeliveryStatus, MessageSummary
 from server.summary.recipients import RecipientSet, SketchParams
 from server.summary.sketch import hash_recipient
 
+__all__ = ["Codec", "build_body", "codecs", "main", "measure"]
+
 Codec = tuple[Callable[[bytes], bytes], Callable[[bytes], bytes]]
 
 

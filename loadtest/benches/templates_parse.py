@@ -22,6 +22,8 @@ from selectolax.lexbor import LexborHTMLParser
 from loadtest.corpora.email_corpus import build_corpus, real_templates
 from server.templates.fingerprint import minhash, parse_structure
 
+__all__ = ["lxml_structure", "main"]
+
 _SKIP = {"head", "script", "style", "noscript", "template", "title", "meta", "link"}
 
 

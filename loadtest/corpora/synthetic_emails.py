@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["SyntheticEmail", "ZipfStream", "skeleton"]
+__all__ = ["SyntheticEmail", "ZipfStream", "instantiate", "skeleton"]
 
 _WORDS = [
     "account",

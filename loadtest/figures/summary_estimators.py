@@ -34,11 +34,13 @@ from dataclasses import dataclass, field
 import datasketches
 
 from server.summary.limits import DYNAMODB_ITEM_LIMIT_BYTES
-from server.summary.model import DeliveryEvent, DeliveryStatus, MessageSummary, SketchParams
+from server.summary.model import DeliveryEvent, DeliveryStatus, MessageSummary
+from server.summary.recipients import SketchParams
 
 __all__ = [
     "Competitor",
     "ErrorRow",
+    "PairedRow",
     "SizeRow",
     "accuracy_table",
     "cpu_per_event",

@@ -21,6 +21,7 @@ __all__ = [
     "LevelView",
     "Progress",
     "RateMeter",
+    "eta_seconds",
     "ledger_disagreement",
     "progress",
 ]

@@ -57,6 +57,8 @@ from enum import IntEnum
 
 import zstandard
 
+__all__ = ["MAX_BODY_BYTES", "ZSTD_LEVEL", "CodecId", "compress", "decompress"]
+
 ZSTD_LEVEL = 3
 MAX_BODY_BYTES = 1 << 20
 """Decompression-bomb guard: the largest legal body (default params) is ~61.5 KB."""

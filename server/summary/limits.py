@@ -9,6 +9,17 @@ from __future__ import annotations
 
 from typing import Final
 
+__all__ = [
+    "DEFAULT_EXACT_BYTE_BUDGET",
+    "DEFAULT_EXACT_THRESHOLD",
+    "DYNAMODB_ITEM_LIMIT_BYTES",
+    "ENCODED_SUMMARY_TARGET_BYTES",
+    "MAX_EVENTS_PER_REQUEST",
+    "MAX_EXACT_THRESHOLD",
+    "MAX_MESSAGE_ID_BYTES",
+    "MAX_RECIPIENT_ID_BYTES",
+]
+
 MAX_RECIPIENT_ID_BYTES: Final = 256
 """UTF-8 length of one recipient id; the exact encoding stores it behind a u16 length."""
 

@@ -41,6 +41,20 @@ from server.summary.limits import MAX_RECIPIENT_ID_BYTES
 from server.summary.recipients import RecipientSet, SketchParams, Tier
 from server.summary.sketch import HashPair, hash_recipient
 
+__all__ = [
+    "DEFAULT_PARAMS",
+    "FORMAT_VERSION",
+    "LEGACY_VERSION",
+    "MAGIC",
+    "STATUS_ORDER",
+    "DeliveryEvent",
+    "DeliveryStatus",
+    "MessageSummary",
+    "StatusView",
+    "SummaryView",
+    "check_recipient_id",
+]
+
 MAGIC = b"LS"
 FORMAT_VERSION = 2
 LEGACY_VERSION = 1

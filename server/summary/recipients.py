@@ -49,6 +49,8 @@ from server.summary.sketch import (
     linear_counting_standard_error,
 )
 
+__all__ = ["RecipientSet", "SketchParams", "Tier"]
+
 _U16 = struct.Struct("<H")
 _U32 = struct.Struct("<I")
 

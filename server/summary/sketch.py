@@ -57,6 +57,20 @@ from collections.abc import Iterable
 
 import mmh3
 
+__all__ = [
+    "HASH_SEED",
+    "HLL_ALPHA_INF",
+    "HLL_PRECISION",
+    "LINEAR_COUNTING_LOG2_BITS",
+    "HashPair",
+    "HyperLogLog",
+    "LinearCounter",
+    "handover_cardinality",
+    "hash_recipient",
+    "hll_standard_error",
+    "linear_counting_standard_error",
+]
+
 HASH_SEED = 0x4C4F4F4D  # b"LOOM" read as a big-endian u32; fixed forever (see module docstring).
 LINEAR_COUNTING_LOG2_BITS = 15  # m = 32,768 bits = 4 KiB.
 HLL_PRECISION = 14  # 16,384 registers, SE 0.8125 %.

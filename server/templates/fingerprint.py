@@ -27,6 +27,7 @@ import mmh3
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
 __all__ = [
+    "MAX_DEPTH",
     "MAX_ELEMENTS",
     "MAX_TEXTS",
     "MAX_TEXT_CHARS",

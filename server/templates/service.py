@@ -17,7 +17,7 @@ from server.templates.tokens import email_hashes
 from server.templates.values import normalize
 from storage.ports import TemplateStore
 
-__all__ = ["Annotation", "Submitted", "TemplateService"]
+__all__ = ["Annotation", "Submitted", "TemplateService", "split_template_id"]
 
 
 @dataclass(frozen=True, slots=True)

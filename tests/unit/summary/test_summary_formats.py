@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from server.summary.model import DeliveryEvent, DeliveryStatus, MessageSummary, SketchParams
-from server.summary.recipients import Tier
+from server.summary.model import DeliveryEvent, DeliveryStatus, MessageSummary
+from server.summary.recipients import SketchParams, Tier
 
 D, R, F = DeliveryStatus.DELIVERED, DeliveryStatus.READ, DeliveryStatus.FAILED
 

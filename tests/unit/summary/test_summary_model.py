@@ -14,9 +14,8 @@ from server.summary.model import (
     DeliveryEvent,
     DeliveryStatus,
     MessageSummary,
-    SketchParams,
 )
-from server.summary.recipients import Tier
+from server.summary.recipients import SketchParams, Tier
 
 D, R, F = DeliveryStatus.DELIVERED, DeliveryStatus.READ, DeliveryStatus.FAILED
 SMALL = SketchParams(exact_threshold=3)  # promotes after 3 members so properties hit every tier
