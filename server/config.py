@@ -1,5 +1,10 @@
 """Typed settings: frozen dataclasses, loaded here and nowhere else.
 
+Each service's settings live in its own ``server/<service>/settings.py`` and each engine's in
+`storage.settings`; this module holds the server's own (listening, auth, breakers, per-method
+policies), gathers them all into `Settings`, and loads it. Services import their settings from
+their own package, never through this module.
+
 Precedence, lowest first: the defaults below, an optional TOML file (``--config`` or
 ``LOOM_CONFIG``), environment variables, command-line flags. Environment variables name a
 section and a field joined by a double underscore: ``LOOM_SERVER__PORT=50052``,
@@ -24,8 +29,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from server.iterator.settings import IteratorLevel, IteratorSettings
+from server.inbox.settings import InboxSettings
+from server.iterator.settings import IteratorSettings
+from server.summary.settings import SummarySettings
 from server.templates.settings import TemplatesSettings
+from server.threadweaver.settings import ThreadWeaverSettings
 from storage.settings import (
     BigtableSettings,
     CassandraSettings,
@@ -37,23 +45,11 @@ from storage.settings import (
 
 __all__ = [
     "AuthSettings",
-    "BigtableSettings",
     "BreakerSettings",
-    "CassandraSettings",
     "ConfigError",
-    "DynamoDBSettings",
-    "InboxSettings",
-    "IteratorLevel",
-    "IteratorSettings",
     "MethodPolicy",
     "ServerSettings",
     "Settings",
-    "SqliteSettings",
-    "SqsSettings",
-    "StorageSettings",
-    "SummarySettings",
-    "TemplatesSettings",
-    "ThreadWeaverSettings",
     "load_settings",
 ]
 
@@ -156,84 +152,6 @@ class BreakerSettings:
     """Pause before half-open probes."""
     half_open_max_calls: int = 1
     """Probes allowed at once while half-open."""
-
-
-@dataclass(frozen=True, slots=True)
-class ThreadWeaverSettings:
-    """ThreadWeaver limits."""
-
-    max_batch: int = 1000
-    """Messages per WeaveMessages call."""
-    max_resolve: int = 100
-    """Threads per ResolveThreads call."""
-    default_max_threads: int = 10_000
-    """Spam guard: member threads above which a unified thread is oversized."""
-    max_closure: int = 10_000
-    """Unified threads a merge closure may hold before the read is refused."""
-
-
-@dataclass(frozen=True, slots=True)
-class SummarySettings:
-    """Summary: when an exact recipient set becomes a sketch, and how hard a write retries."""
-
-    exact_threshold: int = 250
-    """Recipients per status kept as an exact id set (Remind: 99 % of messages have <= 250).
-    Stored in each new summary; existing summaries keep the threshold they were created with."""
-    exact_byte_budget: int = 16 * 1024
-    """UTF-8 bytes of exact ids per status before promotion, whatever the count."""
-    cpc_lg_k: int = 13
-    """log2 of the CPC sketch's k above the exact threshold (13: ~0.6 % mean error, ~4.9 KB
-    per status; each step down halves the bytes and multiplies the error by 1.41). Stored in
-    each new summary; existing summaries keep theirs."""
-    max_retries: int = 10
-    """Optimistic-concurrency attempts per RecordDeliveryEvents before UNAVAILABLE."""
-    retry_base_s: float = 0.002
-    """First backoff after a lost conditional write; doubles per attempt, fully jittered."""
-    retry_max_s: float = 0.1
-    """Cap of one backoff."""
-
-
-@dataclass(frozen=True, slots=True)
-class InboxSettings:
-    """Inbox: the trim cap, probabilistic trimming and the bounded fan-out stage."""
-
-    max_entries: int = 5000
-    """Threads kept per inbox (Yammer: 5,000 entries is ~75 KB and four years of activity)."""
-    trim_probability: float = 0.02
-    """Chance that one delivery to an inbox schedules an async trim of it (~1 per 50)."""
-    trim_queue: int = 10_000
-    """Distinct inboxes waiting for a trim; beyond that a trim request is dropped."""
-    trim_workers: int = 2
-    """Tasks trimming inboxes concurrently."""
-    scan_limit: int = 20_000
-    """Rows read per inbox at most (list, trim): a bound even on an overgrown inbox."""
-    sync_fanout_max: int = 1000
-    """Recipients up to which PostMessage delivers within the call; more go to the background."""
-    fanout_workers: int = 2
-    """Background fan-outs running at once."""
-    fanout_queue: int = 64
-    """Background fan-outs waiting for a worker; beyond that RESOURCE_EXHAUSTED."""
-    fanout_chunk: int = 500
-    """Inboxes per store call of a fan-out (a 300,000-recipient post is 300 calls)."""
-    fanout_rate_per_s: float = -1.0
-    """Deliveries per second of the whole background stage (0 = unpaced, -1 = the engine's
-    default, `server.inbox.fanout.ENGINE_DEFAULTS`: 50,000 on SQLite, whose fan-out is the
-    server's own CPU, so interactive calls keep theirs; unpaced on Cassandra)."""
-    fanout_chunks_in_flight: int = -1
-    """Chunks of one fan-out delivered at once (-1 = the engine's default: 1 on SQLite, 4 on
-    Cassandra, where several requests in flight hide the round trips)."""
-    max_recipients: int = 1_000_000
-    """Recipient ids per PostMessage."""
-    progress_interval_s: float = 0.5
-    """Least time between two progress writes of one background fan-out."""
-    stall_after_s: float = 30.0
-    """A RUNNING delivery with no progress write for this long is adopted by whichever
-    server looks first (its own server died); its owner writes progress every
-    `progress_interval_s`, so this is many missed writes."""
-    adopt_interval_s: float = 2.0
-    """How often each server looks for stalled or released deliveries to adopt."""
-    default_page_size: int = 50
-    """ListInbox page size when the request says 0."""
 
 
 @dataclass(frozen=True, slots=True)

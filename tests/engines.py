@@ -13,11 +13,11 @@ import uuid
 from dataclasses import replace
 from pathlib import Path
 
-from server.config import (
+from server.config import Settings
+from storage.settings import (
     BigtableSettings,
     CassandraSettings,
     DynamoDBSettings,
-    Settings,
     SqliteSettings,
     SqsSettings,
     StorageSettings,

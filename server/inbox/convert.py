@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from loom.v1 import common_pb2, inbox_pb2
 
-from server.config import InboxSettings
 from server.inbox import pagetoken
 from server.inbox.model import InboxFilter, MarkResult, Page, Post, PostResult
 from server.inbox.pagetoken import Cursor
+from server.inbox.settings import InboxSettings
 from server.runtime.validation import Violations
 from storage.ports import DeliveryRecord
 

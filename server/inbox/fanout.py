@@ -28,8 +28,8 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from server.config import InboxSettings
 from server.inbox.model import chunked
+from server.inbox.settings import InboxSettings
 from server.inbox.trimming import Trimmer
 from server.runtime.errors import LoomError, ResourceExhausted
 from server.runtime.logs import get_logger

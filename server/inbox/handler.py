@@ -13,10 +13,11 @@ import asyncio
 import grpc
 from loom.v1 import inbox_pb2, inbox_pb2_grpc
 
-from server.config import InboxSettings, MethodPolicy
+from server.config import MethodPolicy
 from server.inbox import convert
 from server.inbox.model import OFF_LOOP_RECIPIENTS
 from server.inbox.service import InboxService
+from server.inbox.settings import InboxSettings
 
 __all__ = ["POLICIES", "InboxHandler"]
 

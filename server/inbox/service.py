@@ -20,7 +20,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from server.config import InboxSettings
 from server.inbox.adoption import Adopter
 from server.inbox.fanout import FanoutJob, FanoutStage
 from server.inbox.listing import select_page
@@ -36,6 +35,7 @@ from server.inbox.model import (
     plan_fanout,
 )
 from server.inbox.pagetoken import Cursor
+from server.inbox.settings import InboxSettings
 from server.inbox.trimming import Trimmer
 from server.runtime.errors import NotFound, ResourceExhausted
 from storage.ports import DeliveryRecord, InboxStore

@@ -16,10 +16,10 @@ from google.protobuf import json_format
 from google.protobuf.timestamp_pb2 import Timestamp
 from loom.v1 import iterator_pb2
 
-from server.config import IteratorLevel
 from server.iterator import model
 from server.iterator.scope import Scope, resolve_scope
 from server.iterator.service import JobView
+from server.iterator.settings import IteratorLevel
 from server.runtime.validation import Violations
 from storage.ports import ChunkRecord
 

@@ -12,9 +12,10 @@ from collections.abc import AsyncIterator, Sequence
 import grpc
 from loom.v1 import iterator_pb2, iterator_pb2_grpc
 
-from server.config import IteratorLevel, IteratorSettings, MethodPolicy
+from server.config import MethodPolicy
 from server.iterator import convert
 from server.iterator.service import IteratorService
+from server.iterator.settings import IteratorLevel, IteratorSettings
 
 __all__ = ["POLICIES", "IteratorHandler"]
 

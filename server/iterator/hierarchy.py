@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-from server.config import IteratorLevel
+from server.iterator.settings import IteratorLevel
 from storage.errors import StorageRejected
 from storage.ports import IterationSource, SchemaFacts, SourceLevel
 

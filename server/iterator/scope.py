@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from server.config import IteratorLevel
+from server.iterator.settings import IteratorLevel
 from server.runtime.validation import Violations
 from storage.ports import Key
 

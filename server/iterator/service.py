@@ -29,11 +29,11 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from server.config import IteratorSettings
 from server.iterator import model, progress
 from server.iterator.delivery import Delivery
 from server.iterator.jobcache import JobCache
 from server.iterator.scope import Scope
+from server.iterator.settings import IteratorSettings
 from server.runtime.errors import FailedPrecondition, LoomError, NotFound
 from server.runtime.logs import get_logger
 from storage.errors import StorageError, StorageRejected

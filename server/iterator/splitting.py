@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 
-from server.config import IteratorSettings
+from server.iterator.settings import IteratorSettings
 from server.iterator.stepping import parent_cut
 from storage.ports import IterationSource, Key, TaskRecord
 

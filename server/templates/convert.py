@@ -13,10 +13,10 @@ from __future__ import annotations
 from google.protobuf import timestamp_pb2
 from loom.v1 import templates_pb2
 
-from server.config import TemplatesSettings
 from server.runtime.validation import Violations
 from server.templates.model import EmailIn, TemplateValue
 from server.templates.service import Annotation, split_template_id
+from server.templates.settings import TemplatesSettings
 
 __all__ = [
     "MAX_ID_BYTES",

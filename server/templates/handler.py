@@ -5,9 +5,10 @@ from __future__ import annotations
 import grpc
 from loom.v1 import templates_pb2, templates_pb2_grpc
 
-from server.config import MethodPolicy, TemplatesSettings
+from server.config import MethodPolicy
 from server.templates import convert
 from server.templates.service import TemplateService
+from server.templates.settings import TemplatesSettings
 
 __all__ = ["POLICIES", "TemplateInductionHandler"]
 

@@ -31,7 +31,6 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import TypeVar
 
-from server.config import TemplatesSettings
 from server.runtime.errors import LoomError
 from server.runtime.logs import get_logger
 from server.runtime.workers import WorkerPool
@@ -39,6 +38,7 @@ from server.templates.cache import TtlLru
 from server.templates.model import EmailIn, Parsed, TemplateValue, decode_templates
 from server.templates.rows import FULL_ROW_FACTOR, RowStates, decide
 from server.templates.schemes import SchemeParams, match_template
+from server.templates.settings import TemplatesSettings
 from server.templates.tokens import email_hashes
 from server.templates.work import fingerprint_batch, form_row
 from storage.errors import StorageError

@@ -10,9 +10,9 @@ from __future__ import annotations
 from google.protobuf import timestamp_pb2
 from loom.v1 import common_pb2, threadweaver_pb2
 
-from server.config import ThreadWeaverSettings
 from server.runtime.validation import Violations
 from server.threadweaver.model import MAX_ID_BYTES, Message, UnifiedThread, WeaveResult
+from server.threadweaver.settings import ThreadWeaverSettings
 from storage.ports import ThreadKey
 
 __all__ = [

@@ -5,8 +5,9 @@ from __future__ import annotations
 import grpc
 from loom.v1 import common_pb2, threadweaver_pb2, threadweaver_pb2_grpc
 
-from server.config import MethodPolicy, ThreadWeaverSettings
+from server.config import MethodPolicy
 from server.threadweaver import convert
+from server.threadweaver.settings import ThreadWeaverSettings
 from server.threadweaver.weaver import ThreadWeaver
 
 __all__ = ["POLICIES", "ThreadWeaverService"]

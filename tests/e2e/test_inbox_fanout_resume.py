@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from server.config import InboxSettings
 from server.inbox.fanout import RELEASED_MS
 from server.inbox.model import Post
 from server.inbox.service import InboxService
+from server.inbox.settings import InboxSettings
 from storage.ports import DeliveryRecord
 from storage.sqlite.inbox import SqliteInboxStore
 from tests.serving import eventually

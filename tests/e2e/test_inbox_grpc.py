@@ -12,7 +12,8 @@ import pytest
 import pytest_asyncio
 from loom.v1 import inbox_pb2, inbox_pb2_grpc
 
-from server.config import InboxSettings, Settings
+from server.config import Settings
+from server.inbox.settings import InboxSettings
 from tests.engines import settings_for
 from tests.serving import Running, eventually, running_server, violations
 

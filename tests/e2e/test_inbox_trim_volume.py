@@ -11,9 +11,9 @@ import asyncio
 import random
 from pathlib import Path
 
-from server.config import InboxSettings
 from server.inbox.model import Post
 from server.inbox.service import InboxService
+from server.inbox.settings import InboxSettings
 from storage.sqlite.inbox import SqliteInboxStore
 from tests.serving import eventually
 

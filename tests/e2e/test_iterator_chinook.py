@@ -31,7 +31,8 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from loadtest.corpora.chinook import load
 from loadtest.corpora.iterator import private_database
-from server.config import ConfigError, IteratorLevel, Settings
+from server.config import ConfigError, Settings
+from server.iterator.settings import IteratorLevel
 from tests.conftest import selected_engines
 from tests.engines import settings_for, source_url
 from tests.serving import Running, eventually, running_server

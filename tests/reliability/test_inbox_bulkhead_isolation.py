@@ -26,7 +26,8 @@ import grpc
 from loom.v1 import inbox_pb2, inbox_pb2_grpc
 
 from loadtest.traffic.inbox_flood import FloodResult, FloodSpec, recipients, run_flood
-from server.config import InboxSettings, Settings
+from server.config import Settings
+from server.inbox.settings import InboxSettings
 from tests.engines import settings_for
 from tests.serving import eventually, running_server
 

@@ -26,7 +26,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from loom.v1 import inbox_pb2, inbox_pb2_grpc
 
-from server.config import BreakerSettings, InboxSettings
+from server.config import BreakerSettings
+from server.inbox.settings import InboxSettings
 from tests.engines import engine_script, settings_for
 from tests.serving import Running, eventually, running_server
 

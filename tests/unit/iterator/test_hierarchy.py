@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from server.config import IteratorLevel
 from server.iterator.hierarchy import HierarchyError, check_schema
+from server.iterator.settings import IteratorLevel
 from storage.ports import SchemaFacts
 
 LEVELS = (

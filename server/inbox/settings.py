@@ -1,0 +1,53 @@
+"""Inbox's settings: the trim cap, probabilistic trimming and the bounded fan-out stage.
+
+Loaded with every other setting by `server.config` (``[inbox]``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["InboxSettings"]
+
+
+@dataclass(frozen=True, slots=True)
+class InboxSettings:
+    """Inbox: the trim cap, probabilistic trimming and the bounded fan-out stage."""
+
+    max_entries: int = 5000
+    """Threads kept per inbox (Yammer: 5,000 entries is ~75 KB and four years of activity)."""
+    trim_probability: float = 0.02
+    """Chance that one delivery to an inbox schedules an async trim of it (~1 per 50)."""
+    trim_queue: int = 10_000
+    """Distinct inboxes waiting for a trim; beyond that a trim request is dropped."""
+    trim_workers: int = 2
+    """Tasks trimming inboxes concurrently."""
+    scan_limit: int = 20_000
+    """Rows read per inbox at most (list, trim): a bound even on an overgrown inbox."""
+    sync_fanout_max: int = 1000
+    """Recipients up to which PostMessage delivers within the call; more go to the background."""
+    fanout_workers: int = 2
+    """Background fan-outs running at once."""
+    fanout_queue: int = 64
+    """Background fan-outs waiting for a worker; beyond that RESOURCE_EXHAUSTED."""
+    fanout_chunk: int = 500
+    """Inboxes per store call of a fan-out (a 300,000-recipient post is 300 calls)."""
+    fanout_rate_per_s: float = -1.0
+    """Deliveries per second of the whole background stage (0 = unpaced, -1 = the engine's
+    default, `server.inbox.fanout.ENGINE_DEFAULTS`: 50,000 on SQLite, whose fan-out is the
+    server's own CPU, so interactive calls keep theirs; unpaced on Cassandra)."""
+    fanout_chunks_in_flight: int = -1
+    """Chunks of one fan-out delivered at once (-1 = the engine's default: 1 on SQLite, 4 on
+    Cassandra, where several requests in flight hide the round trips)."""
+    max_recipients: int = 1_000_000
+    """Recipient ids per PostMessage."""
+    progress_interval_s: float = 0.5
+    """Least time between two progress writes of one background fan-out."""
+    stall_after_s: float = 30.0
+    """A RUNNING delivery with no progress write for this long is adopted by whichever
+    server looks first (its own server died); its owner writes progress every
+    `progress_interval_s`, so this is many missed writes."""
+    adopt_interval_s: float = 2.0
+    """How often each server looks for stalled or released deliveries to adopt."""
+    default_page_size: int = 50
+    """ListInbox page size when the request says 0."""
