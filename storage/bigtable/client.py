@@ -41,12 +41,12 @@ from google.cloud.bigtable.data import row_filters as rf
 
 from storage.errors import StorageError, StorageUnavailable
 from storage.settings import BigtableSettings
+from storage.slices import slices
 
 __all__ = [
     "BigtableHandle",
     "bounded_gather",
     "bulk_set_cells",
-    "chunks",
     "ensure_tables",
     "escape_family",
     "family_has_cells",
@@ -97,11 +97,6 @@ def gc_rule(*, max_versions: int | None = None, max_age_s: float | None = None) 
     return rules[0] if len(rules) == 1 else _Union(rules=rules)
 
 
-def chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
-    """`items` in consecutive slices of at most `size`."""
-    return (items[i : i + size] for i in range(0, len(items), size))
-
-
 async def bounded_gather(fn: Callable[[T], Awaitable[R]], items: Sequence[T]) -> list[R]:
     """`fn` over `items` concurrently, at most `_CONCURRENCY` at once, results in order."""
     gate = asyncio.Semaphore(_CONCURRENCY)
@@ -130,7 +125,7 @@ async def bulk_set_cells(
         mutations = [
             SetCell(f, q, v, timestamp_micros=timestamp_micros) for (f, q), v in row_cells.items()
         ]
-        for part in chunks(mutations, _MUTATIONS):
+        for part in slices(mutations, _MUTATIONS):
             if size + len(part) > _MUTATIONS and batches[-1]:
                 batches.append([])
                 size = 0

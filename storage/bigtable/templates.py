@@ -31,7 +31,6 @@ from storage.bigtable.client import (
     BigtableHandle,
     bounded_gather,
     bulk_set_cells,
-    chunks,
     escape_family,
     gc_rule,
     read_row_cells,
@@ -40,6 +39,7 @@ from storage.bigtable.client import (
 from storage.clock import now_ms
 from storage.ports import ClusterCounts, ClusterWrite
 from storage.settings import BigtableSettings
+from storage.slices import slices
 
 __all__ = ["BigtableTemplateStore"]
 
@@ -114,7 +114,7 @@ class BigtableTemplateStore:
                 return list(await self._table.read_rows(query))
 
         out = {key: ClusterCounts(0, 0, None) for key in keys}
-        for rows in await bounded_gather(read, list(chunks(keys, _READ_KEYS))):
+        for rows in await bounded_gather(read, list(slices(keys, _READ_KEYS))):
             for row in rows:
                 emails = users = 0
                 formed: int | None = None
@@ -161,7 +161,7 @@ class BigtableTemplateStore:
                 )
 
         found: dict[bytes, bytes] = {}
-        for rows in await bounded_gather(read, list(chunks(wanted, _READ_KEYS))):
+        for rows in await bounded_gather(read, list(slices(wanted, _READ_KEYS))):
             for row in rows:
                 for cell in row.cells:
                     found[row.row_key] = cell.value

@@ -49,7 +49,6 @@ from storage.bigtable.client import (
     BigtableHandle,
     bounded_gather,
     bulk_set_cells,
-    chunks,
     family_has_cells,
     gc_rule,
     read_row_cells,
@@ -72,6 +71,7 @@ from storage.clock import now_ms
 from storage.errors import StorageCorrupt, StorageError
 from storage.ports import MessageMapping, ThreadKey, UnifiedStats, UtRows
 from storage.settings import BigtableSettings
+from storage.slices import slices
 
 __all__ = ["BigtableThreadStore"]
 
@@ -150,7 +150,7 @@ class BigtableThreadStore:
                 return list(await table.read_rows(query))
 
         found: dict[bytes, Any] = {}
-        for rows in await bounded_gather(read, list(chunks(keys, _READ_KEYS))):
+        for rows in await bounded_gather(read, list(slices(keys, _READ_KEYS))):
             found.update((row.row_key, row) for row in rows)
         return found
 
@@ -293,7 +293,7 @@ class BigtableThreadStore:
             with translate_errors("remove links"):
                 await self._ut.bulk_mutate_rows(list(batch))
 
-        await bounded_gather(send, list(chunks(entries, _READ_KEYS)))
+        await bounded_gather(send, list(slices(entries, _READ_KEYS)))
 
     async def get_links(self, uts: Sequence[str]) -> dict[str, frozenset[str]]:
         keys = [ut.encode() for ut in dict.fromkeys(uts)]

@@ -48,6 +48,7 @@ from storage.errors import StorageCorrupt
 from storage.idlists import decode_parts, encode_parts
 from storage.ports import DeliveryRecord, InboxEntry
 from storage.settings import CassandraSettings
+from storage.slices import slices
 
 __all__ = ["CassandraInboxStore"]
 
@@ -135,7 +136,7 @@ class CassandraInboxStore:
         groups = [
             chunk
             for group in self._s.replica_groups(list(flags))
-            for chunk in ir.slices(group, _IN_KEYS)
+            for chunk in slices(group, _IN_KEYS)
         ]
         current_of = await self._stmt(
             "SELECT inbox_id, last_message_id FROM {ks}.inbox "
@@ -246,7 +247,7 @@ class CassandraInboxStore:
             return await self._q(cql, (inbox_id,), all_pages=True)
         parts = await gather(
             self._q(cql + " AND thread_id IN ?", (inbox_id, list(c)), all_pages=True)
-            for c in ir.slices(list(dict.fromkeys(thread_ids)), _IN_KEYS)
+            for c in slices(list(dict.fromkeys(thread_ids)), _IN_KEYS)
         )
         return [r for part in parts for r in part]
 

@@ -23,7 +23,6 @@ __all__ = [
     "delivery_record",
     "delivery_values",
     "integer",
-    "slices",
     "text",
 ]
 
@@ -83,10 +82,6 @@ def delivery_record(row: Row) -> DeliveryRecord:
         error=text(row, "error"),
         updated_at_ms=integer(row, "updated_at_ms"),
     )
-
-
-def slices(items: list[str], size: int) -> list[list[str]]:
-    return [items[i : i + size] for i in range(0, len(items), size)]
 
 
 def text(row: Row, column: str) -> str:

@@ -22,7 +22,7 @@ count and latest send time aggregated by Cassandra itself.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from typing import TypeVar
 
 from cassandra.query import BatchStatement, BatchType
@@ -31,6 +31,7 @@ from storage.cassandra.session import CassandraSession, Row, gather
 from storage.errors import StorageCorrupt
 from storage.ports import MessageMapping, ThreadKey, UnifiedStats, UtRows
 from storage.settings import CassandraSettings
+from storage.slices import slices
 
 __all__ = ["CassandraThreadStore"]
 
@@ -107,7 +108,7 @@ class CassandraThreadStore:
             )
 
         found = await gather(
-            one(gid, chunk) for gid, ids in by_gid.items() for chunk in _chunks(ids)
+            one(gid, chunk) for gid, ids in by_gid.items() for chunk in slices(ids, _KEYS_PER_IN)
         )
         return {
             ThreadKey(_text(r, "gid"), _text(r, "thread_id")): (
@@ -180,7 +181,7 @@ class CassandraThreadStore:
             return winner, m.rfc_key, _sent(sent_at)
 
         won: dict[bytes, tuple[str, bytes, int]] = {}
-        for rows in await gather(read(chunk) for chunk in _chunks(list(proposals))):
+        for rows in await gather(read(chunk) for chunk in slices(list(proposals), _KEYS_PER_IN)):
             for r in rows:
                 key = r.get("rfc_key")
                 if isinstance(key, bytes):
@@ -233,7 +234,7 @@ class CassandraThreadStore:
             )
 
         found: dict[str, set[str]] = {}
-        for rows in await gather(one(c) for c in _chunks(list(dict.fromkeys(uts)))):
+        for rows in await gather(one(c) for c in slices(list(dict.fromkeys(uts)), _KEYS_PER_IN)):
             for r in rows:
                 found.setdefault(_text(r, "ut"), set()).add(_text(r, "neighbour"))
         return {ut: frozenset(linked) for ut, linked in found.items()}
@@ -245,7 +246,7 @@ class CassandraThreadStore:
         team = sorted(gids) if gids is not None else None
         if team == []:
             thread_limit = 0
-        ut_chunks = list(_chunks(wanted))
+        ut_chunks = list(slices(wanted, _KEYS_PER_IN))
 
         async def threads_of(chunk: Sequence[str], gid_chunk: list[str] | None) -> list[Row]:
             if gid_chunk is None:
@@ -310,11 +311,6 @@ def _sent(value: object) -> int:
     if not isinstance(value, int):
         raise StorageCorrupt(f"cassandra: rfc_ut.sent_at is {value!r}")
     return value
-
-
-def _chunks(items: Sequence[T]) -> Iterator[Sequence[T]]:
-    """IN lists of at most `_KEYS_PER_IN` keys."""
-    return (items[i : i + _KEYS_PER_IN] for i in range(0, len(items), _KEYS_PER_IN))
 
 
 def _text(row: Row, column: str) -> str:

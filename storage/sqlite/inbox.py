@@ -25,12 +25,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TypeVar
 
 from storage.idlists import decode_parts, encode_parts
 from storage.ports import DeliveryRecord, InboxEntry
+from storage.slices import slices
 from storage.sqlite.database import SqliteDatabase
 
 __all__ = ["SqliteInboxStore"]
@@ -83,11 +84,6 @@ _DELIVERY_COLUMNS = ", ".join(f.name for f in dataclasses.fields(DeliveryRecord)
 
 T = TypeVar("T")
 _CHUNK = 500  # bound parameters per IN (...) list, well under SQLite's limit
-
-
-def _chunks(items: Sequence[T]) -> Iterator[Sequence[T]]:
-    for start in range(0, len(items), _CHUNK):
-        yield items[start : start + _CHUNK]
 
 
 def _record(row: tuple[object, ...]) -> DeliveryRecord:
@@ -195,7 +191,7 @@ class SqliteInboxStore:
         def some(conn: sqlite3.Connection) -> int:
             assert wanted is not None
             changed = 0
-            for chunk in _chunks(wanted):
+            for chunk in slices(wanted, _CHUNK):
                 marks = ",".join("?" * len(chunk))
                 changed += conn.execute(
                     f"UPDATE inbox_entry SET is_read = ? WHERE inbox_id = ? AND is_read != ? "

@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TypeVar
 
 from storage.ports import MessageMapping, ThreadKey, UnifiedStats, UtRows
+from storage.slices import slices
 from storage.sqlite.database import SqliteDatabase
 
 __all__ = ["SqliteThreadStore"]
@@ -46,11 +47,6 @@ T = TypeVar("T")
 
 _CHUNK = 500  # bound parameters per statement, well under SQLite's limit
 _MAX_REACH = 20_000  # UTs one walk of the link graph may visit
-
-
-def _chunks(items: Sequence[T], size: int = _CHUNK) -> Iterator[Sequence[T]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
 
 
 class SqliteThreadStore:
@@ -105,7 +101,7 @@ class SqliteThreadStore:
         def run(conn: sqlite3.Connection) -> list[str]:
             # As put_thread_uts_if_absent: winners read in bulk, absent keys inserted.
             won: dict[bytes, str] = {}
-            for chunk in _chunks(list(first)):
+            for chunk in slices(list(first), _CHUNK):
                 marks = ",".join("?" * len(chunk))
                 won.update(
                     conn.execute(
@@ -175,7 +171,7 @@ def _thread_uts(
     """The UT of every (gid, thread_id) in `pairs` that has one: a join on the primary key
     per chunk (a row-value `IN (VALUES …)` would scan the table)."""
     found: dict[tuple[str, str], str] = {}
-    for chunk in _chunks(pairs, _CHUNK // 2):
+    for chunk in slices(pairs, _CHUNK // 2):
         marks = ",".join(["(?, ?)"] * len(chunk))
         rows = conn.execute(
             f"WITH k(gid, thread_id) AS (VALUES {marks}) SELECT t.gid, t.thread_id, t.ut"
@@ -216,7 +212,7 @@ def _threads(
     team_sql = "AND gid IN (SELECT value FROM json_each(?)) " if team is not None else ""
     team_param = (json.dumps(team),) if team is not None else ()
     out: list[ThreadKey] = []
-    for chunk in _chunks(uts):
+    for chunk in slices(uts, _CHUNK):
         marks = ",".join("?" * len(chunk))
         rows = conn.execute(
             f"SELECT gid, thread_id FROM thread_ut WHERE ut IN ({marks}) {team_sql}LIMIT ?",
@@ -230,7 +226,7 @@ def _threads(
 
 def _stats(conn: sqlite3.Connection, uts: Sequence[str]) -> UnifiedStats:
     count, latest = 0, None
-    for chunk in _chunks(uts):
+    for chunk in slices(uts, _CHUNK):
         marks = ",".join("?" * len(chunk))
         n, last = conn.execute(
             f"SELECT COUNT(*), MAX(sent_at) FROM rfc_ut WHERE ut IN ({marks})", chunk
