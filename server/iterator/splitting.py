@@ -20,10 +20,9 @@ workers: when every worker is busy, cutting ranges again only multiplies them.
 
 from __future__ import annotations
 
-import time
-
 from server.iterator.settings import IteratorSettings
 from server.iterator.stepping import parent_cut
+from storage.clock import now_ms
 from storage.ports import IterationSource, Key, TaskRecord
 
 __all__ = ["MAX_PIECES", "SplitFinder"]
@@ -58,7 +57,7 @@ class SplitFinder:
         # Asked once per parent: when its rows read cross one largest chunk.
         if not cut_already and before_run < min(self._s.max_chunk, threshold) <= run:
             return await self._large(task, parents, after, run, threshold)
-        running_ms = int(time.time() * 1000) - task.started_ms
+        running_ms = now_ms() - task.started_ms
         if not may_steal or running_ms < self._s.steal_after_s * 1000:
             return []
         cuts: list[Key] = []

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import time
-
+from storage.clock import now_ms
 from storage.ports import ClusterCounts, ClusterWrite, TemplateStore
 from tests.serving import eventually
 
@@ -36,7 +35,7 @@ async def test_emails_read_back(template_store: TemplateStore) -> None:
 async def test_templates_put_get_and_formation_time(template_store: TemplateStore) -> None:
     """A row's templates replace each other; t is their formation time."""
     await template_store.add_emails([_w(b"k", "e", "u")])
-    formed = int(time.time() * 1000)
+    formed = now_ms()
     await template_store.put_templates(b"k", b"first", "a@x.example", formed)
     await template_store.put_templates(b"k", b"second", "a@x.example", formed + 5)
     assert await template_store.get_templates([b"k", b"other"]) == {b"k": b"second"}
@@ -60,7 +59,7 @@ async def test_list_templates_pages_in_key_order(template_store: TemplateStore) 
 async def test_emails_and_users_expire_at_the_ttl(template_store: TemplateStore) -> None:
     """Stored emails and users vanish once the TTL (2 s here) has passed; templates stay."""
     await template_store.add_emails([_w(b"ttl", "e1", "u1"), _w(b"ttl", "e2", "u2")])
-    await template_store.put_templates(b"ttl", b"tpl", "a@x.example", int(time.time() * 1000))
+    await template_store.put_templates(b"ttl", b"tpl", "a@x.example", now_ms())
     assert len(await template_store.get_emails(b"ttl", 10)) == 2
     await eventually(
         lambda: template_store.get_emails(b"ttl", 10), lambda got: got == [], timeout_s=20
