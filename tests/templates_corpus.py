@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import random
 
+from server.templates.fingerprint import parse_structure
+from server.templates.model import ClusterEmail
+
 _LAYOUT = """<!DOCTYPE html><html><head><style>td{{padding:4px}}</style></head><body>
 <table class="wrapper"><tr><td><table class="header"><tr><td><img src="logo.png"><h1>Acme Shop</h1></td></tr></table>
 <table class="main"><tr><td>{content}</td></tr></table>
@@ -74,3 +77,13 @@ def one_off_notice(rng: random.Random, index: int) -> tuple[str, str]:
     own = " ".join(rng.choice(words) for _ in range(5))
     content = f"<h2>Notice {index} {own}</h2><p>Hi there,</p><p>{own} {index}</p><p>{rng.randint(1, 10**6)}</p>"
     return f"Notice {index}", _LAYOUT.format(content=content)
+
+
+def cluster_emails(
+    made: list[tuple[str, str]], users: list[str], sender: str = "orders@acme.example"
+) -> list[ClusterEmail]:
+    """(subject, html) emails, each to its user, as a row holds them: parsed text nodes."""
+    return [
+        ClusterEmail(user, sender, subject, parse_structure(html).texts, 0)
+        for (subject, html), user in zip(made, users, strict=True)
+    ]

@@ -1,4 +1,4 @@
-"""Loom's scheme: tokens, row keys and the split of a row into templates (pure, no engine).
+"""Loom's scheme: the split of a row into templates (pure, no engine).
 
 The emails are written here: a vendor whose receipt (1-10 line items, an optional gift
 block, a personal subject suffix) and password reset share one layout, and one-off notices
@@ -10,97 +10,34 @@ from __future__ import annotations
 
 import random
 
-from server.templates.fingerprint import minhash, parse_structure
 from server.templates.grouping import GroupingParams, group_emails
 from server.templates.model import ClusterEmail
-from server.templates.schemes import SchemeParams, form_templates, keys_for, match_template
+from server.templates.schemes import SchemeParams, form_templates, match_template
 from server.templates.tokens import (
-    END,
-    PREFIX,
-    SUBJECT,
     email_hashes,
-    shingles,
-    signature_hashes,
     tokens_of,
 )
-from tests.templates_corpus import NAMES, human, one_off_notice, receipt, reset
+from tests.templates_corpus import NAMES, cluster_emails, one_off_notice, receipt, reset
 
 K = 5
 P = SchemeParams()
 
 
-def _emails(made: list[tuple[str, str]], users: list[str]) -> list[ClusterEmail]:
-    return [
-        ClusterEmail(u, "orders@acme.example", s, parse_structure(h).texts, 0)
-        for (s, h), u in zip(made, users, strict=True)
-    ]
-
-
 def _receipts(rng: random.Random, n: int, tag: str = "r") -> list[ClusterEmail]:
-    return _emails([receipt(rng, NAMES[i % 12]) for i in range(n)], [f"{tag}{i}" for i in range(n)])
+    return cluster_emails(
+        [receipt(rng, NAMES[i % 12]) for i in range(n)], [f"{tag}{i}" for i in range(n)]
+    )
 
 
 def _resets(rng: random.Random, n: int, tag: str = "p") -> list[ClusterEmail]:
-    return _emails([reset(rng, NAMES[i % 12]) for i in range(n)], [f"{tag}{i}" for i in range(n)])
+    return cluster_emails(
+        [reset(rng, NAMES[i % 12]) for i in range(n)], [f"{tag}{i}" for i in range(n)]
+    )
 
 
 def _matched(templates: list, e: ClusterEmail) -> str:  # type: ignore[type-arg]
     found, _ = match_template(templates, email_hashes(e.subject, e.texts), P)
     return found.template_id if found is not None else ""
-
-
-class TestTokens:
-    def test_shingles_keep_fixed_words_apart_from_values(self) -> None:
-        """Word 3-shingles between markers: a value spoils only the shingles it touches."""
-        a = shingles("Hi Ava, your order 1234 has shipped")
-        b = shingles("Hi Bob, your order 98 has shipped")
-        assert f"has shipped {END}" in a & b
-        assert "Hi Ava, your" in a - b
-        assert shingles("Total:") == {f"^ Total: {END}"}
-
-    def test_subject_prefixes_and_whole_subject(self) -> None:
-        """A subject yields its shingles, its 1-4 word prefixes and, when short, itself."""
-        toks = tokens_of("Your order #123", [])
-        assert {PREFIX + "Your", PREFIX + "Your order"} <= toks
-        assert PREFIX + f"Your order #123 {END}" in toks
-        assert SUBJECT + "^ Your order" in toks
-        assert not any(t.startswith(PREFIX) for t in tokens_of("", [("/p", "x")]))
-
-    def test_hashes_agree_with_the_tokens(self) -> None:
-        """What annotation intersects is exactly the tokens, hashed: a signature made of an
-        email's tokens is wholly contained in that email's hashes, and nothing else is."""
-        texts = [("/p", "Hi Ava, your order 1234 has shipped"), ("/p", "Total:"), ("/p", "")]
-        for subject in ("", "Order", "Your order #123", "Reset your password for Ava Smith"):
-            toks = tokens_of(subject, texts)
-            assert signature_hashes(tuple(sorted(toks))) == email_hashes(subject, texts)
-        assert not signature_hashes(("not in it",)) & email_hashes("Order", texts)
-
-
-class TestKeys:
-    def test_content_blocks_keep_the_row(self) -> None:
-        """Line items, an optional block, a nested optional table: one key for all."""
-        rng = random.Random(3)
-        keys = {
-            keys_for("a@x", s, minhash(s.xpaths), P)
-            for s in (parse_structure(receipt(rng, NAMES[i % 12])[1]) for i in range(30))
-        }
-        assert len(keys) == 1
-        layout = receipt(rng, NAMES[0])[1]
-        deep = layout.replace(
-            "<p>Total</p>",
-            "<table><tr><td><table><tr><td><div><p>promo</p></div></td></tr></table></td></tr>"
-            "</table><p>Total</p>",
-        )
-        s1, s2 = parse_structure(layout), parse_structure(deep)
-        assert keys_for("a@x", s1, (), P) == keys_for("a@x", s2, (), P)
-
-    def test_another_layout_or_sender_is_another_row(self) -> None:
-        """A different frame, or the same frame from another sender: other keys."""
-        mail = parse_structure(receipt(random.Random(1), NAMES[0])[1])
-        webmail = parse_structure(human(random.Random(1))[1])
-        assert keys_for("a@x", mail, (), P) != keys_for("a@x", webmail, (), P)
-        assert keys_for("a@x", mail, (), P) != keys_for("b@x", mail, (), P)
-        assert len(keys_for("a@x", mail, (), P)) == 1
 
 
 class TestForming:
@@ -141,7 +78,7 @@ class TestForming:
         signature holds nothing fewer than k recipients saw."""
         rng = random.Random(10)
         made = [receipt(rng, NAMES[i % 12]) for i in range(20)]
-        few = _emails(made, [f"u{i % 4}" for i in range(20)])
+        few = cluster_emails(made, [f"u{i % 4}" for i in range(20)])
         assert form_templates(b"k", few, K, 0, P) == []
         (t,) = form_templates(b"k", [*few, *_receipts(rng, 1, "fifth")], K, 0, P)
         assert not any(name.split()[0] in " ".join(t.signature) for name in NAMES)
@@ -150,7 +87,7 @@ class TestForming:
         """One-off notices in the layout (own text below k) never form a template of the
         layout's text that would annotate the receipts."""
         rng = random.Random(12)
-        emails = _receipts(rng, 8) + _emails(
+        emails = _receipts(rng, 8) + cluster_emails(
             [one_off_notice(rng, i) for i in range(8)], [f"n{i}" for i in range(8)]
         )
         formed = form_templates(b"k", emails, K, 0, P)

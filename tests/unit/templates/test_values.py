@@ -1,0 +1,26 @@
+"""Field values: generic types, and dates read in the order a template learned."""
+
+from __future__ import annotations
+
+from server.templates.values import classify, date_order, normalize
+
+
+class TestValues:
+    def test_types(self) -> None:
+        """Generic annotations: dates, money, ids, URLs, emails, names."""
+        assert classify("12/03/2024") == "date"
+        assert classify("$1,234.50") == "money"
+        assert classify("AC123456") == "id"
+        assert classify("https://x.example/a") == "url"
+        assert classify("a@b.example") == "email"
+        assert classify("Susan Calvin") == "name"
+        assert classify("hello world") == "text"
+
+    def test_ambiguous_dates_use_the_learned_order(self) -> None:
+        """1/2/2025 is read with the template's order; unambiguous dates need none."""
+        assert date_order(["13/02/2025", "1/2/2025", "25/12/2024"]) == "DMY"
+        assert date_order(["02/13/2025"]) == "MDY"
+        assert normalize("01/02/2025", "date", "DMY") == "2025-02-01"
+        assert normalize("01/02/2025", "date", "MDY") == "2025-01-02"
+        assert normalize("01/02/2025", "date", "") == ""
+        assert normalize("25/12/2024", "date", "") == "2024-12-25"
