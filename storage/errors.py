@@ -1,4 +1,4 @@
-"""Errors every storage adapter raises, whatever its engine.
+"""Errors every storage adapter raises, whatever its engine, and the one shape of translator.
 
 Each adapter translates its driver's exceptions into these exactly once, at its boundary,
 so the server never has to know a Cassandra, Bigtable or SQLite exception type.
@@ -11,11 +11,26 @@ so the server never has to know a Cassandra, Bigtable or SQLite exception type.
 
 Only `StorageUnavailable` is worth waiting out: a rejected statement fails the same way
 every time it is sent, so whoever sent it gives up instead of retrying.
+
+Every engine declares one `DriverErrors` (the exceptions its driver raises, and which kind
+each is) and wraps each driver call in it, as httpx maps its transport's exceptions in one
+place: ``with _errors("read"): ...`` raises the storage error *from* the driver's, whose
+message names the engine, the operation and the cause — never an empty string.
 """
 
 from __future__ import annotations
 
-__all__ = ["StorageCorrupt", "StorageError", "StorageRejected", "StorageUnavailable"]
+import contextlib
+from collections.abc import Callable, Iterator
+
+__all__ = [
+    "DriverErrors",
+    "StorageCorrupt",
+    "StorageError",
+    "StorageRejected",
+    "StorageUnavailable",
+    "describe",
+]
 
 
 class StorageError(Exception):
@@ -35,3 +50,58 @@ class StorageRejected(StorageError):
     have, a syntax error (SQLSTATE class 42; SQLite's "no such column"). Retrying cannot
     help, and it says nothing about the engine's health (a circuit breaker counts it as an
     answer). The message is the database's own."""
+
+
+def describe(exc: BaseException) -> str:
+    """What `exc` says went wrong, never empty: ``Class: text``, or the class alone when it
+    carries no text (``str(TimeoutError())`` is "", and a caller must still learn why)."""
+    text = " ".join(str(exc).split())
+    name = type(exc).__name__
+    return f"{name}: {text}" if text else name
+
+
+def _unavailable(_: BaseException) -> type[StorageError]:
+    return StorageUnavailable
+
+
+class DriverErrors:
+    """One engine's translation of its driver's exceptions into `StorageError`s.
+
+    `catches` are the exceptions a driver call may raise; `classify` picks the kind of each
+    (default: `StorageUnavailable`) and `detail` its text (default: `describe`). Use it as
+    ``with errors("what"):`` around driver calls, or call `error` where the exception
+    arrives in a callback. A `StorageError` raised inside passes through unchanged, so
+    nesting never translates twice.
+    """
+
+    __slots__ = ("_classify", "_detail", "catches", "engine")
+
+    def __init__(
+        self,
+        engine: str,
+        catches: tuple[type[BaseException], ...],
+        *,
+        classify: Callable[[BaseException], type[StorageError]] = _unavailable,
+        detail: Callable[[BaseException], str] = describe,
+    ) -> None:
+        self.engine = engine
+        self.catches = catches
+        self._classify = classify
+        self._detail = detail
+
+    def error(self, exc: BaseException, what: str = "") -> StorageError:
+        """The storage error for `exc`, raised by the driver during `what`."""
+        if isinstance(exc, StorageError):
+            return exc
+        where = f"{self.engine} {what}" if what else self.engine
+        return self._classify(exc)(f"{where}: {self._detail(exc) or describe(exc)}")
+
+    @contextlib.contextmanager
+    def __call__(self, what: str) -> Iterator[None]:
+        """Translates what the driver raises inside the block (``raise … from exc``)."""
+        try:
+            yield
+        except StorageError:
+            raise
+        except self.catches as exc:
+            raise self.error(exc, what) from exc

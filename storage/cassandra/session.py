@@ -8,7 +8,7 @@ The driver is thread-based: `execute_async` returns a `ResponseFuture` completed
 driver's I/O thread. `CassandraSession.run` bridges it to an asyncio future with
 `add_callbacks` + `loop.call_soon_threadsafe`, so the event loop never blocks, and follows
 result pages on the loop without blocking either. Driver exceptions become
-`storage.errors` here, exactly once.
+`storage.errors` here, exactly once (`errors`).
 """
 
 from __future__ import annotations
@@ -22,10 +22,8 @@ from typing import Any, TypeVar
 from cassandra import (
     ConsistencyLevel,
     CoordinationFailure,
-    DriverException,
     OperationTimedOut,
     ProtocolVersion,
-    RequestExecutionException,
     Timeout,
     Unavailable,
 )
@@ -51,10 +49,10 @@ from cassandra.protocol import (
 )
 from cassandra.query import BoundStatement, PreparedStatement, dict_factory
 
-from storage.errors import StorageError, StorageUnavailable
+from storage.errors import DriverErrors, StorageError, StorageUnavailable
 from storage.settings import CassandraSettings
 
-__all__ = ["MAX_IN_FLIGHT", "CassandraSession", "Row", "gather", "translate"]
+__all__ = ["MAX_IN_FLIGHT", "CassandraSession", "Row", "errors", "gather"]
 
 Row = dict[str, Any]
 
@@ -78,15 +76,13 @@ _UNAVAILABLE: tuple[type[BaseException], ...] = (
 )
 
 
-def translate(exc: BaseException) -> StorageError:
-    """The `storage.errors` equivalent of a driver exception (the one place this happens)."""
-    if isinstance(exc, StorageError):
-        return exc
-    if isinstance(exc, _UNAVAILABLE):
-        return StorageUnavailable(f"cassandra: {type(exc).__name__}: {exc}")
-    if isinstance(exc, (RequestExecutionException, DriverException)):
-        return StorageError(f"cassandra: {type(exc).__name__}: {exc}")
-    return StorageError(f"cassandra: unexpected {type(exc).__name__}: {exc}")
+def _kind(exc: BaseException) -> type[StorageError]:
+    return StorageUnavailable if isinstance(exc, _UNAVAILABLE) else StorageError
+
+
+errors = DriverErrors("cassandra", (Exception,), classify=_kind)
+"""The one translation of the driver's exceptions (any of them: the driver raises plain
+`Exception` subclasses from its I/O thread too)."""
 
 
 class _PageCollector:
@@ -124,7 +120,7 @@ class _PageCollector:
 
     def _fail(self, exc: BaseException) -> None:
         if not self.future.done():
-            self.future.set_exception(translate(exc))
+            self.future.set_exception(errors.error(exc, "query"))
 
 
 class _Routed(BoundStatement):  # type: ignore[misc]
@@ -170,10 +166,10 @@ class CassandraSession:
                 last = exc
                 if "protocol" in str(exc).lower():
                     continue
-                raise translate(exc) from exc
+                raise errors.error(exc, "connect") from exc
             return cls(cluster, session, settings)
         assert last is not None
-        raise translate(last) from last
+        raise errors.error(last, "connect") from last
 
     async def prepare(self, cql: str) -> PreparedStatement:
         """The prepared statement for `cql`, prepared once per session (in a thread)."""
@@ -184,10 +180,8 @@ class CassandraSession:
         async with lock:
             stmt = self._prepared.get(cql)
             if stmt is None:
-                try:
+                with errors("prepare"):
                     stmt = await asyncio.to_thread(self._session.prepare, cql)
-                except Exception as exc:  # translated once
-                    raise translate(exc) from exc
                 self._prepared[cql] = stmt
         return stmt
 
@@ -213,21 +207,17 @@ class CassandraSession:
             bound = stmt.bind(params) if isinstance(stmt, PreparedStatement) else stmt
         loop = asyncio.get_running_loop()
         async with self._in_flight:
-            try:
+            with errors("query"):  # e.g. no connection at all
                 rf = self._session.execute_async(bound)
-            except Exception as exc:  # e.g. no connection at all
-                raise translate(exc) from exc
             return await _PageCollector(loop, rf, all_pages).future
 
     async def execute_ddl(self, cql: str) -> None:
         """Runs one schema change and waits until every node agrees on the new schema."""
-        try:
+        with errors("schema change"):
             rs = await asyncio.to_thread(self._session.execute, cql)
             agreed = rs.response_future.is_schema_agreed or await asyncio.to_thread(
                 self._cluster.control_connection.wait_for_schema_agreement
             )
-        except Exception as exc:  # translated once
-            raise translate(exc) from exc
         if not agreed:
             raise StorageUnavailable(f"cassandra: no schema agreement after {cql[:60]!r}")
 

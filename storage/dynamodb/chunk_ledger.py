@@ -19,7 +19,7 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from storage.dynamodb.client import DRIVER_ERRORS, translate
+from storage.dynamodb.client import DRIVER_ERRORS, errors
 from storage.dynamodb.job_items import (
     cancellation_codes,
     chunk_from_item,
@@ -53,22 +53,23 @@ class ChunkLedger:
         """Runs the transaction; None when it applied, else each item's reason code."""
         for item in items:
             next(iter(item.values()))["TableName"] = self._table
-        try:
-            await self._db.transact_write_items(TransactItems=items)
-        except DRIVER_ERRORS as exc:
-            codes = cancellation_codes(exc)
-            if codes is not None:
-                return codes
-            if transaction_lost(exc):  # an engine that names no reasons: all lost
-                return ["ConditionalCheckFailed"] * len(items)
-            raise translate(exc, "transact_write_items") from exc
+        with errors("transact_write_items"):
+            try:
+                await self._db.transact_write_items(TransactItems=items)
+            except DRIVER_ERRORS as exc:
+                codes = cancellation_codes(exc)
+                if codes is not None:
+                    return codes
+                if transaction_lost(exc):  # an engine that names no reasons: all lost
+                    return ["ConditionalCheckFailed"] * len(items)
+                raise
         return None
 
     async def lease(
         self, job_id: str, *, now_ms: int, lease_ms: int, max_objects: int, max_chunks: int
     ) -> list[ChunkRecord]:
         """`JobStore.lease_chunks`: one Query, then one transaction for every chosen chunk."""
-        try:
+        with errors("query"):
             reply = await self._db.query(
                 TableName=self._table,
                 IndexName="available",
@@ -76,8 +77,6 @@ class ChunkLedger:
                 ExpressionAttributeValues={":j": {"S": job_id}, ":now": {"N": str(now_ms)}},
                 Limit=max(1, min(max_chunks, _BATCH)),
             )
-        except DRIVER_ERRORS as exc:
-            raise translate(exc, "query") from exc
         chosen: list[dict[str, Any]] = []
         total = 0
         for item in reply.get("Items", []):
@@ -172,10 +171,8 @@ class ChunkLedger:
                 }
             }
             while request:
-                try:
+                with errors("batch_get_item"):
                     reply = await self._db.batch_get_item(RequestItems=request)
-                except DRIVER_ERRORS as exc:
-                    raise translate(exc, "batch_get_item") from exc
                 for item in reply.get("Responses", {}).get(self._table, []):
                     found[item["sk"]["S"][2:]] = bytes(item["keys"]["B"])
                 request = reply.get("UnprocessedKeys") or {}
@@ -198,10 +195,8 @@ class ChunkLedger:
                 }
             }
             while request:
-                try:
+                with errors("batch_get_item"):
                     reply = await self._db.batch_get_item(RequestItems=request)
-                except DRIVER_ERRORS as exc:
-                    raise translate(exc, "batch_get_item") from exc
                 for item in reply.get("Responses", {}).get(self._table, []):
                     if item["state"]["S"] in ("ready", "leased"):
                         found[item["chunk_id"]["S"]] = int(item["count"]["N"])

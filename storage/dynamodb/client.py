@@ -5,9 +5,10 @@ Every DynamoDB-backed store (summaries now, the Iterator's job state later) open
 pay a fresh HTTP connection pool and credential resolution on every request; one client per
 store keeps its connection pool warm for the life of the server.
 
-Errors are translated here, once: a lost conditional write is a normal outcome (callers ask for
-it with `is_conditional_failure`), anything else botocore or aiobotocore raises becomes
-`storage.errors.StorageUnavailable`.
+Errors are translated by one `DriverErrors` declared here (`errors`), which every DynamoDB
+module wraps its calls in: a lost conditional write is a normal outcome (callers ask for it
+with `is_conditional_failure` inside the block), anything else botocore or aiobotocore raises
+becomes `storage.errors.StorageUnavailable`.
 """
 
 from __future__ import annotations
@@ -22,10 +23,10 @@ import aioboto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from storage.errors import StorageUnavailable
+from storage.errors import DriverErrors, StorageUnavailable
 from storage.settings import DynamoDBSettings
 
-__all__ = ["DynamoDBClient", "KeyAttribute", "is_conditional_failure", "translate"]
+__all__ = ["DRIVER_ERRORS", "DynamoDBClient", "KeyAttribute", "errors", "is_conditional_failure"]
 
 KeyAttribute = tuple[str, str]
 """(attribute name, DynamoDB scalar type ``S`` | ``N`` | ``B``) of a hash key."""
@@ -47,17 +48,13 @@ def is_conditional_failure(exc: BaseException) -> bool:
     )
 
 
-def translate(exc: BaseException, what: str) -> StorageUnavailable:
-    """The one StorageUnavailable for a driver fault during `what` (keeps the error code)."""
-    if isinstance(exc, ClientError):
-        code = exc.response.get("Error", {}).get("Code", "ClientError")
-        return StorageUnavailable(f"dynamodb {what}: {code}: {exc}")
-    return StorageUnavailable(f"dynamodb {what}: {type(exc).__name__}: {exc}")
-
-
 DRIVER_ERRORS: tuple[type[BaseException], ...] = (BotoCoreError, ClientError, OSError)
 """What a DynamoDB call can raise besides a conditional failure (aiohttp errors are OSErrors or
 are wrapped by aiobotocore into BotoCoreError subclasses)."""
+
+errors = DriverErrors("dynamodb", DRIVER_ERRORS)
+"""The one translation of DynamoDB's driver errors: ``with errors("get_item"): ...``. A
+ClientError's message names its code ("An error occurred (ThrottlingException) when …")."""
 
 
 class DynamoDBClient:
@@ -80,10 +77,11 @@ class DynamoDBClient:
         if settings.endpoint_url:
             kwargs["endpoint_url"] = settings.endpoint_url
         try:
-            client = await stack.enter_async_context(session.client("dynamodb", **kwargs))
-        except DRIVER_ERRORS as exc:
+            with errors("connect"):
+                client = await stack.enter_async_context(session.client("dynamodb", **kwargs))
+        except BaseException:
             await stack.aclose()
-            raise translate(exc, "connect") from exc
+            raise
         return cls(settings, client, stack)
 
     def table_name(self, suffix: str) -> str:
@@ -96,39 +94,28 @@ class DynamoDBClient:
         Safe to race: a concurrent creator's ResourceInUseException counts as success.
         """
         attr, kind = hash_key
-        try:
-            await self.raw.create_table(
-                TableName=name,
-                AttributeDefinitions=[{"AttributeName": attr, "AttributeType": kind}],
-                KeySchema=[{"AttributeName": attr, "KeyType": "HASH"}],
-                BillingMode="PAY_PER_REQUEST",
-            )
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") != "ResourceInUseException":
-                raise translate(exc, f"create_table {name}") from exc
-        except DRIVER_ERRORS as exc:
-            raise translate(exc, f"create_table {name}") from exc
-        await self._wait_active(name)
+        await self.create_table(
+            name,
+            AttributeDefinitions=[{"AttributeName": attr, "AttributeType": kind}],
+            KeySchema=[{"AttributeName": attr, "KeyType": "HASH"}],
+        )
 
     async def create_table(self, name: str, **spec: Any) -> None:
         """Creates `name` with a full CreateTable `spec` (composite keys, indexes) unless it
         exists, then waits until it is ACTIVE. Safe to race, like `ensure_table`."""
-        try:
-            await self.raw.create_table(TableName=name, BillingMode="PAY_PER_REQUEST", **spec)
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") != "ResourceInUseException":
-                raise translate(exc, f"create_table {name}") from exc
-        except DRIVER_ERRORS as exc:
-            raise translate(exc, f"create_table {name}") from exc
+        with errors(f"create_table {name}"):
+            try:
+                await self.raw.create_table(TableName=name, BillingMode="PAY_PER_REQUEST", **spec)
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") != "ResourceInUseException":
+                    raise
         await self._wait_active(name)
 
     async def _wait_active(self, name: str) -> None:
         deadline = time.monotonic() + _TABLE_ACTIVE_TIMEOUT_S
         while True:
-            try:
+            with errors(f"describe_table {name}"):
                 described = await self.raw.describe_table(TableName=name)
-            except DRIVER_ERRORS as exc:
-                raise translate(exc, f"describe_table {name}") from exc
             if described["Table"]["TableStatus"] == "ACTIVE":
                 return
             if time.monotonic() > deadline:

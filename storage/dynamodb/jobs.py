@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from storage.dynamodb.chunk_ledger import ChunkLedger
-from storage.dynamodb.client import DRIVER_ERRORS, DynamoDBClient, translate
+from storage.dynamodb.client import DRIVER_ERRORS, DynamoDBClient, errors
 from storage.dynamodb.job_items import (
     CHUNK_STATE_ATTRIBUTES,
     COUNTER_SHARDS,
@@ -76,10 +76,8 @@ class DynamoDBJobStore:
         return cls(client)
 
     async def _call(self, what: str, **kwargs: Any) -> Any:
-        try:
+        with errors(what):
             return await getattr(self._db, what)(TableName=self._table, **kwargs)
-        except DRIVER_ERRORS as exc:
-            raise translate(exc, what) from exc
 
     async def _transact(self, items: list[dict[str, Any]]) -> bool:
         """True when applied, False when a condition failed (a lost race). A transaction
@@ -88,16 +86,17 @@ class DynamoDBJobStore:
         for item in items:
             next(iter(item.values()))["TableName"] = self._table
         for attempt in range(_CONFLICT_RETRIES + 1):
-            try:
-                await self._db.transact_write_items(TransactItems=items)
-            except DRIVER_ERRORS as exc:
-                if transaction_lost(exc):
-                    return False
-                if transaction_conflict(exc) and attempt < _CONFLICT_RETRIES:
-                    await asyncio.sleep(random.uniform(0.002, 0.01) * (attempt + 1))
-                    continue
-                raise translate(exc, "transact_write_items") from exc
-            return True
+            with errors("transact_write_items"):
+                try:
+                    await self._db.transact_write_items(TransactItems=items)
+                except DRIVER_ERRORS as exc:
+                    if transaction_lost(exc):
+                        return False
+                    if not (transaction_conflict(exc) and attempt < _CONFLICT_RETRIES):
+                        raise
+                else:
+                    return True
+            await asyncio.sleep(random.uniform(0.002, 0.01) * (attempt + 1))
         return False  # unreachable: the last attempt returns or raises
 
     async def create_job(
@@ -282,22 +281,23 @@ class DynamoDBJobStore:
         return [chunk_from_item(i, keys[i["chunk_id"]["S"]]) for i in leased]
 
     async def save_chunk_acks(self, job_id: str, chunk: ChunkRecord, expected_version: int) -> bool:
-        try:
-            await self._db.update_item(
-                TableName=self._table,
-                Key={"pk": {"S": f"j#{job_id}"}, "sk": {"S": f"c#{chunk.chunk_id}"}},
-                UpdateExpression="SET acked_keys = :a, version = version + :one",
-                ConditionExpression="version = :v",
-                ExpressionAttributeValues={
-                    ":a": {"B": chunk.acked_keys},
-                    ":one": {"N": "1"},
-                    ":v": {"N": str(expected_version)},
-                },
-            )
-        except DRIVER_ERRORS as exc:
-            if transaction_lost(exc):
-                return False
-            raise translate(exc, "update_item") from exc
+        with errors("update_item"):
+            try:
+                await self._db.update_item(
+                    TableName=self._table,
+                    Key={"pk": {"S": f"j#{job_id}"}, "sk": {"S": f"c#{chunk.chunk_id}"}},
+                    UpdateExpression="SET acked_keys = :a, version = version + :one",
+                    ConditionExpression="version = :v",
+                    ExpressionAttributeValues={
+                        ":a": {"B": chunk.acked_keys},
+                        ":one": {"N": "1"},
+                        ":v": {"N": str(expected_version)},
+                    },
+                )
+            except DRIVER_ERRORS as exc:
+                if transaction_lost(exc):
+                    return False
+                raise
         return True
 
     async def ledger(self, job_id: str, *, settled: ChunkState) -> LedgerSummary:
@@ -330,21 +330,22 @@ class DynamoDBJobStore:
         condition = "tat_ms = :old"
         if expected_ms == 0.0:
             condition = "attribute_exists(pk) AND (attribute_not_exists(tat_ms) OR tat_ms = :old)"
-        try:
-            await self._db.update_item(
-                TableName=self._table,
-                Key={"pk": {"S": f"j#{job_id}"}, "sk": {"S": "job"}},
-                UpdateExpression="SET tat_ms = :new",
-                ConditionExpression=condition,
-                ExpressionAttributeValues={
-                    ":new": {"N": repr(pace_ms)},
-                    ":old": {"N": repr(expected_ms)},
-                },
-            )
-        except DRIVER_ERRORS as exc:
-            if transaction_lost(exc) or transaction_conflict(exc):
-                return False  # another booking swapped first
-            raise translate(exc, "update_item") from exc
+        with errors("update_item"):
+            try:
+                await self._db.update_item(
+                    TableName=self._table,
+                    Key={"pk": {"S": f"j#{job_id}"}, "sk": {"S": "job"}},
+                    UpdateExpression="SET tat_ms = :new",
+                    ConditionExpression=condition,
+                    ExpressionAttributeValues={
+                        ":new": {"N": repr(pace_ms)},
+                        ":old": {"N": repr(expected_ms)},
+                    },
+                )
+            except DRIVER_ERRORS as exc:
+                if transaction_lost(exc) or transaction_conflict(exc):
+                    return False  # another booking swapped first
+                raise
         return True
 
     async def close(self) -> None:

@@ -14,7 +14,9 @@ consistent so a retry after a lost race sees the winner's write.
 
 from __future__ import annotations
 
-from storage.dynamodb.client import DRIVER_ERRORS, DynamoDBClient, is_conditional_failure, translate
+from botocore.exceptions import ClientError
+
+from storage.dynamodb.client import DynamoDBClient, errors, is_conditional_failure
 from storage.errors import StorageCorrupt
 from storage.ports import StoredSummary
 from storage.settings import DynamoDBSettings
@@ -44,7 +46,7 @@ class DynamoDBSummaryStore:
         return cls(client)
 
     async def get(self, message_id: str) -> StoredSummary | None:
-        try:
+        with errors("get_item"):
             response = await self._client.raw.get_item(
                 TableName=self._table,
                 Key={_KEY: {"S": message_id}},
@@ -52,8 +54,6 @@ class DynamoDBSummaryStore:
                 ProjectionExpression="version, #d",
                 ExpressionAttributeNames={"#d": "data"},
             )
-        except DRIVER_ERRORS as exc:
-            raise translate(exc, "get_item") from exc
         item = response.get("Item")
         if item is None:
             return None
@@ -80,12 +80,13 @@ class DynamoDBSummaryStore:
                 "ConditionExpression": "version = :expected",
                 "ExpressionAttributeValues": {":expected": {"N": str(expected_version)}},
             }
-        try:
-            await self._client.raw.put_item(TableName=self._table, Item=item, **condition)
-        except DRIVER_ERRORS as exc:
-            if is_conditional_failure(exc):
-                return False
-            raise translate(exc, "put_item") from exc
+        with errors("put_item"):
+            try:
+                await self._client.raw.put_item(TableName=self._table, Item=item, **condition)
+            except ClientError as exc:
+                if is_conditional_failure(exc):
+                    return False
+                raise
         return True
 
     async def close(self) -> None:

@@ -16,7 +16,8 @@ and the job flapped between RUNNING and PAUSED for ever. So each driver's own co
 
 Those become `StorageRejected` carrying the database's own message (and, from PostgreSQL,
 its hint: "Perhaps you meant to reference the column …"); everything else — a refused
-connection, a timeout, a server shutting down — is `StorageUnavailable`.
+connection, a timeout, a server shutting down — is `StorageUnavailable`. `source_errors`
+gives the source adapter its one `DriverErrors` per dialect.
 """
 
 from __future__ import annotations
@@ -24,9 +25,17 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from storage.errors import StorageError, StorageRejected, StorageUnavailable
+from sqlalchemy.exc import SQLAlchemyError
 
-__all__ = ["translate"]
+from storage.errors import (
+    DriverErrors,
+    StorageError,
+    StorageRejected,
+    StorageUnavailable,
+    describe,
+)
+
+__all__ = ["source_errors"]
 
 _MYSQL_CLASS_42 = {
     1051: "42S02",  # unknown table (DROP)
@@ -68,10 +77,13 @@ def _mysql(orig: Any) -> tuple[bool, str]:
     return state.startswith("42"), f"{message} ({codes})"
 
 
-def translate(exc: BaseException, dialect: str) -> StorageError:
-    """The storage error for a fault of a statement run on `dialect` (sqlite, postgresql,
-    mysql): `StorageRejected` when the database refused the statement for good,
-    `StorageUnavailable` otherwise."""
+_FAULTS: tuple[type[BaseException], ...] = (SQLAlchemyError, OSError, ConnectionError, TimeoutError)
+"""What a source call can raise: SQLAlchemy wraps the drivers' errors; a connection attempt
+may fail beneath it."""
+
+
+def _refusal(exc: BaseException, dialect: str) -> str | None:
+    """The database's own message when it refused the statement for good, else None."""
     orig = getattr(exc, "orig", None)  # SQLAlchemy's DBAPIError wraps the driver's error
     permanent, message = False, ""
     if isinstance(orig, sqlite3.Error):
@@ -80,6 +92,19 @@ def translate(exc: BaseException, dialect: str) -> StorageError:
         permanent, message = _postgres(orig)
     elif orig is not None and dialect == "mysql":
         permanent, message = _mysql(orig)
-    if permanent:
-        return StorageRejected(f"{dialect}: {' '.join(message.split())}")
-    return StorageUnavailable(f"source {dialect}: {type(exc).__name__}: {exc}")
+    return message if permanent else None
+
+
+def source_errors(dialect: str) -> DriverErrors:
+    """The one translator of a source on `dialect` (sqlite, postgresql, mysql):
+    `StorageRejected` with the database's message when it refused the statement for good,
+    `StorageUnavailable` naming the driver's exception otherwise."""
+
+    def classify(exc: BaseException) -> type[StorageError]:
+        return StorageUnavailable if _refusal(exc, dialect) is None else StorageRejected
+
+    def detail(exc: BaseException) -> str:
+        refusal = _refusal(exc, dialect)
+        return describe(exc) if refusal is None else " ".join(refusal.split())
+
+    return DriverErrors(f"source {dialect}", _FAULTS, classify=classify, detail=detail)

@@ -8,9 +8,9 @@ many small parents is one statement (``parent IN (...)``): Box's users have a ha
 each, and one round trip per user would cap the pipeline at the round-trip rate.
 
 Statements are built once per (level, shape) from identifiers quoted by the dialect; the
-configured ``where`` is the operator's SQL, used verbatim. Driver errors are classified here,
-once (`storage.sql.errors`): a statement the database refuses as written is
-`StorageRejected`, anything else `StorageUnavailable`.
+configured ``where`` is the operator's SQL, used verbatim. Every call to the database runs
+inside the one translator of its dialect (`storage.sql.errors.source_errors`): a statement
+the database refuses as written is `StorageRejected`, anything else `StorageUnavailable`.
 """
 
 from __future__ import annotations
@@ -21,18 +21,14 @@ from typing import Any
 
 from sqlalchemy import bindparam, inspect, text
 from sqlalchemy.engine import Connection
-from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.sql.elements import TextClause
 
-from storage.errors import StorageUnavailable
 from storage.ports import Key, SchemaFacts, SourceLevel
-from storage.sql.errors import translate
+from storage.sql.errors import source_errors
 from storage.sql.schema import DEFAULT_SCHEMA
 
 __all__ = ["SqlIterationSource", "create_engine_for"]
-
-_FAULTS = (SQLAlchemyError, OSError, ConnectionError, TimeoutError)
 
 
 def create_engine_for(url: str) -> AsyncEngine:
@@ -122,6 +118,7 @@ class SqlIterationSource:
 
     def __init__(self, engine: AsyncEngine, levels: Sequence[SourceLevel]) -> None:
         self._engine = engine
+        self._errors = source_errors(self.dialect)
         self.levels = tuple(levels)
         quote = engine.dialect.identifier_preparer.quote
         self._shapes = [_Shapes(level, quote) for level in self.levels]
@@ -138,12 +135,10 @@ class SqlIterationSource:
 
     async def create_default_schema(self) -> None:
         """Creates the default hierarchy's tables and indexes when missing."""
-        try:
+        with self._errors("create schema"):
             async with self._engine.begin() as conn:
                 for statement in DEFAULT_SCHEMA:
                     await conn.execute(text(statement))
-        except _FAULTS as exc:
-            raise translate(exc, self.dialect) from exc
 
     async def schema(self) -> SchemaFacts:
         wanted = {level.table.lower() for level in self.levels}
@@ -174,11 +169,9 @@ class SqlIterationSource:
                 fold_tables = int(casing or 0) != 0
             return SchemaFacts(tables, columns, indexes, fold_tables, dialect != "postgresql")
 
-        try:
+        with self._errors("schema"):
             async with self._engine.connect() as conn:
                 return await conn.run_sync(inspect_all)
-        except _FAULTS as exc:
-            raise translate(exc, self.dialect) from exc
 
     async def check_read(self, level: int) -> None:
         # Every shape of statement the level's reads use (a bounded id range; for a child
@@ -289,19 +282,15 @@ class SqlIterationSource:
         return rows
 
     async def _run(self, stmt: TextClause, params: dict[str, Any]) -> list[Key]:
-        try:
+        with self._errors("read"):
             async with self._engine.connect() as conn:
                 result = await conn.execute(stmt, params)
                 return [tuple(row) for row in result.all()]
-        except _FAULTS as exc:
-            raise translate(exc, self.dialect) from exc
 
     async def ping(self) -> None:
-        try:
+        with self._errors("ping"):
             async with self._engine.connect() as conn:
                 await conn.execute(text("SELECT 1"))
-        except _FAULTS as exc:
-            raise StorageUnavailable(f"source {self.dialect}: {type(exc).__name__}: {exc}") from exc
 
     async def close(self) -> None:
         await self._engine.dispose()

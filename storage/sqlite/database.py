@@ -18,19 +18,22 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
-from storage.errors import StorageCorrupt, StorageError, StorageUnavailable
+from storage.errors import DriverErrors, StorageCorrupt, StorageError, StorageUnavailable
 
 __all__ = ["SqliteDatabase"]
 
 R = TypeVar("R")
 
 
-def _translate(exc: sqlite3.Error) -> StorageError:
+def _kind(exc: BaseException) -> type[StorageError]:
     if isinstance(exc, sqlite3.OperationalError | sqlite3.InterfaceError):
-        return StorageUnavailable(f"sqlite: {exc}")
+        return StorageUnavailable
     if isinstance(exc, sqlite3.DatabaseError) and "malformed" in str(exc):
-        return StorageCorrupt(f"sqlite: {exc}")
-    return StorageError(f"sqlite: {exc}")
+        return StorageCorrupt
+    return StorageError
+
+
+_errors = DriverErrors("sqlite", (sqlite3.Error,), classify=_kind)
 
 
 class SqliteDatabase:
@@ -106,12 +109,10 @@ class SqliteDatabase:
         if self._closed:
             raise StorageUnavailable(f"sqlite database {self.path.name} is closed")
         loop = asyncio.get_running_loop()
-        try:
+        with _errors(self.path.name):
             # Shielded: once handed to the thread the transaction runs to its end anyway;
             # a cancelled caller must not leave the outcome unknown to the pool.
             return await asyncio.shield(loop.run_in_executor(pool, wrapper, fn))
-        except sqlite3.Error as exc:
-            raise _translate(exc) from exc
 
     async def close(self) -> None:
         """Waits for queued work, then closes every connection."""

@@ -5,7 +5,7 @@ visibility timeout — and the pipeline de-duplicates work itself (marker compar
 so FIFO queues' throughput limits would buy nothing. Sends and deletes go in batches of
 10 (SQS's maximum); a receipt handle is only valid for its own delivery, so a worker whose
 message already reappeared cannot delete the new delivery. Driver errors become
-`storage.errors.StorageUnavailable` here, once.
+`storage.errors.StorageUnavailable` here, once (`_errors`).
 
 With ``create_queues`` a queue that has gone (an in-memory ElasticMQ restarted, an
 operator deleted it) is created again on first use and the call retried once; the work
@@ -23,7 +23,7 @@ import aioboto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from storage.errors import StorageUnavailable
+from storage.errors import DriverErrors, StorageUnavailable
 from storage.ports import QueuedMessage
 from storage.settings import SqsSettings
 
@@ -35,7 +35,7 @@ _CONFIG = Config(
     retries={"max_attempts": 3, "mode": "standard"},
     max_pool_connections=64,
 )
-_ERRORS: tuple[type[BaseException], ...] = (BotoCoreError, ClientError, OSError)
+_errors = DriverErrors("sqs", (BotoCoreError, ClientError, OSError))
 _STALE = {"ReceiptHandleIsInvalid", "MessageNotInflight", "InvalidParameterValue"}
 _GONE = {"AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"}
 T = TypeVar("T")
@@ -45,10 +45,6 @@ def _code(exc: BaseException) -> str:
     if isinstance(exc, ClientError):
         return str(exc.response.get("Error", {}).get("Code", ""))
     return ""
-
-
-def _translate(exc: BaseException, what: str) -> StorageUnavailable:
-    return StorageUnavailable(f"sqs {what}: {type(exc).__name__}: {exc}")
 
 
 class SqsWorkQueue:
@@ -77,15 +73,13 @@ class SqsWorkQueue:
         if settings.endpoint_url:
             kwargs["endpoint_url"] = settings.endpoint_url
         try:
-            client = await stack.enter_async_context(aioboto3.Session().client("sqs", **kwargs))
-            queue = cls(
-                client, {}, stack, prefix=settings.queue_prefix, create=settings.create_queues
-            )
-            for name in names:
-                await queue._resolve(name)
-        except _ERRORS as exc:
-            await stack.aclose()
-            raise _translate(exc, "open") from exc
+            with _errors("open"):
+                client = await stack.enter_async_context(aioboto3.Session().client("sqs", **kwargs))
+                queue = cls(
+                    client, {}, stack, prefix=settings.queue_prefix, create=settings.create_queues
+                )
+                for name in names:
+                    await queue._resolve(name)
         except BaseException:
             await stack.aclose()
             raise
@@ -122,10 +116,8 @@ class SqsWorkQueue:
                 if reply.get("Failed"):
                     raise StorageUnavailable(f"sqs send: {reply['Failed'][:3]}")
 
-        try:
+        with _errors("send"):
             await self._on(queue, run)
-        except _ERRORS as exc:
-            raise _translate(exc, "send") from exc
 
     async def receive(
         self, queue: str, *, max_messages: int, visibility_s: float, wait_s: float
@@ -140,10 +132,8 @@ class SqsWorkQueue:
             )
             return reply
 
-        try:
+        with _errors("receive"):
             reply = await self._on(queue, run)
-        except _ERRORS as exc:
-            raise _translate(exc, "receive") from exc
         return [
             QueuedMessage(
                 m["Body"],
@@ -155,29 +145,30 @@ class SqsWorkQueue:
 
     async def delete(self, queue: str, receipts: Sequence[str]) -> None:
         url = self._urls[queue]
-        try:
-            for start in range(0, len(receipts), 10):
-                part = receipts[start : start + 10]
-                await self._client.delete_message_batch(
-                    QueueUrl=url,
-                    Entries=[{"Id": str(i), "ReceiptHandle": r} for i, r in enumerate(part)],
-                )
-        except _ERRORS as exc:
-            if _code(exc) in _STALE | _GONE:
-                return  # the delivery is over (or its queue is gone, and with it the message)
-            raise _translate(exc, "delete") from exc
+        with _errors("delete"):
+            try:
+                for start in range(0, len(receipts), 10):
+                    part = receipts[start : start + 10]
+                    await self._client.delete_message_batch(
+                        QueueUrl=url,
+                        Entries=[{"Id": str(i), "ReceiptHandle": r} for i, r in enumerate(part)],
+                    )
+            except ClientError as exc:
+                if _code(exc) not in _STALE | _GONE:
+                    raise
+                # the delivery is over (or its queue is gone, and with it the message)
 
     async def set_visibility(self, queue: str, receipt: str, visibility_s: float) -> None:
-        try:
-            await self._client.change_message_visibility(
-                QueueUrl=self._urls[queue],
-                ReceiptHandle=receipt,
-                VisibilityTimeout=max(0, math.ceil(visibility_s)),
-            )
-        except _ERRORS as exc:
-            if _code(exc) in _STALE | _GONE:
-                return
-            raise _translate(exc, "change_message_visibility") from exc
+        with _errors("change_message_visibility"):
+            try:
+                await self._client.change_message_visibility(
+                    QueueUrl=self._urls[queue],
+                    ReceiptHandle=receipt,
+                    VisibilityTimeout=max(0, math.ceil(visibility_s)),
+                )
+            except ClientError as exc:
+                if _code(exc) not in _STALE | _GONE:
+                    raise
 
     async def depth(self, queue: str) -> int:
         async def run(url: str) -> dict[str, Any]:
@@ -190,10 +181,8 @@ class SqsWorkQueue:
             )
             return reply
 
-        try:
+        with _errors("get_queue_attributes"):
             reply = await self._on(queue, run)
-        except _ERRORS as exc:
-            raise _translate(exc, "get_queue_attributes") from exc
         attrs = reply.get("Attributes", {})
         return int(attrs.get("ApproximateNumberOfMessages", 0)) + int(
             attrs.get("ApproximateNumberOfMessagesNotVisible", 0)
