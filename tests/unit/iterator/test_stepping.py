@@ -1,11 +1,9 @@
 """One step of a range as a pure function: markers, children, chunks, splits and the
-counters that decide completion."""
+counters they move."""
 
 from __future__ import annotations
 
 from server.iterator import model
-from server.iterator.progress import eta_seconds, progress
-from server.iterator.sizing import ChunkSizer
 from server.iterator.stepping import StepInput, closed_parents, fan_out, parent_cut, plan_step
 from storage.ports import TaskRecord
 
@@ -102,44 +100,3 @@ class TestPlanStep:
         task = _children((1, 3, 5, 7), after=(3, 1))
         assert closed_parents(task, (5, 2), finished=False) == 1
         assert closed_parents(task, (5, 2), finished=True) == 3
-
-
-class TestProgress:
-    def test_completion_needs_every_range_closed_and_every_chunk_settled(self) -> None:
-        """Counters say complete only when ranges and settled chunks both add up."""
-        counters = {"tasks.0": 1, "tasks_done.0": 1, "tasks.1": 2, "tasks_done.1": 2}
-        counters |= {"tasks.2": 3, "tasks_done.2": 3, "emitted_chunks": 4, "found.2": 40}
-        p = progress(SPEC, ["e", "u", "f"], counters)
-        assert p.iteration_complete
-        assert not p.complete
-        p = progress(SPEC, ["e", "u", "f"], counters | {"delivered_chunks": 4})
-        assert p.complete
-        assert eta_seconds(p, 10.0) >= 0
-
-    def test_eta_is_unknown_before_any_level_is_fully_discovered(self) -> None:
-        """No level fully discovered: the ETA says unknown (negative)."""
-        p = progress(SPEC, ["e", "u", "f"], {"tasks.0": 1})
-        assert eta_seconds(p, 100.0) < 0
-
-
-class TestChunkSizer:
-    def test_limit_follows_the_time_target_within_bounds(self) -> None:
-        """Slow reads shrink the LIMIT, fast ones grow it, both within the bounds."""
-        sizer = ChunkSizer(target_s=0.05, minimum=100, maximum=5000, initial=1000)
-        assert sizer.limit(1) == 1000
-        sizer.observe(1, 1000, 0.5)  # 0.5 ms per row: 100 rows fit in 50 ms
-        assert sizer.limit(1) == 100
-        for _ in range(30):
-            sizer.observe(1, 1000, 0.001)
-        assert sizer.limit(1) == 5000
-        assert sizer.limit(2) == 1000
-
-    def test_chunks_read_at_least_as_long_as_they_take_to_commit(self) -> None:
-        """When committing a chunk costs more than the time target, chunks grow so the
-        read matches the commit (fewer round trips per object), within the bounds."""
-        sizer = ChunkSizer(target_s=0.01, minimum=100, maximum=50_000, initial=1000)
-        sizer.observe(1, 1000, 0.01)  # 10 µs per row: 1,000 rows meet the 10 ms target
-        assert 990 <= sizer.limit(1) <= 1000
-        for _ in range(40):
-            sizer.observe_commit(0.05)  # a 50 ms commit
-        assert 4950 <= sizer.limit(1) <= 5000
