@@ -103,6 +103,7 @@ class TestDeliverUnread:
     """The fan-out's count-free delivery ends where `deliver` would, in any order."""
 
     async def test_recipients_get_one_unread_row_each(self, inbox_store: InboxStore) -> None:
+        """A blind fan-out gives each recipient one unread thread, and a retried chunk adds none."""
         inboxes = [f"u{i}" for i in range(1000)]
         assert await inbox_store.deliver_unread("announce", 7, inboxes) is None
         await inbox_store.deliver_unread("announce", 7, inboxes)  # a retried chunk
@@ -113,6 +114,7 @@ class TestDeliverUnread:
     async def test_a_retry_after_reading_keeps_the_thread_read(
         self, inbox_store: InboxStore
     ) -> None:
+        """Re-delivering the same message after the reader read it leaves it read."""
         await inbox_store.deliver_unread("t1", 10, ["bob"])
         assert await inbox_store.set_read("bob", ["t1"], read=True) == 1
         await inbox_store.deliver_unread("t1", 10, ["bob"])
@@ -122,6 +124,7 @@ class TestDeliverUnread:
     async def test_an_older_message_never_moves_a_row_back_or_reopens_it(
         self, inbox_store: InboxStore
     ) -> None:
+        """A late fan-out of an older message changes neither a row's message nor its read state."""
         await inbox_store.deliver("t1", 20, unread=[], read=["bob"])
         await inbox_store.deliver_unread("t1", 20, ["carol"])
         await inbox_store.deliver_unread("t1", 15, ["bob", "carol"])
@@ -132,6 +135,7 @@ class TestDeliverUnread:
     async def test_a_newer_message_reopens_and_a_reply_closes(
         self, inbox_store: InboxStore
     ) -> None:
+        """A newer message makes a read thread unread; the recipient's own reply reads it again."""
         await inbox_store.deliver("t1", 10, unread=["bob"])
         await inbox_store.set_read("bob", None, read=True)
         await inbox_store.deliver_unread("t1", 12, ["bob"])
@@ -145,6 +149,7 @@ class TestDeliverUnread:
     async def test_racing_with_deliver_keeps_the_max_and_one_unread_row(
         self, inbox_store: InboxStore
     ) -> None:
+        """Concurrent deliveries of one thread end at the newest message with one unread row."""
         await asyncio.gather(
             *(
                 inbox_store.deliver_unread("t", m, ["bob"])

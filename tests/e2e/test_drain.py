@@ -39,6 +39,7 @@ def batch(b: int) -> threadweaver_pb2.WeaveMessagesRequest:
 
 
 async def test_sigterm_finishes_in_flight_calls_and_refuses_new_ones(tmp_path: Path) -> None:
+    """SIGTERM: calls already running finish OK, calls arriving after it get UNAVAILABLE, exit 0."""
     data = tmp_path / "data"
     env = {"LOOM_SERVER__GRACE_S": "20"}
     outcomes: list[tuple[int, grpc.StatusCode, float]] = []

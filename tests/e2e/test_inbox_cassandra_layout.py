@@ -39,6 +39,8 @@ async def _old_layout(tmp_path: Path) -> tuple[str, str, int]:
 
 
 async def test_the_store_refuses_a_keyspace_of_the_earlier_layout(tmp_path: Path) -> None:
+    """Opening the store on a keyspace with the earlier two inbox tables fails naming them and the
+    setting."""
     settings = settings_for("cassandra", tmp_path, inbox_store="cassandra")
     fresh = await factory.open_inbox_store(settings)  # a new keyspace opens
     await fresh.close()
@@ -51,6 +53,7 @@ async def test_the_store_refuses_a_keyspace_of_the_earlier_layout(tmp_path: Path
 
 
 async def test_loom_serve_stops_naming_the_tables(tmp_path: Path) -> None:
+    """`loom serve` on such a keyspace exits 2 with a message naming the keyspace and its tables."""
     keyspace, contact, port = await _old_layout(tmp_path)
     env = {
         "LOOM_STORAGE__INBOX_STORE": "cassandra",

@@ -18,6 +18,7 @@ from tests.serving import loom_process
 
 
 async def test_two_workers_answer_as_one_server(tmp_path: Path) -> None:
+    """`--workers 2`: both workers serve calls, every service answers as one server, both drain."""
     rng = random.Random(12)
     async with loom_process(tmp_path, "--workers", "2") as served, AsyncExitStack() as stack:
         chans = await channels([served.target], stack)

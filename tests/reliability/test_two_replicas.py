@@ -24,6 +24,8 @@ from tests.serving import loom_process
 @pytest.mark.engine("cassandra")
 @pytest.mark.engine("dynamodb")
 async def test_two_replicas_on_cassandra_and_dynamodb_answer_as_one(tmp_path: Path) -> None:
+    """Two `loom serve` on one Cassandra and DynamoDB: writes through either read back through
+    both, and each replica takes its share of the calls."""
     env = server_env(
         threadweaver_store="cassandra", inbox_store="cassandra", summary_store="dynamodb"
     )

@@ -4,10 +4,13 @@ from loadtest.benches.announcement_probe import slow_windows
 
 
 def test_fast_calls_make_no_window() -> None:
+    """Calls under the slow threshold open no window."""
     assert slow_windows([(10.0, 0.002), (10.1, 0.029)]) == []
 
 
 def test_slow_calls_close_together_share_a_window_and_a_gap_splits_them() -> None:
+    """Slow calls within the gap share a window (start, end, worst, count); a longer gap starts
+    another."""
     calls = [
         (100.0, 0.003),
         (100.5, 0.040),
@@ -23,6 +26,7 @@ def test_slow_calls_close_together_share_a_window_and_a_gap_splits_them() -> Non
 
 
 def test_thresholds_are_the_callers() -> None:
+    """The slow threshold and the gap are parameters."""
     calls = [(0.0, 0.010), (1.0, 0.020)]
     assert len(slow_windows(calls, slow_s=0.005, gap_s=2.0)) == 1
     assert len(slow_windows(calls, slow_s=0.005, gap_s=0.5)) == 2

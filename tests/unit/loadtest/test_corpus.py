@@ -111,5 +111,6 @@ class TestChains:
             assert len({m.gid for m in link}) == 2
 
     def test_a_length_that_does_not_divide_the_threads_is_refused(self) -> None:
+        """A chain length must divide the chain's threads."""
         with pytest.raises(ValueError, match="multiple"):
             chain(7)

@@ -24,6 +24,7 @@ def _small() -> Corpus:
 
 
 def test_weave_batches_cover_every_message_in_order_with_exact_timestamps() -> None:
+    """Batches keep every message in order with its millisecond timestamp; size 0 is refused."""
     msgs = [WovenMessage("g", f"t{i}", f"<{i}@x>", 1_700_000_000_123 + i) for i in range(5)]
     batches = weave_batches(msgs, 2)
     assert [len(b.messages) for b in batches] == [2, 2, 1]
@@ -38,6 +39,7 @@ def test_weave_batches_cover_every_message_in_order_with_exact_timestamps() -> N
 
 
 def test_discussion_starts_are_team_centi_threads_only() -> None:
+    """Start threads are distinct team threads of the split discussions."""
     corpus = _small()
     starts = discussion_starts(corpus)
     team = set(corpus.team_gids)
@@ -48,6 +50,7 @@ def test_discussion_starts_are_team_centi_threads_only() -> None:
 
 
 def test_get_requests_carry_the_team_and_resolve_pages_split_by_100() -> None:
+    """Reads carry the team filter; ResolveThreads pages hold at most 100 threads."""
     reqs = get_requests([("a", "1"), ("b", "2")], ["a", "b", "c"])
     assert [(r.gid, r.thread_id, list(r.team_gids)) for r in reqs] == [
         ("a", "1", ["a", "b", "c"]),
@@ -60,6 +63,7 @@ def test_get_requests_carry_the_team_and_resolve_pages_split_by_100() -> None:
 
 
 def test_expected_stats_count_distinct_message_ids_and_latest_time() -> None:
+    """A component's expected stats: distinct Message-IDs and the latest sent time."""
     corpus = _small()
     truth = corpus.ground_truth()
     stats = expected_stats(corpus.messages, truth)
@@ -71,6 +75,8 @@ def test_expected_stats_count_distinct_message_ids_and_latest_time() -> None:
 
 
 def test_partition_mismatches_zero_for_truth_and_counts_splits_merges_and_misses() -> None:
+    """The truth's own partition has no mismatch; a split, a merge and an unresolved thread each
+    count."""
     corpus = _small()
     truth = corpus.ground_truth()
     comps = truth.components()
@@ -93,6 +99,7 @@ def test_partition_mismatches_zero_for_truth_and_counts_splits_merges_and_misses
 
 
 def test_store_env_gives_fresh_namespaces_and_needs_the_engine_address() -> None:
+    """Each engine gets a fresh namespace for the run; a missing engine address is an error."""
     assert store_env("sqlite", "r1", {}) == {}
     bt = store_env("bigtable", "r1", {"BIGTABLE_EMULATOR_HOST": "127.0.0.1:1"})
     assert bt["LOOM_BIGTABLE__CREATE_TABLES"] == "true"
@@ -113,6 +120,7 @@ def test_store_env_gives_fresh_namespaces_and_needs_the_engine_address() -> None
 
 
 def test_thread_keys_of_refs() -> None:
+    """Thread refs become (gid, thread) keys."""
     refs = [
         common_pb2.ThreadRef(gid="g", thread_id="t"),
         common_pb2.ThreadRef(gid="g", thread_id="u"),

@@ -25,6 +25,7 @@ class Hangs:
 
 
 async def test_a_call_with_time_to_spare_gives_the_engine_a_deadline_before_its_own() -> None:
+    """An engine call ends a little before the deadline of the call it serves."""
     loop = asyncio.get_running_loop()
     before = loop.time()
     serving(2.0)
@@ -35,11 +36,13 @@ async def test_a_call_with_time_to_spare_gives_the_engine_a_deadline_before_its_
 
 
 async def test_a_very_short_call_gives_the_engine_no_deadline_of_its_own() -> None:
+    """Too little time to leave a margin: the engine gets no deadline of its own."""
     serving(0.005)
     assert engine_deadline() is None
 
 
 async def test_a_task_spawned_by_the_handler_is_not_held_to_the_call_deadline() -> None:
+    """A background task started by a handler does not inherit the call's engine deadline."""
     serving(2.0)
     assert engine_deadline() is not None
     assert await asyncio.create_task(_deadline_in_own_task()) is None
@@ -50,6 +53,7 @@ async def _deadline_in_own_task() -> float | None:
 
 
 async def test_a_hung_engine_fails_unavailable_before_the_deadline_and_counts() -> None:
+    """An engine that hangs fails UNAVAILABLE before the call's deadline and opens its breaker."""
     breaker = CircuitBreaker("engine", failure_threshold=1)
     store = guard_store(Hangs(), breaker)
     serving(0.3)
@@ -60,6 +64,7 @@ async def test_a_hung_engine_fails_unavailable_before_the_deadline_and_counts() 
 
 
 async def test_a_caller_deadline_too_short_to_judge_the_engine_is_not_a_fault() -> None:
+    """A call whose own deadline is too short to judge the engine leaves the breaker closed."""
     breaker = CircuitBreaker("engine", failure_threshold=1)
     store = guard_store(Hangs(), breaker)
     serving(0.005)
