@@ -22,7 +22,6 @@ from server.inbox.fanout import RELEASED_MS, FanoutJob, FanoutStage
 from server.runtime.errors import LoomError, ResourceExhausted
 from server.runtime.logs import get_logger
 from server.runtime.workers import WorkerPool
-from storage.errors import StorageError
 from storage.ports import InboxStore
 
 __all__ = ["Adopter"]
@@ -64,7 +63,7 @@ class Adopter:
         while True:
             try:
                 await self.adopt_once()
-            except (LoomError, StorageError) as exc:
+            except LoomError as exc:
                 _log.warning("delivery adoption skipped", error=str(exc))
             await asyncio.sleep(self._interval_s)
 

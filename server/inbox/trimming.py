@@ -22,7 +22,6 @@ from server.inbox.listing import order_key
 from server.runtime.errors import LoomError
 from server.runtime.logs import get_logger
 from server.runtime.workers import WorkerPool
-from storage.errors import StorageError
 from storage.ports import InboxEntry, InboxStore
 
 __all__ = ["Trimmer", "sample_indexes", "trim_victims"]
@@ -137,7 +136,7 @@ class Trimmer:
             inbox_id = await self._queue.get()
             try:
                 await self.trim(inbox_id)
-            except (LoomError, StorageError) as exc:
+            except LoomError as exc:
                 _log.warning("trim failed", error=str(exc))
             finally:
                 self._pending.discard(inbox_id)

@@ -34,9 +34,8 @@ from server.iterator.delivery import Delivery
 from server.iterator.jobcache import JobCache
 from server.iterator.scope import Scope
 from server.iterator.settings import IteratorSettings
-from server.runtime.errors import FailedPrecondition, LoomError, NotFound
+from server.runtime.errors import EngineRejected, FailedPrecondition, LoomError, NotFound
 from server.runtime.logs import get_logger
-from storage.errors import StorageError, StorageRejected
 from storage.ports import ChunkState, IterationSource, JobRecord, JobStore, TaskRecord
 
 __all__ = ["IteratorService", "JobView"]
@@ -111,8 +110,8 @@ class IteratorService:
         """Creates a job over `scope` (NOT_FOUND when nothing is there) and its first range."""
         try:
             found = await self._source.exists(scope.level, scope.first, scope.last)
-        except StorageRejected as exc:
-            raise FailedPrecondition(self._rejected(scope.level, str(exc))) from exc
+        except EngineRejected as exc:
+            raise FailedPrecondition(self._rejected(scope.level, exc.reason)) from exc
         if not found:
             raise NotFound(
                 f"no {self.names[scope.level]} in {list(scope.first)}..{list(scope.last)}"
@@ -144,7 +143,7 @@ class IteratorService:
                 error="the work queue was unavailable when the job was started",
                 finished_ms=_now_ms(),
             )
-            with contextlib.suppress(LoomError, StorageError):
+            with contextlib.suppress(LoomError):
                 await self._store.update_job(failed, record.version)
             raise
         return await self.view(job_id)
@@ -268,7 +267,7 @@ class IteratorService:
             self._meters.setdefault(record.job_id, progress.RateMeter()).add(p.emitted_objects)
             unsettled += max(0, p.emitted_chunks - p.settled_chunks)
             if not p.iteration_complete:
-                with contextlib.suppress(LoomError, StorageError):  # the queue may be down
+                with contextlib.suppress(LoomError):  # the queue may be down
                     await self._resend_if_stalled(record.job_id, counters)
             if not p.complete:
                 continue
@@ -320,13 +319,13 @@ class IteratorService:
     async def _check_loop(self) -> None:
         while True:
             await asyncio.sleep(self._s.check_interval_s)
-            with contextlib.suppress(LoomError, StorageError):
+            with contextlib.suppress(LoomError):
                 await self.check_once()
 
     async def _source_loop(self) -> None:
         while True:
             await asyncio.sleep(self._s.source_probe_s)
-            with contextlib.suppress(LoomError, StorageError):
+            with contextlib.suppress(LoomError):
                 waiting = [
                     r
                     for r in await self._store.active_jobs()

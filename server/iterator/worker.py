@@ -44,10 +44,9 @@ from server.iterator.settings import IteratorSettings
 from server.iterator.sizing import ChunkSizer
 from server.iterator.splitting import SplitFinder
 from server.iterator.stepping import StepInput, plan_step
-from server.runtime.errors import LoomError, Unavailable
+from server.runtime.errors import EngineRejected, LoomError, Unavailable
 from server.runtime.logs import get_logger
 from storage.clock import now_ms
-from storage.errors import StorageError, StorageRejected
 from storage.ports import (
     IterationSource,
     JobStore,
@@ -149,7 +148,7 @@ class Pipeline:
 
     async def _sample_loop(self) -> None:
         while True:
-            with contextlib.suppress(LoomError, StorageError):
+            with contextlib.suppress(LoomError):
                 await self.sample_depths()
             await asyncio.sleep(_DEPTH_SAMPLE_S)
 
@@ -205,7 +204,7 @@ class Pipeline:
                     break
             except asyncio.CancelledError:
                 raise
-            except (LoomError, StorageError) as exc:
+            except LoomError as exc:
                 _log.warning("worker: engine fault", error=str(exc))
                 await asyncio.sleep(min(1.0, idle * 4))
             except Exception:  # a bug must not kill the pool; the message reappears
@@ -316,8 +315,8 @@ class Pipeline:
                 cuts = await self._splits.cuts(task, rows, limit, may_steal=idle)
         except Unavailable as exc:  # only the source's breaker answers for these calls
             raise _SourceDown(str(exc)) from exc
-        except StorageRejected as exc:  # only the source refuses statements
-            raise _SourceRejected(task.level, str(exc)) from exc
+        except EngineRejected as exc:  # only the source refuses statements
+            raise _SourceRejected(task.level, exc.reason) from exc
         if emitting and rate > 0 and rows:
             wait = await reserve(
                 self._store, job_id, objects=len(rows), rate=float(rate), now_ms=now_ms()

@@ -4,15 +4,18 @@
     ├── InvalidArgument      bad input; carries field violations
     ├── NotFound             the named thing does not exist
     ├── FailedPrecondition   the request is valid but the state forbids it
+    │   └── EngineRejected   an engine refused a statement as written (no retry helps)
     ├── ResourceExhausted    a bulkhead or queue is full; retry later
     ├── Unavailable          an engine is down or the circuit breaker is open
+    │   └── CorruptData      stored bytes do not decode (a bug or a foreign writer)
     ├── DeadlineExceeded     the work did not finish in time
     ├── Unauthenticated      no credentials, or credentials that do not verify
     └── PermissionDenied     verified credentials without the scope the method needs
 
-`server.runtime.status` maps each class to a gRPC status code, in one place. Storage
-adapters raise `storage.errors.StorageError` (translated once, inside the adapter); the
-runtime maps those to UNAVAILABLE.
+Two boundaries, one each way. Storage adapters raise `storage.errors.StorageError`
+(translated once, inside the adapter); `server.runtime.guard` turns those into these errors
+at the one door every store call passes, so domain code catches `LoomError` alone. Then
+`server.runtime.status` maps each class to a gRPC status code, in one place.
 """
 
 from __future__ import annotations
@@ -20,7 +23,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = [
+    "CorruptData",
     "DeadlineExceeded",
+    "EngineRejected",
     "FailedPrecondition",
     "FieldViolation",
     "InvalidArgument",
@@ -70,12 +75,27 @@ class FailedPrecondition(LoomError):
     """The request is well formed but the current state does not allow it."""
 
 
+class EngineRejected(FailedPrecondition):
+    """An engine answered and refused a statement as written (a table or column it lacks, a
+    syntax error: `storage.errors.StorageRejected`). Retrying cannot help, and the engine is
+    healthy. `reason` is the engine's own message, for callers that quote it on purpose."""
+
+    def __init__(self, message: str, reason: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason or message
+
+
 class ResourceExhausted(LoomError):
     """A bounded resource (bulkhead, queue) is full; the caller should back off."""
 
 
 class Unavailable(LoomError):
     """A dependency is down, or its circuit breaker is open; retrying later may work."""
+
+
+class CorruptData(Unavailable):
+    """Stored bytes do not decode, whether the adapter or the domain decoded them: a bug or a
+    foreign writer. Answered UNAVAILABLE like the engine fault it resembles; never retried."""
 
 
 class DeadlineExceeded(LoomError):

@@ -1,11 +1,22 @@
-"""Puts a storage adapter behind a circuit breaker without the adapter knowing.
+"""Puts a storage adapter behind a circuit breaker without the adapter knowing, and is the
+one place where storage errors become domain errors.
 
 Every coroutine method of the wrapped store runs through the engine's breaker: an open
 breaker fails the call fast, engine faults (`StorageError`, timeouts — including running
 into the deadline of the call being served, `server.runtime.deadlines`) count as failures,
 anything else (a caller's bad input, NotFound) says the engine answered and counts as success.
-A `StorageRejected` (the engine refused a statement as written) is such an answer too: it
-passes through unchanged, for the caller to give up on, and never opens the breaker.
+
+What leaves the guard is a `LoomError`, never a `StorageError`, so domain code catches one
+hierarchy and `server.runtime.status` maps one hierarchy:
+
+    StorageRejected        -> EngineRejected (FAILED_PRECONDITION); an answer: never opens
+                              the breaker, for the caller to give up on
+    StorageCorrupt         -> CorruptData (UNAVAILABLE); a failure
+    other StorageError,
+    TimeoutError           -> Unavailable; a failure
+
+Every message names the engine and the cause ("cassandra: timed out after 2.0 s"), never an
+exception's empty text.
 """
 
 from __future__ import annotations
@@ -18,8 +29,8 @@ from typing import Any, TypeVar, cast
 
 from server.runtime.breaker import CircuitBreaker
 from server.runtime.deadlines import engine_deadline
-from server.runtime.errors import Unavailable
-from storage.errors import StorageError, StorageRejected
+from server.runtime.errors import CorruptData, EngineRejected, Unavailable
+from storage.errors import StorageCorrupt, StorageError, StorageRejected, describe
 
 __all__ = ["guard_store"]
 
@@ -32,15 +43,23 @@ def _guarded(
     @functools.wraps(method)
     async def call(*args: Any, **kwargs: Any) -> Any:
         breaker.before_call()
+        deadline = engine_deadline()
+        scope = asyncio.timeout_at(deadline)
+        started = asyncio.get_running_loop().time()
         try:
-            async with asyncio.timeout_at(engine_deadline()):
+            async with scope:
                 result = await method(*args, **kwargs)
-        except StorageRejected:
+        except StorageRejected as exc:
             breaker.on_success()
-            raise
+            raise EngineRejected(_named(breaker.name, str(exc)), str(exc)) from exc
         except (StorageError, TimeoutError) as exc:
             breaker.on_failure()
-            raise Unavailable(f"{breaker.name}: {exc or type(exc).__name__}") from exc
+            if scope.expired() and deadline is not None:
+                cause = f"timed out after {deadline - started:.1f} s"
+            else:
+                cause = str(exc) if isinstance(exc, StorageError) else describe(exc)
+            kind = CorruptData if isinstance(exc, StorageCorrupt) else Unavailable
+            raise kind(_named(breaker.name, cause or describe(exc))) from exc
         except asyncio.CancelledError:
             breaker.on_abandon()
             raise
@@ -51,6 +70,11 @@ def _guarded(
         return result
 
     return call
+
+
+def _named(engine: str, cause: str) -> str:
+    """``engine: cause``, naming the engine once (an adapter's message may already)."""
+    return cause if cause.startswith((f"{engine}:", f"{engine} ")) else f"{engine}: {cause}"
 
 
 class _Guarded:

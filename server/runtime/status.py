@@ -1,5 +1,7 @@
 """The one place where Loom's errors become gRPC status codes.
 
+It maps the domain hierarchy (`server.runtime.errors`) only: storage errors never get this
+far, because `server.runtime.guard` turns them into domain errors at the store's door.
 Invalid input carries a ``google.rpc.BadRequest`` detail with one field violation per bad
 field, readable by any gRPC client (grpcurl prints it; Go's status.FromError finds it).
 """
@@ -14,7 +16,6 @@ from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from server.runtime import errors
-from storage.errors import StorageError, StorageRejected
 
 __all__ = ["code_for", "is_unmapped", "rich_status"]
 
@@ -27,8 +28,6 @@ _CODES: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (errors.DeadlineExceeded, grpc.StatusCode.DEADLINE_EXCEEDED),
     (errors.Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
     (errors.PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
-    (StorageRejected, grpc.StatusCode.FAILED_PRECONDITION),
-    (StorageError, grpc.StatusCode.UNAVAILABLE),
     (TimeoutError, grpc.StatusCode.DEADLINE_EXCEEDED),
     (NotImplementedError, grpc.StatusCode.UNIMPLEMENTED),
 )
@@ -51,10 +50,6 @@ def is_unmapped(exc: BaseException) -> bool:
 def _message(exc: BaseException, code: grpc.StatusCode, request_id: str | None) -> str:
     if isinstance(exc, errors.LoomError):
         return exc.message
-    if code is grpc.StatusCode.UNAVAILABLE:
-        return "storage unavailable"
-    if isinstance(exc, StorageRejected):
-        return "the storage engine refused the request as written (see the server log)"
     if code is grpc.StatusCode.DEADLINE_EXCEEDED:
         return "deadline exceeded"
     if code is grpc.StatusCode.UNIMPLEMENTED:

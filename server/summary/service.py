@@ -28,10 +28,9 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from server.runtime.errors import NotFound, Unavailable
+from server.runtime.errors import CorruptData, NotFound, Unavailable
 from server.summary.model import DeliveryEvent, MessageSummary, SummaryView
 from server.summary.recipients import SketchParams
-from storage.errors import StorageCorrupt
 from storage.ports import StoredSummary, SummaryStore
 
 __all__ = ["RecordOutcome", "SummaryService"]
@@ -144,4 +143,4 @@ class SummaryService:
         try:
             return MessageSummary.decode(stored.data)
         except ValueError as exc:
-            raise StorageCorrupt(f"summary of {message_id!r} does not decode: {exc}") from exc
+            raise CorruptData(f"summary of {message_id!r} does not decode: {exc}") from exc

@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 import zstandard
 
-from storage.errors import StorageCorrupt
+from server.runtime.errors import CorruptData
 
 __all__ = [
     "ClusterEmail",
@@ -128,14 +128,14 @@ def encode_cluster_email(email: ClusterEmail) -> bytes:
 
 
 def decode_cluster_email(data: bytes) -> ClusterEmail:
-    """Inverse of `encode_cluster_email`; undecodable bytes are StorageCorrupt."""
+    """Inverse of `encode_cluster_email`; undecodable bytes are CorruptData."""
     try:
         version, user, sender, subject, at, texts = json.loads(_ZD.decompress(data))
         if version != 1:
             raise ValueError(f"version {version}")
         return ClusterEmail(user, sender, subject, tuple((p, t) for p, t in texts), int(at))
     except (ValueError, TypeError, zstandard.ZstdError) as exc:
-        raise StorageCorrupt(f"bad stored email: {type(exc).__name__}") from exc
+        raise CorruptData(f"bad stored email: {type(exc).__name__}") from exc
 
 
 def encode_templates(templates: list[TemplateValue]) -> bytes:
@@ -184,4 +184,4 @@ def decode_templates(data: bytes) -> list[TemplateValue]:
             for d in doc
         ]
     except (ValueError, TypeError, IndexError, zstandard.ZstdError) as exc:
-        raise StorageCorrupt(f"bad stored templates: {type(exc).__name__}") from exc
+        raise CorruptData(f"bad stored templates: {type(exc).__name__}") from exc

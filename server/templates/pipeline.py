@@ -41,7 +41,6 @@ from server.templates.schemes import SchemeParams, match_template
 from server.templates.settings import TemplatesSettings
 from server.templates.tokens import email_hashes
 from server.templates.work import fingerprint_batch, form_row
-from storage.errors import StorageError
 from storage.ports import ClusterWrite, TemplateStore
 
 __all__ = ["Counters", "Pipeline"]
@@ -218,7 +217,7 @@ class Pipeline:
             batch = self._drain(self.io_queue, first, self._s.io_batch)
             try:
                 await self._check_eligibility(batch)
-            except (LoomError, StorageError) as exc:
+            except LoomError as exc:
                 self.counters.failed += len(batch)
                 _log.warning("store failed", error=type(exc).__name__, emails=len(batch))
 
@@ -409,7 +408,7 @@ class Pipeline:
                     left_out=bool(result.left_out) and self.params.scheme == "loom",
                     regrow=self.params.scheme == "loom",
                 )
-            except Exception as exc:  # StorageError, LoomError, a broken pool: logged, never raised
+            except Exception as exc:  # LoomError, a broken pool: logged, never raised
                 _log.warning("formation failed", error=type(exc).__name__)
             finally:
                 self._pending.discard(key)

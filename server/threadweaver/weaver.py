@@ -28,13 +28,12 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 
-from server.runtime.errors import NotFound, Unavailable
+from server.runtime.errors import EngineRejected, NotFound, Unavailable
 from server.runtime.logs import get_logger
 from server.threadweaver.closure import read_component, walk
 from server.threadweaver.graph import components, hint, missing_star_links
 from server.threadweaver.model import Message, UnifiedThread, WeaveResult, default_ut, rfc_key
 from server.threadweaver.union import unite
-from storage.errors import StorageError
 from storage.ports import MessageMapping, ThreadKey, ThreadStore
 
 __all__ = ["ThreadWeaver"]
@@ -157,7 +156,7 @@ class ThreadWeaver:
             return
         try:
             await self._store.add_links(missing)
-        except (Unavailable, StorageError) as exc:
+        except (Unavailable, EngineRejected) as exc:
             _log.warning("threadweaver.repair_failed", links=len(missing), error=str(exc))
         else:
             _log.info("threadweaver.repaired", links=len(missing))
