@@ -6,9 +6,12 @@ from __future__ import annotations
 import argparse
 from collections.abc import Mapping
 
+from storage.engines import THREAD_STORES
+
 __all__ = ["STORES", "parse_stores", "store_env"]
 
-STORES = ("sqlite", "bigtable", "cassandra")
+STORES = THREAD_STORES.names
+"""The ThreadStore's engines (`storage.engines`), the embedded one first."""
 
 
 def store_env(store: str, run_id: str, environ: Mapping[str, str]) -> dict[str, str]:

@@ -16,8 +16,19 @@ from server.config import ConfigError, Settings, load_settings
 from server.processes import serve_workers
 from server.runtime.auth import mint_token
 from server.runtime.logs import configure_logging
+from storage.engines import INBOX_STORES, SUMMARY_STORES, TEMPLATE_STORES, THREAD_STORES, Port
 
 __all__ = ["main"]
+
+
+_STORE_FLAGS: tuple[tuple[Port[Any], str], ...] = (
+    (THREAD_STORES, "ThreadWeaver's state"),
+    (SUMMARY_STORES, "Summary's state"),
+    (INBOX_STORES, "Inbox's state"),
+    (TEMPLATE_STORES, "TemplateInduction's state"),
+)
+"""The ports `loom serve` takes an engine flag for (``--inbox-store`` sets
+``storage.inbox_store``), each offering its port's engines (`storage.engines`)."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -28,26 +39,13 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--host", help="interface to bind (default 127.0.0.1)")
     s.add_argument("--port", type=int, help="TCP port (default 50051; 0 picks a free one)")
     s.add_argument("--data-dir", help="directory of the embedded SQLite files (default ./data)")
-    s.add_argument(
-        "--threadweaver-store",
-        choices=["sqlite", "bigtable", "cassandra"],
-        help="engine of ThreadWeaver's state (default sqlite)",
-    )
-    s.add_argument(
-        "--summary-store",
-        choices=["sqlite", "dynamodb"],
-        help="engine of Summary's state (default sqlite; dynamodb reads [dynamodb] settings)",
-    )
-    s.add_argument(
-        "--inbox-store",
-        choices=["sqlite", "cassandra"],
-        help="engine of Inbox's state (default sqlite; cassandra reads [cassandra] settings)",
-    )
-    s.add_argument(
-        "--templates-store",
-        choices=["sqlite", "bigtable"],
-        help="engine of TemplateInduction's state (default sqlite; bigtable reads [bigtable])",
-    )
+    for port, what in _STORE_FLAGS:
+        s.add_argument(
+            f"--{port.field.replace('_', '-')}",
+            choices=port.names,
+            help=f"engine of {what} (default {port.names[0]}; "
+            f"{port.names[-1]} reads its [{port.names[-1]}] settings)",
+        )
     s.add_argument("--log-level", help="debug, info, warning or error")
     s.add_argument("--tls-cert", help="PEM certificate chain: serve TLS (with --tls-key)")
     s.add_argument("--tls-key", help="PEM private key of --tls-cert")
@@ -115,12 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "workers": args.workers,
         },
         "sqlite": {"data_dir": args.data_dir},
-        "storage": {
-            "threadweaver_store": args.threadweaver_store,
-            "summary_store": args.summary_store,
-            "inbox_store": args.inbox_store,
-            "templates_store": args.templates_store,
-        },
+        "storage": {port.field: getattr(args, port.field) for port, _ in _STORE_FLAGS},
     }
     try:
         settings = load_settings(args.config, overrides=overrides)

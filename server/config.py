@@ -5,11 +5,15 @@ Each service's settings live in its own ``server/<service>/settings.py`` and eac
 policies), gathers them all into `Settings`, and loads it. Services import their settings from
 their own package, never through this module.
 
-Precedence, lowest first: the defaults below, an optional TOML file (``--config`` or
-``LOOM_CONFIG``), environment variables, command-line flags. Environment variables name a
-section and a field joined by a double underscore: ``LOOM_SERVER__PORT=50052``,
-``LOOM_STORAGE__THREADWEAVER_STORE=cassandra``, ``LOOM_CASSANDRA__CONTACT_POINTS=a,b``.
-Per-method policies come from TOML only::
+Precedence, lowest first: the defaults of the dataclasses, the defaults of the engines the
+settings choose (`storage.engines`: for instance the Inbox fan-out's pacing on its InboxStore
+engine), an optional TOML file (``--config`` or ``LOOM_CONFIG``), environment variables,
+command-line flags. What `load_settings` returns is final: an engine a port does not have is
+refused here (naming the setting), and nothing is left for a mount to fill in.
+
+Environment variables name a section and a field joined by a double underscore:
+``LOOM_SERVER__PORT=50052``, ``LOOM_STORAGE__THREADWEAVER_STORE=cassandra``,
+``LOOM_CASSANDRA__CONTACT_POINTS=a,b``. Per-method policies come from TOML only::
 
     [policies."loom.v1.ThreadWeaver/WeaveMessages"]
     max_concurrency = 4
@@ -34,6 +38,7 @@ from server.iterator.settings import IteratorSettings
 from server.summary.settings import SummarySettings
 from server.templates.settings import TemplatesSettings
 from server.threadweaver.settings import ThreadWeaverSettings
+from storage.engines import PORTS
 from storage.settings import (
     BigtableSettings,
     CassandraSettings,
@@ -232,12 +237,26 @@ def _sections() -> dict[str, type]:
     }
 
 
+def _choose_engines(merged: dict[str, dict[str, Any]]) -> None:
+    """Checks the engine every port's setting names (`UnsupportedEngine`, naming the setting,
+    for one the port does not have) and slips that engine's defaults under whatever TOML,
+    environment and flags set, so nothing is left to resolve once the engine is known."""
+    sections = _sections()
+    for port in PORTS:
+        chosen = getattr(
+            _build(sections[port.section], merged[port.section], port.section), port.field
+        )
+        for section, values in port.select(str(chosen)).defaults.items():
+            merged[section] = {**values, **merged[section]}
+
+
 def load_settings(
     config_file: Path | None = None,
     env: Mapping[str, str] | None = None,
     overrides: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Settings:
-    """Defaults < TOML file < ``LOOM_SECTION__FIELD`` environment < `overrides` (CLI flags)."""
+    """Defaults < the chosen engines' defaults < TOML file < ``LOOM_SECTION__FIELD``
+    environment < `overrides` (CLI flags): final settings, engines checked."""
     env = os.environ if env is None else env
     merged: dict[str, dict[str, Any]] = {name: {} for name in _sections()}
     policies: dict[str, MethodPolicy] = {}
@@ -261,6 +280,7 @@ def load_settings(
         merged[section][name] = value
     for section, values in (overrides or {}).items():
         merged[section].update({k: v for k, v in values.items() if v is not None})
+    _choose_engines(merged)
     built: dict[str, Any] = {
         name: _build(cls, merged[name], name) for name, cls in _sections().items()
     }

@@ -18,10 +18,7 @@ __all__ = [
     "SqliteSettings",
     "SqsSettings",
     "StorageSettings",
-    "StoreName",
 ]
-
-StoreName = Literal["sqlite", "bigtable", "cassandra", "dynamodb", "sqs"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,20 +97,24 @@ class SqsSettings:
 
 @dataclass(frozen=True, slots=True)
 class StorageSettings:
-    """Which engine each service stores its state in."""
+    """Which engine each service stores its state in.
 
-    threadweaver_store: StoreName = "sqlite"
-    """sqlite, bigtable or cassandra."""
-    summary_store: StoreName = "sqlite"
-    """sqlite or dynamodb."""
-    inbox_store: StoreName = "sqlite"
-    """sqlite or cassandra."""
-    iterator_queue: StoreName = "sqlite"
-    """The Iterator's work queues: sqlite (durable, embedded) or sqs."""
-    iterator_state: StoreName = "sqlite"
-    """The Iterator's jobs, markers, counters and chunk ledger: sqlite or dynamodb."""
-    templates_store: StoreName = "sqlite"
-    """sqlite or bigtable."""
+    The engines each field accepts are its port's table in `storage.engines` (the embedded
+    sqlite is every port's default); `server.config` refuses any other while loading.
+    """
+
+    threadweaver_store: str = "sqlite"
+    """ThreadWeaver's ThreadStore (`storage.engines.THREAD_STORES`)."""
+    summary_store: str = "sqlite"
+    """Summary's SummaryStore (`storage.engines.SUMMARY_STORES`)."""
+    inbox_store: str = "sqlite"
+    """Inbox's InboxStore (`storage.engines.INBOX_STORES`)."""
+    iterator_queue: str = "sqlite"
+    """The Iterator's work queues (`storage.engines.WORK_QUEUES`)."""
+    iterator_state: str = "sqlite"
+    """The Iterator's jobs, markers, counters and chunk ledger (`storage.engines.JOB_STORES`)."""
+    templates_store: str = "sqlite"
+    """TemplateInduction's TemplateStore (`storage.engines.TEMPLATE_STORES`)."""
 
 
 class EngineSettings(Protocol):

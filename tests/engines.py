@@ -10,20 +10,13 @@ from __future__ import annotations
 import os
 import subprocess
 import uuid
-from dataclasses import replace
 from pathlib import Path
 
-from server.config import Settings
-from storage.settings import (
-    BigtableSettings,
-    CassandraSettings,
-    DynamoDBSettings,
-    SqliteSettings,
-    SqsSettings,
-    StorageSettings,
-)
+from server.config import Settings, load_settings
+from storage.engines import engine_names
 
-ALL_ENGINES = ("sqlite", "bigtable", "cassandra", "dynamodb", "sqs", "postgres", "mariadb")
+ALL_ENGINES = engine_names()
+"""Every engine of every port (`storage.engines`): what a full run covers."""
 
 _REQUIRED_ENV = {
     "bigtable": ("BIGTABLE_EMULATOR_HOST",),
@@ -89,41 +82,44 @@ def unique(prefix: str) -> str:
 
 
 def settings_for(engine: str, data_dir: Path, **stores: str) -> Settings:
-    """Settings whose stores named in `stores` live on `engine`, in a fresh namespace."""
+    """Settings whose stores named in `stores` live on `engine`, in a fresh namespace.
+
+    Loaded the way `loom serve` loads them (no environment, no file), so they are final:
+    the chosen engines are checked and their defaults applied (the Inbox fan-out's pacing).
+    """
     require(engine)
     for store_engine in stores.values():
         require(store_engine)
-    base = Settings()
     namespace = unique("t")
-    cassandra_port = int(os.environ.get("LOOM_TEST_CASSANDRA_PORT", "9042"))
-    contact = os.environ.get("LOOM_TEST_CASSANDRA_CONTACT_POINTS", "127.0.0.1")
-    return replace(
-        base,
-        server=replace(base.server, port=0, use_uvloop=False, grace_s=1.0),
-        sqlite=SqliteSettings(data_dir=str(data_dir / namespace), synchronous="NORMAL"),
-        bigtable=BigtableSettings(
-            project="loom-test",
-            instance="loom-test",
-            table_prefix=f"{namespace}-",
-            create_tables=True,
-        ),
-        cassandra=CassandraSettings(
-            contact_points=tuple(contact.split(",")),
-            port=cassandra_port,
-            keyspace=f"loom_{namespace}",
-            create_schema=True,
-        ),
-        dynamodb=DynamoDBSettings(
-            endpoint_url=os.environ.get("LOOM_TEST_DYNAMODB_ENDPOINT", ""),
-            table_prefix=f"{namespace}-",
-            create_tables=True,
-        ),
-        sqs=SqsSettings(
-            endpoint_url=os.environ.get("LOOM_TEST_SQS_ENDPOINT", ""),
-            queue_prefix=f"{namespace}-",
-            create_queues=True,
-        ),
-        storage=StorageSettings(**stores),  # type: ignore[arg-type]
+    return load_settings(
+        env={},
+        overrides={
+            "server": {"port": 0, "use_uvloop": False, "grace_s": 1.0},
+            "sqlite": {"data_dir": str(data_dir / namespace), "synchronous": "NORMAL"},
+            "bigtable": {
+                "project": "loom-test",
+                "instance": "loom-test",
+                "table_prefix": f"{namespace}-",
+                "create_tables": True,
+            },
+            "cassandra": {
+                "contact_points": os.environ.get("LOOM_TEST_CASSANDRA_CONTACT_POINTS", "127.0.0.1"),
+                "port": int(os.environ.get("LOOM_TEST_CASSANDRA_PORT", "9042")),
+                "keyspace": f"loom_{namespace}",
+                "create_schema": True,
+            },
+            "dynamodb": {
+                "endpoint_url": os.environ.get("LOOM_TEST_DYNAMODB_ENDPOINT", ""),
+                "table_prefix": f"{namespace}-",
+                "create_tables": True,
+            },
+            "sqs": {
+                "endpoint_url": os.environ.get("LOOM_TEST_SQS_ENDPOINT", ""),
+                "queue_prefix": f"{namespace}-",
+                "create_queues": True,
+            },
+            "storage": stores,
+        },
     )
 
 

@@ -53,6 +53,7 @@ from loadtest.harness import Harness
 from loadtest.phases.inbox_announcement import announce, raw_baseline
 from loadtest.recorder import LatencyRecorder
 from loadtest.traffic.inbox_mix import MIX, ClientResult, ClientSpec, run_client, warm
+from storage.engines import INBOX_STORES
 
 __all__ = ["add_arguments", "run", "store_env"]
 
@@ -98,8 +99,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def store_env(store: str) -> dict[str, str]:
     if store == "sqlite":
         return {}
-    if store != "cassandra":
-        raise SystemExit(f"unknown inbox store {store!r} (sqlite or cassandra)")
+    if store not in INBOX_STORES.names:
+        raise SystemExit(f"unknown inbox store {store!r} ({' or '.join(INBOX_STORES.names)})")
     points = os.environ.get("LOOM_TEST_CASSANDRA_CONTACT_POINTS")
     port = os.environ.get("LOOM_TEST_CASSANDRA_PORT")
     if not points or not port:

@@ -60,6 +60,7 @@ from loadtest.traffic.templates_calls import (
     until_processed,
 )
 from server.templates.schemes import SchemeParams
+from storage.engines import TEMPLATE_STORES
 
 __all__ = ["add_arguments", "run"]
 
@@ -75,7 +76,7 @@ _TUNED = {
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Workload options."""
     parser.add_argument("--phases", default="quality,throughput,delay,juicer,seda,skew")
-    parser.add_argument("--store", default="sqlite", choices=["sqlite", "bigtable"])
+    parser.add_argument("--store", default="sqlite", choices=TEMPLATE_STORES.names)
     parser.add_argument("--emails", type=int, default=20_000, help="emails per throughput run")
     parser.add_argument("--alpha", type=float, default=1.1)
     parser.add_argument("--templates", type=int, default=20_000, help="Zipf support")

@@ -6,8 +6,9 @@ drains a bounded queue of jobs; when the queue is full, `submit` refuses at once
 (RESOURCE_EXHAUSTED) rather than let announcements pile up in memory.
 
 Up to `chunks_in_flight` chunks of one job are delivered at once (a distributed engine
-needs several requests in flight to hide its round trips; SQLite's single writer needs
-one), and `done` only ever advances over the contiguous prefix of finished chunks.
+needs several requests in flight to hide its round trips; a single writer needs one: the
+InboxStore engine's default, `storage.engines.INBOX_STORES`), and `done` only ever advances
+over the contiguous prefix of finished chunks.
 
 Progress is written to the store (at most every `progress_interval_s`, and always at the
 end), so GetDelivery survives restarts. Because delivery is idempotent (last_message_id
@@ -29,7 +30,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from server.inbox.model import chunked
-from server.inbox.settings import InboxSettings
 from server.inbox.trimming import Trimmer
 from server.runtime.errors import LoomError, ResourceExhausted
 from server.runtime.logs import get_logger
@@ -37,50 +37,13 @@ from server.runtime.workers import WorkerPool
 from storage.errors import StorageError
 from storage.ports import DeliveryRecord, DeliveryState, InboxStore
 
-__all__ = [
-    "ENGINE_DEFAULTS",
-    "RELEASED_MS",
-    "EngineDefaults",
-    "FanoutJob",
-    "FanoutStage",
-    "with_engine_defaults",
-]
+__all__ = ["RELEASED_MS", "FanoutJob", "FanoutStage"]
 
 _log = get_logger("inbox.fanout")
 _RETRY_DELAYS_S = (0.05, 0.25, 1.0)
 _SHUTDOWN = "interrupted by a server shutdown; another server resumes it"
 RELEASED_MS = 0
 """updated_at_ms of a delivery its server let go of (shutdown): adoptable at once."""
-
-
-@dataclass(frozen=True, slots=True)
-class EngineDefaults:
-    """Fan-out pacing and pipelining where the settings leave them to the engine (-1)."""
-
-    rate_per_s: float
-    chunks_in_flight: int
-
-
-ENGINE_DEFAULTS: dict[str, EngineDefaults] = {
-    # SQLite: the fan-out is the server's own CPU (one writer thread), so it is paced to
-    # leave a core's worth of room for interactive calls; one chunk at a time.
-    "sqlite": EngineDefaults(rate_per_s=50_000.0, chunks_in_flight=1),
-    # Cassandra: the node does the work; several chunks hide round trips, and the store
-    # itself bounds its delivery requests (`DELIVERY_GROUPS_IN_FLIGHT`).
-    "cassandra": EngineDefaults(rate_per_s=0.0, chunks_in_flight=4),
-}
-
-
-def with_engine_defaults(settings: InboxSettings, engine: str) -> InboxSettings:
-    """`settings` with every fan-out knob left at -1 replaced by `engine`'s default."""
-    defaults = ENGINE_DEFAULTS.get(engine, ENGINE_DEFAULTS["sqlite"])
-    rate = settings.fanout_rate_per_s
-    in_flight = settings.fanout_chunks_in_flight
-    return replace(
-        settings,
-        fanout_rate_per_s=defaults.rate_per_s if rate < 0 else rate,
-        fanout_chunks_in_flight=defaults.chunks_in_flight if in_flight < 0 else in_flight,
-    )
 
 
 @dataclass

@@ -7,7 +7,6 @@ import grpc
 from loom.v1 import inbox_pb2_grpc
 
 from server.config import Settings
-from server.inbox.fanout import with_engine_defaults
 from server.inbox.handler import POLICIES, InboxHandler
 from server.inbox.service import InboxService
 from server.runtime.guard import guard_store
@@ -27,9 +26,7 @@ async def mount(server: grpc.aio.Server, settings: Settings, resources: Resource
     """
     store = await factory.open_inbox_store(settings)
     engine = settings.storage.inbox_store
-    service = InboxService(
-        guard_store(store, resources.breaker(engine)), with_engine_defaults(settings.inbox, engine)
-    )
+    service = InboxService(guard_store(store, resources.breaker(engine)), settings.inbox)
     service.start()
     metrics = resources.metrics
     inbox = settings.inbox

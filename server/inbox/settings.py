@@ -1,6 +1,9 @@
 """Inbox's settings: the trim cap, probabilistic trimming and the bounded fan-out stage.
 
-Loaded with every other setting by `server.config` (``[inbox]``).
+Loaded with every other setting by `server.config` (``[inbox]``). Two fan-out knobs depend
+on the engine the InboxStore runs on; `server.config` fills them in from that engine's
+defaults (`storage.engines.INBOX_STORES`) unless the operator sets them, so the values a
+service reads are final.
 """
 
 from __future__ import annotations
@@ -32,13 +35,14 @@ class InboxSettings:
     """Background fan-outs waiting for a worker; beyond that RESOURCE_EXHAUSTED."""
     fanout_chunk: int = 500
     """Inboxes per store call of a fan-out (a 300,000-recipient post is 300 calls)."""
-    fanout_rate_per_s: float = -1.0
-    """Deliveries per second of the whole background stage (0 = unpaced, -1 = the engine's
-    default, `server.inbox.fanout.ENGINE_DEFAULTS`: 50,000 on SQLite, whose fan-out is the
-    server's own CPU, so interactive calls keep theirs; unpaced on Cassandra)."""
-    fanout_chunks_in_flight: int = -1
-    """Chunks of one fan-out delivered at once (-1 = the engine's default: 1 on SQLite, 4 on
-    Cassandra, where several requests in flight hide the round trips)."""
+    fanout_rate_per_s: float = 0.0
+    """Deliveries per second of the whole background stage (0 = unpaced). Unless set, the
+    InboxStore engine's default: 50,000 on the embedded engine, whose fan-out is the
+    server's own CPU, so interactive calls keep theirs; unpaced on a distributed one."""
+    fanout_chunks_in_flight: int = 1
+    """Chunks of one fan-out delivered at once. Unless set, the InboxStore engine's default:
+    1 on the embedded engine's single writer, 4 on a distributed one, where several requests
+    in flight hide the round trips."""
     max_recipients: int = 1_000_000
     """Recipient ids per PostMessage."""
     progress_interval_s: float = 0.5

@@ -4,8 +4,6 @@ level's reads once, workers, servicer."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import grpc
 from loom.v1 import iterator_pb2_grpc
 
@@ -33,18 +31,16 @@ async def mount(server: grpc.aio.Server, settings: Settings, resources: Resource
 
     A hierarchy that does not match the source stops start-up with an error naming the
     setting: a table or column the reads would not find, or a ``where`` the database
-    refuses (each level's reads run once, returning no rows). With no ``source_url`` the source is an embedded SQLite file with the default
-    schema (empty until something writes to it), so ``loom serve`` runs with no set-up.
+    refuses (each level's reads run once, returning no rows). With no ``source_url`` the
+    source is the embedded one (`storage.factory.open_iteration_source`: a SQLite file in the
+    data directory with the default schema, empty until something writes to it), so
+    ``loom serve`` runs with no set-up.
     """
     s = settings.iterator
     check_levels(s.levels)
-    url = s.source_url
-    create = False
-    if not url:
-        path = Path(settings.sqlite.data_dir) / "iterator-source.sqlite3"
-        path.parent.mkdir(parents=True, exist_ok=True)  # no other store may have made it
-        url, create = f"sqlite+aiosqlite:///{path.resolve()}", True
-    raw_source = await factory.open_iteration_source(url, source_levels(s.levels), create)
+    raw_source = await factory.open_iteration_source(
+        s.source_url, source_levels(s.levels), settings=settings
+    )
     closers = [raw_source.close]
     try:
         warnings = check_schema(s.levels, await raw_source.schema())

@@ -48,8 +48,9 @@ class IteratorSettings:
 
     source_url: str = ""
     """SQLAlchemy async URL of the iterated database: ``sqlite+aiosqlite:///path``,
-    ``postgresql+asyncpg://u:p@host/db``, ``mysql+aiomysql://u:p@host/db``. Empty: an embedded
-    SQLite file ``iterator-source.sqlite3`` in the data directory with the default schema."""
+    ``postgresql+asyncpg://u:p@host/db``, ``mysql+aiomysql://u:p@host/db`` (the schemes of
+    `storage.engines.ITERATION_SOURCES`). Empty: an embedded SQLite file
+    ``iterator-source.sqlite3`` in the data directory with the default schema."""
     levels: tuple[IteratorLevel, ...] = DEFAULT_LEVELS
     """The hierarchy, top level first (``[[iterator.levels]]``)."""
     workers: int = 4

@@ -1,14 +1,29 @@
-"""One store per port per selected engine, each in a fresh namespace."""
+"""One store per port per selected engine, each in a fresh namespace.
+
+The engines are each port's table in `storage.engines`: a port that gains an engine runs its
+conformance suite on it with no change here.
+"""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from server.config import Settings
 from storage import factory
+from storage.engines import (
+    INBOX_STORES,
+    ITERATION_SOURCES,
+    JOB_STORES,
+    SUMMARY_STORES,
+    TEMPLATE_STORES,
+    THREAD_STORES,
+    WORK_QUEUES,
+    Port,
+)
 from storage.ports import (
     InboxStore,
     JobStore,
@@ -20,36 +35,24 @@ from storage.ports import (
 from tests.conftest import selected_engines
 from tests.engines import settings_for
 
-THREAD_ENGINES = ("sqlite", "bigtable", "cassandra")
-SUMMARY_ENGINES = ("sqlite", "dynamodb")
-INBOX_ENGINES = ("sqlite", "cassandra")
-SOURCE_ENGINES = ("sqlite", "postgres", "mariadb")
-QUEUE_ENGINES = ("sqlite", "sqs")
-JOB_STATE_ENGINES = ("sqlite", "dynamodb")
-TEMPLATE_ENGINES = ("sqlite", "bigtable")
 TEMPLATE_TTL_S = 2.0
+
+ENGINE_FIXTURES: dict[str, Port[Any]] = {
+    "thread_engine": THREAD_STORES,
+    "summary_engine": SUMMARY_STORES,
+    "template_engine": TEMPLATE_STORES,
+    "inbox_engine": INBOX_STORES,
+    "source_engine": ITERATION_SOURCES,
+    "queue_engine": WORK_QUEUES,
+    "job_state_engine": JOB_STORES,
+}
+"""Each engine parameter of the suites, and the port whose engines it runs through."""
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "thread_engine" in metafunc.fixturenames:
-        engines = selected_engines(metafunc.config, THREAD_ENGINES)
-        metafunc.parametrize("thread_engine", engines, ids=engines)
-    if "summary_engine" in metafunc.fixturenames:
-        engines = selected_engines(metafunc.config, SUMMARY_ENGINES)
-        metafunc.parametrize("summary_engine", engines, ids=engines)
-    if "template_engine" in metafunc.fixturenames:
-        engines = selected_engines(metafunc.config, TEMPLATE_ENGINES)
-        metafunc.parametrize("template_engine", engines, ids=engines)
-    if "inbox_engine" in metafunc.fixturenames:
-        engines = selected_engines(metafunc.config, INBOX_ENGINES)
-        metafunc.parametrize("inbox_engine", engines, ids=engines)
-    for name, supported in (
-        ("source_engine", SOURCE_ENGINES),
-        ("queue_engine", QUEUE_ENGINES),
-        ("job_state_engine", JOB_STATE_ENGINES),
-    ):
+    for name, port in ENGINE_FIXTURES.items():
         if name in metafunc.fixturenames:
-            engines = selected_engines(metafunc.config, supported)
+            engines = selected_engines(metafunc.config, port.names)
             metafunc.parametrize(name, engines, ids=engines)
 
 

@@ -10,12 +10,13 @@ import pytest_asyncio
 
 from server.config import Settings
 from storage import factory
+from storage.engines import THREAD_STORES
 from storage.ports import ThreadStore
 from tests.conftest import selected_engines
 from tests.engines import settings_for
 from tests.serving import Running, running_server
 
-WEAVER_ENGINES = ("sqlite", "bigtable", "cassandra")
+WEAVER_ENGINES = THREAD_STORES.names
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -13,7 +13,6 @@ import pytest_asyncio
 from loom.v1 import inbox_pb2, inbox_pb2_grpc
 
 from server.config import Settings
-from server.inbox.settings import InboxSettings
 from tests.engines import settings_for
 from tests.serving import Running, eventually, running_server, violations
 
@@ -24,7 +23,7 @@ ALL = inbox_pb2.INBOX_FILTER_ALL
 
 def inbox_settings(tmp: Path, **inbox: object) -> Settings:
     base = settings_for("sqlite", tmp, inbox_store="sqlite")
-    return replace(base, inbox=replace(InboxSettings(), **inbox))  # type: ignore[arg-type]
+    return replace(base, inbox=replace(base.inbox, **inbox))  # type: ignore[arg-type]
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")

@@ -11,11 +11,12 @@ import pytest
 import pytest_asyncio
 from loom.v1 import summary_pb2, summary_pb2_grpc
 
+from storage.engines import SUMMARY_STORES
 from tests.conftest import selected_engines
 from tests.engines import settings_for
 from tests.serving import Running, running_server, violations
 
-SUMMARY_ENGINES = ("sqlite", "dynamodb")
+SUMMARY_ENGINES = SUMMARY_STORES.names
 DELIVERED = summary_pb2.DELIVERY_STATUS_DELIVERED
 READ = summary_pb2.DELIVERY_STATUS_READ
 FAILED = summary_pb2.DELIVERY_STATUS_FAILED

@@ -12,12 +12,13 @@ import pytest
 import pytest_asyncio
 from loom.v1 import templates_pb2, templates_pb2_grpc
 
+from storage.engines import TEMPLATE_STORES
 from tests.conftest import selected_engines
 from tests.engines import settings_for
 from tests.serving import Running, eventually, running_server, violations
 from tests.templates_corpus import NAMES, human, receipt, reset
 
-ENGINES = ("sqlite", "bigtable")
+ENGINES = TEMPLATE_STORES.names
 K = 5
 SENDER = "orders@acme.example"
 

@@ -23,11 +23,12 @@ from loom.v1 import templates_pb2, templates_pb2_grpc
 from loadtest.corpora.email_corpus import LabeledEmail, build_corpus, describe, real_templates
 from loadtest.figures.templates_quality import held_out_quality
 from loadtest.traffic.templates_calls import settle, submit_all, to_proto
+from storage.engines import TEMPLATE_STORES
 from tests.conftest import selected_engines
 from tests.engines import settings_for
 from tests.serving import Running, running_server
 
-ENGINES = ("sqlite", "bigtable")
+ENGINES = TEMPLATE_STORES.names
 K = 5
 
 

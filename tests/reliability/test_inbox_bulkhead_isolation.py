@@ -27,7 +27,6 @@ from loom.v1 import inbox_pb2, inbox_pb2_grpc
 
 from loadtest.traffic.inbox_flood import FloodResult, FloodSpec, recipients, run_flood
 from server.config import Settings
-from server.inbox.settings import InboxSettings
 from tests.engines import settings_for
 from tests.serving import eventually, running_server
 
@@ -41,7 +40,7 @@ SIZES = (2_000, 3_000, 4_000, 5_000)  # all above sync_fanout_max: background fa
 def flood_settings(tmp: Path) -> Settings:
     """A small fan-out queue, so a flood of 24 posters overflows it at once."""
     base = settings_for("sqlite", tmp, inbox_store="sqlite")
-    inbox = replace(InboxSettings(), fanout_queue=FANOUT_QUEUE, fanout_workers=FANOUT_WORKERS)
+    inbox = replace(base.inbox, fanout_queue=FANOUT_QUEUE, fanout_workers=FANOUT_WORKERS)
     return replace(base, inbox=inbox)
 
 

@@ -27,7 +27,6 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from loom.v1 import inbox_pb2, inbox_pb2_grpc
 
 from server.config import BreakerSettings
-from server.inbox.settings import InboxSettings
 from tests.engines import engine_script, settings_for
 from tests.serving import Running, eventually, running_server
 
@@ -116,7 +115,7 @@ async def test_outage_fails_fast_keeps_serving_and_loses_no_acked_delivery(tmp_p
         base,
         cassandra=replace(base.cassandra, request_timeout_s=1.0),
         breaker=BreakerSettings(failure_threshold=3, reset_timeout_s=0.5),
-        inbox=InboxSettings(trim_probability=0.0),
+        inbox=replace(base.inbox, trim_probability=0.0),
     )
     stopped = False
     try:

@@ -2,7 +2,10 @@
 
 - `storage/` never imports `server/` (arrows point down: server -> storage, never back);
 - `server/` reaches storage only through its contract (`ports`, `errors`, `settings`,
-  `factory`, and the shared `clock`), never an engine package;
+  `factory`, the engine tables of `engines`, and the shared `clock`), never an engine package;
+- domain code (``server/<service>/``, its ``mount.py`` aside) never names an engine: which
+  engine serves a port, and what that engine wants, is `storage.engines`' business, read by
+  `server.config` and the mounts;
 - no two modules of `loadtest/` import each other (directly or around a longer cycle).
 """
 
@@ -14,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from storage.engines import engine_names
+
 ROOT = Path(__file__).resolve().parents[2]
 STORAGE_CONTRACT = {
     "storage",
@@ -21,8 +26,11 @@ STORAGE_CONTRACT = {
     "storage.errors",
     "storage.settings",
     "storage.factory",
+    "storage.engines",
     "storage.clock",
 }
+ENGINE_CHOOSERS = {"storage.engines", "storage.factory"}
+"""What only a mount (or `server.config`, `server.cli`) imports: choosing and opening engines."""
 
 
 def _modules(package: str) -> Iterator[tuple[str, Path]]:
@@ -106,3 +114,61 @@ def test_no_import_cycles(package: str) -> None:
         if start not in state:
             visit(start, [start])
     assert cycles == []
+
+
+def _domain_modules() -> Iterator[tuple[str, Path]]:
+    """Every module of every service package (one with a ``mount.py``), the mount aside."""
+    services = {path.parent.name for path in (ROOT / "server").glob("*/mount.py")}
+    for module, path in _modules("server"):
+        parts = module.split(".")
+        if len(parts) == 3 and parts[1] in services and parts[2] != "mount":
+            yield module, path
+
+
+def _engine_mentions(path: Path, engines: set[str]) -> list[str]:
+    """Where code (not a docstring or comment) names an engine: a string that is an engine's
+    name, or a name or attribute spelled as one (``settings.sqlite``)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    prose = {
+        id(node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+    }
+    found: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if id(node) not in prose and node.value.strip().lower() in engines:
+                found.append(f"{node.lineno}: {node.value!r}")
+        elif isinstance(node, ast.Attribute) and node.attr.lower() in engines:
+            found.append(f"{node.lineno}: .{node.attr}")
+        elif isinstance(node, ast.Name) and node.id.lower() in engines:
+            found.append(f"{node.lineno}: {node.id}")
+    return found
+
+
+def test_domain_code_never_names_an_engine() -> None:
+    """No service's domain code names an engine or imports the engine tables: per-engine
+    behaviour is an engine default in `storage.engines`, applied when settings load."""
+    engines = set(engine_names())
+    offenders: dict[str, list[str]] = {}
+    for module, path in _domain_modules():
+        found = _engine_mentions(path, engines)
+        found += sorted(
+            n for n in _imports(path, module) if any(_within(n, c) for c in ENGINE_CHOOSERS)
+        )
+        if found:
+            offenders[module] = found
+    assert offenders == {}
+
+
+def test_the_engine_rule_sees_an_engine_in_domain_code(tmp_path: Path) -> None:
+    """The rule above catches what it is for: an engine-keyed table in domain code."""
+    sample = tmp_path / "fanout.py"
+    sample.write_text(
+        '''"""Docstrings may say SQLite."""\n'''
+        """DEFAULTS = {"sqlite": 1, "cassandra": 4}\n"""
+        "path = settings.sqlite.data_dir\n",
+        encoding="utf-8",
+    )
+    expected = ["2: 'sqlite'", "2: 'cassandra'", "3: .sqlite"]
+    assert expected == _engine_mentions(sample, set(engine_names()))
