@@ -70,7 +70,14 @@ def check_levels(levels: Sequence[IteratorLevel]) -> None:  # noqa: PLR0912 - a 
 def source_levels(levels: Sequence[IteratorLevel]) -> list[SourceLevel]:
     """The adapter's view of the levels."""
     return [
-        SourceLevel(lv.name, lv.table, lv.key_columns, lv.parent_column, lv.where) for lv in levels
+        SourceLevel(
+            name=lv.name,
+            table=lv.table,
+            id_columns=lv.key_columns,
+            parent_column=lv.parent_column,
+            where=lv.where,
+        )
+        for lv in levels
     ]
 
 

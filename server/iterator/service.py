@@ -127,9 +127,30 @@ class IteratorService:
             request_json,
         )
         job_id = uuid.uuid4().hex
-        record = JobRecord(job_id, now, spec.dumps(), "running", rate, "", "", 0, 1)
+        record = JobRecord(
+            job_id=job_id,
+            created_ms=now,
+            spec=spec.dumps(),
+            state="running",
+            rate=rate,
+            paused_by="",
+            error="",
+            finished_ms=0,
+            version=1,
+        )
         root = TaskRecord(
-            "r", scope.level, (), scope.first, scope.last, (), (), 0, False, 0, now, ()
+            task_id="r",
+            level=scope.level,
+            parents=(),
+            first=scope.first,
+            last=scope.last,
+            after=(),
+            upto=(),
+            seq=0,
+            done=False,
+            rows=0,
+            started_ms=now,
+            spawned=(),
         )
         await self._store.create_job(record, root, {model.tasks(scope.level): 1})
         try:

@@ -107,82 +107,35 @@ class StepInput:
 
 
 def plan_step(task: TaskRecord, spec: model.JobSpec, got: StepInput) -> Step:
-    """The atomic write of one step of `task` (pure)."""
+    """The atomic write of one step of `task` (pure): the task's new marker, what the rows
+    become (a chunk at the emitted level, children tasks above it), the pieces a split cuts
+    off, and the counters that decide completion."""
     rows = list(got.rows)
     level = task.level
-    children_read = bool(task.parents)
     new_after = rows[-1] if rows else task.after
     finished = len(rows) < got.limit
     counters: dict[str, int] = {model.found(level): len(rows)}
     new_tasks: list[TaskRecord] = []
     chunk = None
-    seq = task.seq
-
-    # Rows since the marker entered its current parent: a large parent is told by it.
-    if not children_read:
-        run = task.rows + len(rows)
-    elif rows and (not task.after or rows[-1][0] != task.after[0]):
-        run = sum(1 for r in rows if r[0] == rows[-1][0])
-    else:
-        run = task.rows + len(rows)
-
     if level == spec.emit_level:
         if rows:
-            width, data = model.pack(rows)
-            chunk = ChunkRecord(
-                chunk_id(task.task_id, seq), width, data, len(rows), "ready", 0, 0, b"", 1
-            )
+            chunk = _chunk(task, rows)
             counters[model.EMITTED_OBJECTS] = len(rows)
             counters[model.EMITTED_CHUNKS] = 1
     elif rows:
-        groups = fan_out(sorted({r[-1] for r in rows}), got.fanout)
-        for index, group in enumerate(groups):
-            name = child_id(task.task_id, seq)
-            new_tasks.append(
-                TaskRecord(
-                    name if len(groups) == 1 else f"{name}c{index}",
-                    level + 1,
-                    tuple(group),
-                    (),
-                    (),
-                    (),
-                    (),
-                    0,
-                    False,
-                    0,
-                    got.now_ms,
-                    (),
-                )
-            )
-        counters[model.tasks(level + 1)] = len(groups)
+        new_tasks = _children(task, rows, got)
+        counters[model.tasks(level + 1)] = len(new_tasks)
 
     upto = task.upto
     if got.split_points and not finished:
-        cuts = list(got.split_points)
-        ends = [*cuts[1:], task.upto]
-        for index, (start, end) in enumerate(zip(cuts, ends, strict=True)):
-            new_tasks.append(
-                TaskRecord(
-                    piece_id(task.task_id, seq, index),
-                    level,
-                    task.parents,
-                    task.first,
-                    task.last,
-                    start,
-                    end,
-                    0,
-                    False,
-                    0,
-                    got.now_ms,
-                    (),
-                )
-            )
-        counters[model.tasks(level)] = counters.get(model.tasks(level), 0) + len(cuts)
-        upto = cuts[0]
+        pieces = _pieces(task, got)
+        new_tasks += pieces
+        counters[model.tasks(level)] = counters.get(model.tasks(level), 0) + len(pieces)
+        upto = got.split_points[0]
         # The task now ends at the first cut: it may already have read all of its range.
         finished = finished or (bool(rows) and rows[-1] >= upto)
 
-    if children_read:
+    if task.parents:
         shown = replace(task, upto=upto)
         counters[model.closed(level - 1)] = closed_parents(shown, new_after, finished)
     if finished:
@@ -191,10 +144,103 @@ def plan_step(task: TaskRecord, spec: model.JobSpec, got: StepInput) -> Step:
         task,
         after=new_after,
         upto=upto,
-        seq=seq + 1,
+        seq=task.seq + 1,
         done=finished,
-        rows=run,
+        rows=_rows_in_parent(task, rows),
         started_ms=got.now_ms if got.split_points else task.started_ms,
         spawned=tuple(t.task_id for t in new_tasks),
     )
-    return Step(new_task, new_tasks, chunk, {k: v for k, v in counters.items() if v})
+    return Step(
+        task=new_task,
+        new_tasks=new_tasks,
+        chunk=chunk,
+        counters={k: v for k, v in counters.items() if v},
+    )
+
+
+def _rows_in_parent(task: TaskRecord, rows: Sequence[Key]) -> int:
+    """Rows read since the marker entered its current parent (every row, for a bounded
+    read): what tells a large parent, worth splitting, from a small one."""
+    if task.parents and rows and (not task.after or rows[-1][0] != task.after[0]):
+        return sum(1 for r in rows if r[0] == rows[-1][0])
+    return task.rows + len(rows)
+
+
+def _chunk(task: TaskRecord, rows: list[Key]) -> ChunkRecord:
+    """The chunk a step of the emitted level writes, ready to lease, under a stable id."""
+    width, data = model.pack(rows)
+    return ChunkRecord(
+        chunk_id=chunk_id(task.task_id, task.seq),
+        width=width,
+        keys=data,
+        count=len(rows),
+        state="ready",
+        lease_until_ms=0,
+        sends=0,
+        acked_keys=b"",
+        version=1,
+    )
+
+
+def _fresh_task(
+    task_id: str,
+    level: int,
+    parents: tuple[int, ...],
+    now_ms: int,
+    *,
+    first: Key = (),
+    last: Key = (),
+    after: Key = (),
+    upto: Key = (),
+) -> TaskRecord:
+    """A task nothing has read yet."""
+    return TaskRecord(
+        task_id=task_id,
+        level=level,
+        parents=parents,
+        first=first,
+        last=last,
+        after=after,
+        upto=upto,
+        seq=0,
+        done=False,
+        rows=0,
+        started_ms=now_ms,
+        spawned=(),
+    )
+
+
+def _children(task: TaskRecord, rows: Sequence[Key], got: StepInput) -> list[TaskRecord]:
+    """The children tasks of the rows read: their ids dealt into up to `fanout` contiguous
+    parent lists of the next level, one task each (named by the step: stable on redelivery)."""
+    groups = fan_out(sorted({r[-1] for r in rows}), got.fanout)
+    name = child_id(task.task_id, task.seq)
+    return [
+        _fresh_task(
+            name if len(groups) == 1 else f"{name}c{index}",
+            task.level + 1,
+            tuple(group),
+            got.now_ms,
+        )
+        for index, group in enumerate(groups)
+    ]
+
+
+def _pieces(task: TaskRecord, got: StepInput) -> list[TaskRecord]:
+    """The split pieces of the rest of the range: each starts after one cut and ends at the
+    next (the last at the task's own end); the task itself keeps up to the first cut."""
+    cuts = list(got.split_points)
+    ends = [*cuts[1:], task.upto]
+    return [
+        _fresh_task(
+            piece_id(task.task_id, task.seq, index),
+            task.level,
+            task.parents,
+            got.now_ms,
+            first=task.first,
+            last=task.last,
+            after=start,
+            upto=end,
+        )
+        for index, (start, end) in enumerate(zip(cuts, ends, strict=True))
+    ]

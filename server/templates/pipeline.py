@@ -236,7 +236,12 @@ class Pipeline:
                 if key in self.full and not self._store_in_full_row(key, email, parsed, matched):
                     continue
                 writes.append(
-                    ClusterWrite(key, email.email_id, parsed.user.encode(), parsed.payload)
+                    ClusterWrite(
+                        key=key,
+                        email_id=email.email_id,
+                        user=parsed.user.encode(),
+                        payload=parsed.payload,
+                    )
                 )
                 by_key.setdefault(key, []).append((email, parsed))
                 wrote = True

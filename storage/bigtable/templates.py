@@ -113,7 +113,7 @@ class BigtableTemplateStore:
                 query = ReadRowsQuery(row_keys=list(part), row_filter=counting)
                 return list(await self._table.read_rows(query))
 
-        out = {key: ClusterCounts(0, 0, None) for key in keys}
+        out = {key: ClusterCounts(emails=0, users=0, template_at_ms=None) for key in keys}
         for rows in await bounded_gather(read, list(slices(keys, _READ_KEYS))):
             for row in rows:
                 emails = users = 0
@@ -125,7 +125,7 @@ class BigtableTemplateStore:
                         users += 1
                     elif cell.family == _FAM_T and cell.qualifier == b"t":
                         formed = cell.timestamp_micros // 1000
-                out[row.row_key] = ClusterCounts(emails, users, formed)
+                out[row.row_key] = ClusterCounts(emails=emails, users=users, template_at_ms=formed)
         return out
 
     async def get_emails(self, key: bytes, limit: int) -> list[bytes]:

@@ -223,7 +223,9 @@ class CassandraInboxStore:
         )
         return [
             InboxEntry(
-                ir.text(r, "thread_id"), ir.integer(r, "last_message_id"), bool(r["is_read"])
+                thread_id=ir.text(r, "thread_id"),
+                last_message_id=ir.integer(r, "last_message_id"),
+                is_read=bool(r["is_read"]),
             )
             for r in rows
         ]

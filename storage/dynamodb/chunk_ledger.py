@@ -226,15 +226,15 @@ def _lease_update(item: dict[str, Any], until: int) -> dict[str, Any]:
 
 def _leased(seen: ChunkRecord, until: int) -> ChunkRecord:
     return ChunkRecord(
-        seen.chunk_id,
-        seen.width,
-        seen.keys,
-        seen.count,
-        "leased",
-        until,
-        seen.sends + 1,
-        seen.acked_keys,
-        seen.version + 1,
+        chunk_id=seen.chunk_id,
+        width=seen.width,
+        keys=seen.keys,
+        count=seen.count,
+        state="leased",
+        lease_until_ms=until,
+        sends=seen.sends + 1,
+        acked_keys=seen.acked_keys,
+        version=seen.version + 1,
     )
 
 

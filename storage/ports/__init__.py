@@ -16,9 +16,9 @@ rules: they store, fetch and compare-and-set, and translate their driver's error
     jobs               JobStore          Iterator's jobs, tasks, counters, chunk ledger, pace
     templates          TemplateStore     TemplateInduction's templates table
 
-Each port's records live beside its Protocol. Batch-shaped methods are deliberate: a
-WeaveMessages call of 1,000 messages must cost a handful of round trips to the engine, not
-thousands.
+Each port's records live beside its Protocol; a record of three fields or more is
+keyword-only, built by name. Batch-shaped methods are deliberate: a WeaveMessages call of
+1,000 messages must cost a handful of round trips to the engine, not thousands.
 """
 
 from __future__ import annotations

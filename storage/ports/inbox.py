@@ -17,7 +17,7 @@ DeliveryState = Literal["running", "done", "failed"]
 """A background fan-out's state as stored (the gRPC enum is the handler's business)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class InboxEntry:
     """One row of Yammer's second design: an inbox's thread and its mutable metadata.
 
@@ -30,7 +30,7 @@ class InboxEntry:
     is_read: bool
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class DeliveryRecord:
     """Progress of one background fan-out, stored so GetDelivery survives restarts.
 

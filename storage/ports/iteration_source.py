@@ -17,7 +17,7 @@ Key = tuple[int, ...]
 """A row's key or position: integers in the source's ORDER BY order."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SourceLevel:
     """One level of the iterated hierarchy as the source adapter needs it."""
 
@@ -31,7 +31,7 @@ class SourceLevel:
     """Extra SQL condition on the table's rows ("valid" rows), or empty."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SchemaFacts:
     """What the live source database says about the configured tables, every name spelled
     as its catalog spells it (the check compares names the way the reads will quote them)."""

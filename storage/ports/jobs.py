@@ -29,7 +29,7 @@ JobStateName = Literal["running", "paused", "completed", "cancelled", "failed"]
 """A job's state as stored (the gRPC enum is the handler's business)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class JobRecord:
     """One iteration job; replaced whole by compare-and-set on `version`."""
 
@@ -47,7 +47,7 @@ class JobRecord:
     version: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TaskRecord:
     """A range of one level to read: the unit of work, its marker and its outcome.
 
@@ -83,7 +83,7 @@ class TaskRecord:
 ChunkState = Literal["ready", "leased", "delivered", "acked"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ChunkRecord:
     """One emitted chunk of the ledger: the objects one step read, under a stable id."""
 
@@ -102,7 +102,7 @@ class ChunkRecord:
     version: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Step:
     """What one committed step writes, atomically: the task's new state, the tasks it
     creates, the chunk it emits and the counters it moves."""
@@ -113,7 +113,7 @@ class Step:
     counters: Mapping[str, int]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LedgerSummary:
     """Completion as the ledger sees it, counted record by record."""
 

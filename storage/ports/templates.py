@@ -13,7 +13,7 @@ from typing import Protocol
 __all__ = ["ClusterCounts", "ClusterWrite", "TemplateStore"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ClusterWrite:
     """Store email `email_id` (opaque `payload`) sent to `user` in cluster row `key`."""
 
@@ -24,7 +24,7 @@ class ClusterWrite:
     payload: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ClusterCounts:
     """Algorithm 2's fetch after a store: s, n and t of one row (live cells only)."""
 

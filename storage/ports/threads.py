@@ -22,7 +22,7 @@ class ThreadKey:
     thread_id: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class MessageMapping:
     """Map the Message-ID keyed by `rfc_key` (its 16-byte MD5) to `ut`, if absent.
 
@@ -43,7 +43,7 @@ class UnifiedStats:
     last_message_at_ms: int | None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class UtRows:
     """What one level of a unified-thread read learns about a set of UTs, in one round trip."""
 

@@ -13,7 +13,7 @@ from typing import Protocol
 __all__ = ["QueuedMessage", "WorkQueue"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class QueuedMessage:
     """A message taken from a work queue: invisible to others until its visibility ends."""
 

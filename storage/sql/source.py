@@ -167,7 +167,13 @@ class SqlIterationSource:
             if dialect == "mysql":
                 casing = conn.execute(text("SELECT @@lower_case_table_names")).scalar()
                 fold_tables = int(casing or 0) != 0
-            return SchemaFacts(tables, columns, indexes, fold_tables, dialect != "postgresql")
+            return SchemaFacts(
+                tables=tables,
+                columns=columns,
+                indexes=indexes,
+                tables_fold_case=fold_tables,
+                columns_fold_case=dialect != "postgresql",
+            )
 
         with self._errors("schema"):
             async with self._engine.connect() as conn:

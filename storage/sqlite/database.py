@@ -39,10 +39,15 @@ _errors = DriverErrors("sqlite", (sqlite3.Error,), classify=_kind)
 class SqliteDatabase:
     """A WAL-mode SQLite file with `write(fn)` / `read(fn)` running `fn(conn)` off the loop."""
 
-    def __init__(self, path: Path, *, synchronous: str = "FULL", readers: int = 4) -> None:
+    def __init__(
+        self, path: Path, *, synchronous: str = "FULL", readers: int = 4, named_rows: bool = False
+    ) -> None:
+        """`named_rows`: rows come back as `sqlite3.Row`, read by column name (``row["seq"]``)
+        as well as by position, for tables too wide to read by index without mistakes."""
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._synchronous = synchronous
+        self._named_rows = named_rows
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
@@ -60,6 +65,8 @@ class SqliteDatabase:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={self._synchronous}")
             conn.execute("PRAGMA foreign_keys=ON")
+            if self._named_rows:
+                conn.row_factory = sqlite3.Row
             self._local.conn = conn
             with self._lock:
                 self._connections.append(conn)

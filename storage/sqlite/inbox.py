@@ -154,7 +154,9 @@ class SqliteInboxStore:
                 "WHERE inbox_id = ? ORDER BY last_message_id DESC LIMIT ?",
                 (inbox_id, limit),
             )
-            return [InboxEntry(t, m, bool(r)) for t, m, r in cursor]
+            return [
+                InboxEntry(thread_id=t, last_message_id=m, is_read=bool(r)) for t, m, r in cursor
+            ]
 
         return await self._db.read(run) if limit > 0 else []
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Mapping, Sequence
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -76,73 +77,93 @@ CREATE TABLE IF NOT EXISTS iter_chunk (
 CREATE INDEX IF NOT EXISTS iter_chunk_available ON iter_chunk (job_id, state, lease_until_ms);
 """
 
-_JOB_COLS = "job_id, created_ms, spec, state, rate, paused_by, error, finished_ms, version"
-_TASK_COLS = (
-    "task_id, level, parents, first, last, after, upto, seq, done, rows, started_ms, spawned"
+# One column per record field, named as the field (plus the job id on task and chunk rows).
+_JOB_FIELDS, _TASK_FIELDS, _CHUNK_FIELDS = (
+    tuple(f.name for f in fields(record)) for record in (JobRecord, TaskRecord, ChunkRecord)
 )
-_CHUNK_COLS = "chunk_id, width, keys, count, state, lease_until_ms, sends, acked_keys, version"
+_JOB_COLS, _TASK_COLS, _CHUNK_COLS = (
+    ", ".join(f) for f in (_JOB_FIELDS, _TASK_FIELDS, _CHUNK_FIELDS)
+)
 
 
-def _job(row: Sequence[Any]) -> JobRecord:
-    return JobRecord(
-        job_id=row[0],
-        created_ms=int(row[1]),
-        spec=row[2],
-        state=row[3],
-        rate=int(row[4]),
-        paused_by=row[5],
-        error=row[6],
-        finished_ms=int(row[7]),
-        version=int(row[8]),
-    )
-
-
-def _task_row(job_id: str, t: TaskRecord) -> tuple[Any, ...]:
+def _insert(table: str, fields: Sequence[str], *, or_ignore: bool = False) -> str:
+    """An INSERT of `fields` (and the job id) by named parameters (``:field``)."""
+    columns = ("job_id", *(f for f in fields if f != "job_id"))
+    verb = "INSERT OR IGNORE" if or_ignore else "INSERT"
     return (
-        job_id,
-        t.task_id,
-        t.level,
-        json.dumps(t.parents),
-        json.dumps(t.first),
-        json.dumps(t.last),
-        json.dumps(t.after),
-        json.dumps(t.upto),
-        t.seq,
-        int(t.done),
-        t.rows,
-        t.started_ms,
-        json.dumps(t.spawned),
+        f"{verb} INTO {table} ({', '.join(columns)}) VALUES ({', '.join(':' + c for c in columns)})"
     )
 
 
-def _task(row: Sequence[Any]) -> TaskRecord:
+def _job_params(job: JobRecord) -> dict[str, Any]:
+    return {f: getattr(job, f) for f in _JOB_FIELDS}
+
+
+def _job(row: sqlite3.Row) -> JobRecord:
+    return JobRecord(
+        job_id=row["job_id"],
+        created_ms=int(row["created_ms"]),
+        spec=row["spec"],
+        state=row["state"],
+        rate=int(row["rate"]),
+        paused_by=row["paused_by"],
+        error=row["error"],
+        finished_ms=int(row["finished_ms"]),
+        version=int(row["version"]),
+    )
+
+
+def _task_params(job_id: str, t: TaskRecord) -> dict[str, Any]:
+    """The task's columns by name: keys are JSON arrays, `done` an integer."""
+    return {
+        "job_id": job_id,
+        "task_id": t.task_id,
+        "level": t.level,
+        "parents": json.dumps(t.parents),
+        "first": json.dumps(t.first),
+        "last": json.dumps(t.last),
+        "after": json.dumps(t.after),
+        "upto": json.dumps(t.upto),
+        "seq": t.seq,
+        "done": int(t.done),
+        "rows": t.rows,
+        "started_ms": t.started_ms,
+        "spawned": json.dumps(t.spawned),
+    }
+
+
+def _task(row: sqlite3.Row) -> TaskRecord:
     return TaskRecord(
-        task_id=row[0],
-        level=int(row[1]),
-        parents=tuple(json.loads(row[2])),
-        first=tuple(json.loads(row[3])),
-        last=tuple(json.loads(row[4])),
-        after=tuple(json.loads(row[5])),
-        upto=tuple(json.loads(row[6])),
-        seq=int(row[7]),
-        done=bool(row[8]),
-        rows=int(row[9]),
-        started_ms=int(row[10]),
-        spawned=tuple(json.loads(row[11])),
+        task_id=row["task_id"],
+        level=int(row["level"]),
+        parents=tuple(json.loads(row["parents"])),
+        first=tuple(json.loads(row["first"])),
+        last=tuple(json.loads(row["last"])),
+        after=tuple(json.loads(row["after"])),
+        upto=tuple(json.loads(row["upto"])),
+        seq=int(row["seq"]),
+        done=bool(row["done"]),
+        rows=int(row["rows"]),
+        started_ms=int(row["started_ms"]),
+        spawned=tuple(json.loads(row["spawned"])),
     )
 
 
-def _chunk(row: Sequence[Any]) -> ChunkRecord:
+def _chunk_params(job_id: str, c: ChunkRecord) -> dict[str, Any]:
+    return {"job_id": job_id, **{f: getattr(c, f) for f in _CHUNK_FIELDS}}
+
+
+def _chunk(row: sqlite3.Row) -> ChunkRecord:
     return ChunkRecord(
-        chunk_id=row[0],
-        width=int(row[1]),
-        keys=bytes(row[2]),
-        count=int(row[3]),
-        state=row[4],
-        lease_until_ms=int(row[5]),
-        sends=int(row[6]),
-        acked_keys=bytes(row[7]),
-        version=int(row[8]),
+        chunk_id=row["chunk_id"],
+        width=int(row["width"]),
+        keys=bytes(row["keys"]),
+        count=int(row["count"]),
+        state=row["state"],
+        lease_until_ms=int(row["lease_until_ms"]),
+        sends=int(row["sends"]),
+        acked_keys=bytes(row["acked_keys"]),
+        version=int(row["version"]),
     )
 
 
@@ -165,7 +186,7 @@ class SqliteJobStore:
         cls, path: Path, *, synchronous: str = "FULL", readers: int = 4
     ) -> SqliteJobStore:
         """Opens (creating when missing) the state file at `path`."""
-        db = SqliteDatabase(path, synchronous=synchronous, readers=readers)
+        db = SqliteDatabase(path, synchronous=synchronous, readers=readers, named_rows=True)
         await db.migrate(_SCHEMA)
         return cls(db)
 
@@ -173,24 +194,8 @@ class SqliteJobStore:
         self, job: JobRecord, root: TaskRecord, counters: Mapping[str, int]
     ) -> None:
         def run(conn: sqlite3.Connection) -> None:
-            conn.execute(
-                f"INSERT INTO iter_job ({_JOB_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    job.job_id,
-                    job.created_ms,
-                    job.spec,
-                    job.state,
-                    job.rate,
-                    job.paused_by,
-                    job.error,
-                    job.finished_ms,
-                    job.version,
-                ),
-            )
-            conn.execute(
-                f"INSERT INTO iter_task (job_id, {_TASK_COLS}) VALUES ({', '.join('?' * 13)})",
-                _task_row(job.job_id, root),
-            )
+            conn.execute(_insert("iter_job", _JOB_FIELDS), _job_params(job))
+            conn.execute(_insert("iter_task", _TASK_FIELDS), _task_params(job.job_id, root))
             _add(conn, job.job_id, counters)
 
         await self._db.write(run)
@@ -234,19 +239,10 @@ class SqliteJobStore:
     async def update_job(self, job: JobRecord, expected_version: int) -> bool:
         def run(conn: sqlite3.Connection) -> bool:
             cursor = conn.execute(
-                "UPDATE iter_job SET spec = ?, state = ?, rate = ?, paused_by = ?, error = ?, "
-                "finished_ms = ?, version = ? WHERE job_id = ? AND version = ?",
-                (
-                    job.spec,
-                    job.state,
-                    job.rate,
-                    job.paused_by,
-                    job.error,
-                    job.finished_ms,
-                    expected_version + 1,
-                    job.job_id,
-                    expected_version,
-                ),
+                "UPDATE iter_job SET spec = :spec, state = :state, rate = :rate, "
+                "paused_by = :paused_by, error = :error, finished_ms = :finished_ms, "
+                "version = :expected + 1 WHERE job_id = :job_id AND version = :expected",
+                {**_job_params(job), "expected": expected_version},
             )
             return cursor.rowcount == 1
 
@@ -272,50 +268,25 @@ class SqliteJobStore:
         return await self._db.read(run)
 
     async def commit_step(self, job_id: str, step: Step, expected_seq: int) -> bool:
-        t = step.task
-        row = _task_row(job_id, t)
+        task = {**_task_params(job_id, step.task), "expected": expected_seq}
 
         def run(conn: sqlite3.Connection) -> bool:
             cursor = conn.execute(
-                "UPDATE iter_task SET after = ?, upto = ?, seq = ?, done = ?, rows = ?, "
-                "started_ms = ?, spawned = ? WHERE job_id = ? AND task_id = ? AND seq = ?",
-                (
-                    row[6],
-                    row[7],
-                    t.seq,
-                    int(t.done),
-                    t.rows,
-                    t.started_ms,
-                    row[12],
-                    job_id,
-                    t.task_id,
-                    expected_seq,
-                ),
+                "UPDATE iter_task SET after = :after, upto = :upto, seq = :seq, done = :done, "
+                "rows = :rows, started_ms = :started_ms, spawned = :spawned "
+                "WHERE job_id = :job_id AND task_id = :task_id AND seq = :expected",
+                task,
             )
             if cursor.rowcount != 1:
                 return False
             conn.executemany(
-                f"INSERT OR IGNORE INTO iter_task (job_id, {_TASK_COLS}) "
-                f"VALUES ({', '.join('?' * 13)})",
-                [_task_row(job_id, n) for n in step.new_tasks],
+                _insert("iter_task", _TASK_FIELDS, or_ignore=True),
+                [_task_params(job_id, n) for n in step.new_tasks],
             )
-            c = step.chunk
-            if c is not None:
+            if step.chunk is not None:
                 conn.execute(
-                    f"INSERT OR IGNORE INTO iter_chunk (job_id, {_CHUNK_COLS}) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        job_id,
-                        c.chunk_id,
-                        c.width,
-                        c.keys,
-                        c.count,
-                        c.state,
-                        c.lease_until_ms,
-                        c.sends,
-                        c.acked_keys,
-                        c.version,
-                    ),
+                    _insert("iter_chunk", _CHUNK_FIELDS, or_ignore=True),
+                    _chunk_params(job_id, step.chunk),
                 )
             _add(conn, job_id, step.counters)
             return True
@@ -327,7 +298,7 @@ class SqliteJobStore:
             rows = conn.execute(
                 "SELECT name, value FROM iter_counter WHERE job_id = ?", (job_id,)
             ).fetchall()
-            return {str(k): int(v) for k, v in rows}
+            return {str(row["name"]): int(row["value"]) for row in rows}
 
         return await self._db.read(run)
 
@@ -346,27 +317,23 @@ class SqliteJobStore:
             taken: list[ChunkRecord] = []
             total = 0
             for row in rows:
-                if taken and total + int(row[3]) > max_objects:
+                if taken and total + int(row["count"]) > max_objects:
                     break
                 c = _chunk(row)
                 taken.append(
-                    ChunkRecord(
-                        c.chunk_id,
-                        c.width,
-                        c.keys,
-                        c.count,
-                        "leased",
-                        now_ms + lease_ms,
-                        c.sends + 1,
-                        c.acked_keys,
-                        c.version + 1,
+                    replace(
+                        c,
+                        state="leased",
+                        lease_until_ms=now_ms + lease_ms,
+                        sends=c.sends + 1,
+                        version=c.version + 1,
                     )
                 )
                 total += c.count
             conn.executemany(
-                "UPDATE iter_chunk SET state = 'leased', lease_until_ms = ?, sends = ?, "
-                "version = ? WHERE job_id = ? AND chunk_id = ?",
-                [(c.lease_until_ms, c.sends, c.version, job_id, c.chunk_id) for c in taken],
+                "UPDATE iter_chunk SET state = :state, lease_until_ms = :lease_until_ms, "
+                "sends = :sends, version = :version WHERE job_id = :job_id AND chunk_id = :chunk_id",
+                [_chunk_params(job_id, c) for c in taken],
             )
             return taken
 
@@ -393,7 +360,7 @@ class SqliteJobStore:
                 ).fetchone()
                 if row is not None:
                     chunks += 1
-                    objects += int(row[0])
+                    objects += int(row["count"])
             _add(conn, job_id, {f"{state}_chunks": chunks, f"{state}_objects": objects})
             return chunks, objects
 
@@ -423,23 +390,30 @@ class SqliteJobStore:
 
     async def ledger(self, job_id: str, *, settled: ChunkState) -> LedgerSummary:
         def run(conn: sqlite3.Connection) -> LedgerSummary:
-            tasks, open_tasks = conn.execute(
-                "SELECT count(*), coalesce(sum(done = 0), 0) FROM iter_task WHERE job_id = ?",
+            tasks = conn.execute(
+                "SELECT count(*) AS tasks, coalesce(sum(done = 0), 0) AS open "
+                "FROM iter_task WHERE job_id = ?",
                 (job_id,),
             ).fetchone()
-            chunks, unsettled, objects = conn.execute(
-                "SELECT count(*), coalesce(sum(state != ?), 0), coalesce(sum(count), 0) "
-                "FROM iter_chunk WHERE job_id = ?",
+            chunks = conn.execute(
+                "SELECT count(*) AS chunks, coalesce(sum(state != ?), 0) AS unsettled, "
+                "coalesce(sum(count), 0) AS objects FROM iter_chunk WHERE job_id = ?",
                 (settled, job_id),
             ).fetchone()
-            return LedgerSummary(tasks, open_tasks, chunks, unsettled, objects)
+            return LedgerSummary(
+                tasks=int(tasks["tasks"]),
+                tasks_open=int(tasks["open"]),
+                chunks=int(chunks["chunks"]),
+                chunks_unsettled=int(chunks["unsettled"]),
+                objects=int(chunks["objects"]),
+            )
 
         return await self._db.read(run)
 
     async def get_pace(self, job_id: str) -> float | None:
         def run(conn: sqlite3.Connection) -> float | None:
             row = conn.execute("SELECT tat_ms FROM iter_job WHERE job_id = ?", (job_id,)).fetchone()
-            return None if row is None else float(row[0])
+            return None if row is None else float(row["tat_ms"])
 
         return await self._db.read(run)
 

@@ -119,7 +119,9 @@ class SqliteWorkQueue:
                     "token = ? WHERE id = ?",
                     (until, token, ident),
                 )
-                taken.append(QueuedMessage(body, f"{ident}.{token}", receives + 1))
+                taken.append(
+                    QueuedMessage(body=body, receipt=f"{ident}.{token}", receive_count=receives + 1)
+                )
             return taken
 
         return await self._db.write(run)

@@ -105,7 +105,9 @@ class SqliteTemplateStore:
                     "SELECT formed_ms FROM cluster_template WHERE key = ?", (key,)
                 ).fetchone()
                 out[key] = ClusterCounts(
-                    int(emails), int(users), None if row is None else int(row[0])
+                    emails=int(emails),
+                    users=int(users),
+                    template_at_ms=None if row is None else int(row[0]),
                 )
             return out
 

@@ -147,7 +147,7 @@ class SqliteThreadStore:
         wanted = list(dict.fromkeys(uts))
         team = sorted(gids) if gids is not None else None
         if not wanted:
-            return UtRows({}, [], UnifiedStats(0, None))
+            return UtRows(links={}, threads=[], stats=UnifiedStats(0, None))
 
         def run(conn: sqlite3.Connection) -> UtRows:
             limit = thread_limit if team != [] else 0

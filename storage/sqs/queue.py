@@ -136,9 +136,9 @@ class SqsWorkQueue:
             reply = await self._on(queue, run)
         return [
             QueuedMessage(
-                m["Body"],
-                m["ReceiptHandle"],
-                int(m.get("Attributes", {}).get("ApproximateReceiveCount", "1")),
+                body=m["Body"],
+                receipt=m["ReceiptHandle"],
+                receive_count=int(m.get("Attributes", {}).get("ApproximateReceiveCount", "1")),
             )
             for m in reply.get("Messages", [])
         ]

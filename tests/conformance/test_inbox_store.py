@@ -209,7 +209,10 @@ class TestTrimDeletes:
         """Trimmed rows leave the inbox and the unread count."""
         for m in range(1, 6):
             await inbox_store.deliver(f"t{m}", m, unread=["bob"])
-        victims = [InboxEntry("t1", 1, False), InboxEntry("t2", 2, False)]
+        victims = [
+            InboxEntry(thread_id="t1", last_message_id=1, is_read=False),
+            InboxEntry(thread_id="t2", last_message_id=2, is_read=False),
+        ]
         assert await inbox_store.delete_entries("bob", victims) == 2
         assert set(await rows(inbox_store, "bob")) == {"t3", "t4", "t5"}
         assert await inbox_store.unread_count("bob") == 3
@@ -220,13 +223,23 @@ class TestTrimDeletes:
         """A new message after the trimmer's read saves its thread from the trim."""
         await inbox_store.deliver("t1", 1, unread=["bob"])
         await inbox_store.deliver("t1", 9, unread=["bob"])
-        assert await inbox_store.delete_entries("bob", [InboxEntry("t1", 1, False)]) == 0
+        assert (
+            await inbox_store.delete_entries(
+                "bob", [InboxEntry(thread_id="t1", last_message_id=1, is_read=False)]
+            )
+            == 0
+        )
         assert await rows(inbox_store, "bob") == {"t1": (9, False)}
         assert await inbox_store.unread_count("bob") == 1
 
     async def test_deleting_missing_rows_is_harmless(self, inbox_store: InboxStore) -> None:
         """Deleting what is not there deletes nothing."""
-        assert await inbox_store.delete_entries("bob", [InboxEntry("t", 1, True)]) == 0
+        assert (
+            await inbox_store.delete_entries(
+                "bob", [InboxEntry(thread_id="t", last_message_id=1, is_read=True)]
+            )
+            == 0
+        )
         assert await inbox_store.delete_entries("bob", []) == 0
 
 

@@ -61,9 +61,15 @@ async def source(url: str) -> AsyncIterator[IterationSource]:
         )
     await engine.dispose()
     levels = [
-        SourceLevel("p", f"{ns}_p", ("id",), "", "deleted = 0"),
-        SourceLevel("c", f"{ns}_c", ("id",), "pid", "deleted = 0"),
-        SourceLevel("v", f"{ns}_v", ("a", "b"), "cid", ""),
+        SourceLevel(
+            name="p", table=f"{ns}_p", id_columns=("id",), parent_column="", where="deleted = 0"
+        ),
+        SourceLevel(
+            name="c", table=f"{ns}_c", id_columns=("id",), parent_column="pid", where="deleted = 0"
+        ),
+        SourceLevel(
+            name="v", table=f"{ns}_v", id_columns=("a", "b"), parent_column="cid", where=""
+        ),
     ]
     src = await factory.open_iteration_source(url, levels)
     try:
@@ -267,7 +273,7 @@ async def test_the_catalog_spells_names_as_the_reads_resolve_them(
     their case flags say what the reads do: a read naming the table (or a column) in
     lower case finds it exactly when the facts say the database folds case."""
     url, table = camel
-    exact = SourceLevel("a", table, ("ArtistId",), "", "")
+    exact = SourceLevel(name="a", table=table, id_columns=("ArtistId",), parent_column="", where="")
     source = await factory.open_iteration_source(url, [exact])
     try:
         facts = await source.schema()

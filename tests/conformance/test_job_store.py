@@ -11,14 +11,47 @@ from storage.ports import ChunkRecord, JobRecord, JobStore, Step, TaskRecord
 
 
 def _job(created: int = 1000) -> JobRecord:
-    return JobRecord(uuid.uuid4().hex, created, '{"x":1}', "running", 0, "", "", 0, 1)
+    return JobRecord(
+        job_id=uuid.uuid4().hex,
+        created_ms=created,
+        spec='{"x":1}',
+        state="running",
+        rate=0,
+        paused_by="",
+        error="",
+        finished_ms=0,
+        version=1,
+    )
 
 
-ROOT = TaskRecord("r", 0, (), (1,), (9,), (), (), 0, False, 0, 5, ())
+ROOT = TaskRecord(
+    task_id="r",
+    level=0,
+    parents=(),
+    first=(1,),
+    last=(9,),
+    after=(),
+    upto=(),
+    seq=0,
+    done=False,
+    rows=0,
+    started_ms=5,
+    spawned=(),
+)
 
 
 def _chunk(cid: str, n: int) -> ChunkRecord:
-    return ChunkRecord(cid, 1, bytes(8 * n), n, "ready", 0, 0, b"", 1)
+    return ChunkRecord(
+        chunk_id=cid,
+        width=1,
+        keys=bytes(8 * n),
+        count=n,
+        state="ready",
+        lease_until_ms=0,
+        sends=0,
+        acked_keys=b"",
+        version=1,
+    )
 
 
 async def test_job_round_trip_and_versioned_update(job_store: JobStore) -> None:
@@ -56,14 +89,32 @@ async def test_commit_step_is_conditional_and_atomic(job_store: JobStore) -> Non
     counters; the loser writes nothing."""
     job = _job()
     await job_store.create_job(job, ROOT, {"tasks.0": 1})
-    child = TaskRecord("r.0", 1, (1, 2), (), (), (), (), 0, False, 0, 5, ())
-    winner = Step(
-        replace(ROOT, after=(4,), seq=1, spawned=("r.0",)),
-        [child],
-        _chunk("r/0", 3),
-        {"found.0": 3, "tasks.1": 1},
+    child = TaskRecord(
+        task_id="r.0",
+        level=1,
+        parents=(1, 2),
+        first=(),
+        last=(),
+        after=(),
+        upto=(),
+        seq=0,
+        done=False,
+        rows=0,
+        started_ms=5,
+        spawned=(),
     )
-    loser = Step(replace(ROOT, after=(9,), seq=1), [], _chunk("r/0-other", 9), {"found.0": 9})
+    winner = Step(
+        task=replace(ROOT, after=(4,), seq=1, spawned=("r.0",)),
+        new_tasks=[child],
+        chunk=_chunk("r/0", 3),
+        counters={"found.0": 3, "tasks.1": 1},
+    )
+    loser = Step(
+        task=replace(ROOT, after=(9,), seq=1),
+        new_tasks=[],
+        chunk=_chunk("r/0-other", 9),
+        counters={"found.0": 9},
+    )
     results = await asyncio.gather(
         job_store.commit_step(job.job_id, winner, 0), job_store.commit_step(job.job_id, loser, 0)
     )
@@ -84,13 +135,35 @@ async def test_open_tasks_are_the_tasks_not_done(job_store: JobStore) -> None:
     await job_store.create_job(job, ROOT, {})
     await job_store.create_job(other, ROOT, {})
     assert await job_store.open_tasks(job.job_id) == [ROOT]
-    children = [TaskRecord(f"r.{i}", 1, (i,), (), (), (), (), 0, False, 0, 5, ()) for i in range(3)]
+    children = [
+        TaskRecord(
+            task_id=f"r.{i}",
+            level=1,
+            parents=(i,),
+            first=(),
+            last=(),
+            after=(),
+            upto=(),
+            seq=0,
+            done=False,
+            rows=0,
+            started_ms=5,
+            spawned=(),
+        )
+        for i in range(3)
+    ]
     root_done = replace(ROOT, after=(9,), seq=1, done=True, spawned=("r.0", "r.1", "r.2"))
-    assert await job_store.commit_step(job.job_id, Step(root_done, children, None, {}), 0)
+    assert await job_store.commit_step(
+        job.job_id, Step(task=root_done, new_tasks=children, chunk=None, counters={}), 0
+    )
     child_done = replace(children[1], seq=1, done=True)
-    assert await job_store.commit_step(job.job_id, Step(child_done, [], None, {}), 0)
+    assert await job_store.commit_step(
+        job.job_id, Step(task=child_done, new_tasks=[], chunk=None, counters={}), 0
+    )
     child_on = replace(children[2], after=(7,), seq=1)
-    assert await job_store.commit_step(job.job_id, Step(child_on, [], None, {}), 0)
+    assert await job_store.commit_step(
+        job.job_id, Step(task=child_on, new_tasks=[], chunk=None, counters={}), 0
+    )
     open_now = sorted(await job_store.open_tasks(job.job_id), key=lambda t: t.task_id)
     assert open_now == [children[0], child_on]
     assert await job_store.open_tasks(other.job_id) == [ROOT]
@@ -103,7 +176,12 @@ async def test_chunks_lease_to_one_caller_and_settle_once(job_store: JobStore) -
     job = _job()
     await job_store.create_job(job, ROOT, {})
     for i in range(3):
-        step = Step(replace(ROOT, seq=i + 1), [], _chunk(f"r/{i}", 10), {"emitted_chunks": 1})
+        step = Step(
+            task=replace(ROOT, seq=i + 1),
+            new_tasks=[],
+            chunk=_chunk(f"r/{i}", 10),
+            counters={"emitted_chunks": 1},
+        )
         assert await job_store.commit_step(job.job_id, step, i)
     a, b = await asyncio.gather(
         job_store.lease_chunks(
@@ -147,7 +225,12 @@ async def test_settling_checks_the_counts_it_is_given(job_store: JobStore) -> No
     job = _job()
     await job_store.create_job(job, ROOT, {})
     for i in range(150):
-        step = Step(replace(ROOT, seq=i + 1), [], _chunk(f"r/{i}", 2), {"emitted_chunks": 1})
+        step = Step(
+            task=replace(ROOT, seq=i + 1),
+            new_tasks=[],
+            chunk=_chunk(f"r/{i}", 2),
+            counters={"emitted_chunks": 1},
+        )
         assert await job_store.commit_step(job.job_id, step, i)
     ids = [f"r/{i}" for i in range(150)]
     hints = {cid: 2 for cid in ids} | {"r/7": 999}
@@ -164,7 +247,9 @@ async def test_partial_acks_are_versioned(job_store: JobStore) -> None:
     job = _job()
     await job_store.create_job(job, ROOT, {})
     assert await job_store.commit_step(
-        job.job_id, Step(replace(ROOT, seq=1), [], _chunk("r/0", 4), {}), 0
+        job.job_id,
+        Step(task=replace(ROOT, seq=1), new_tasks=[], chunk=_chunk("r/0", 4), counters={}),
+        0,
     )
     (leased,) = await job_store.lease_chunks(
         job.job_id, now_ms=1, lease_ms=10_000, max_objects=10, max_chunks=10

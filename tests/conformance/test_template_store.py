@@ -8,7 +8,7 @@ from tests.serving import eventually
 
 
 def _w(key: bytes, email: str, user: str, payload: bytes = b"p") -> ClusterWrite:
-    return ClusterWrite(key, email, user.encode(), payload)
+    return ClusterWrite(key=key, email_id=email, user=user.encode(), payload=payload)
 
 
 async def test_counts_are_emails_and_distinct_users(template_store: TemplateStore) -> None:
@@ -16,9 +16,12 @@ async def test_counts_are_emails_and_distinct_users(template_store: TemplateStor
     got = await template_store.add_emails(
         [_w(b"r1", "e1", "u1"), _w(b"r1", "e2", "u1"), _w(b"r1", "e3", "u2"), _w(b"r2", "e1", "u9")]
     )
-    assert got == {b"r1": ClusterCounts(3, 2, None), b"r2": ClusterCounts(1, 1, None)}
+    assert got == {
+        b"r1": ClusterCounts(emails=3, users=2, template_at_ms=None),
+        b"r2": ClusterCounts(emails=1, users=1, template_at_ms=None),
+    }
     again = await template_store.add_emails([_w(b"r1", "e1", "u1"), _w(b"r1", "e4", "u3")])
-    assert again == {b"r1": ClusterCounts(4, 3, None)}
+    assert again == {b"r1": ClusterCounts(emails=4, users=3, template_at_ms=None)}
 
 
 async def test_emails_read_back(template_store: TemplateStore) -> None:
@@ -40,7 +43,7 @@ async def test_templates_put_get_and_formation_time(template_store: TemplateStor
     await template_store.put_templates(b"k", b"second", "a@x.example", formed + 5)
     assert await template_store.get_templates([b"k", b"other"]) == {b"k": b"second"}
     counts = await template_store.add_emails([_w(b"k", "e2", "u2")])
-    assert counts[b"k"] == ClusterCounts(2, 2, formed + 5)
+    assert counts[b"k"] == ClusterCounts(emails=2, users=2, template_at_ms=formed + 5)
 
 
 async def test_list_templates_pages_in_key_order(template_store: TemplateStore) -> None:
@@ -77,6 +80,12 @@ async def test_counts_only_the_rows_asked_and_stop_at_the_cap(
     writes = [_w(b"c1", f"e{i}", f"u{i % 4}") for i in range(9)] + [_w(b"c2", "e", "u")]
     assert await template_store.add_emails(writes, counted=[]) == {}
     got = await template_store.add_emails([_w(b"c2", "e2", "u2")], counted=[b"c1", b"c3"], cap=6)
-    assert got == {b"c1": ClusterCounts(6, 4, None), b"c3": ClusterCounts(0, 0, None)}
+    assert got == {
+        b"c1": ClusterCounts(emails=6, users=4, template_at_ms=None),
+        b"c3": ClusterCounts(emails=0, users=0, template_at_ms=None),
+    }
     exact = await template_store.add_emails([], counted=[b"c1", b"c2"], cap=100)
-    assert exact == {b"c1": ClusterCounts(9, 4, None), b"c2": ClusterCounts(2, 2, None)}
+    assert exact == {
+        b"c1": ClusterCounts(emails=9, users=4, template_at_ms=None),
+        b"c2": ClusterCounts(emails=2, users=2, template_at_ms=None),
+    }

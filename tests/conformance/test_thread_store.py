@@ -81,8 +81,12 @@ class TestThreadMappings:
 class TestMessageMappings:
     async def test_first_mapping_wins(self, thread_store: ThreadStore) -> None:
         """Message-ID -> UT is written only if absent."""
-        first = await thread_store.put_message_uts_if_absent([MessageMapping(key("m1"), "a", 5)])
-        second = await thread_store.put_message_uts_if_absent([MessageMapping(key("m1"), "b", 9)])
+        first = await thread_store.put_message_uts_if_absent(
+            [MessageMapping(rfc_key=key("m1"), ut="a", sent_at_ms=5)]
+        )
+        second = await thread_store.put_message_uts_if_absent(
+            [MessageMapping(rfc_key=key("m1"), ut="b", sent_at_ms=9)]
+        )
         assert (first, second) == (["a"], ["a"])
 
     async def test_concurrent_racers_on_one_message_see_exactly_one_winner(
@@ -91,7 +95,9 @@ class TestMessageMappings:
         """Racing writers of one Message-ID all learn the same single winner."""
         results = await asyncio.gather(
             *(
-                thread_store.put_message_uts_if_absent([MessageMapping(key("hot"), f"u{i}", i)])
+                thread_store.put_message_uts_if_absent(
+                    [MessageMapping(rfc_key=key("hot"), ut=f"u{i}", sent_at_ms=i)]
+                )
                 for i in range(50)
             )
         )
@@ -103,9 +109,9 @@ class TestMessageMappings:
         """Copies of one Message-ID in one call (one per mailbox) all get the same winner."""
         winners = await thread_store.put_message_uts_if_absent(
             [
-                MessageMapping(key("m1"), "a", 1),
-                MessageMapping(key("m2"), "b", 2),
-                MessageMapping(key("m1"), "c", 3),
+                MessageMapping(rfc_key=key("m1"), ut="a", sent_at_ms=1),
+                MessageMapping(rfc_key=key("m2"), ut="b", sent_at_ms=2),
+                MessageMapping(rfc_key=key("m1"), ut="c", sent_at_ms=3),
             ]
         )
         assert winners[0] == winners[2]
@@ -117,10 +123,10 @@ class TestMessageMappings:
     ) -> None:
         """Mapped Message-IDs keep their UT, new ones take theirs, in request order."""
         await thread_store.put_message_uts_if_absent(
-            [MessageMapping(key(f"old{i}"), "before", i) for i in range(600)]
+            [MessageMapping(rfc_key=key(f"old{i}"), ut="before", sent_at_ms=i) for i in range(600)]
         )
         batch = [
-            MessageMapping(key(f"{kind}{i}"), f"{kind}-ut{i}", i)
+            MessageMapping(rfc_key=key(f"{kind}{i}"), ut=f"{kind}-ut{i}", sent_at_ms=i)
             for i in range(600)
             for kind in ("new", "old")
         ]
@@ -129,7 +135,9 @@ class TestMessageMappings:
 
     async def test_a_thousand_mappings_in_one_call(self, thread_store: ThreadStore) -> None:
         """A full WeaveMessages batch is one call and keeps request order."""
-        items = [MessageMapping(key(f"m{i}"), f"ut{i % 7}", i) for i in range(1000)]
+        items = [
+            MessageMapping(rfc_key=key(f"m{i}"), ut=f"ut{i % 7}", sent_at_ms=i) for i in range(1000)
+        ]
         assert await thread_store.put_message_uts_if_absent(items) == [m.ut for m in items]
 
 
@@ -233,7 +241,9 @@ class TestReadLevels:
         assert (await thread_store.read_uts(["ut-x"], frozenset(), 100)).threads == []
         assert (await thread_store.read_uts(["ut-x"], None, 0)).threads == []
         nobody = await thread_store.read_uts(["nobody"], None, 100)
-        assert nobody == UtRows({"nobody": frozenset()}, [], UnifiedStats(0, None))
+        assert nobody == UtRows(
+            links={"nobody": frozenset()}, threads=[], stats=UnifiedStats(0, None)
+        )
 
     async def test_a_big_team_filters_exactly(self, thread_store: ThreadStore) -> None:
         """A team of 300 gids (beyond one range per gid) keeps only its members' threads."""
@@ -252,7 +262,7 @@ class TestReadLevels:
             chunk = threads[start : start + 1000]
             await thread_store.put_thread_uts_if_absent([(t, wide) for t in chunk])
         await thread_store.put_message_uts_if_absent(
-            [MessageMapping(key(f"w{i}"), wide, i) for i in range(1000)]
+            [MessageMapping(rfc_key=key(f"w{i}"), ut=wide, sent_at_ms=i) for i in range(1000)]
         )
         rows = await thread_store.read_uts([wide], None, 10_001)
         assert sorted(rows.threads) == threads
@@ -270,7 +280,7 @@ class TestReadLevels:
         for i in range(320):
             await thread_store.put_thread_uts_if_absent([(ThreadKey("g", f"t{i:03d}"), "ut-slow")])
             await thread_store.put_message_uts_if_absent(
-                [MessageMapping(key(f"slow{i}"), "ut-slow", i)]
+                [MessageMapping(rfc_key=key(f"slow{i}"), ut="ut-slow", sent_at_ms=i)]
             )
         for _ in range(2):  # the first read may tidy what it found; both must be exact
             rows = await thread_store.read_uts(["ut-slow"], None, 10_001)
@@ -283,13 +293,17 @@ class TestReadLevels:
         """Stats count each Message-ID once, keep the winner's sent_at, sum over UTs."""
         await thread_store.put_message_uts_if_absent(
             [
-                MessageMapping(key("s1"), "ut-1", 100),
-                MessageMapping(key("s2"), "ut-1", 300),
-                MessageMapping(key("s3"), "ut-2", 200),
-                MessageMapping(key("s1"), "ut-2", 999),  # loses: s1 already maps to ut-1
+                MessageMapping(rfc_key=key("s1"), ut="ut-1", sent_at_ms=100),
+                MessageMapping(rfc_key=key("s2"), ut="ut-1", sent_at_ms=300),
+                MessageMapping(rfc_key=key("s3"), ut="ut-2", sent_at_ms=200),
+                MessageMapping(
+                    rfc_key=key("s1"), ut="ut-2", sent_at_ms=999
+                ),  # loses: s1 already maps to ut-1
             ]
         )
-        await thread_store.put_message_uts_if_absent([MessageMapping(key("s2"), "ut-2", 7)])
+        await thread_store.put_message_uts_if_absent(
+            [MessageMapping(rfc_key=key("s2"), ut="ut-2", sent_at_ms=7)]
+        )
         one = await thread_store.read_uts(["ut-1"], None, 0)
         assert one.stats == UnifiedStats(2, 300)
         both = await thread_store.read_uts(["ut-1", "ut-2"], None, 0)
@@ -302,7 +316,9 @@ class TestReadLevels:
         """Fifty racers on one Message-ID: the winner's UT counts it once, nobody else does."""
         results = await asyncio.gather(
             *(
-                thread_store.put_message_uts_if_absent([MessageMapping(key("race"), f"u{i}", i)])
+                thread_store.put_message_uts_if_absent(
+                    [MessageMapping(rfc_key=key("race"), ut=f"u{i}", sent_at_ms=i)]
+                )
                 for i in range(50)
             )
         )
@@ -322,7 +338,9 @@ class TestTwoClients:
         t = ThreadKey("g", "t")
         assert await thread_store.put_thread_uts_if_absent([(t, "ut-a")]) == ["ut-a"]
         assert await thread_store_twin.put_thread_uts_if_absent([(t, "ut-b")]) == ["ut-a"]
-        await thread_store.put_message_uts_if_absent([MessageMapping(key("m"), "ut-a", 42)])
+        await thread_store.put_message_uts_if_absent(
+            [MessageMapping(rfc_key=key("m"), ut="ut-a", sent_at_ms=42)]
+        )
         await thread_store.add_links([("ut-a", "ut-z")])
         assert await thread_store_twin.get_thread_uts([t]) == {t: "ut-a"}
         assert (await thread_store_twin.get_links(["ut-z"]))["ut-z"] == {"ut-a"}

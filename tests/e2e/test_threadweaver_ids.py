@@ -34,7 +34,9 @@ async def store_as_before(store: ThreadStore, thread: ThreadKey, rfc: str, sent_
     """What weaving `rfc` into a new `thread` left in the store before this change."""
     ut = old_ut(thread)
     key = rfc_key(Message(thread, rfc, sent_s * 1000))
-    await store.put_message_uts_if_absent([MessageMapping(key, ut, sent_s * 1000)])
+    await store.put_message_uts_if_absent(
+        [MessageMapping(rfc_key=key, ut=ut, sent_at_ms=sent_s * 1000)]
+    )
     await store.put_thread_uts_if_absent([(thread, ut)])
 
 

@@ -50,11 +50,11 @@ class TestDeliveryId:
 
 class TestSelectPage:
     entries: ClassVar[list[InboxEntry]] = [
-        InboxEntry("a", 5, False),
-        InboxEntry("b", 9, True),
-        InboxEntry("c", 5, True),
-        InboxEntry("d", 1, False),
-        InboxEntry("e", 7, False),
+        InboxEntry(thread_id="a", last_message_id=5, is_read=False),
+        InboxEntry(thread_id="b", last_message_id=9, is_read=True),
+        InboxEntry(thread_id="c", last_message_id=5, is_read=True),
+        InboxEntry(thread_id="d", last_message_id=1, is_read=False),
+        InboxEntry(thread_id="e", last_message_id=7, is_read=False),
     ]
 
     def test_newest_first_with_thread_id_breaking_ties(self) -> None:
@@ -98,8 +98,8 @@ class TestSelectPage:
         after = pagetoken.decode(first.next_page_token, "i")
         moved = [
             *self.entries[:3],
-            InboxEntry("d", 20, False),
-            InboxEntry("new", 21, False),
+            InboxEntry(thread_id="d", last_message_id=20, is_read=False),
+            InboxEntry(thread_id="new", last_message_id=21, is_read=False),
             self.entries[4],
         ]
         second = select_page(moved, inbox_id="i", flt=InboxFilter.ALL, after=after, page_size=10)

@@ -88,12 +88,17 @@ class TestScheduling:
 class TestVictims:
     def test_oldest_rows_beyond_the_cap_are_chosen(self) -> None:
         """The cap keeps the newest activity; the rest is trimmed."""
-        entries = [InboxEntry(f"t{m}", m, m % 2 == 0) for m in range(1, 11)]
+        entries = [
+            InboxEntry(thread_id=f"t{m}", last_message_id=m, is_read=m % 2 == 0)
+            for m in range(1, 11)
+        ]
         random.Random(4).shuffle(entries)
         victims = trim_victims(entries, 7)
         assert sorted(v.last_message_id for v in victims) == [1, 2, 3]
 
     def test_nothing_to_trim_at_or_below_the_cap(self) -> None:
         """An inbox at the cap is left alone."""
-        entries = [InboxEntry(f"t{m}", m, False) for m in range(5)]
+        entries = [
+            InboxEntry(thread_id=f"t{m}", last_message_id=m, is_read=False) for m in range(5)
+        ]
         assert trim_victims(entries, 5) == []

@@ -23,7 +23,13 @@ INDEXES = {"Artist": (("ArtistId",),), "Album": (("AlbumId",), ("ArtistId", "Alb
 
 
 def _facts(*, tables_fold: bool, columns_fold: bool) -> SchemaFacts:
-    return SchemaFacts(TABLES, COLUMNS, INDEXES, tables_fold, columns_fold)
+    return SchemaFacts(
+        tables=TABLES,
+        columns=COLUMNS,
+        indexes=INDEXES,
+        tables_fold_case=tables_fold,
+        columns_fold_case=columns_fold,
+    )
 
 
 POSTGRES = _facts(tables_fold=False, columns_fold=False)
@@ -100,6 +106,12 @@ class TestCheckSchema:
         """An index on ("ArtistId", "AlbumId") serves a level configured in lower case where
         columns fold case; a level with no such index is warned about, by its setting."""
         assert check_schema(_with(1, parent_column="artistid", id_column="albumid"), SQLITE) == []
-        no_index = SchemaFacts(TABLES, COLUMNS, {"Artist": (("ArtistId",),)}, False, False)
+        no_index = SchemaFacts(
+            tables=TABLES,
+            columns=COLUMNS,
+            indexes={"Artist": (("ArtistId",),)},
+            tables_fold_case=False,
+            columns_fold_case=False,
+        )
         (warning,) = check_schema(LEVELS, no_index)
         assert warning.startswith("iterator.levels[1]: no index on Album(ArtistId, AlbumId)")

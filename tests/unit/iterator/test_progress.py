@@ -57,12 +57,19 @@ class TestLedgerDisagreement:
     def test_a_ledger_that_agrees_says_nothing(self) -> None:
         """Counted ranges, chunks and objects match, nothing open or unsettled: ""."""
         p = progress(SPEC, NAMES, DONE)
-        assert ledger_disagreement(p, LedgerSummary(3, 0, 3, 0, 50)) == ""
+        assert (
+            ledger_disagreement(
+                p, LedgerSummary(tasks=3, tasks_open=0, chunks=3, chunks_unsettled=0, objects=50)
+            )
+            == ""
+        )
 
     def test_each_difference_is_named(self) -> None:
         """Every way the ledger differs from the counters is reported at once."""
         p = progress(SPEC, NAMES, DONE)
-        why = ledger_disagreement(p, LedgerSummary(4, 1, 2, 1, 49))
+        why = ledger_disagreement(
+            p, LedgerSummary(tasks=4, tasks_open=1, chunks=2, chunks_unsettled=1, objects=49)
+        )
         assert why.split("; ") == [
             "4 ranges in the ledger, 3 counted",
             "1 ranges still open in the ledger",

@@ -8,11 +8,37 @@ from server.iterator.stepping import StepInput, closed_parents, fan_out, parent_
 from storage.ports import TaskRecord
 
 SPEC = model.JobSpec(0, (1,), (9,), 2, False, 30, "{}")
-ROOT = TaskRecord("r", 0, (), (1,), (9,), (), (), 0, False, 0, 0, ())
+ROOT = TaskRecord(
+    task_id="r",
+    level=0,
+    parents=(),
+    first=(1,),
+    last=(9,),
+    after=(),
+    upto=(),
+    seq=0,
+    done=False,
+    rows=0,
+    started_ms=0,
+    spawned=(),
+)
 
 
 def _children(parents: tuple[int, ...], level: int = 1, after=(), upto=()) -> TaskRecord:
-    return TaskRecord("r.0", level, parents, (), (), after, upto, 0, False, 0, 0, ())
+    return TaskRecord(
+        task_id="r.0",
+        level=level,
+        parents=parents,
+        first=(),
+        last=(),
+        after=after,
+        upto=upto,
+        seq=0,
+        done=False,
+        rows=0,
+        started_ms=0,
+        spawned=(),
+    )
 
 
 class TestPlanStep:

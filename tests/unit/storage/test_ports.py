@@ -7,6 +7,7 @@ between port modules never touches a caller; these tests pin that surface.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import importlib
 import pkgutil
 from pathlib import Path
@@ -58,3 +59,17 @@ def test_nothing_outside_the_package_imports_a_port_module() -> None:
                         if a.name.startswith("storage.ports.")
                     ]
     assert offenders == []
+
+
+def test_records_of_three_fields_or_more_are_built_by_name() -> None:
+    """A record with three fields or more is keyword-only: ``TaskRecord(task_id=…, …)``, never
+    twelve positional arguments whose order a reader must count (pairs such as ThreadKey
+    stay positional)."""
+    positional = sorted(
+        name
+        for name in storage.ports.__all__
+        if dataclasses.is_dataclass(record := getattr(storage.ports, name))
+        and len(dataclasses.fields(record)) >= 3
+        and not all(f.kw_only for f in dataclasses.fields(record))
+    )
+    assert positional == []

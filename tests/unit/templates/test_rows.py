@@ -48,7 +48,7 @@ class TestRowStates:
         now = [0.0]
         rows = RowStates(10, 60.0, K, lambda: now[0])
         assert rows.needs_count(b"r")
-        rows.counted(b"r", ClusterCounts(3, 3, None))
+        rows.counted(b"r", ClusterCounts(emails=3, users=3, template_at_ms=None))
         assert rows.needs_count(b"r")
         rows.formed(b"r", emails=6, users=K, template_at_ms=99, left_out=False)
         assert not rows.needs_count(b"r")
@@ -63,7 +63,7 @@ class TestRowStates:
         """A count refreshes s and n; the formation's n and left-out flag stay."""
         rows = RowStates(10, 60.0, K, lambda: 0.0)
         rows.formed(b"r", emails=8, users=8, template_at_ms=None, left_out=True)
-        st = rows.counted(b"r", ClusterCounts(12, 9, 500))
+        st = rows.counted(b"r", ClusterCounts(emails=12, users=9, template_at_ms=500))
         assert (st.emails, st.users, st.template_at_ms) == (12, 9, 500)
         assert (st.formed_users, st.left_out) == (8, True)
 
