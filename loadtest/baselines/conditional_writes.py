@@ -110,9 +110,9 @@ async def _bigtable(run_id: str) -> AsyncIterator[Insert]:
     from storage.bigtable.client import (
         BigtableHandle,
         bounded_gather,
+        errors,
         family_has_cells,
         gc_rule,
-        translate_errors,
     )
 
     settings = replace(BigtableSettings(), table_prefix=f"lt{run_id}-", create_tables=True)
@@ -122,7 +122,7 @@ async def _bigtable(run_id: str) -> AsyncIterator[Insert]:
 
     async def one(item: tuple[bytes, str]) -> None:
         cell = SetCell("m", b"u", item[1].encode(), timestamp_micros=time.time_ns() // 10**6 * 1000)
-        with translate_errors("raw insert"):
+        with errors("raw insert"):
             await table.check_and_mutate_row(item[0], predicate, false_case_mutations=[cell])
 
     async def insert(items: Sequence[tuple[bytes, str]]) -> None:

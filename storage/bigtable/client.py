@@ -1,7 +1,8 @@
 """Bigtable plumbing shared by every Bigtable-backed store (ThreadStore, TemplateStore, ...).
 
 Why one module: clients, table creation and error translation are the same for every store,
-and `storage.ports` promises that driver exceptions are translated exactly once, here.
+and `storage.ports` promises that driver exceptions are translated exactly once, here
+(`errors`, the engine's one `DriverErrors`).
 
 - Data path: `BigtableDataClientAsync` (native asyncio, supports check-and-mutate and
   read-modify-write). It finds the emulator through BIGTABLE_EMULATOR_HOST by itself.
@@ -39,7 +40,7 @@ from google.cloud.bigtable.data import BigtableDataClientAsync, RowMutationEntry
 from google.cloud.bigtable.data import exceptions as bt_exc
 from google.cloud.bigtable.data import row_filters as rf
 
-from storage.errors import StorageError, StorageUnavailable
+from storage.errors import DriverErrors, StorageError, StorageUnavailable
 from storage.settings import BigtableSettings
 from storage.slices import slices
 
@@ -48,12 +49,12 @@ __all__ = [
     "bounded_gather",
     "bulk_set_cells",
     "ensure_tables",
+    "errors",
     "escape_family",
     "family_has_cells",
     "gc_rule",
     "read_row_cells",
     "regex_literal",
-    "translate_errors",
 ]
 
 _TRANSIENT: tuple[type[Exception], ...] = (
@@ -133,7 +134,7 @@ async def bulk_set_cells(
             size += len(part)
 
     async def send(batch: list[RowMutationEntry]) -> None:
-        with translate_errors("bulk write"):
+        with errors("bulk write"):
             await table.bulk_mutate_rows(batch)
 
     await bounded_gather(send, [batch for batch in batches if batch])
@@ -147,23 +148,24 @@ def _is_transient(exc: BaseException) -> bool:
     return isinstance(exc, _TRANSIENT)
 
 
-@contextlib.contextmanager
-def translate_errors(what: str) -> Iterator[None]:
-    """Turns google/grpc exceptions raised inside into `storage.errors` (exactly once)."""
-    try:
-        yield
-    except StorageError:
-        raise
-    except (
+def _kind(exc: BaseException) -> type[StorageError]:
+    return StorageUnavailable if _is_transient(exc) else StorageError
+
+
+errors = DriverErrors(
+    "bigtable",
+    (
         gexc.GoogleAPIError,
         bt_exc.MutationsExceptionGroup,
         bt_exc.RetryExceptionGroup,
         bt_exc.ShardedReadRowsExceptionGroup,
         TimeoutError,
         ConnectionError,
-    ) as exc:
-        kind = StorageUnavailable if _is_transient(exc) else StorageError
-        raise kind(f"bigtable {what}: {type(exc).__name__}: {exc}") from exc
+    ),
+    classify=_kind,
+)
+"""The one translation of the google/grpc exceptions: ``with errors("read rows"): ...``;
+transient ones (unavailable, deadline, exhausted, ...) become StorageUnavailable."""
 
 
 @contextlib.contextmanager
@@ -218,7 +220,7 @@ class BigtableHandle:
         """Connects; with `create_tables` first creates `tables` ({name: {family: rule}})."""
         if settings.create_tables:
             await ensure_tables(settings, tables)
-        with translate_errors("connect"), _quiet_emulator_notice():
+        with errors("connect"), _quiet_emulator_notice():
             client = BigtableDataClientAsync(project=settings.project)
         return cls(settings, client)
 
@@ -243,7 +245,7 @@ class BigtableHandle:
 
     async def close(self) -> None:
         """Closes the data client's channels and background refresh task."""
-        with translate_errors("close"):
+        with errors("close"):
             await self._client.close()
 
 
@@ -280,7 +282,7 @@ async def ensure_tables(
         with _quiet_emulator_notice():  # the admin client opens data clients lazily
             run()
 
-    with translate_errors("create tables"):
+    with errors("create tables"):
         await asyncio.to_thread(quiet_run)
 
 
@@ -333,7 +335,7 @@ async def read_row_cells(
         if strip_values:
             chain.append(rf.StripValueTransformerFilter(True))
         chain.append(rf.CellsRowLimitFilter(size))
-        with translate_errors("read row"):
+        with errors("read row"):
             row = await table.read_row(row_key, row_filter=rf.RowFilterChain(chain))
         cells = [] if row is None else list(row.cells)
         widest = 0

@@ -31,10 +31,10 @@ from storage.bigtable.client import (
     BigtableHandle,
     bounded_gather,
     bulk_set_cells,
+    errors,
     escape_family,
     gc_rule,
     read_row_cells,
-    translate_errors,
 )
 from storage.clock import now_ms
 from storage.ports import ClusterCounts, ClusterWrite
@@ -109,7 +109,7 @@ class BigtableTemplateStore:
         )
 
         async def read(part: Sequence[bytes]) -> list[Any]:
-            with translate_errors("count cluster rows"):
+            with errors("count cluster rows"):
                 query = ReadRowsQuery(row_keys=list(part), row_filter=counting)
                 return list(await self._table.read_rows(query))
 
@@ -135,7 +135,7 @@ class BigtableTemplateStore:
 
     async def put_templates(self, key: bytes, data: bytes, sender: str, formed_at_ms: int) -> None:
         stamp = formed_at_ms * 1000
-        with translate_errors("put templates"):
+        with errors("put templates"):
             await self._table.mutate_row(
                 key,
                 [
@@ -155,7 +155,7 @@ class BigtableTemplateStore:
         )
 
         async def read(part: Sequence[bytes]) -> list[Any]:
-            with translate_errors("get templates"):
+            with errors("get templates"):
                 return list(
                     await self._table.read_rows(ReadRowsQuery(row_keys=list(part), row_filter=only))
                 )
@@ -178,7 +178,7 @@ class BigtableTemplateStore:
                 RowRange(start_key=cursor, start_is_inclusive=False) if cursor else RowRange()
             )
             query = ReadRowsQuery(row_ranges=[row_range], row_filter=only, limit=_SCAN_PAGE)
-            with translate_errors("list templates"):
+            with errors("list templates"):
                 rows = list(await self._table.read_rows(query))
             for row in rows:
                 cells = {c.qualifier: c.value for c in row.cells}

@@ -49,10 +49,10 @@ from storage.bigtable.client import (
     BigtableHandle,
     bounded_gather,
     bulk_set_cells,
+    errors,
     family_has_cells,
     gc_rule,
     read_row_cells,
-    translate_errors,
 )
 from storage.bigtable.thread_cells import (
     LONGEST_UT,
@@ -145,7 +145,7 @@ class BigtableThreadStore:
         """Rows by key, in concurrent requests of `_READ_KEYS` keys."""
 
         async def read(chunk: Sequence[bytes]) -> list[Any]:
-            with translate_errors("read rows"):
+            with errors("read rows"):
                 query = ReadRowsQuery(row_keys=list(chunk), row_filter=row_filter)
                 return list(await table.read_rows(query))
 
@@ -179,7 +179,7 @@ class BigtableThreadStore:
             key, ut = pair
             row_key = encode_thread(key)
             cell = SetCell(_FAM_U, b"u", ut.encode(), timestamp_micros=_now_micros())
-            with translate_errors("put thread ut"):
+            with errors("put thread ut"):
                 taken = await self._thread_ut.check_and_mutate_row(
                     row_key, predicate, false_case_mutations=[cell]
                 )
@@ -219,7 +219,7 @@ class BigtableThreadStore:
                 SetCell(_FAM_M, b"u", mapping.ut.encode(), timestamp_micros=stamp),
                 SetCell(_FAM_M, b"s", _SENT.pack(mapping.sent_at_ms), timestamp_micros=stamp),
             ]
-            with translate_errors("put message ut"):
+            with errors("put message ut"):
                 taken = await self._message_ut.check_and_mutate_row(
                     mapping.rfc_key, predicate, false_case_mutations=cells
                 )
@@ -290,7 +290,7 @@ class BigtableThreadStore:
         ]
 
         async def send(batch: Sequence[RowMutationEntry]) -> None:
-            with translate_errors("remove links"):
+            with errors("remove links"):
                 await self._ut.bulk_mutate_rows(list(batch))
 
         await bounded_gather(send, list(slices(entries, _READ_KEYS)))
@@ -397,7 +397,7 @@ class BigtableThreadStore:
             ]
             mutations += [DeleteRangeFromColumn(family, q) for q in part if q not in full]
             if mutations:
-                with contextlib.suppress(StorageError), translate_errors("repack"):
+                with contextlib.suppress(StorageError), errors("repack"):
                     await self._ut.mutate_row(row_key, mutations)
 
     async def close(self) -> None:
