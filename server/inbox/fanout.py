@@ -34,7 +34,6 @@ from server.inbox.trimming import Trimmer
 from server.runtime.errors import LoomError, ResourceExhausted
 from server.runtime.logs import get_logger
 from server.runtime.workers import WorkerPool
-from storage.errors import StorageError
 from storage.ports import DeliveryRecord, DeliveryState, InboxStore
 
 __all__ = ["RELEASED_MS", "FanoutJob", "FanoutStage"]
@@ -136,7 +135,7 @@ class FanoutStage:
             job = await self._queue.get()
             try:
                 await self._run(job)
-            except (LoomError, StorageError) as exc:
+            except LoomError as exc:
                 await self._finish(job, "failed", f"storage failure: {exc}")
             finally:
                 self._queue.task_done()
@@ -193,7 +192,7 @@ class FanoutStage:
         for delay in (*_RETRY_DELAYS_S, None):
             try:
                 await self._store.deliver_unread(thread_id, message_id, inboxes)
-            except (LoomError, StorageError):
+            except LoomError:
                 if delay is None:
                     raise
                 await asyncio.sleep(delay)
@@ -213,7 +212,7 @@ class FanoutStage:
         self._active.pop(job.record.delivery_id, None)
         try:
             await self._store.save_delivery(job.record)
-        except (LoomError, StorageError) as exc:
+        except LoomError as exc:
             # The engine is down: the stored record stays RUNNING and goes stale; a server
             # adopts it once it has had no progress for stall_after_s.
             _log.warning(

@@ -4,7 +4,9 @@ the engine refused is an answer."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
+from pathlib import Path
 
 import grpc
 import pytest
@@ -91,3 +93,19 @@ async def test_an_engine_that_outlasts_its_deadline_is_named_with_the_time_it_ha
     async with asyncio.timeout(30):  # only a guard against hanging the suite
         with pytest.raises(Unavailable, match=r"^cassandra: timed out after \d+\.\d s$"):
             await store.read()
+
+
+def test_only_the_guard_lets_storage_errors_into_the_server() -> None:
+    """Storage errors cross into server/ at one door, the guard; the only other reader is
+    the Iterator's start-up check, which runs each level's reads on the bare source before
+    any breaker exists (a refusal there is a configuration error naming the setting)."""
+    root = Path(__file__).resolve().parents[3]
+    readers = set()
+    for path in sorted((root / "server").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        if any(
+            isinstance(node, ast.ImportFrom) and node.module == "storage.errors"
+            for node in ast.walk(tree)
+        ):
+            readers.add(path.relative_to(root).as_posix())
+    assert readers == {"server/iterator/hierarchy.py", "server/runtime/guard.py"}
