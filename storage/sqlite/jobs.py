@@ -12,15 +12,28 @@ commit together or not at all, which is what makes counters and ledger agree.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections.abc import Mapping, Sequence
-from dataclasses import fields, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from storage.ports import ChunkRecord, ChunkState, JobRecord, LedgerSummary, Step, TaskRecord
 from storage.sqlite.database import SqliteDatabase
+from storage.sqlite.job_rows import (
+    CHUNK_COLS,
+    CHUNK_FIELDS,
+    JOB_COLS,
+    JOB_FIELDS,
+    TASK_COLS,
+    TASK_FIELDS,
+    chunk_from_row,
+    chunk_params,
+    insert_sql,
+    job_from_row,
+    job_params,
+    task_from_row,
+    task_params,
+)
 
 __all__ = ["SqliteJobStore"]
 
@@ -77,95 +90,6 @@ CREATE TABLE IF NOT EXISTS iter_chunk (
 CREATE INDEX IF NOT EXISTS iter_chunk_available ON iter_chunk (job_id, state, lease_until_ms);
 """
 
-# One column per record field, named as the field (plus the job id on task and chunk rows).
-_JOB_FIELDS, _TASK_FIELDS, _CHUNK_FIELDS = (
-    tuple(f.name for f in fields(record)) for record in (JobRecord, TaskRecord, ChunkRecord)
-)
-_JOB_COLS, _TASK_COLS, _CHUNK_COLS = (
-    ", ".join(f) for f in (_JOB_FIELDS, _TASK_FIELDS, _CHUNK_FIELDS)
-)
-
-
-def _insert(table: str, fields: Sequence[str], *, or_ignore: bool = False) -> str:
-    """An INSERT of `fields` (and the job id) by named parameters (``:field``)."""
-    columns = ("job_id", *(f for f in fields if f != "job_id"))
-    verb = "INSERT OR IGNORE" if or_ignore else "INSERT"
-    return (
-        f"{verb} INTO {table} ({', '.join(columns)}) VALUES ({', '.join(':' + c for c in columns)})"
-    )
-
-
-def _job_params(job: JobRecord) -> dict[str, Any]:
-    return {f: getattr(job, f) for f in _JOB_FIELDS}
-
-
-def _job(row: sqlite3.Row) -> JobRecord:
-    return JobRecord(
-        job_id=row["job_id"],
-        created_ms=int(row["created_ms"]),
-        spec=row["spec"],
-        state=row["state"],
-        rate=int(row["rate"]),
-        paused_by=row["paused_by"],
-        error=row["error"],
-        finished_ms=int(row["finished_ms"]),
-        version=int(row["version"]),
-    )
-
-
-def _task_params(job_id: str, t: TaskRecord) -> dict[str, Any]:
-    """The task's columns by name: keys are JSON arrays, `done` an integer."""
-    return {
-        "job_id": job_id,
-        "task_id": t.task_id,
-        "level": t.level,
-        "parents": json.dumps(t.parents),
-        "first": json.dumps(t.first),
-        "last": json.dumps(t.last),
-        "after": json.dumps(t.after),
-        "upto": json.dumps(t.upto),
-        "seq": t.seq,
-        "done": int(t.done),
-        "rows": t.rows,
-        "started_ms": t.started_ms,
-        "spawned": json.dumps(t.spawned),
-    }
-
-
-def _task(row: sqlite3.Row) -> TaskRecord:
-    return TaskRecord(
-        task_id=row["task_id"],
-        level=int(row["level"]),
-        parents=tuple(json.loads(row["parents"])),
-        first=tuple(json.loads(row["first"])),
-        last=tuple(json.loads(row["last"])),
-        after=tuple(json.loads(row["after"])),
-        upto=tuple(json.loads(row["upto"])),
-        seq=int(row["seq"]),
-        done=bool(row["done"]),
-        rows=int(row["rows"]),
-        started_ms=int(row["started_ms"]),
-        spawned=tuple(json.loads(row["spawned"])),
-    )
-
-
-def _chunk_params(job_id: str, c: ChunkRecord) -> dict[str, Any]:
-    return {"job_id": job_id, **{f: getattr(c, f) for f in _CHUNK_FIELDS}}
-
-
-def _chunk(row: sqlite3.Row) -> ChunkRecord:
-    return ChunkRecord(
-        chunk_id=row["chunk_id"],
-        width=int(row["width"]),
-        keys=bytes(row["keys"]),
-        count=int(row["count"]),
-        state=row["state"],
-        lease_until_ms=int(row["lease_until_ms"]),
-        sends=int(row["sends"]),
-        acked_keys=bytes(row["acked_keys"]),
-        version=int(row["version"]),
-    )
-
 
 def _add(conn: sqlite3.Connection, job_id: str, deltas: Mapping[str, int]) -> None:
     conn.executemany(
@@ -194,8 +118,8 @@ class SqliteJobStore:
         self, job: JobRecord, root: TaskRecord, counters: Mapping[str, int]
     ) -> None:
         def run(conn: sqlite3.Connection) -> None:
-            conn.execute(_insert("iter_job", _JOB_FIELDS), _job_params(job))
-            conn.execute(_insert("iter_task", _TASK_FIELDS), _task_params(job.job_id, root))
+            conn.execute(insert_sql("iter_job", JOB_FIELDS), job_params(job))
+            conn.execute(insert_sql("iter_task", TASK_FIELDS), task_params(job.job_id, root))
             _add(conn, job.job_id, counters)
 
         await self._db.write(run)
@@ -203,9 +127,9 @@ class SqliteJobStore:
     async def get_job(self, job_id: str) -> JobRecord | None:
         def run(conn: sqlite3.Connection) -> JobRecord | None:
             row = conn.execute(
-                f"SELECT {_JOB_COLS} FROM iter_job WHERE job_id = ?", (job_id,)
+                f"SELECT {JOB_COLS} FROM iter_job WHERE job_id = ?", (job_id,)
             ).fetchone()
-            return None if row is None else _job(row)
+            return None if row is None else job_from_row(row)
 
         return await self._db.read(run)
 
@@ -213,26 +137,26 @@ class SqliteJobStore:
         def run(conn: sqlite3.Connection) -> list[JobRecord]:
             if before is None:
                 rows = conn.execute(
-                    f"SELECT {_JOB_COLS} FROM iter_job "
+                    f"SELECT {JOB_COLS} FROM iter_job "
                     "ORDER BY created_ms DESC, job_id DESC LIMIT ?",
                     (limit,),
                 ).fetchall()
             else:
                 rows = conn.execute(
-                    f"SELECT {_JOB_COLS} FROM iter_job WHERE (created_ms, job_id) < (?, ?) "
+                    f"SELECT {JOB_COLS} FROM iter_job WHERE (created_ms, job_id) < (?, ?) "
                     "ORDER BY created_ms DESC, job_id DESC LIMIT ?",
                     (*before, limit),
                 ).fetchall()
-            return [_job(r) for r in rows]
+            return [job_from_row(r) for r in rows]
 
         return await self._db.read(run)
 
     async def active_jobs(self) -> list[JobRecord]:
         def run(conn: sqlite3.Connection) -> list[JobRecord]:
             rows = conn.execute(
-                f"SELECT {_JOB_COLS} FROM iter_job WHERE state IN ('running', 'paused')"
+                f"SELECT {JOB_COLS} FROM iter_job WHERE state IN ('running', 'paused')"
             ).fetchall()
-            return [_job(r) for r in rows]
+            return [job_from_row(r) for r in rows]
 
         return await self._db.read(run)
 
@@ -242,7 +166,7 @@ class SqliteJobStore:
                 "UPDATE iter_job SET spec = :spec, state = :state, rate = :rate, "
                 "paused_by = :paused_by, error = :error, finished_ms = :finished_ms, "
                 "version = :expected + 1 WHERE job_id = :job_id AND version = :expected",
-                {**_job_params(job), "expected": expected_version},
+                {**job_params(job), "expected": expected_version},
             )
             return cursor.rowcount == 1
 
@@ -251,24 +175,24 @@ class SqliteJobStore:
     async def get_task(self, job_id: str, task_id: str) -> TaskRecord | None:
         def run(conn: sqlite3.Connection) -> TaskRecord | None:
             row = conn.execute(
-                f"SELECT {_TASK_COLS} FROM iter_task WHERE job_id = ? AND task_id = ?",
+                f"SELECT {TASK_COLS} FROM iter_task WHERE job_id = ? AND task_id = ?",
                 (job_id, task_id),
             ).fetchone()
-            return None if row is None else _task(row)
+            return None if row is None else task_from_row(row)
 
         return await self._db.read(run)
 
     async def open_tasks(self, job_id: str) -> list[TaskRecord]:
         def run(conn: sqlite3.Connection) -> list[TaskRecord]:
             rows = conn.execute(
-                f"SELECT {_TASK_COLS} FROM iter_task WHERE job_id = ? AND done = 0", (job_id,)
+                f"SELECT {TASK_COLS} FROM iter_task WHERE job_id = ? AND done = 0", (job_id,)
             ).fetchall()
-            return [_task(row) for row in rows]
+            return [task_from_row(row) for row in rows]
 
         return await self._db.read(run)
 
     async def commit_step(self, job_id: str, step: Step, expected_seq: int) -> bool:
-        task = {**_task_params(job_id, step.task), "expected": expected_seq}
+        task = {**task_params(job_id, step.task), "expected": expected_seq}
 
         def run(conn: sqlite3.Connection) -> bool:
             cursor = conn.execute(
@@ -280,13 +204,13 @@ class SqliteJobStore:
             if cursor.rowcount != 1:
                 return False
             conn.executemany(
-                _insert("iter_task", _TASK_FIELDS, or_ignore=True),
-                [_task_params(job_id, n) for n in step.new_tasks],
+                insert_sql("iter_task", TASK_FIELDS, or_ignore=True),
+                [task_params(job_id, n) for n in step.new_tasks],
             )
             if step.chunk is not None:
                 conn.execute(
-                    _insert("iter_chunk", _CHUNK_FIELDS, or_ignore=True),
-                    _chunk_params(job_id, step.chunk),
+                    insert_sql("iter_chunk", CHUNK_FIELDS, or_ignore=True),
+                    chunk_params(job_id, step.chunk),
                 )
             _add(conn, job_id, step.counters)
             return True
@@ -310,7 +234,7 @@ class SqliteJobStore:
     ) -> list[ChunkRecord]:
         def run(conn: sqlite3.Connection) -> list[ChunkRecord]:
             rows = conn.execute(
-                f"SELECT {_CHUNK_COLS} FROM iter_chunk WHERE job_id = ? "
+                f"SELECT {CHUNK_COLS} FROM iter_chunk WHERE job_id = ? "
                 "AND state IN ('ready', 'leased') AND lease_until_ms <= ? LIMIT ?",
                 (job_id, now_ms, max_chunks),
             ).fetchall()
@@ -319,7 +243,7 @@ class SqliteJobStore:
             for row in rows:
                 if taken and total + int(row["count"]) > max_objects:
                     break
-                c = _chunk(row)
+                c = chunk_from_row(row)
                 taken.append(
                     replace(
                         c,
@@ -333,7 +257,7 @@ class SqliteJobStore:
             conn.executemany(
                 "UPDATE iter_chunk SET state = :state, lease_until_ms = :lease_until_ms, "
                 "sends = :sends, version = :version WHERE job_id = :job_id AND chunk_id = :chunk_id",
-                [_chunk_params(job_id, c) for c in taken],
+                [chunk_params(job_id, c) for c in taken],
             )
             return taken
 
@@ -369,11 +293,11 @@ class SqliteJobStore:
     async def leased_chunks(self, job_id: str, limit: int) -> list[ChunkRecord]:
         def run(conn: sqlite3.Connection) -> list[ChunkRecord]:
             rows = conn.execute(
-                f"SELECT {_CHUNK_COLS} FROM iter_chunk WHERE job_id = ? AND state = 'leased' "
+                f"SELECT {CHUNK_COLS} FROM iter_chunk WHERE job_id = ? AND state = 'leased' "
                 "LIMIT ?",
                 (job_id, limit),
             ).fetchall()
-            return [_chunk(r) for r in rows]
+            return [chunk_from_row(r) for r in rows]
 
         return await self._db.read(run)
 
