@@ -156,7 +156,7 @@ class CassandraInboxStore:
         )
         run = self._s.run
 
-        async def one_group(inboxes: list[str]) -> int:
+        async def one_group(inboxes: Sequence[str]) -> int:
             async with self._deliveries:
                 # Counted, read first: rows already at (or past) this message are skipped,
                 # which makes a retried chunk cost one read and gives the Protocol its count
