@@ -34,6 +34,7 @@ from server.iterator.delivery import Delivery
 from server.iterator.jobcache import JobCache
 from server.iterator.scope import Scope
 from server.iterator.settings import IteratorSettings
+from server.iterator.stepping import fresh_task
 from server.runtime.errors import EngineRejected, FailedPrecondition, LoomError, NotFound
 from server.runtime.logs import get_logger
 from storage.ports import ChunkState, IterationSource, JobRecord, JobStore, TaskRecord
@@ -138,20 +139,7 @@ class IteratorService:
             finished_ms=0,
             version=1,
         )
-        root = TaskRecord(
-            task_id="r",
-            level=scope.level,
-            parents=(),
-            first=scope.first,
-            last=scope.last,
-            after=(),
-            upto=(),
-            seq=0,
-            done=False,
-            rows=0,
-            started_ms=now,
-            spawned=(),
-        )
+        root = fresh_task("r", scope.level, (), now, first=scope.first, last=scope.last)
         await self._store.create_job(record, root, {model.tasks(scope.level): 1})
         try:
             await self._announce(job_id, [root])  # type: ignore[misc]

@@ -30,6 +30,7 @@ __all__ = [
     "child_id",
     "closed_parents",
     "fan_out",
+    "fresh_task",
     "parent_cut",
     "piece_id",
     "plan_step",
@@ -182,7 +183,7 @@ def _chunk(task: TaskRecord, rows: list[Key]) -> ChunkRecord:
     )
 
 
-def _fresh_task(
+def fresh_task(
     task_id: str,
     level: int,
     parents: tuple[int, ...],
@@ -193,7 +194,7 @@ def _fresh_task(
     after: Key = (),
     upto: Key = (),
 ) -> TaskRecord:
-    """A task nothing has read yet."""
+    """A task nothing has read yet: a job's root range, a step's children, a split's pieces."""
     return TaskRecord(
         task_id=task_id,
         level=level,
@@ -216,7 +217,7 @@ def _children(task: TaskRecord, rows: Sequence[Key], got: StepInput) -> list[Tas
     groups = fan_out(sorted({r[-1] for r in rows}), got.fanout)
     name = child_id(task.task_id, task.seq)
     return [
-        _fresh_task(
+        fresh_task(
             name if len(groups) == 1 else f"{name}c{index}",
             task.level + 1,
             tuple(group),
@@ -232,7 +233,7 @@ def _pieces(task: TaskRecord, got: StepInput) -> list[TaskRecord]:
     cuts = list(got.split_points)
     ends = [*cuts[1:], task.upto]
     return [
-        _fresh_task(
+        fresh_task(
             piece_id(task.task_id, task.seq, index),
             task.level,
             task.parents,
