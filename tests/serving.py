@@ -1,4 +1,13 @@
-"""A real Loom server, in-process, on a free port, with a grpc.aio channel to it."""
+"""The two ways a test runs Loom, one per need, and what tests share around them.
+
+* `running_server`: the server in this process, on a free port, with a grpc.aio channel —
+  for everything that does not need a process of its own.
+* `loom_process`: a real `loom serve` process — for what only a process shows: SIGKILL and
+  SIGTERM, `--workers`, replicas, TLS reloads on SIGHUP, start-up refusals, its own log.
+
+Every test starts its server one of these two ways; ports come from the load harness's
+`free_port`, the one in the repository.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +15,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,8 +31,22 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_status import rpc_status
 from prometheus_client.parser import text_string_to_metric_families
 
+from loadtest.server import free_port
 from server.app import LoomServer, build_server
 from server.config import Settings
+
+__all__ = [
+    "SERVER_LOGS",
+    "Running",
+    "Served",
+    "eventually",
+    "free_port",
+    "loom_process",
+    "run_loom",
+    "running_server",
+    "scrape_metrics",
+    "violations",
+]
 
 T = TypeVar("T")
 
@@ -89,13 +111,6 @@ def violations(error: grpc.aio.AioRpcError) -> dict[str, str]:
 
 SERVER_LOGS: list[Path] = []
 """The log file of every `loom serve` process this run started (the privacy scan reads them)."""
-
-
-def free_port() -> int:
-    """A loopback TCP port that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -16,17 +16,15 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-import subprocess
-import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
 import loom.v1
 import pytest
+import pytest_asyncio
 from google.protobuf import descriptor_pool, message_factory
 from google.protobuf.descriptor import Descriptor, FieldDescriptor, MethodDescriptor
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -36,7 +34,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from loom.v1 import inbox_pb2, inbox_pb2_grpc, threadweaver_pb2, threadweaver_pb2_grpc
 
-from tests.serving import SERVER_LOGS, free_port
+from tests.serving import loom_process
 
 CLIENT_ERRORS = {
     grpc.StatusCode.OK,
@@ -164,28 +162,12 @@ def loom_methods(channel: grpc.Channel) -> list[tuple[str, MethodDescriptor]]:
     ]
 
 
-@pytest.fixture(scope="module")
-def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """`loom serve` on the embedded engine (a real process), stopped at the end."""
-    tmp = tmp_path_factory.mktemp("fuzz")
-    port = free_port()
-    log = tmp / "loom.log"
-    SERVER_LOGS.append(log)
-    loom = str(Path(sys.executable).with_name("loom"))
-    with log.open("wb") as sink:
-        process = subprocess.Popen(
-            [loom, "serve", "--port", str(port), "--data-dir", str(tmp / "data")],
-            stdout=sink,
-            stderr=sink,
-        )
-    address = f"127.0.0.1:{port}"
-    try:
-        with grpc.insecure_channel(address) as channel:
-            grpc.channel_ready_future(channel).result(timeout=60)
-        yield address
-    finally:
-        process.terminate()
-        assert process.wait(timeout=60) == 0, log.read_text()
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def target(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[str]:
+    """`loom serve` on the embedded engine (a real process); it must drain on SIGTERM."""
+    async with loom_process(tmp_path_factory.mktemp("fuzz")) as server:
+        yield server.target
+    assert server.process.returncode == 0, server.stderr()
 
 
 def serving(channel: grpc.Channel) -> bool:
@@ -194,6 +176,7 @@ def serving(channel: grpc.Channel) -> bool:
 
 
 def test_random_well_formed_requests_get_ordinary_answers(target: str) -> None:
+    """Every RPC, fuzzed: client-error answers only, the server SERVING, earlier writes kept."""
     with grpc.insecure_channel(
         target, options=[("grpc.max_send_message_length", 64 * 1024 * 1024)]
     ) as channel:

@@ -6,17 +6,15 @@ Neither tool is given a `.proto` file: everything they know comes from server re
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
-import socket
 import subprocess
-import sys
-import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+import pytest_asyncio
+
+from tests.serving import loom_process
 
 TOOLS_BIN = Path.home() / ".cache" / "loom" / "bin"
 
@@ -32,12 +30,6 @@ def grpcurl() -> str:
     return tool("grpcurl")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def run(*args: str, data: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [grpcurl(), "-plaintext", *args],
@@ -49,34 +41,14 @@ def run(*args: str, data: str | None = None) -> subprocess.CompletedProcess[str]
     )
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """`loom serve` on a free port with a fresh data dir; SIGTERM at the end."""
-    port = free_port()
-    data_dir = tmp_path_factory.mktemp("served")
-    loom = Path(sys.executable).with_name("loom")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOM_")}
-    proc = subprocess.Popen(
-        [str(loom), "serve", "--port", str(port), "--data-dir", str(data_dir)],
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    target = f"127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while run(target, "grpc.health.v1.Health/Check").returncode != 0:
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise AssertionError(
-                f"loom serve did not become healthy: {proc.stderr.read() if proc.stderr else ''}"
-            )
-        time.sleep(0.2)
-    yield target
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 0, err
-    lines = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
-    assert any(line.get("event") == "stopped" for line in lines), "no graceful drain logged"
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def served(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[str]:
+    """`loom serve` on a free port with a fresh data dir; it must drain on SIGTERM."""
+    async with loom_process(tmp_path_factory.mktemp("served")) as server:
+        yield server.target
+    assert server.process.returncode == 0, server.stderr()
+    stopped = any(line.get("event") == "stopped" for line in server.log_lines())
+    assert stopped, "no graceful drain logged"
 
 
 class TestGrpcurl:

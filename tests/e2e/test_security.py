@@ -10,7 +10,6 @@ import asyncio
 import shutil
 import signal
 import subprocess
-from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,12 +18,11 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from loom.v1 import inbox_pb2, inbox_pb2_grpc
 
-from server.app import LoomServer, build_server
 from server.config import AuthSettings, Settings
 from server.runtime.auth import mint_token
 from tests.engines import settings_for
 from tests.pki import Authority, Issued
-from tests.serving import eventually, loom_process, run_loom
+from tests.serving import eventually, loom_process, run_loom, running_server
 
 SECRET = b"k" * 48
 
@@ -46,14 +44,6 @@ def tls_settings(tmp: Path, server: Issued, client_ca: Path | None = None) -> Se
             tls_client_ca_file=str(client_ca or ""),
         ),
     )
-
-
-async def started(settings: Settings) -> AsyncIterator[LoomServer]:
-    loom = await build_server(settings)
-    try:
-        yield loom
-    finally:
-        await loom.stop()
 
 
 async def unread(channel: grpc.aio.Channel, metadata: tuple[tuple[str, str], ...] = ()) -> int:
@@ -87,10 +77,10 @@ class TestTls:
     ) -> None:
         """A client trusting the CA calls normally; a plaintext client cannot connect."""
         ca, server = pki
-        async for loom in started(tls_settings(tmp_path, server)):
-            async with secure(loom.port, ca.cert_file) as channel:
+        async with running_server(tls_settings(tmp_path, server)) as running:
+            async with secure(running.loom.port, ca.cert_file) as channel:
                 assert await unread(channel) == 0
-            async with grpc.aio.insecure_channel(f"127.0.0.1:{loom.port}") as plain:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{running.loom.port}") as plain:
                 assert await code_of(unread(plain)) is grpc.StatusCode.UNAVAILABLE
 
     async def test_mutual_tls_requires_a_certificate_from_the_client_ca(
@@ -101,14 +91,14 @@ class TestTls:
         clients = Authority(tmp_path / "clients", "Client CA")
         strangers = Authority(tmp_path / "strangers", "Stranger CA")
         settings = tls_settings(tmp_path, server, clients.cert_file)
-        async for loom in started(settings):
-            async with secure(loom.port, ca.cert_file) as anonymous:
+        async with running_server(settings) as running:
+            async with secure(running.loom.port, ca.cert_file) as anonymous:
                 assert await code_of(unread(anonymous)) is grpc.StatusCode.UNAVAILABLE
             stranger = strangers.issue("mallory", server=False)
-            async with secure(loom.port, ca.cert_file, stranger) as forged:
+            async with secure(running.loom.port, ca.cert_file, stranger) as forged:
                 assert await code_of(unread(forged)) is grpc.StatusCode.UNAVAILABLE
             member = clients.issue("alice", server=False)
-            async with secure(loom.port, ca.cert_file, member) as channel:
+            async with secure(running.loom.port, ca.cert_file, member) as channel:
                 assert await unread(channel) == 0
 
     async def test_sighup_reloads_certificates_without_dropping_connections(
@@ -191,30 +181,30 @@ def bearer(settings: Settings, *scopes: str, ttl_s: float = 60) -> tuple[tuple[s
 class TestBearerTokens:
     async def test_scopes_decide_per_method(self, auth_settings: Settings) -> None:
         """No token: UNAUTHENTICATED; read scope: reads pass, writes PERMISSION_DENIED."""
-        async for loom in started(auth_settings):
-            async with grpc.aio.insecure_channel(f"127.0.0.1:{loom.port}") as channel:
-                stub = inbox_pb2_grpc.InboxStub(channel)
-                post = inbox_pb2.PostMessageRequest(
-                    thread_id="t", message_id=1, sender_inbox_id="a", recipient_inbox_ids=["u1"]
-                )
-                assert await code_of(unread(channel)) is grpc.StatusCode.UNAUTHENTICATED
-                reader = bearer(auth_settings, "inbox:read")
-                assert await unread(channel, reader) == 0
-                denied = await code_of(stub.PostMessage(post, metadata=reader))
-                assert denied is grpc.StatusCode.PERMISSION_DENIED
-                writer = bearer(auth_settings, "inbox:write")
-                await stub.PostMessage(post, metadata=writer)
-                assert await unread(channel, writer) == 1  # write implies read
-                expired = bearer(auth_settings, "inbox:read", ttl_s=-3600)
-                assert await code_of(unread(channel, expired)) is grpc.StatusCode.UNAUTHENTICATED
+        async with running_server(auth_settings) as running:
+            channel = running.channel
+            stub = inbox_pb2_grpc.InboxStub(channel)
+            post = inbox_pb2.PostMessageRequest(
+                thread_id="t", message_id=1, sender_inbox_id="a", recipient_inbox_ids=["u1"]
+            )
+            assert await code_of(unread(channel)) is grpc.StatusCode.UNAUTHENTICATED
+            reader = bearer(auth_settings, "inbox:read")
+            assert await unread(channel, reader) == 0
+            denied = await code_of(stub.PostMessage(post, metadata=reader))
+            assert denied is grpc.StatusCode.PERMISSION_DENIED
+            writer = bearer(auth_settings, "inbox:write")
+            await stub.PostMessage(post, metadata=writer)
+            assert await unread(channel, writer) == 1  # write implies read
+            expired = bearer(auth_settings, "inbox:read", ttl_s=-3600)
+            assert await code_of(unread(channel, expired)) is grpc.StatusCode.UNAUTHENTICATED
 
     async def test_health_and_reflection_stay_open(self, auth_settings: Settings) -> None:
         """Probes and tools need no token while every Loom method does."""
-        async for loom in started(auth_settings):
-            async with grpc.aio.insecure_channel(f"127.0.0.1:{loom.port}") as channel:
-                health = health_pb2_grpc.HealthStub(channel)
-                reply = await health.Check(health_pb2.HealthCheckRequest(service=""))
-                assert reply.status == health_pb2.HealthCheckResponse.SERVING
+        async with running_server(auth_settings) as running:
+            channel = running.channel
+            health = health_pb2_grpc.HealthStub(channel)
+            reply = await health.Check(health_pb2.HealthCheckRequest(service=""))
+            assert reply.status == health_pb2.HealthCheckResponse.SERVING
 
     async def test_loom_token_and_grpcurl_with_a_header(self, tmp_path: Path) -> None:
         """`loom token` mints what `loom serve` accepts; grpcurl passes it with -H."""

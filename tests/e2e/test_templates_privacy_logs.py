@@ -9,8 +9,7 @@ import grpc
 import pytest
 from loom.v1 import templates_pb2, templates_pb2_grpc
 
-from loadtest.server import loom_server
-from tests.serving import eventually
+from tests.serving import eventually, loom_process
 from tests.templates_corpus import receipt
 
 SECRET_RECIPIENT = "recipient-7f3a-never-logged"
@@ -29,37 +28,36 @@ def _email(eid: str, recipient: str, html: str, subject: str = "s") -> templates
 
 async def test_debug_logs_hold_no_body_and_no_recipient(tmp_path: Path) -> None:
     """At debug level, through good input, bad input and junk, the log stays clean."""
-    log = tmp_path / "server.log"
     rng = random.Random(9)
     env = {
         "LOOM_TEMPLATES__K_ANONYMITY": "3",
         "LOOM_TEMPLATES__CPU_WORKERS": "1",
         "LOOM_TEMPLATES__MAX_BODY_BYTES": "65536",
     }
-    async with loom_server(  # noqa: SIM117 - the channel needs the server's address
-        data_dir=tmp_path / "data", extra_args=["--log-level", "debug"], log_path=log, env=env
-    ) as target:
-        async with grpc.aio.insecure_channel(target) as channel:
-            s = templates_pb2_grpc.TemplateInductionStub(channel)
-            good = [
-                _email(f"g{i}", f"{SECRET_RECIPIENT}-{i}", receipt(rng, SECRET_TEXT)[1])
-                for i in range(4)
-            ]
-            await s.SubmitEmails(templates_pb2.SubmitEmailsRequest(emails=good))
-            big = f"<p>{SECRET_TEXT}</p>" + "z" * 70_000
-            with pytest.raises(grpc.aio.AioRpcError):
-                await s.SubmitEmails(
-                    templates_pb2.SubmitEmailsRequest(emails=[_email("b", "", big, SECRET_TEXT)])
-                )
-            junk = SECRET_TEXT + bytes(range(256)).decode("latin-1")
+    async with (
+        loom_process(tmp_path, "--log-level", "debug", env=env) as served,
+        grpc.aio.insecure_channel(served.target) as channel,
+    ):
+        s = templates_pb2_grpc.TemplateInductionStub(channel)
+        good = [
+            _email(f"g{i}", f"{SECRET_RECIPIENT}-{i}", receipt(rng, SECRET_TEXT)[1])
+            for i in range(4)
+        ]
+        await s.SubmitEmails(templates_pb2.SubmitEmailsRequest(emails=good))
+        big = f"<p>{SECRET_TEXT}</p>" + "z" * 70_000
+        with pytest.raises(grpc.aio.AioRpcError):
             await s.SubmitEmails(
-                templates_pb2.SubmitEmailsRequest(emails=[_email("j", SECRET_RECIPIENT, junk)])
+                templates_pb2.SubmitEmailsRequest(emails=[_email("b", "", big, SECRET_TEXT)])
             )
-            probe = templates_pb2.AnnotateEmailRequest(
-                email=_email("p", SECRET_RECIPIENT, good[0].html_body)
-            )
-            await eventually(lambda: s.AnnotateEmail(probe), lambda r: r.template_id != "")
-    text = log.read_text(encoding="utf-8", errors="replace")
+        junk = SECRET_TEXT + bytes(range(256)).decode("latin-1")
+        await s.SubmitEmails(
+            templates_pb2.SubmitEmailsRequest(emails=[_email("j", SECRET_RECIPIENT, junk)])
+        )
+        probe = templates_pb2.AnnotateEmailRequest(
+            email=_email("p", SECRET_RECIPIENT, good[0].html_body)
+        )
+        await eventually(lambda: s.AnnotateEmail(probe), lambda r: r.template_id != "")
+    text = served.stderr()
     assert "TemplateInduction/SubmitEmails" in text  # the log was written at all
     assert SECRET_RECIPIENT not in text
     assert SECRET_TEXT not in text

@@ -14,7 +14,6 @@ import contextlib
 import os
 import random
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import grpc
 import pytest
@@ -23,7 +22,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from loom.v1 import threadweaver_pb2_grpc
 
-from loadtest.server import loom_server
 from server.config import Settings
 from storage import factory
 from storage.ports import ThreadStore
@@ -38,6 +36,7 @@ from tests.e2e.weaving import (
     weave_concurrently,
 )
 from tests.engines import settings_for
+from tests.serving import loom_process
 
 ENGINES = ("bigtable", "cassandra")
 
@@ -84,14 +83,12 @@ async def two_servers(
     creates the schema), and a stub for each."""
     env = server_env(shared_settings)
     args = ["--threadweaver-store", shared_settings.storage.threadweaver_store]
-    logs = tmp_path_factory.mktemp("tw2-logs")
+    tmp = tmp_path_factory.mktemp("tw2-servers")
     async with contextlib.AsyncExitStack() as stack:
         stubs: list[Stub] = []
-        for i in range(2):
-            target = await stack.enter_async_context(
-                loom_server(extra_args=args, env=env, log_path=Path(logs) / f"server-{i}.log")
-            )
-            channel = await stack.enter_async_context(grpc.aio.insecure_channel(target))
+        for _ in range(2):
+            served = await stack.enter_async_context(loom_process(tmp, *args, env=env))
+            channel = await stack.enter_async_context(grpc.aio.insecure_channel(served.target))
             stubs.append(threadweaver_pb2_grpc.ThreadWeaverStub(channel))
         yield stubs
 

@@ -9,7 +9,6 @@ survives the server's restarts (so a restarted or second replica finds the same 
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -73,12 +72,6 @@ def serve_env(setup: str, source_url: str, namespace: str, **iterator: object) -
 def namespace() -> str:
     """A fresh queue/table prefix."""
     return unique("rel")
-
-
-def loom_serve(port: int, data: Path, *, log_level: str = "warning") -> list[str]:
-    """The command line of `loom serve` from this interpreter's environment."""
-    return [sys.executable, "-m", "server.cli", "serve", "--port", str(port),
-            "--data-dir", str(data), "--log-level", log_level]  # fmt: skip
 
 
 async def truth(url: str, scope_level: int, emit_level: int, first: int, last: int) -> list[int]:

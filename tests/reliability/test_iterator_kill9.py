@@ -8,7 +8,6 @@ Run on the embedded engines (SQLite source, queue and state) and on the distribu
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 from pathlib import Path
 
@@ -18,34 +17,18 @@ from loom.v1 import iterator_pb2 as pb
 from loom.v1 import iterator_pb2_grpc
 
 from loadtest.corpora.iterator import CorpusShape, generate, private_database, write_url
-from loadtest.server import free_port, wait_for_health
 from tests.reliability.iterator_engines import (
     base_source_url,
-    loom_serve,
     namespace,
     parametrize_setups,
     serve_env,
     truth,
 )
-from tests.serving import eventually
+from tests.serving import eventually, free_port, loom_process
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     parametrize_setups(metafunc)
-
-
-async def _serve(
-    port: int, data: Path, env: dict[str, str], log: Path
-) -> asyncio.subprocess.Process:
-    with log.open("ab") as out:  # the child keeps its own copy of the descriptor
-        process = await asyncio.create_subprocess_exec(
-            *loom_serve(port, data),
-            stdout=out,
-            stderr=asyncio.subprocess.STDOUT,
-            env={**os.environ, **env},
-        )
-    await wait_for_health(f"127.0.0.1:{port}", timeout_s=60, process=process)
-    return process
 
 
 async def test_job_survives_sigkill(setup: str, tmp_path: Path) -> None:
@@ -68,12 +51,29 @@ async def test_job_survives_sigkill(setup: str, tmp_path: Path) -> None:
 
 
 async def _kill_and_finish(env: dict[str, str], tmp_path: Path, expected: list[int]) -> None:
-    port, data, log = free_port(), tmp_path / "data", tmp_path / "server.log"
-    server = await _serve(port, data, env, log)
+    port, data = free_port(), tmp_path / "data"
+    args = ("--log-level", "warning")
     seen: dict[str, list[int]] = {}
     deliveries = 0
-    try:
-        channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+
+    async def consume(
+        stub: iterator_pb2_grpc.IteratorStub, job_id: str, stop_after: int | None
+    ) -> None:
+        nonlocal deliveries
+        async for batch in stub.StreamObjects(pb.StreamObjectsRequest(job_id=job_id)):
+            for c in batch.chunks:
+                deliveries += len(c.object_keys)
+                seen.setdefault(c.chunk_id, list(c.object_keys))
+            await stub.AckObjects(
+                pb.AckObjectsRequest(job_id=job_id, chunk_ids=[c.chunk_id for c in batch.chunks])
+            )
+            if stop_after is not None and sum(map(len, seen.values())) >= stop_after:
+                return
+
+    async with (
+        loom_process(tmp_path, *args, env=env, port=port, data_dir=data) as served,
+        grpc.aio.insecure_channel(served.target) as channel,
+    ):
         stub = iterator_pb2_grpc.IteratorStub(channel)
         job = await stub.StartIteration(
             pb.StartIterationRequest(
@@ -84,40 +84,21 @@ async def _kill_and_finish(env: dict[str, str], tmp_path: Path, expected: list[i
                 rate_limit_per_second=20_000,
             )
         )
+        await consume(stub, job.job_id, len(expected) // 3)
+        served.process.send_signal(signal.SIGKILL)
+        assert await asyncio.to_thread(served.process.wait, 30) == -signal.SIGKILL
 
-        async def consume(stub: iterator_pb2_grpc.IteratorStub, stop_after: int | None) -> None:
-            nonlocal deliveries
-            async for batch in stub.StreamObjects(pb.StreamObjectsRequest(job_id=job.job_id)):
-                for c in batch.chunks:
-                    deliveries += len(c.object_keys)
-                    seen.setdefault(c.chunk_id, list(c.object_keys))
-                await stub.AckObjects(
-                    pb.AckObjectsRequest(
-                        job_id=job.job_id, chunk_ids=[c.chunk_id for c in batch.chunks]
-                    )
-                )
-                if stop_after is not None and sum(map(len, seen.values())) >= stop_after:
-                    return
-
-        await consume(stub, len(expected) // 3)
-        server.send_signal(signal.SIGKILL)
-        await server.wait()
-        await channel.close()
-
-        server = await _serve(port, data, env, log)
-        channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    async with (
+        loom_process(tmp_path, *args, env=env, port=port, data_dir=data) as again,
+        grpc.aio.insecure_channel(again.target) as channel,
+    ):
         stub = iterator_pb2_grpc.IteratorStub(channel)
-        await consume(stub, None)
+        await consume(stub, job.job_id, None)
 
         async def state() -> pb.Job:
             return await stub.GetJob(pb.GetJobRequest(job_id=job.job_id))
 
         final = await eventually(state, lambda j: j.state == pb.JOB_STATE_COMPLETED, timeout_s=60)
-        await channel.close()
-    finally:
-        if server.returncode is None:
-            server.send_signal(signal.SIGTERM)
-            await server.wait()
     once = sorted(k for keys in seen.values() for k in keys)
     assert once == expected, "with chunk-id de-duplication every object is seen exactly once"
     assert deliveries >= len(expected)

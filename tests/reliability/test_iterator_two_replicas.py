@@ -5,14 +5,12 @@ objects acknowledged are exactly what a plain SQL query of the scope gives, each
 from __future__ import annotations
 
 import asyncio
-import urllib.request
 from pathlib import Path
 
 import grpc
 import pytest
 from loom.v1 import iterator_pb2 as pb
 from loom.v1 import iterator_pb2_grpc
-from prometheus_client.parser import text_string_to_metric_families
 
 from loadtest.corpora.iterator import CorpusShape, generate, private_database, write_url
 from tests.reliability.iterator_engines import (
@@ -22,7 +20,7 @@ from tests.reliability.iterator_engines import (
     serve_env,
     truth,
 )
-from tests.serving import eventually, free_port, loom_process
+from tests.serving import eventually, free_port, loom_process, scrape_metrics
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -30,13 +28,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def _metric(port: int, name: str, **labels: str) -> float:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
-        text = reply.read().decode()
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name and sample.labels == labels:
-                return float(sample.value)
-    return 0.0
+    return scrape_metrics(port).get((name, frozenset(labels.items())), 0.0)
 
 
 async def test_two_replicas_share_a_job_and_complete_it_once(setup: str, tmp_path: Path) -> None:
