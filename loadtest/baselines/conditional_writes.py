@@ -27,6 +27,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from dataclasses import replace
 from pathlib import Path
 
+from storage.clock import now_ms
 from storage.settings import BigtableSettings, CassandraSettings
 
 __all__ = ["Insert", "insert_if_absent", "measure_raw_rate", "raw_keys"]
@@ -121,7 +122,7 @@ async def _bigtable(run_id: str) -> AsyncIterator[Insert]:
     predicate = family_has_cells("m")
 
     async def one(item: tuple[bytes, str]) -> None:
-        cell = SetCell("m", b"u", item[1].encode(), timestamp_micros=time.time_ns() // 10**6 * 1000)
+        cell = SetCell("m", b"u", item[1].encode(), timestamp_micros=now_ms() * 1000)
         with errors("raw insert"):
             await table.check_and_mutate_row(item[0], predicate, false_case_mutations=[cell])
 

@@ -37,6 +37,7 @@ from server.iterator.settings import IteratorSettings
 from server.iterator.stepping import fresh_task
 from server.runtime.errors import EngineRejected, FailedPrecondition, LoomError, NotFound
 from server.runtime.logs import get_logger
+from storage.clock import now_ms
 from storage.ports import ChunkState, IterationSource, JobRecord, JobStore, TaskRecord
 
 __all__ = ["IteratorService", "JobView"]
@@ -117,7 +118,7 @@ class IteratorService:
             raise NotFound(
                 f"no {self.names[scope.level]} in {list(scope.first)}..{list(scope.last)}"
             )
-        now = _now_ms()
+        now = now_ms()
         spec = model.JobSpec(
             scope.level,
             scope.first,
@@ -150,7 +151,7 @@ class IteratorService:
                 record,
                 state="failed",
                 error="the work queue was unavailable when the job was started",
-                finished_ms=_now_ms(),
+                finished_ms=now_ms(),
             )
             with contextlib.suppress(LoomError):
                 await self._store.update_job(failed, record.version)
@@ -213,7 +214,7 @@ class IteratorService:
                 state=state,  # type: ignore[arg-type]
                 paused_by=paused_by,
                 error="" if state == "running" else record.error,
-                finished_ms=_now_ms() if state in _FINAL else 0,
+                finished_ms=now_ms() if state in _FINAL else 0,
             )
             if await self._store.update_job(changed, record.version):
                 self._jobs.put(replace(changed, version=record.version + 1))
@@ -247,7 +248,7 @@ class IteratorService:
                 state="failed",
                 paused_by="",
                 error=self._rejected(level, error),
-                finished_ms=_now_ms(),
+                finished_ms=now_ms(),
             )
             if await self._store.update_job(failed, record.version):
                 self._jobs.put(replace(failed, version=record.version + 1))
@@ -290,7 +291,7 @@ class IteratorService:
                 final = replace(record, state="failed", error=f"ledger check: {problem}")
             else:
                 final = replace(record, state="completed")
-            final = replace(final, finished_ms=_now_ms())
+            final = replace(final, finished_ms=now_ms())
             if await self._store.update_job(final, record.version):
                 self.finished[final.state] = self.finished.get(final.state, 0) + 1
                 self.delivery.notify(record.job_id)
@@ -355,7 +356,3 @@ class IteratorService:
         if await self._store.update_job(changed, record.version):
             self._jobs.put(replace(changed, version=record.version + 1))
             _log.info("job resumed: source is back", job_id=record.job_id)
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)

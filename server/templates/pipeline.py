@@ -41,6 +41,7 @@ from server.templates.schemes import SchemeParams, match_template
 from server.templates.settings import TemplatesSettings
 from server.templates.tokens import email_hashes
 from server.templates.work import fingerprint_batch, form_row
+from storage import clock
 from storage.ports import ClusterWrite, TemplateStore
 
 __all__ = ["Counters", "Pipeline"]
@@ -65,10 +66,6 @@ class Counters:
     formations: int = 0
     templates_formed: int = 0
     failed: int = 0
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class Pipeline:
@@ -258,7 +255,7 @@ class Pipeline:
             if self.rows.needs_count(key) and not (key in self._pending and self.rows.get(key))
         ]
         counts = await self._store.add_emails(writes, counted, self._count_cap)
-        s, now_ms = self._s, _now_ms()
+        s, now_ms = self._s, clock.now_ms()
         for key, emails in by_key.items():
             found = counts.get(key)
             st = (
@@ -381,7 +378,7 @@ class Pipeline:
             try:
                 payloads = await self._store.get_emails(key, FULL_ROW_FACTOR * self._s.max_emails)
                 previous = (await self.templates_of((key,)))[key]
-                now_ms = _now_ms()
+                now_ms = clock.now_ms()
                 result = await loop.run_in_executor(
                     self._executor,
                     form_row,
