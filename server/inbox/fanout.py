@@ -29,12 +29,12 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from server.inbox.model import chunked
 from server.inbox.trimming import Trimmer
 from server.runtime.errors import LoomError, ResourceExhausted
 from server.runtime.logs import get_logger
 from server.runtime.workers import WorkerPool
 from storage.ports import DeliveryRecord, DeliveryState, InboxStore
+from storage.slices import slices
 
 __all__ = ["RELEASED_MS", "FanoutJob", "FanoutStage"]
 
@@ -158,7 +158,7 @@ class FanoutStage:
                 last_write = self._clock()
 
         try:
-            for chunk in chunked(job.recipients, self._chunk, start=rec.done):
+            for chunk in slices(job.recipients, self._chunk, start=rec.done):
                 await self._pace(len(chunk))
                 task = asyncio.ensure_future(self._deliver(rec.thread_id, rec.message_id, chunk))
                 window.append((task, chunk))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import enum
 import hashlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from storage.ports import InboxEntry
@@ -18,7 +18,6 @@ __all__ = [
     "Page",
     "Post",
     "PostResult",
-    "chunked",
     "delivery_id_for",
     "plan_fanout",
 ]
@@ -107,12 +106,6 @@ def plan_fanout(post: Post, *, sync_max: int) -> FanoutPlan:
         recipients=recipients,
         background=len(recipients) > sync_max,
     )
-
-
-def chunked(items: Sequence[str], size: int, *, start: int = 0) -> Iterator[Sequence[str]]:
-    """`items[start:]` in slices of `size` (one store call each)."""
-    for i in range(start, len(items), size):
-        yield items[i : i + size]
 
 
 def delivery_id_for(thread_id: str, message_id: int) -> str:

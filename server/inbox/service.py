@@ -30,7 +30,6 @@ from server.inbox.model import (
     Page,
     Post,
     PostResult,
-    chunked,
     delivery_id_for,
     plan_fanout,
 )
@@ -39,6 +38,7 @@ from server.inbox.settings import InboxSettings
 from server.inbox.trimming import Trimmer
 from server.runtime.errors import NotFound, ResourceExhausted
 from storage.ports import DeliveryRecord, InboxStore
+from storage.slices import slices
 
 __all__ = ["InboxService"]
 
@@ -106,7 +106,7 @@ class InboxService:
             plan = plan_fanout(post, sync_max=sync_max)
         if not plan.background:
             # The sender rides with the first chunk: a usual post is one store write.
-            chunks = list(chunked(plan.recipients, self._settings.fanout_chunk)) or [[]]
+            chunks = list(slices(plan.recipients, self._settings.fanout_chunk)) or [[]]
             for i, chunk in enumerate(chunks):
                 sender = [plan.sender] if i == 0 else []
                 await self._store.deliver(

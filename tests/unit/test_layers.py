@@ -28,6 +28,7 @@ STORAGE_CONTRACT = {
     "storage.factory",
     "storage.engines",
     "storage.clock",
+    "storage.slices",
 }
 ENGINE_CHOOSERS = {"storage.engines", "storage.factory"}
 """What only a mount (or `server.config`, `server.cli`) imports: choosing and opening engines."""

@@ -6,7 +6,7 @@ from typing import ClassVar
 
 from server.inbox import pagetoken
 from server.inbox.listing import select_page
-from server.inbox.model import InboxFilter, Post, chunked, delivery_id_for, plan_fanout
+from server.inbox.model import InboxFilter, Post, delivery_id_for, plan_fanout
 from storage.ports import InboxEntry
 
 
@@ -31,12 +31,6 @@ class TestPlanFanout:
         assert not plan_fanout(post(at), sync_max=1000).background
         assert plan_fanout(post([*at, "extra"]), sync_max=1000).background
         assert not plan_fanout(post([*at, *at]), sync_max=1000).background
-
-    def test_chunks_cover_the_list_from_a_resume_point(self) -> None:
-        """Chunks of a resumed fan-out start at the stored progress."""
-        items = [str(i) for i in range(2500)]
-        assert [len(c) for c in chunked(items, 1000)] == [1000, 1000, 500]
-        assert [c[0] for c in chunked(items, 1000, start=2000)] == ["2000"]
 
 
 class TestDeliveryId:
