@@ -8,14 +8,13 @@ long deadline.
 
 from __future__ import annotations
 
-import asyncio
+import functools
 
 import grpc
 from loom.v1 import inbox_pb2, inbox_pb2_grpc
 
 from server.config import MethodPolicy
 from server.inbox import convert
-from server.inbox.model import OFF_LOOP_RECIPIENTS
 from server.inbox.service import InboxService
 from server.inbox.settings import InboxSettings
 
@@ -45,14 +44,13 @@ class InboxHandler(inbox_pb2_grpc.InboxServicer):
     async def PostMessage(  # noqa: N802 - gRPC method name
         self, request: inbox_pb2.PostMessageRequest, context: grpc.aio.ServicerContext
     ) -> inbox_pb2.PostMessageResponse:
-        self._service.refuse_if_saturated(
-            request.thread_id, request.message_id, len(request.recipient_inbox_ids)
+        result = await self._service.admit(
+            request.thread_id,
+            request.message_id,
+            len(request.recipient_inbox_ids),
+            functools.partial(convert.post_from_proto, request, self._limits),
         )
-        if len(request.recipient_inbox_ids) > OFF_LOOP_RECIPIENTS:
-            post = await asyncio.to_thread(convert.post_from_proto, request, self._limits)
-        else:
-            post = convert.post_from_proto(request, self._limits)
-        return convert.post_to_proto(await self._service.post(post))
+        return convert.post_to_proto(result)
 
     async def GetDelivery(  # noqa: N802
         self, request: inbox_pb2.GetDeliveryRequest, context: grpc.aio.ServicerContext
