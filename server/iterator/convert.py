@@ -21,7 +21,6 @@ from server.iterator.scope import Scope, resolve_scope
 from server.iterator.service import JobView
 from server.iterator.settings import IteratorLevel
 from server.runtime.validation import Violations
-from storage.ports import ChunkRecord
 
 __all__ = [
     "ack_from_proto",
@@ -229,15 +228,13 @@ def job_to_proto(view: JobView) -> iterator_pb2.Job:
     return job
 
 
-def batch_to_proto(
-    job_id: str, level: str, scope_read: bool, chunks: Sequence[ChunkRecord]
-) -> iterator_pb2.ObjectBatch:
+def batch_to_proto(job_id: str, batch: model.ChunkBatch) -> iterator_pb2.ObjectBatch:
     """One stream message from leased chunks (positions unpacked into parents and keys)."""
-    batch = iterator_pb2.ObjectBatch(job_id=job_id, level=level)
-    for c in chunks:
+    message = iterator_pb2.ObjectBatch(job_id=job_id, level=batch.level)
+    for c in batch.chunks:
         flat = model.unpack(c.width, c.keys)
-        out = batch.chunks.add(chunk_id=c.chunk_id, resent=c.sends > 1)
-        if scope_read:
+        out = message.chunks.add(chunk_id=c.chunk_id, resent=c.sends > 1)
+        if batch.scope_read:
             out.key_width = c.width
             out.object_keys.extend(flat)
         else:
@@ -247,4 +244,4 @@ def batch_to_proto(
                 out.object_keys.extend(flat[1::2])
             else:
                 out.object_keys.extend(v for i, v in enumerate(flat) if i % c.width)
-    return batch
+    return message

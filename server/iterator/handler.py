@@ -67,20 +67,14 @@ class IteratorHandler(iterator_pb2_grpc.IteratorServicer):
         self, request: iterator_pb2.StreamObjectsRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[iterator_pb2.ObjectBatch]:
         job_id, max_objects = convert.stream_from_proto(request, self._settings.max_stream_batch)
-        view = await self._service.view(job_id)
-        level = self._service.names[view.spec.emit_level]
-        scope_read = view.spec.emit_level == view.spec.scope_level
-        async for chunks in self._service.delivery.stream(job_id, view.spec, max_objects):
-            yield convert.batch_to_proto(job_id, level, scope_read, chunks)
+        async for batch in self._service.stream(job_id, max_objects):
+            yield convert.batch_to_proto(job_id, batch)
 
     async def AckObjects(  # noqa: N802
         self, request: iterator_pb2.AckObjectsRequest, context: grpc.aio.ServicerContext
     ) -> iterator_pb2.AckObjectsResponse:
         job_id, chunk_ids, object_ids = convert.ack_from_proto(request)
-        view = await self._service.view(job_id)
-        objects, chunks, ignored = await self._service.delivery.ack(
-            job_id, view.spec, chunk_ids, object_ids
-        )
+        objects, chunks, ignored = await self._service.ack(job_id, chunk_ids, object_ids)
         return iterator_pb2.AckObjectsResponse(acked=objects, chunks_acked=chunks, ignored=ignored)
 
     async def PauseJob(  # noqa: N802

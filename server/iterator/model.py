@@ -1,4 +1,5 @@
-"""The Iterator's values: a job's spec, work messages, counter names, packed chunk keys.
+"""The Iterator's values: a job's spec, work messages, counter names, packed chunk keys,
+and the batches a stream sends.
 
 Names of counters are the contract between the worker (which moves them inside each
 committed step) and progress/completion (which read them):
@@ -17,10 +18,11 @@ from __future__ import annotations
 
 import json
 from array import array
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Literal
 
-from storage.ports import Key
+from storage.ports import ChunkRecord, Key
 
 __all__ = [
     "EMITTED_CHUNKS",
@@ -28,6 +30,7 @@ __all__ = [
     "IGNORED_ACKS",
     "REREAD_CHUNKS",
     "RESENT_CHUNKS",
+    "ChunkBatch",
     "JobSpec",
     "WorkMessage",
     "closed",
@@ -122,6 +125,17 @@ class WorkMessage:
         if not (isinstance(job, str) and isinstance(task, str) and isinstance(seq, int)):
             return None
         return cls(job, task, seq)
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkBatch:
+    """Leased chunks of one stream message, with what a consumer needs to read them."""
+
+    level: str
+    """The name of the emitted level."""
+    scope_read: bool
+    """The emitted level is the scope's own: keys are whole, with no parent ids."""
+    chunks: Sequence[ChunkRecord]
 
 
 def pack(positions: list[Key]) -> tuple[int, bytes]:

@@ -12,9 +12,10 @@ from server.iterator.delivery import Delivery
 from server.iterator.handler import POLICIES, IteratorHandler
 from server.iterator.hierarchy import check_levels, check_reads, check_schema, source_levels
 from server.iterator.jobcache import JobCache
+from server.iterator.queues import LevelQueues
 from server.iterator.service import IteratorService
 from server.iterator.telemetry import register
-from server.iterator.worker import Pipeline
+from server.iterator.worker import StepWorkers
 from server.runtime.guard import guard_store
 from server.runtime.logs import get_logger
 from server.runtime.mounting import Mounted, Resources
@@ -60,32 +61,25 @@ async def mount(server: grpc.aio.Server, settings: Settings, resources: Resource
     store = guard_store(raw_store, resources.breaker(settings.storage.iterator_state))
     jobs = JobCache(store)
     delivery = Delivery(store, s.poll_interval_s)
-    names = [lv.name for lv in s.levels]
-    holder: list[IteratorService] = []
-
-    async def source_down(job_id: str, error: str) -> None:
-        await holder[0].source_down(job_id, error)
-
-    async def source_rejected(job_id: str, level: int, error: str) -> None:
-        await holder[0].source_rejected(job_id, level, error)
-
-    pipeline = Pipeline(
+    # Sending work stands apart, so the service and the workers are built in turn: the
+    # service sends through the queues, the workers report source faults to the service.
+    levels = LevelQueues(queue, [lv.name for lv in s.levels], s.poll_interval_s)
+    service = IteratorService(
+        source, store, jobs, delivery, s, level_names=levels.names, announce=levels.announce
+    )
+    workers = StepWorkers(
         source,
         queue,
         store,
         jobs,
         s,
-        queue_names=names,
+        levels=levels,
         on_emit=delivery.notify,
-        on_source_down=source_down,
-        on_source_rejected=source_rejected,
+        on_source_down=service.source_down,
+        on_source_rejected=service.source_rejected,
     )
-    service = IteratorService(
-        source, store, jobs, delivery, s, level_names=names, announce=pipeline.announce
-    )
-    holder.append(service)
-    register(resources.metrics, pipeline, service, names)
-    pipeline.start()
+    register(resources.metrics, workers, service, levels.names)
+    workers.start()
     service.start()
     iterator_pb2_grpc.add_IteratorServicer_to_server(IteratorHandler(service, s.levels, s), server)
-    return Mounted(closers=[*closers, pipeline.stop, service.stop])
+    return Mounted(closers=[*closers, workers.stop, service.stop])

@@ -26,11 +26,11 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 
 from server.iterator import model, progress
-from server.iterator.delivery import Delivery
+from server.iterator.delivery import AckResult, Delivery
 from server.iterator.jobcache import JobCache
 from server.iterator.scope import Scope
 from server.iterator.settings import IteratorSettings
@@ -70,14 +70,14 @@ class IteratorService:
         settings: IteratorSettings,
         *,
         level_names: list[str],
-        announce: Callable[[str, list[TaskRecord]], object],
+        announce: Callable[[str, Sequence[TaskRecord]], Awaitable[None]],
     ) -> None:
         self._source = source
         self._store = store
         self._jobs = jobs
-        self.delivery = delivery
+        self._delivery = delivery
         self._s = settings
-        self.names = level_names
+        self._names = level_names
         self._announce = announce
         self._meters: dict[str, progress.RateMeter] = {}
         self._tasks: list[asyncio.Task[None]] = []
@@ -116,7 +116,7 @@ class IteratorService:
             raise FailedPrecondition(self._rejected(scope.level, exc.reason)) from exc
         if not found:
             raise NotFound(
-                f"no {self.names[scope.level]} in {list(scope.first)}..{list(scope.last)}"
+                f"no {self._names[scope.level]} in {list(scope.first)}..{list(scope.last)}"
             )
         now = now_ms()
         spec = model.JobSpec(
@@ -143,7 +143,7 @@ class IteratorService:
         root = fresh_task("r", scope.level, (), now, first=scope.first, last=scope.last)
         await self._store.create_job(record, root, {model.tasks(scope.level): 1})
         try:
-            await self._announce(job_id, [root])  # type: ignore[misc]
+            await self._announce(job_id, [root])
         except LoomError:
             # The caller hears UNAVAILABLE: the job must not run behind its back. Should this
             # write fail too (or the server die first), the stall check sends the range.
@@ -165,13 +165,28 @@ class IteratorService:
             raise NotFound(f"job {job_id} not found")
         spec = model.JobSpec.loads(record.spec)
         counters = await self._store.counters(job_id)
-        p = progress.progress(spec, self.names, counters)
+        p = progress.progress(spec, self._names, counters)
         meter = self._meters.setdefault(job_id, progress.RateMeter())
         if record.state not in _FINAL:
             meter.add(p.emitted_objects)
         rate = meter.rate() if record.state == "running" else 0.0
         eta = 0.0 if record.state == "completed" else progress.eta_seconds(p, rate)
         return JobView(record, spec, p, rate, eta, counters)
+
+    async def stream(self, job_id: str, max_objects: int) -> AsyncIterator[model.ChunkBatch]:
+        """The job's emitted chunks, one batch per stream message, until it is finished."""
+        spec = (await self.view(job_id)).spec
+        level = self._names[spec.emit_level]
+        scope_read = spec.emit_level == spec.scope_level
+        async for chunks in self._delivery.stream(job_id, spec, max_objects):
+            yield model.ChunkBatch(level, scope_read, chunks)
+
+    async def ack(
+        self, job_id: str, chunk_ids: Sequence[str], object_ids: Sequence[int]
+    ) -> AckResult:
+        """Settles acknowledged chunks and objects of a job that requires acks."""
+        spec = (await self.view(job_id)).spec
+        return await self._delivery.ack(job_id, spec, chunk_ids, object_ids)
 
     async def pause(self, job_id: str) -> JobView:
         """Pauses a running job (a paused one stays paused)."""
@@ -219,7 +234,7 @@ class IteratorService:
             if await self._store.update_job(changed, record.version):
                 self._jobs.put(replace(changed, version=record.version + 1))
                 if state in _FINAL:
-                    self.delivery.notify(job_id)
+                    self._delivery.notify(job_id)
                 return await self.view(job_id)
 
     async def list_jobs(self, limit: int, before: tuple[int, str] | None) -> list[JobView]:
@@ -253,13 +268,13 @@ class IteratorService:
             if await self._store.update_job(failed, record.version):
                 self._jobs.put(replace(failed, version=record.version + 1))
                 self.finished["failed"] = self.finished.get("failed", 0) + 1
-                self.delivery.notify(job_id)
+                self._delivery.notify(job_id)
                 _log.error("job failed: the source refused its read", job_id=job_id, error=error)
                 return
 
     def _rejected(self, level: int, error: str) -> str:
         return (
-            f"the source refused the read of level {self.names[level]!r} "
+            f"the source refused the read of level {self._names[level]!r} "
             f"(iterator.levels[{level}]): {error}"
         )
 
@@ -273,7 +288,7 @@ class IteratorService:
             running.add(record.job_id)
             spec = model.JobSpec.loads(record.spec)
             counters = await self._store.counters(record.job_id)
-            p = progress.progress(spec, self.names, counters)
+            p = progress.progress(spec, self._names, counters)
             self._meters.setdefault(record.job_id, progress.RateMeter()).add(p.emitted_objects)
             unsettled += max(0, p.emitted_chunks - p.settled_chunks)
             if not p.iteration_complete:
@@ -294,7 +309,7 @@ class IteratorService:
             final = replace(final, finished_ms=now_ms())
             if await self._store.update_job(final, record.version):
                 self.finished[final.state] = self.finished.get(final.state, 0) + 1
-                self.delivery.notify(record.job_id)
+                self._delivery.notify(record.job_id)
                 _log.info("job finished", job_id=record.job_id, state=final.state)
         self.unsettled_chunks = unsettled
         for job_id in self._stalled.keys() - running:  # paused or finished: start afresh
@@ -317,7 +332,7 @@ class IteratorService:
         if current is None or current.state != "running":
             return
         tasks = await self._store.open_tasks(job_id)
-        await self._announce(job_id, tasks)  # type: ignore[misc]
+        await self._announce(job_id, tasks)
         self.ranges_resent += len(tasks)
         _log.warning(
             "job stalled: open ranges sent again",

@@ -3,7 +3,7 @@
 Queues (``loom_queue_depth{queue=...}``, the shape every background stage shares):
 
 - ``iterator_<level>``: work messages in that level's queue (SQS or SQLite), sampled every
-  second by the pipeline — the queues are shared by every replica, so every replica shows
+  second by the workers — the queues are shared by every replica, so every replica shows
   the same depth. Capacity 0: the queues are unbounded. "Dropped" counts stale duplicate
   messages this server discarded (work another copy had done); no work is ever refused.
 - ``iterator_chunks``: chunks emitted by running jobs and not yet delivered (or acked),
@@ -22,21 +22,21 @@ from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from server.iterator.service import IteratorService
-from server.iterator.worker import Pipeline
+from server.iterator.worker import StepWorkers
 from server.runtime.metrics import Metrics
 
 __all__ = ["register"]
 
 
 class _Counters(Collector):
-    """Reads the pipeline's and the service's statistics when Prometheus scrapes."""
+    """Reads the workers' and the service's statistics when Prometheus scrapes."""
 
-    def __init__(self, pipeline: Pipeline, service: IteratorService) -> None:
-        self._pipeline = pipeline
+    def __init__(self, workers: StepWorkers, service: IteratorService) -> None:
+        self._workers = workers
         self._service = service
 
     def collect(self) -> Iterator[Metric]:
-        p = self._pipeline
+        p = self._workers
         steps = CounterMetricFamily("loom_iterator_steps", "Pipeline steps this server committed")
         steps.add_metric([], p.steps)
         chunks = CounterMetricFamily(
@@ -64,15 +64,15 @@ class _Counters(Collector):
 
 
 def register(
-    metrics: Metrics, pipeline: Pipeline, service: IteratorService, levels: Sequence[str]
+    metrics: Metrics, workers: StepWorkers, service: IteratorService, levels: Sequence[str]
 ) -> None:
     """Registers the level queues, the undelivered chunks and the counters."""
     for index, name in enumerate(levels):
         metrics.queue(
             f"iterator_{name}",
-            lambda i=index: pipeline.depths[i],  # type: ignore[misc]
+            lambda i=index: workers.depths[i],  # type: ignore[misc]
             0,
-            lambda i=index: pipeline.dropped_at[i],  # type: ignore[misc]
+            lambda i=index: workers.dropped_at[i],  # type: ignore[misc]
         )
     metrics.queue("iterator_chunks", lambda: service.unsettled_chunks, 0, lambda: 0)
-    metrics.registry.register(_Counters(pipeline, service))
+    metrics.registry.register(_Counters(workers, service))

@@ -26,8 +26,8 @@ between RUNNING and PAUSED for ever, so the job fails, with the database's messa
 
 Deeper levels are served first, so started work finishes (and memory in flight stays
 bounded) before more is discovered. A level whose queue was found empty is not asked
-again for a short, growing while (reset when this server sends to it), so idle workers
-do not spend round trips on empty queues.
+again for a short, growing while (reset when this server sends to it; `queues.py`), so
+idle workers do not spend round trips on empty queues.
 """
 
 from __future__ import annotations
@@ -35,11 +35,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 
 from server.iterator import model
 from server.iterator.jobcache import JobCache
 from server.iterator.pacing import reserve
+from server.iterator.queues import MAX_QUIET_S, LevelQueues
 from server.iterator.settings import IteratorSettings
 from server.iterator.sizing import ChunkSizer
 from server.iterator.splitting import SplitFinder
@@ -57,11 +58,10 @@ from storage.ports import (
     WorkQueue,
 )
 
-__all__ = ["Pipeline"]
+__all__ = ["StepWorkers"]
 
 _log = get_logger("iterator.worker")
 _DEPTH_SAMPLE_S = 1.0
-_MAX_QUIET_S = 0.5
 _MAX_CHUNK_BYTES = 300_000
 """A chunk is one ledger item: its keys and per-object acks (8 bytes per integer) stay well
 under DynamoDB's 400 KB item limit whatever max_chunk says."""
@@ -81,8 +81,8 @@ class _SourceRejected(Exception):
         self.level = level
 
 
-class Pipeline:
-    """The worker pool of one server and what it needs to send work on."""
+class StepWorkers:
+    """The worker pool of one server: takes step messages from the levels' queues."""
 
     def __init__(
         self,
@@ -92,24 +92,23 @@ class Pipeline:
         jobs: JobCache,
         settings: IteratorSettings,
         *,
-        queue_names: Sequence[str],
+        levels: LevelQueues,
         on_emit: Callable[[str], None],
         on_source_down: Callable[[str, str], Awaitable[None]],
         on_source_rejected: Callable[[str, int, str], Awaitable[None]],
     ) -> None:
         self._source = source
         self._queue = queue
+        self._levels = levels
         self._store = store
         self._jobs = jobs
         self._s = settings
-        self._names = list(queue_names)
+        self._names = levels.names
         self._on_emit = on_emit
         self._on_source_down = on_source_down
         self._on_source_rejected = on_source_rejected
         self._splits = SplitFinder(source, settings)
         self._fanout = max(1, min(_MAX_FANOUT, settings.fanout))
-        self._quiet_until = [0.0] * len(self._names)
-        self._quiet_for = [settings.poll_interval_s] * len(self._names)
         self._tasks: list[asyncio.Task[None]] = []
         self.steps = 0
         """Steps this server committed (statistics)."""
@@ -152,26 +151,6 @@ class Pipeline:
                 await self.sample_depths()
             await asyncio.sleep(_DEPTH_SAMPLE_S)
 
-    async def announce(self, job_id: str, tasks: Sequence[TaskRecord]) -> None:
-        """Enqueues the next step of each task (step 0 of a new one) on its level's queue."""
-        by_level: dict[int, list[str]] = {}
-        for t in tasks:
-            message = model.WorkMessage(job_id, t.task_id, t.seq)
-            by_level.setdefault(t.level, []).append(message.dumps())
-        for level, bodies in by_level.items():
-            await self._send(level, bodies)
-
-    async def _send(self, level: int, bodies: list[str]) -> None:
-        await self._queue.send(self._names[level], bodies)
-        self._quiet_until[level] = 0.0
-        self._quiet_for[level] = self._s.poll_interval_s
-
-    def _quiet(self, level: int) -> None:
-        """`level`'s queue was empty: skip it for a while (longer each time)."""
-        wait = min(_MAX_QUIET_S, self._quiet_for[level] * 1.5)
-        self._quiet_for[level] = wait
-        self._quiet_until[level] = time.monotonic() + wait
-
     async def _run(self, index: int) -> None:
         sizer = ChunkSizer(
             target_s=self._s.target_chunk_s,
@@ -185,7 +164,7 @@ class Pipeline:
             worked = False
             try:
                 for level in levels:
-                    if self._quiet_until[level] > time.monotonic():
+                    if self._levels.quiet(level):
                         continue
                     messages = await self._queue.receive(
                         self._names[level],
@@ -194,7 +173,7 @@ class Pipeline:
                         wait_s=0,
                     )
                     if not messages:
-                        self._quiet(level)
+                        self._levels.found_empty(level)
                         continue
                     worked = True
                     # One budget for the batch: no message is held past its visibility.
@@ -214,7 +193,7 @@ class Pipeline:
                 idle = self._s.poll_interval_s
             else:
                 await asyncio.sleep(idle)
-                idle = min(_MAX_QUIET_S, idle * 1.5)
+                idle = min(MAX_QUIET_S, idle * 1.5)
 
     async def _handle(
         self, level: int, message: QueuedMessage, sizer: ChunkSizer, deadline: float
@@ -277,7 +256,7 @@ class Pipeline:
                 return  # another copy committed this step: it goes on
             taken += 1
             task = step.task
-            await self.announce(job_id, step.new_tasks)
+            await self._levels.announce(job_id, step.new_tasks)
             if task.done:
                 return
             if taken >= self._s.hold_steps or time.monotonic() >= deadline:
@@ -286,7 +265,9 @@ class Pipeline:
             if found is None or found[0].state != "running":
                 break  # paused or finished: whoever takes the message next will see it
             rate = found[0].rate
-        await self._send(task.level, [model.WorkMessage(job_id, task.task_id, task.seq).dumps()])
+        await self._levels.send(
+            task.level, [model.WorkMessage(job_id, task.task_id, task.seq).dumps()]
+        )
 
     async def _step(
         self, job_id: str, rate: int, spec: model.JobSpec, task: TaskRecord, sizer: ChunkSizer
@@ -345,8 +326,8 @@ class Pipeline:
             spawned = await self._store.get_task(job_id, task_id)
             if spawned is not None:
                 created.append(spawned)
-        await self.announce(job_id, created)
+        await self._levels.announce(job_id, created)
         if not task.done:
-            await self._send(
+            await self._levels.send(
                 task.level, [model.WorkMessage(job_id, task.task_id, task.seq).dumps()]
             )
