@@ -15,8 +15,8 @@ from tests.engines import ALL_ENGINES
 
 class _SessionLog:
     """Every log line of the in-process servers goes to one file for the whole run (at debug
-    level, so the privacy scan sees everything a server could ever write); warnings and
-    errors are also shown on stderr, as in production."""
+    level, so a failure can be read with everything a server wrote); warnings and errors are
+    also shown on stderr, as in production."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -36,7 +36,7 @@ class _SessionLog:
 
 
 SESSION_LOG = Path(tempfile.mkdtemp(prefix="loom-test-logs-")) / "session.log"
-"""Where every in-process server of this run logs (scanned by tests/e2e/test_zz_privacy.py)."""
+"""Where every in-process server of this run logs."""
 _SESSION_STREAM = _SessionLog(SESSION_LOG)
 configure_logging("debug", stream=_SESSION_STREAM)  # type: ignore[arg-type]
 

@@ -36,7 +36,6 @@ from server.app import LoomServer, build_server
 from server.config import Settings
 
 __all__ = [
-    "SERVER_LOGS",
     "Running",
     "Served",
     "eventually",
@@ -109,10 +108,6 @@ def violations(error: grpc.aio.AioRpcError) -> dict[str, str]:
     return found
 
 
-SERVER_LOGS: list[Path] = []
-"""The log file of every `loom serve` process this run started (the privacy scan reads them)."""
-
-
 @dataclass
 class Served:
     """A `loom serve` process, where it listens, and what it has written to stderr so far."""
@@ -155,7 +150,6 @@ async def loom_process(
     """
     port = port or free_port()
     log = tmp / f"loom-{port}.log"
-    SERVER_LOGS.append(log)
     base = {k: v for k, v in os.environ.items() if not k.startswith("LOOM_")}
     command = [str(Path(sys.executable).with_name("loom")), "serve", "--port", str(port)]
     command += ["--data-dir", str(data_dir or tmp / f"data-{port}"), *args]
