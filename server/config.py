@@ -96,7 +96,8 @@ class ServerSettings:
     log_level: str = "info"
     """structlog level: debug, info, warning, error."""
     use_uvloop: bool = True
-    """uvloop serves ~10 % more calls per core (ENGINES.md)."""
+    """Run the event loop on uvloop (libuv) rather than asyncio's own; off to debug with the
+    stdlib loop."""
     gc_gen0_threshold: int = 50_000
     """Allocations between young-generation collections (CPython's default, 700, makes the
     collector run constantly under large requests)."""

@@ -8,7 +8,6 @@ passed engine. `--engines sqlite` (or LOOM_TEST_ENGINES) narrows a run on purpos
 from __future__ import annotations
 
 import os
-import subprocess
 import uuid
 from pathlib import Path
 
@@ -45,21 +44,6 @@ def engines_dir() -> Path:
     """Where the engines this run talks to keep their state: what `scripts/engines/up.sh`
     exported (another worktree's `.engines`, a CI run's), else this checkout's."""
     return Path(os.environ.get("LOOM_TEST_ENGINES_DIR") or REPO / ".engines")
-
-
-def engine_script(engine: str, command: str) -> None:
-    """`scripts/engines/<engine>.sh <command>` on the instance this run talks to (start
-    waits until it answers): how an outage test stops and restarts a shared engine."""
-    subprocess.run(
-        [str(REPO / "scripts/engines" / f"{engine}.sh"), command],
-        check=True, capture_output=True, timeout=240,
-        env={**os.environ, "LOOM_ENGINES_DIR": str(engines_dir())},
-    )  # fmt: skip
-
-
-def engine_pid(engine: str) -> int:
-    """The pid of the instance of `engine` this run talks to."""
-    return int((engines_dir() / engine / "pid").read_text().strip())
 
 
 class EngineMissing(RuntimeError):

@@ -21,10 +21,6 @@ state directory and port), never the shared one; the job state is on DynamoDB.
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
-import subprocess
-import tempfile
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -41,18 +37,13 @@ from server.config import BreakerSettings, Settings
 from storage.settings import SqsSettings
 from tests.engines import settings_for
 from tests.reliability.iterator_engines import truth
-from tests.serving import Running, eventually, free_port, running_server
+from tests.reliability.own_engine import OwnEngine, own_engine
+from tests.serving import Running, eventually, running_server
 
 pytestmark = [pytest.mark.engine("sqs"), pytest.mark.engine("dynamodb")]
 
-REPO = Path(__file__).resolve().parents[2]
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
-_PORT_VARIABLE = {
-    "postgres": "LOOM_POSTGRES_PORT",
-    "mariadb": "LOOM_MARIADB_PORT",
-    "sqs": "LOOM_SQS_PORT",
-}
 _URL = {
     "postgres": "postgresql+asyncpg://postgres@127.0.0.1:{port}/loom",
     "mariadb": "mysql+aiomysql://root@127.0.0.1:{port}/loom",
@@ -60,38 +51,16 @@ _URL = {
 }
 
 
-class OwnEngine:
-    """An engine of this test alone: its own state directory, port and data."""
-
-    def __init__(self, engine: str) -> None:
-        self.engine = engine
-        # PostgreSQL runs as user postgres: its directory must be reachable by it.
-        self.root = Path(tempfile.mkdtemp(prefix=f"loom-{engine}-outage-"))
-        self.root.chmod(0o755)
-        self.port = free_port()
-        self.url = _URL[engine].format(port=self.port)
-
-    def run(self, command: str) -> None:
-        """`scripts/engines/<engine>.sh <command>` on this instance (start waits for it)."""
-        env = {**os.environ, "LOOM_ENGINES_DIR": str(self.root)}
-        env[_PORT_VARIABLE[self.engine]] = str(self.port)
-        subprocess.run(
-            [str(REPO / f"scripts/engines/{self.engine}.sh"), command],
-            check=True, capture_output=True, timeout=180, env=env,
-        )  # fmt: skip
-
-
 @pytest.fixture
 def own(request: pytest.FixtureRequest) -> Iterator[OwnEngine]:
     """The engine named by the test's parameter, started before it and stopped and deleted
     after it, whatever happened."""
-    engine = OwnEngine(request.param)
-    try:
-        engine.run("start")
+    with own_engine(request.param) as engine:
         yield engine
-    finally:
-        engine.run("stop")
-        shutil.rmtree(engine.root, ignore_errors=True)
+
+
+def _url(own: OwnEngine) -> str:
+    return _URL[own.engine].format(port=own.port)
 
 
 def _settings(tmp_path: Path, source_url: str, **iterator: object) -> Settings:
@@ -115,8 +84,8 @@ def _settings(tmp_path: Path, source_url: str, **iterator: object) -> Settings:
 @pytest_asyncio.fixture
 async def source_server(own: OwnEngine, tmp_path: Path) -> AsyncIterator[Running]:
     """A server iterating a corpus in the test's own source database."""
-    await write_url(own.url, generate(CorpusShape(enterprises=4, large_users=0)))
-    async with running_server(_settings(tmp_path, own.url)) as running:
+    await write_url(_url(own), generate(CorpusShape(enterprises=4, large_users=0)))
+    async with running_server(_settings(tmp_path, _url(own))) as running:
         yield running
 
 
@@ -126,7 +95,7 @@ async def queue_server(own: OwnEngine, tmp_path: Path) -> AsyncIterator[Running]
     url = f"sqlite+aiosqlite:///{tmp_path / 'source.sqlite3'}"
     await write_url(url, generate(CorpusShape(enterprises=4, large_users=0)))
     settings = _settings(tmp_path, url, resend_after_s=2.0, visibility_timeout_s=3.0)
-    sqs = SqsSettings(endpoint_url=own.url, queue_prefix="outage-", create_queues=True)
+    sqs = SqsSettings(endpoint_url=_url(own), queue_prefix="outage-", create_queues=True)
     async with running_server(replace(settings, sqs=sqs)) as running:
         yield running
 
@@ -191,7 +160,7 @@ async def test_job_pauses_while_the_source_is_down_and_completes_after(
 ) -> None:
     """Stop the source database mid-job, start it again: UNAVAILABLE through the breaker,
     the job pauses itself and resumes, and the emitted set equals the SQL query's."""
-    expected = await truth(own.url, 0, 3, 1, 4)
+    expected = await truth(_url(own), 0, 3, 1, 4)
     job = Job(source_server)
     await job.start(rate=max(500, len(expected) // 10))
     await eventually(job.get, lambda j: j.objects_emitted > 0, timeout_s=60)

@@ -1,6 +1,6 @@
 """Two replicas: two `loom serve` processes against the same distributed engines.
 
-Horizontal scale is more replicas against the distributed engines (DESIGN.md). Clients are
+Horizontal scale is more replicas against the distributed engines (docs/ARCHITECTURE.md, "More than one core"). Clients are
 spread over both replicas call by call, and what they write together must be exactly what
 one server would have written (tests/replicas.py): ThreadWeaver's unified threads equal
 union-find's components, Inbox unread counts are exact, Summary loses no delivery event.

@@ -1,4 +1,4 @@
-"""The layering DESIGN.md asks for, checked on the import statements themselves.
+"""The layering docs/ARCHITECTURE.md draws, checked on the import statements themselves.
 
 - `storage/` never imports `server/` (arrows point down: server -> storage, never back);
 - `server/` reaches storage only through its contract (`ports`, `errors`, `settings`,

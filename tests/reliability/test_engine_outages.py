@@ -1,6 +1,6 @@
 """Engine outages beyond Cassandra: the Bigtable emulator hangs, DynamoDB Local goes away.
 
-Like `test_zz_inbox_cassandra_outage.py`, under load: while the engine is out, calls fail
+Like `test_inbox_cassandra_outage.py`, under load: while the engine is out, calls fail
 (UNAVAILABLE or DEADLINE_EXCEEDED, most of them refused by the open circuit breaker rather
 than left to their deadline), the service's health turns NOT_SERVING while the server's own
 stays SERVING; once the engine is back, calls succeed again, the service is SERVING, and
@@ -9,7 +9,9 @@ everything acknowledged before, during or after the outage reads back.
 The Bigtable emulator keeps its data in memory only, so its outage is a *hang*: the process
 is frozen (SIGSTOP) and thawed (SIGCONT) — what a network partition or a stalled node looks
 like to a client. DynamoDB Local keeps its data on disk and is stopped and started for real.
-These tests stop shared engines, so the module runs at the very end of the suite.
+The engine taken down is the test's own instance (`own_engine.py`: its own ports and state
+directory), never the shared one, so nothing else notices and the order of tests does not
+matter.
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ from loom.v1 import (
 )
 
 from server.config import BreakerSettings, Settings
-from tests.engines import engine_pid, engine_script, settings_for
+from tests.engines import settings_for
+from tests.reliability.own_engine import OwnEngine, own_engine
 from tests.serving import Running, eventually, running_server
 
 DEADLINE_S = 2.0
@@ -74,8 +77,8 @@ class Outage:
     engine: str
     service: str
     stores: dict[str, str]
-    down: Callable[[], None]
-    up: Callable[[], None]
+    down: Callable[[OwnEngine], None]
+    up: Callable[[OwnEngine], None]
     writer: Callable[[grpc.aio.Channel, Load, int], Coroutine[Any, Any, None]]
     verify: Callable[[grpc.aio.Channel, Load], Awaitable[None]]
 
@@ -145,8 +148,8 @@ OUTAGES = {
         "bigtable",
         "loom.v1.ThreadWeaver",
         {"threadweaver_store": "bigtable"},
-        down=lambda: os.kill(engine_pid("bigtable"), signal.SIGSTOP),
-        up=lambda: os.kill(engine_pid("bigtable"), signal.SIGCONT),
+        down=lambda own: os.kill(own.pid(), signal.SIGSTOP),
+        up=lambda own: os.kill(own.pid(), signal.SIGCONT),
         writer=weave_writer,
         verify=weave_verify,
     ),
@@ -154,19 +157,21 @@ OUTAGES = {
         "dynamodb",
         "loom.v1.Summary",
         {"summary_store": "dynamodb"},
-        down=lambda: engine_script("dynamodb", "stop"),
-        up=lambda: engine_script("dynamodb", "start"),
+        down=lambda own: own.run("stop"),
+        up=lambda own: own.run("start"),
         writer=summary_writer,
         verify=summary_verify,
     ),
 }
 
 
-def outage_settings(outage: Outage, tmp: Path) -> Settings:
+def outage_settings(outage: Outage, tmp: Path, own: OwnEngine) -> Settings:
+    """Settings on `own` (the Bigtable emulator is found through BIGTABLE_EMULATOR_HOST)."""
     base = settings_for(outage.engine, tmp, **outage.stores)
     return replace(
         base,
         bigtable=replace(base.bigtable, request_timeout_s=1.0),
+        dynamodb=replace(base.dynamodb, endpoint_url=f"http://127.0.0.1:{own.port}"),
         breaker=BreakerSettings(failure_threshold=3, reset_timeout_s=0.5),
     )
 
@@ -181,16 +186,28 @@ async def status(running: Running, service: str) -> int:
     "name",
     [pytest.param(n, marks=pytest.mark.engine(n)) for n in OUTAGES],
 )
-async def test_outage_fails_fast_reports_it_and_loses_nothing(tmp_path: Path, name: str) -> None:
+async def test_outage_fails_fast_reports_it_and_loses_nothing(
+    tmp_path: Path, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the engine is out: failures only, mostly the breaker's, the service NOT_SERVING
+    and the server SERVING; once it is back: calls succeed and every acknowledged write reads
+    back."""
     outage = OUTAGES[name]
+    with own_engine(outage.engine) as own:
+        if outage.engine == "bigtable":
+            monkeypatch.setenv("BIGTABLE_EMULATOR_HOST", f"127.0.0.1:{own.port}")
+        await _outage(outage, outage_settings(outage, tmp_path, own), own)
+
+
+async def _outage(outage: Outage, settings: Settings, own: OwnEngine) -> None:
     load = Load()
     went_down = False
     try:
-        async with running_server(outage_settings(outage, tmp_path)) as running:
+        async with running_server(settings) as running:
             tasks = [asyncio.create_task(outage.writer(running.channel, load, w)) for w in range(4)]
             await eventually(lambda: asyncio.sleep(0, len(load.acked)), lambda n: n >= 20)
             went_down = True
-            await asyncio.to_thread(outage.down)
+            await asyncio.to_thread(outage.down, own)
             t_down = asyncio.get_running_loop().time()
             await eventually(
                 lambda: asyncio.sleep(0, len(load.since(t_down))),
@@ -211,7 +228,7 @@ async def test_outage_fails_fast_reports_it_and_loses_nothing(tmp_path: Path, na
             refused = sum(code is grpc.StatusCode.UNAVAILABLE for _, code, _ in settled)
             assert refused > len(settled) // 2
 
-            await asyncio.to_thread(outage.up)
+            await asyncio.to_thread(outage.up, own)
             went_down = False
             t_up = asyncio.get_running_loop().time()
             await eventually(
@@ -229,4 +246,4 @@ async def test_outage_fails_fast_reports_it_and_loses_nothing(tmp_path: Path, na
             await outage.verify(running.channel, load)
     finally:
         if went_down:
-            await asyncio.to_thread(outage.up)
+            await asyncio.to_thread(outage.up, own)

@@ -1,4 +1,4 @@
-"""Issue 5's outage test: stop Cassandra under Inbox load, start it again, lose nothing.
+"""Stop Cassandra under Inbox load, start it again, lose nothing.
 
 The lesson of the Yammer seed is that a slow or dead database must not take the service
 down with it: every call fails with UNAVAILABLE (or DEADLINE_EXCEEDED), most of them answered
@@ -7,9 +7,10 @@ itself keeps answering health checks, and once the database is back the breaker'
 probes close it and every acknowledged delivery is there. Nothing here bounds a wall time:
 how fast a refusal is, is a property of the breaker, checked by what it answers.
 
-This stops the shared test Cassandra (`scripts/engines/cassandra.sh stop` on the node that
-`.engines/env` names, which drains and keeps the data) for ~20-40 s, so the module is named to
-run late in the suite, and always starts Cassandra again, even when an assertion fails.
+The Cassandra stopped (`scripts/engines/cassandra.sh stop`, which drains and keeps the
+data) and started again is this test's own node (`own_engine.py`: its own ports and state
+directory), never the shared one, so nothing else notices the outage and the order of tests
+does not matter.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from loom.v1 import inbox_pb2, inbox_pb2_grpc
 
 from server.config import BreakerSettings
-from tests.engines import engine_script, settings_for
+from tests.engines import settings_for
+from tests.reliability.own_engine import OwnEngine, own_engine
 from tests.serving import Running, eventually, running_server
 
 pytestmark = pytest.mark.engine("cassandra")
@@ -110,10 +112,19 @@ async def threads_of(stub: inbox_pb2_grpc.InboxStub, inbox: str) -> dict[str, in
 
 @pytest.mark.engine("cassandra")
 async def test_outage_fails_fast_keeps_serving_and_loses_no_acked_delivery(tmp_path: Path) -> None:
+    """While Cassandra is down: failures only, mostly the breaker's, the Inbox NOT_SERVING and
+    the server SERVING; once it is back: calls succeed and every acknowledged post is there."""
+    with own_engine("cassandra") as own:
+        await _outage(tmp_path, own)
+
+
+async def _outage(tmp_path: Path, own: OwnEngine) -> None:
     base = settings_for("cassandra", tmp_path, inbox_store="cassandra")
     settings = replace(
         base,
-        cassandra=replace(base.cassandra, request_timeout_s=1.0),
+        cassandra=replace(
+            base.cassandra, contact_points=("127.0.0.1",), port=own.port, request_timeout_s=1.0
+        ),
         breaker=BreakerSettings(failure_threshold=3, reset_timeout_s=0.5),
         inbox=replace(base.inbox, trim_probability=0.0),
     )
@@ -129,7 +140,7 @@ async def test_outage_fails_fast_keeps_serving_and_loses_no_acked_delivery(tmp_p
 
             t_stop = time.monotonic()
             stopped = True
-            await asyncio.to_thread(engine_script, "cassandra", "stop")
+            await asyncio.to_thread(own.run, "stop")
             t_down = time.monotonic()
             await eventually(
                 lambda: asyncio.sleep(0, sum(o.started >= t_down for o in load.outcomes)),
@@ -139,7 +150,7 @@ async def test_outage_fails_fast_keeps_serving_and_loses_no_acked_delivery(tmp_p
             await _assert_failing_fast_and_serving(running, load, t_down)
 
             t_start = time.monotonic()
-            await asyncio.to_thread(engine_script, "cassandra", "start")
+            await asyncio.to_thread(own.run, "start")
             stopped = False
             t_ready = time.monotonic()
             await eventually(lambda: _recent_ok(load), bool, timeout_s=60.0, interval_s=0.2)
@@ -164,7 +175,7 @@ async def test_outage_fails_fast_keeps_serving_and_loses_no_acked_delivery(tmp_p
             await _assert_every_ack_delivered(stub, load)
     finally:
         if stopped:
-            await asyncio.to_thread(engine_script, "cassandra", "start")
+            await asyncio.to_thread(own.run, "start")
 
 
 async def _assert_failing_fast_and_serving(running: Running, load: Load, t_down: float) -> None:
