@@ -18,7 +18,7 @@ HEAP_MIN="${LOOM_CASSANDRA_HEAP_MIN:-2g}"
 HEAP_MAX="${LOOM_CASSANDRA_HEAP_MAX:-2g}"
 # G1 with a 20 ms pause target instead of Cassandra's 300 ms: under a 300K announcement the
 # young pauses are what reads wait on, and the shorter target roughly halved the unread p99 at the
-# same fan-out time (README, "Cassandra (issue 12)"). Overridable to study the collector.
+# same fan-out time (docs/benchmarks.md, "The collector's pause target"). Overridable to study the collector.
 read -r -a GC_FLAGS <<<"${LOOM_CASSANDRA_GC_FLAGS:--XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:+ParallelRefProcEnabled}"
 # Cold start on a 2-core machine is 30-90 s; allow headroom for commit log replay after a kill.
 READY_TIMEOUT="${LOOM_CASSANDRA_TIMEOUT:-180}"

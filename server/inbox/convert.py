@@ -1,6 +1,6 @@
 """Inbox's protobuf <-> domain translation, with every input check.
 
-Bounds (issue 5): ids 1..256 bytes of UTF-8, message_id > 0, 1..`max_recipients`
+Bounds: ids 1..256 bytes of UTF-8, message_id > 0, 1..`max_recipients`
 recipients (default 1,000,000), page_size 0..500 (0 = the default), 1..1,000 thread ids
 per MarkThreads, page tokens issued by this service for this inbox and filter.
 """
