@@ -200,6 +200,8 @@ def _coerce(value: Any, hint: Any, where: str) -> Any:  # noqa: PLR0911 - one re
         if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
             raise ValueError(f"{where}: must be an array of tables")
         return tuple(_build(item_cls, row, f"{where}[{i}]") for i, row in enumerate(rows))
+    if origin is Mapping:
+        return _mapping(value, typing.get_args(hint)[1], where)
     if origin is tuple:
         items = value.split(",") if isinstance(value, str) else list(value)
         return tuple(str(i).strip() for i in items if str(i).strip())
@@ -218,6 +220,20 @@ def _coerce(value: Any, hint: Any, where: str) -> Any:  # noqa: PLR0911 - one re
         except (TypeError, ValueError) as exc:
             raise ValueError(f"{where}: {value!r} is not a valid {hint.__name__}") from exc
     raise TypeError(f"{where}: unsupported setting type {hint!r}")  # pragma: no cover
+
+
+def _mapping(value: Any, item: type, where: str) -> Mapping[str, Any]:
+    """A TOML inline table (``{dc1 = 3}``), or ``dc1=3,dc2=3`` in an environment variable."""
+    if isinstance(value, str):
+        pairs = [p.partition("=") for p in value.split(",") if p.strip()]
+        if any(not sep or not k.strip() for k, sep, _ in pairs):
+            raise ValueError(f"{where}: {value!r} is not of the form name=value,name=value")
+        value = {k.strip(): v.strip() for k, _, v in pairs}
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{where}: must be a table such as {{dc1 = 3}}")
+    return types.MappingProxyType(
+        {str(k): _coerce(v, item, f"{where}.{k}") for k, v in value.items()}
+    )
 
 
 def _build(cls: type[D], values: Mapping[str, Any], where: str) -> D:

@@ -27,6 +27,7 @@ __all__ = [
     "DriverErrors",
     "StorageCorrupt",
     "StorageError",
+    "StorageMisconfigured",
     "StorageRejected",
     "StorageUnavailable",
     "describe",
@@ -50,6 +51,18 @@ class StorageRejected(StorageError):
     have, a syntax error (SQLSTATE class 42; SQLite's "no such column"). Retrying cannot
     help, and it says nothing about the engine's health (a circuit breaker counts it as an
     answer). The message is the database's own."""
+
+
+class StorageMisconfigured(ValueError):
+    """The engine answered at start-up and said a setting is wrong: a password it refuses, a
+    certificate it does not trust, a data centre it does not have. Raised only while a store
+    opens; like any `ValueError` from a store that refuses its settings, the server stops
+    with exit 2 and this message, which begins with the setting's name
+    (``cassandra.local_dc: ...``)."""
+
+    def __init__(self, setting: str, message: str) -> None:
+        super().__init__(f"{setting}: {message}")
+        self.setting = setting
 
 
 def describe(exc: BaseException) -> str:

@@ -7,7 +7,8 @@ environment < flags) into its `Settings`, and `storage.factory` reads them throu
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 __all__ = [
@@ -15,9 +16,12 @@ __all__ = [
     "CassandraSettings",
     "DynamoDBSettings",
     "EngineSettings",
+    "ReadConsistency",
+    "SerialConsistency",
     "SqliteSettings",
     "SqsSettings",
     "StorageSettings",
+    "WriteConsistency",
 ]
 
 
@@ -49,22 +53,74 @@ class BigtableSettings:
     """Bound of every Bigtable operation, retries included (below the RPCs' 5 s deadlines)."""
 
 
+ReadConsistency = Literal["ONE", "LOCAL_ONE", "TWO", "THREE", "QUORUM", "LOCAL_QUORUM", "ALL"]
+"""Consistency levels a read may ask for (ANY and EACH_QUORUM are writes' only)."""
+WriteConsistency = Literal[
+    "ANY", "ONE", "LOCAL_ONE", "TWO", "THREE", "QUORUM", "LOCAL_QUORUM", "EACH_QUORUM", "ALL"
+]
+"""Consistency levels a write may ask for."""
+SerialConsistency = Literal["SERIAL", "LOCAL_SERIAL"]
+"""Consistency of the Paxos phase of a conditional write (LWT)."""
+
+
 @dataclass(frozen=True, slots=True)
 class CassandraSettings:
-    """Apache Cassandra (or ScyllaDB)."""
+    """Apache Cassandra (or ScyllaDB): one node or a cluster of several data centres.
+
+    What each consistency choice survives is in docs/operations/cassandra.md. With
+    LOCAL_QUORUM and LOCAL_SERIAL (the defaults) and three replicas per data centre, any one
+    node of a data centre may be dead or frozen and every call still succeeds.
+    """
 
     contact_points: tuple[str, ...] = ("127.0.0.1",)
-    """Seed hosts."""
+    """Seed hosts (the driver discovers the rest of the cluster from them)."""
     port: int = 9042
     """Native protocol port."""
     keyspace: str = "loom"
     """Keyspace of every Loom table."""
+    replication: Mapping[str, int] = field(default_factory=dict)
+    """NetworkTopologyStrategy replicas per data centre, ``{dc1 = 3, dc2 = 3}`` (environment:
+    ``dc1=3,dc2=3``), used when the keyspace is created; every data centre named must exist
+    in the cluster. Empty: SimpleStrategy with `replication_factor`."""
     replication_factor: int = 1
-    """SimpleStrategy factor used when the keyspace is created."""
+    """SimpleStrategy factor when `replication` is empty (a single data centre)."""
+    local_dc: str = ""
+    """The data centre this server runs in: statements are coordinated by its nodes only
+    (token-aware within it); LOCAL_* levels count its replicas. Empty: the data centre of the
+    first contact point. Must be a data centre the cluster has."""
+    read_consistency: ReadConsistency = "LOCAL_QUORUM"
+    """Consistency of every read."""
+    write_consistency: WriteConsistency = "LOCAL_QUORUM"
+    """Consistency of every write (and of the commit phase of a conditional write)."""
+    serial_consistency: SerialConsistency = "LOCAL_SERIAL"
+    """Consistency of the Paxos phase of every conditional write."""
+    username: str = ""
+    """Login role (PasswordAuthenticator); empty for a cluster without authentication."""
+    password: str = ""
+    """Password of `username` (set it through LOOM_CASSANDRA__PASSWORD, not a file in git)."""
+    tls_ca_file: str = ""
+    """PEM bundle of the CA that signed the nodes' certificates: TLS to the cluster, with the
+    node's address checked against its certificate. Empty: plaintext."""
+    tls_cert_file: str = ""
+    """PEM client certificate, for a cluster that requires one (with `tls_key_file`)."""
+    tls_key_file: str = ""
+    """PEM key of `tls_cert_file`."""
     create_schema: bool = False
-    """Create the keyspace and tables at start-up."""
+    """Create the keyspace and tables at start-up (waits until every node agrees on them)."""
     request_timeout_s: float = 5.0
-    """Driver-side timeout per statement."""
+    """Driver-side bound of one statement, its speculative executions and retries included.
+    A conditional write has two attempts of half of it each, the second on another
+    coordinator, so a coordinator that went silent costs half the budget, not the call."""
+    speculative_delay_s: float = 0.1
+    """An idempotent statement (every read, every plain upsert; never a conditional write)
+    unanswered after this long is sent to the next replica too, and the first answer wins:
+    a frozen or slow node costs this delay instead of the call. 0 turns it off."""
+    speculative_attempts: int = 2
+    """Extra executions an idempotent statement may get, `speculative_delay_s` apart."""
+    heartbeat_s: float = 1.0
+    """How often the driver probes a connection that received nothing, and how long it waits
+    for the answer before it marks that node down and routes around it (a frozen node is out
+    of rotation within about three of these). The driver's default is 30 s."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import re
-import socket
 from collections.abc import Awaitable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from cassandra import (
-    ConsistencyLevel,
     CoordinationFailure,
     OperationTimedOut,
     ProtocolVersion,
@@ -30,16 +28,10 @@ from cassandra import (
 from cassandra.cluster import (
     EXEC_PROFILE_DEFAULT,
     Cluster,
-    ExecutionProfile,
     NoHostAvailable,
     Session,
 )
 from cassandra.connection import ConnectionException
-from cassandra.policies import (
-    ConstantReconnectionPolicy,
-    DCAwareRoundRobinPolicy,
-    TokenAwarePolicy,
-)
 from cassandra.protocol import (
     IsBootstrappingErrorMessage,
     OverloadedErrorMessage,
@@ -47,9 +39,25 @@ from cassandra.protocol import (
     UnavailableErrorMessage,
     WriteTimeoutErrorMessage,
 )
-from cassandra.query import BoundStatement, PreparedStatement, dict_factory
+from cassandra.query import BatchStatement, BoundStatement, PreparedStatement
 
-from storage.errors import DriverErrors, StorageError, StorageUnavailable
+from storage.cassandra.cluster import (
+    CONDITIONAL,
+    READ,
+    READS,
+    build_cluster,
+    check_datacentres,
+    idempotent,
+    refused_setting,
+    replication_clause,
+    tls_context,
+)
+from storage.errors import (
+    DriverErrors,
+    StorageError,
+    StorageMisconfigured,
+    StorageUnavailable,
+)
 from storage.settings import CassandraSettings
 
 __all__ = ["MAX_IN_FLIGHT", "CassandraSession", "Row", "errors", "gather"]
@@ -151,22 +159,39 @@ class CassandraSession:
         self.keyspace = settings.keyspace
         self._prepared: dict[str, PreparedStatement] = {}
         self._preparing: dict[str, asyncio.Lock] = {}
+        self._conditional: set[bytes] = set()
         self._in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
 
     @classmethod
     async def open(cls, settings: CassandraSettings) -> CassandraSession:
-        """Connects (protocol v5, falling back to v4 for older clusters) without blocking."""
+        """Connects (protocol v5, falling back to v4 for older clusters) without blocking.
+
+        Raises `StorageMisconfigured`, naming the setting, when the cluster refuses the
+        login or the certificates, or lacks the data centre `local_dc` or `replication`
+        names: no retry can fix those, so the server must not start.
+        """
+        tls = tls_context(settings)
         last: BaseException | None = None
         for version in (ProtocolVersion.V5, ProtocolVersion.V4):
-            cluster = _cluster(settings, version)
+            cluster = build_cluster(settings, version, tls)
             try:
                 session = await asyncio.to_thread(cluster.connect)
             except Exception as exc:  # translated below
-                await asyncio.to_thread(cluster.shutdown)
                 last = exc
+                try:
+                    refused_setting(settings, exc)
+                    # Reached the cluster, yet no node to use: a local_dc it lacks?
+                    check_datacentres(settings, cluster)
+                finally:
+                    await asyncio.to_thread(cluster.shutdown)
                 if "protocol" in str(exc).lower():
                     continue
                 raise errors.error(exc, "connect") from exc
+            try:
+                check_datacentres(settings, cluster)
+            except StorageMisconfigured:
+                await asyncio.to_thread(cluster.shutdown)
+                raise
             return cls(cluster, session, settings)
         assert last is not None
         raise errors.error(last, "connect") from last
@@ -182,6 +207,11 @@ class CassandraSession:
             if stmt is None:
                 with errors("prepare"):
                     stmt = await asyncio.to_thread(self._session.prepare, cql)
+                assert stmt is not None
+                # Speculation and the driver's retries are for statements that may run twice.
+                stmt.is_idempotent = idempotent(cql)
+                if CONDITIONAL.search(cql):
+                    self._conditional.add(stmt.query_id)
                 self._prepared[cql] = stmt
         return stmt
 
@@ -205,10 +235,67 @@ class CassandraSession:
             bound: Any = _Routed(stmt, params, routing_key.encode("utf-8"))
         else:
             bound = stmt.bind(params) if isinstance(stmt, PreparedStatement) else stmt
+        if isinstance(stmt, BatchStatement):
+            # Loom batches plain upserts only; one holding a conditional write is not one.
+            stmt.is_idempotent = not any(
+                inner[1] in self._conditional for inner in stmt._statements_and_parameters
+            )
+        read = isinstance(stmt, PreparedStatement) and READ.match(stmt.query_string) is not None
+        profile = READS if read else EXEC_PROFILE_DEFAULT
+        if isinstance(stmt, PreparedStatement) and stmt.query_id in self._conditional:
+            return await self._conditional_write(bound, profile, all_pages)
+        return await self._execute(bound, profile, all_pages)
+
+    async def _conditional_write(self, bound: Any, profile: str, all_pages: bool) -> list[Row]:
+        """A conditional write: never speculated (two Paxos rounds of one statement would
+        contend with each other), but a coordinator that stays silent for half the request
+        timeout — frozen, not dead, so the driver still thinks it up — is given up, and the
+        statement sent once more through another. Sending it again is safe: of two rounds
+        one applies, and the other reads back what was applied (the stores read `[applied]`
+        and the current value, never assume their own write won)."""
+        half = self.settings.request_timeout_s / 2
+        try:
+            return await self._execute(bound, profile, all_pages, driver_timeout_s=half)
+        except StorageUnavailable as exc:
+            silent = exc.__cause__
+            if not isinstance(silent, OperationTimedOut):
+                raise
+            other = self._other_coordinator(bound, getattr(silent, "last_host", None))
+            return await self._execute(bound, profile, all_pages, driver_timeout_s=half, host=other)
+
+    def _other_coordinator(self, bound: Any, silent: Any) -> Any:
+        """A live replica of the statement's partition (any live host when it has no routing
+        key) in the local data centre, other than `silent`; None lets the driver choose."""
+        metadata = self._cluster.metadata
+        key = getattr(bound, "routing_key", None)
+        hosts = metadata.get_replicas(self.keyspace, key) if key else metadata.all_hosts()
+        silent_endpoint = getattr(silent, "endpoint", silent)
+        local = self.settings.local_dc
+        for host in hosts:
+            if host.is_up is False or host.endpoint == silent_endpoint or host is silent:
+                continue
+            if not local or host.datacenter == local:
+                return host
+        return None
+
+    async def _execute(
+        self,
+        bound: Any,
+        profile: str,
+        all_pages: bool,
+        *,
+        driver_timeout_s: float | None = None,
+        host: Any = None,
+    ) -> list[Row]:
+        options: dict[str, Any] = {"execution_profile": profile}
+        if driver_timeout_s is not None:
+            options["timeout"] = driver_timeout_s
+        if host is not None:
+            options["host"] = host
         loop = asyncio.get_running_loop()
         async with self._in_flight:
             with errors("query"):  # e.g. no connection at all
-                rf = self._session.execute_async(bound)
+                rf = self._session.execute_async(bound, **options)
             return await _PageCollector(loop, rf, all_pages).future
 
     async def execute_ddl(self, cql: str) -> None:
@@ -235,8 +322,7 @@ class CassandraSession:
             return
         await self.execute_ddl(
             f"CREATE KEYSPACE IF NOT EXISTS {settings.keyspace} WITH replication = "
-            f"{{'class': 'SimpleStrategy', 'replication_factor': "
-            f"{int(settings.replication_factor)}}}"
+            f"{replication_clause(settings)}"
         )
         for ddl in tables:
             await self.execute_ddl(ddl.replace("{ks}", settings.keyspace))
@@ -266,34 +352,6 @@ class CassandraSession:
     async def close(self) -> None:
         """Shuts the cluster down in a thread (it joins the driver's threads)."""
         await asyncio.to_thread(self._cluster.shutdown)
-
-
-def _cluster(settings: CassandraSettings, version: int) -> Cluster:
-    """A Cluster for one data centre: token-aware routing, QUORUM, dict rows.
-
-    QUORUM (not LOCAL_QUORUM) because the settings name no data centre, and the LWT
-    commits must be read back by any coordinator; with RF=1 both are the same.
-    """
-    profile = ExecutionProfile(
-        load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy()),
-        consistency_level=ConsistencyLevel.QUORUM,
-        serial_consistency_level=ConsistencyLevel.SERIAL,  # Paxos phase of every LWT
-        request_timeout=settings.request_timeout_s,
-        row_factory=dict_factory,
-    )
-    return Cluster(
-        contact_points=list(settings.contact_points),
-        port=settings.port,
-        protocol_version=version,
-        execution_profiles={EXEC_PROFILE_DEFAULT: profile},
-        connect_timeout=settings.request_timeout_s,
-        # Retry a lost node every second, not with the default exponential backoff (up to
-        # 10 min): after an outage the breaker's probes should find the node back at once.
-        reconnection_policy=ConstantReconnectionPolicy(1.0, max_attempts=None),
-        # Small request/response pairs (an unread count) otherwise meet Nagle + delayed ACK:
-        # the inbox load test showed a flat ~40 ms p99 at any rate without it.
-        sockopts=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
-    )
 
 
 T = TypeVar("T")
