@@ -88,13 +88,14 @@ log_tail() {
   done
 }
 
-# wait_ready TIMEOUT_S CHECK_FN: polls CHECK_FN until it succeeds, printing progress; fails fast
-# with the log tail if the process dies, and with the log tail on timeout.
+# wait_ready TIMEOUT_S CHECK_FN [ALIVE_FN]: polls CHECK_FN until it succeeds, printing progress;
+# fails fast with the log tail if the process dies (ALIVE_FN says whether it runs, default
+# running_pid; an engine of several processes passes its own), and with the log tail on timeout.
 wait_ready() {
-  local timeout_s="$1" check="$2" start now elapsed last_report=0
+  local timeout_s="$1" check="$2" alive="${3:-running_pid}" start now elapsed last_report=0
   start="$(date +%s)"
   while true; do
-    if ! running_pid >/dev/null; then
+    if ! "${alive}" >/dev/null; then
       say "process is not running"
       log_tail
       return 1

@@ -1,25 +1,29 @@
 #!/usr/bin/env bash
-# Starts the local engines (default: bigtable cassandra dynamodb sqs postgres mariadb), waits until each really
-# answers, and writes <repo>/.engines/env. Already-running engines are left alone.
+# Starts the local engines (default: bigtable cassandra dynamodb sqs postgres mariadb
+# cassandra-cluster), waits until each really answers, and writes <repo>/.engines/env.
+# Already-running engines are left alone.
 #   scripts/engines/up.sh [--fresh] [engine...]      then:  source .engines/env
 # --fresh (or LOOM_ENGINES_FRESH=1) stops the named engines and wipes their data first.
+# LOOM_ENGINES (space-separated) chooses them when none are named, so `make test` can leave one
+# out: LOOM_ENGINES="bigtable cassandra dynamodb sqs postgres mariadb" make test
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 source "${HERE}/lib.sh"
 
-DEFAULT_ENGINES=(bigtable cassandra dynamodb sqs postgres mariadb)
+# The cluster last: it is the slowest to become ready, and the others are ready by then.
+DEFAULT_ENGINES=(bigtable cassandra dynamodb sqs postgres mariadb cassandra-cluster)
 fresh="${LOOM_ENGINES_FRESH:-0}"
 engines=()
 for arg in "$@"; do
   case "${arg}" in
     --fresh) fresh=1 ;;
-    -h | --help) sed -n '2,5p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,8p' "$0"; exit 0 ;;
     -*) die "unknown option ${arg}" ;;
     *) engines+=("${arg}") ;;
   esac
 done
-((${#engines[@]})) || engines=("${DEFAULT_ENGINES[@]}")
+((${#engines[@]})) || read -r -a engines <<<"${LOOM_ENGINES:-${DEFAULT_ENGINES[*]}}"
 
 for e in "${engines[@]}"; do
   [[ -x "${HERE}/${e}.sh" ]] || die "unknown engine '${e}' (no ${HERE}/${e}.sh)"
