@@ -103,11 +103,15 @@ class DriverErrors:
         self._detail = detail
 
     def error(self, exc: BaseException, what: str = "") -> StorageError:
-        """The storage error for `exc`, raised by the driver during `what`."""
+        """The storage error for `exc`, raised by the driver during `what`; `exc` is its
+        ``__cause__`` however it is raised (a callback sets it on a future), so a caller can
+        still tell what the driver said."""
         if isinstance(exc, StorageError):
             return exc
         where = f"{self.engine} {what}" if what else self.engine
-        return self._classify(exc)(f"{where}: {self._detail(exc) or describe(exc)}")
+        error = self._classify(exc)(f"{where}: {self._detail(exc) or describe(exc)}")
+        error.__cause__ = exc
+        return error
 
     @contextlib.contextmanager
     def __call__(self, what: str) -> Iterator[None]:

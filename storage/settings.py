@@ -115,8 +115,10 @@ class CassandraSettings:
     """An idempotent statement (every read, every plain upsert; never a conditional write)
     unanswered after this long is sent to the next replica too, and the first answer wins:
     a frozen or slow node costs this delay instead of the call. 0 turns it off."""
-    speculative_attempts: int = 2
-    """Extra executions an idempotent statement may get, `speculative_delay_s` apart."""
+    speculative_attempts: int = 1
+    """Extra executions an idempotent statement may get, `speculative_delay_s` apart. With
+    three replicas, one leaves a third node for the driver's retry when a connection dies
+    under a statement (the executions share one query plan)."""
     heartbeat_s: float = 1.0
     """How often the driver probes a connection that received nothing, and how long it waits
     for the answer before it marks that node down and routes around it (a frozen node is out

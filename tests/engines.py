@@ -14,8 +14,12 @@ from pathlib import Path
 from server.config import Settings, load_settings
 from storage.engines import engine_names
 
-ALL_ENGINES = engine_names()
-"""Every engine of every port (`storage.engines`): what a full run covers."""
+CLUSTER = "cassandra-cluster"
+"""Not an engine of a port but a deployment of one: three Cassandra nodes with login and TLS
+(`scripts/engines/cassandra-cluster.sh`), for the tests that take nodes down."""
+
+ALL_ENGINES = (*engine_names(), CLUSTER)
+"""Every engine of every port (`storage.engines`), and the cluster: what a full run covers."""
 
 _REQUIRED_ENV = {
     "bigtable": ("BIGTABLE_EMULATOR_HOST",),
@@ -24,6 +28,10 @@ _REQUIRED_ENV = {
     "sqs": ("LOOM_TEST_SQS_ENDPOINT",),
     "postgres": ("LOOM_TEST_POSTGRES_URL",),
     "mariadb": ("LOOM_TEST_MARIADB_URL",),
+    CLUSTER: (
+        "LOOM_TEST_CASSANDRA_CLUSTER_CONTACT_POINTS",
+        "LOOM_TEST_CASSANDRA_CLUSTER_TLS_DIR",
+    ),
 }
 
 SOURCE_URL_ENV = {"postgres": "LOOM_TEST_POSTGRES_URL", "mariadb": "LOOM_TEST_MARIADB_URL"}

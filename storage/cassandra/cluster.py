@@ -152,31 +152,43 @@ def tls_context(settings: CassandraSettings) -> ssl.SSLContext | None:
 
 
 def refused_setting(settings: CassandraSettings, exc: BaseException) -> None:
-    """Raises `StorageMisconfigured` when every node refused the connection for a reason
-    that is a setting: the login, or a certificate on either side."""
+    """Raises `StorageMisconfigured` when the nodes refused the connection for a reason that
+    is a setting: the login, or a certificate on either side. Each node answers in its own
+    words (one sends TLS's "certificate required" alert, another just closes the socket), so
+    every node's answer is read, the most telling first."""
     found = getattr(exc, "errors", None)  # NoHostAvailable: {endpoint: cause}
     causes = list(found.values()) if isinstance(found, dict) and found else [exc]
-    for cause in causes:
-        text = describe(cause)
+    texts = [describe(cause) for cause in causes]
+    for cause, text in zip(causes, texts, strict=True):
         if isinstance(cause, AuthenticationFailed) or "Authentication" in text:
             setting = "cassandra.password" if settings.username else "cassandra.username"
             who = f"role {settings.username!r}" if settings.username else "a login"
             raise StorageMisconfigured(setting, f"the cluster refused {who} ({text})") from exc
+    for cause, text in zip(causes, texts, strict=True):
         if isinstance(cause, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in text:
             raise StorageMisconfigured(
                 "cassandra.tls_ca_file",
                 f"the nodes' certificate is not trusted by this CA ({text})",
             ) from exc
+    for text in texts:
         if "certificate required" in text.lower() or "bad certificate" in text.lower():
             raise StorageMisconfigured(
                 "cassandra.tls_cert_file",
                 f"the cluster refused this client's certificate ({text})",
             ) from exc
+    if settings.tls_ca_file and all(isinstance(c, ssl.SSLEOFError) for c in causes):
+        raise StorageMisconfigured(
+            "cassandra.tls_cert_file" if not settings.tls_cert_file else "cassandra.tls_ca_file",
+            "every node closed the TLS connection during the handshake: it wants a client "
+            f"certificate it trusts, or no TLS at all ({texts[0]})",
+        ) from exc
 
 
 def check_datacentres(settings: CassandraSettings, cluster: Cluster) -> None:
     """`local_dc` and every data centre `replication` names must be the cluster's."""
     have = sorted({h.datacenter for h in cluster.metadata.all_hosts() if h.datacenter})
+    if not have:
+        return  # never reached the cluster: nothing to check against
     if settings.local_dc and settings.local_dc not in have:
         raise StorageMisconfigured(
             "cassandra.local_dc",

@@ -244,7 +244,17 @@ class CassandraSession:
         profile = READS if read else EXEC_PROFILE_DEFAULT
         if isinstance(stmt, PreparedStatement) and stmt.query_id in self._conditional:
             return await self._conditional_write(bound, profile, all_pages)
-        return await self._execute(bound, profile, all_pages)
+        try:
+            return await self._execute(bound, profile, all_pages)
+        except StorageUnavailable as exc:
+            # A connection that died under it (the driver's heartbeat gave up on a frozen
+            # node) while its speculative executions had used the rest of the query plan:
+            # no node answered "no", so an idempotent statement goes once more, through the
+            # nodes the driver still thinks up.
+            lost = isinstance(exc.__cause__, (NoHostAvailable, ConnectionException))
+            if not (lost and getattr(bound, "is_idempotent", False)):
+                raise
+            return await self._execute(bound, profile, all_pages)
 
     async def _conditional_write(self, bound: Any, profile: str, all_pages: bool) -> list[Row]:
         """A conditional write: never speculated (two Paxos rounds of one statement would

@@ -1,0 +1,279 @@
+"""A light mixed load whose outcome is known exactly, for a Cassandra cluster losing nodes.
+
+Weaves, small posts, one 20,000-recipient announcement and reads (GetUnifiedThread,
+GetUnreadCount, GetDelivery), about 25 calls a second spread over every replica's
+channels, each call with the deadline its method's policy gives it. Every call is recorded
+(method, status, cause, time), and health is polled on every replica for every service,
+so a test can say afterwards what a caller and an orchestrator saw during a fault, and
+check against union-find and exact counts that nothing acknowledged was lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+from google.protobuf.timestamp_pb2 import Timestamp
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from loom.v1 import common_pb2, inbox_pb2, inbox_pb2_grpc, threadweaver_pb2, threadweaver_pb2_grpc
+
+from loadtest.corpora.unionfind import UnionFind
+from server.inbox.mount import SERVICE as INBOX
+from server.threadweaver.mount import SERVICE as THREADWEAVER
+
+__all__ = ["Call", "MixedLoad"]
+
+INBOXES = [f"c-i{k}" for k in range(30)]
+ANNOUNCED = 20_000
+SERVING = health_pb2.HealthCheckResponse.SERVING
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One call as its caller saw it."""
+
+    method: str
+    code: grpc.StatusCode
+    details: str
+    at: float
+    """When it started (monotonic)."""
+    elapsed_s: float
+
+
+async def patiently(call: Callable[[], Awaitable[Any]]) -> Any:
+    """`call()` as a checking client makes it: UNAVAILABLE or DEADLINE_EXCEEDED (a busy or
+    recovering cluster) are tried again, for up to a minute; anything else fails."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            return await call()
+        except grpc.aio.AioRpcError as exc:
+            retry = exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+            if not retry or time.monotonic() > deadline:
+                raise
+        await asyncio.sleep(0.5)
+
+
+@dataclass
+class MixedLoad:
+    """The load over `channels` (any mix of replicas), at `rate` calls per second."""
+
+    channels: list[grpc.aio.Channel]
+    rng: random.Random
+    rate: float = 25.0
+    calls: list[Call] = field(default_factory=list)
+    not_serving: list[tuple[float, int, str]] = field(default_factory=list)
+    """(when, replica, service) of every health answer other than SERVING (an orchestrator
+    would stop routing to that replica)."""
+    weaves: list[tuple[str, str, str]] = field(default_factory=list)
+    posts: list[tuple[str, int, list[str]]] = field(default_factory=list)
+    woven: set[tuple[str, str]] = field(default_factory=set)
+    acked_weaves: list[tuple[str, str, str]] = field(default_factory=list)
+    acked_posts: list[tuple[str, int, list[str]]] = field(default_factory=list)
+    delivery_id: str = ""
+    _next: int = 0
+    _message_id: int = 0
+
+    def _channel(self) -> grpc.aio.Channel:
+        self._next += 1
+        return self.channels[self._next % len(self.channels)]
+
+    async def _call(self, method: str, send: Awaitable[Any]) -> Any:
+        started = time.monotonic()
+        try:
+            reply = await send
+        except grpc.aio.AioRpcError as exc:
+            self.calls.append(
+                Call(method, exc.code(), exc.details() or "", started, time.monotonic() - started)
+            )
+            return None
+        self.calls.append(Call(method, grpc.StatusCode.OK, "", started, time.monotonic() - started))
+        return reply
+
+    async def _weave(self) -> None:
+        rng = self.rng
+        gid, thread = f"u{rng.randrange(30)}", f"t{rng.randrange(4)}"
+        rfc = f"<m{rng.randrange(300)}@c>"
+        message = threadweaver_pb2.WovenMessage(
+            gid=gid, thread_id=thread, rfc_message_id=rfc, sent_at=Timestamp(seconds=len(rfc))
+        )
+        stub = threadweaver_pb2_grpc.ThreadWeaverStub(self._channel())
+        request = threadweaver_pb2.WeaveMessageRequest(message=message)
+        # Recorded before the call: a call that failed may still have been applied.
+        self.weaves.append((gid, thread, rfc))
+        if await self._call("WeaveMessage", stub.WeaveMessage(request, timeout=5.0)) is not None:
+            self.woven.add((gid, thread))
+            self.acked_weaves.append((gid, thread, rfc))
+
+    async def _post(self) -> None:
+        self._message_id += 1
+        recipients = self.rng.sample(INBOXES, self.rng.randint(1, 4))
+        thread = f"c-t{self._message_id}"
+        post = (thread, self._message_id, recipients)
+        self.posts.append(post)
+        stub = inbox_pb2_grpc.InboxStub(self._channel())
+        request = inbox_pb2.PostMessageRequest(
+            thread_id=thread, message_id=self._message_id, sender_inbox_id="c-sender",
+            recipient_inbox_ids=recipients,
+        )  # fmt: skip
+        if await self._call("PostMessage", stub.PostMessage(request, timeout=30.0)) is not None:
+            self.acked_posts.append(post)
+
+    async def _read(self) -> None:
+        if self.woven and self.rng.random() < 0.5:
+            gid, thread = self.rng.choice(sorted(self.woven))
+            stub = threadweaver_pb2_grpc.ThreadWeaverStub(self._channel())
+            request = threadweaver_pb2.GetUnifiedThreadRequest(gid=gid, thread_id=thread)
+            await self._call("GetUnifiedThread", stub.GetUnifiedThread(request, timeout=5.0))
+            return
+        inbox = inbox_pb2_grpc.InboxStub(self._channel())
+        if self.delivery_id and self.rng.random() < 0.2:
+            ask = inbox_pb2.GetDeliveryRequest(delivery_id=self.delivery_id)
+            await self._call("GetDelivery", inbox.GetDelivery(ask, timeout=2.0))
+            return
+        count = inbox_pb2.GetUnreadCountRequest(inbox_id=self.rng.choice(INBOXES))
+        await self._call("GetUnreadCount", inbox.GetUnreadCount(count, timeout=1.0))
+
+    async def announce(self) -> None:
+        """One PostMessage to ANNOUNCED inboxes (a background fan-out)."""
+        self._message_id += 1
+        stub = inbox_pb2_grpc.InboxStub(self._channel())
+        request = inbox_pb2.PostMessageRequest(
+            thread_id="c-announcement", message_id=self._message_id, sender_inbox_id="c-sender",
+            recipient_inbox_ids=[f"c-all{k}" for k in range(ANNOUNCED)],
+        )  # fmt: skip
+        reply = await self._call("PostMessage", stub.PostMessage(request, timeout=30.0))
+        assert isinstance(reply, inbox_pb2.PostMessageResponse), self.failures()
+        self.delivery_id = reply.delivery_id
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Calls at `rate` per second (weave 40 %, post 20 %, read 40 %) until `stop`."""
+        running: set[asyncio.Task[None]] = set()
+        while not stop.is_set():
+            roll = self.rng.random()
+            work = self._weave() if roll < 0.4 else self._post() if roll < 0.6 else self._read()
+            task = asyncio.ensure_future(work)
+            running.add(task)
+            task.add_done_callback(running.discard)
+            await asyncio.sleep(1.0 / self.rate)
+        await asyncio.gather(*running)
+
+    async def watch_health(self, targets: list[str], stop: asyncio.Event) -> None:
+        """Every 0.25 s, each replica's health for the server and both services."""
+        chans = [grpc.aio.insecure_channel(t) for t in targets]
+        try:
+            while not stop.is_set():
+                for replica, channel in enumerate(chans):
+                    await self._health(replica, channel)
+                await asyncio.sleep(0.25)
+        finally:
+            for channel in chans:
+                await channel.close()
+
+    async def _health(self, replica: int, channel: grpc.aio.Channel) -> None:
+        stub = health_pb2_grpc.HealthStub(channel)
+        for service in ("", THREADWEAVER, INBOX):
+            ask = health_pb2.HealthCheckRequest(service=service)
+            try:
+                status = (await stub.Check(ask, timeout=1.0)).status
+            except grpc.aio.AioRpcError:
+                continue  # unanswered within 1 s on a busy machine: no verdict either way
+            if status != SERVING:
+                self.not_serving.append((time.monotonic(), replica, service))
+
+    def failures(self, since: float = 0.0, until: float = float("inf")) -> list[Call]:
+        """Calls that did not succeed, started within [since, until)."""
+        return [c for c in self.calls if c.code != grpc.StatusCode.OK and since <= c.at < until]
+
+    def report(self, calls: list[Call]) -> str:
+        """`calls`, one line each: seconds into the load, method, status, duration, cause."""
+        start = self.calls[0].at if self.calls else 0.0
+        lines = [
+            f"{c.at - start:7.2f}s {c.method} {c.code.name} {c.elapsed_s:.2f}s {c.details[:300]}"
+            for c in calls[:40]
+        ]
+        return f"{len(calls)} of {len(self.calls)} calls:\n" + "\n".join(lines)
+
+    async def check_announcement(self) -> None:
+        """The announcement finishes with every inbox updated; a sample of its inboxes each
+        hold exactly the one unread thread."""
+        stub = inbox_pb2_grpc.InboxStub(self.channels[0])
+        deadline = time.monotonic() + 180
+        while True:
+            ask = inbox_pb2.GetDeliveryRequest(delivery_id=self.delivery_id)
+            got = await patiently(lambda r=ask: stub.GetDelivery(r, timeout=5.0))
+            if got.state == inbox_pb2.DELIVERY_STATE_DONE:
+                break
+            assert time.monotonic() < deadline, f"announcement not done: {got}"
+            await asyncio.sleep(1.0)
+        assert (got.progress.done, got.progress.total) == (ANNOUNCED, ANNOUNCED)
+        for k in self.rng.sample(range(ANNOUNCED), 200):
+            request = inbox_pb2.GetUnreadCountRequest(inbox_id=f"c-all{k}")
+            reply = await patiently(lambda r=request: stub.GetUnreadCount(r, timeout=5.0))
+            assert reply.unread_count == 1, f"c-all{k}"
+
+    @staticmethod
+    def _per_inbox(posts: list[tuple[str, int, list[str]]]) -> dict[str, int]:
+        counts = dict.fromkeys(INBOXES, 0)
+        for _, _, recipients in posts:
+            for inbox in recipients:
+                counts[inbox] += 1
+        return counts
+
+    def unread_bounds(self) -> dict[str, tuple[int, int]]:
+        """Per small inbox: at least its acknowledged posts, at most every post sent to it
+        (one that failed may or may not have been delivered)."""
+        least, most = self._per_inbox(self.acked_posts), self._per_inbox(self.posts)
+        return {inbox: (least[inbox], most[inbox]) for inbox in INBOXES}
+
+    async def unread_counts(self) -> dict[str, int]:
+        """Every small inbox's unread count, as the service answers it."""
+        stub = inbox_pb2_grpc.InboxStub(self.channels[0])
+        counts = {}
+        for inbox in INBOXES:
+            request = inbox_pb2.GetUnreadCountRequest(inbox_id=inbox)
+            reply = await patiently(lambda r=request: stub.GetUnreadCount(r, timeout=5.0))
+            counts[inbox] = reply.unread_count
+        return counts
+
+    def acknowledged_weaves(self) -> dict[tuple[str, str], set[tuple[str, str]]]:
+        """The conversations the acknowledged weaves alone make: root -> its threads."""
+        found = self.conversations(self.acked_weaves)
+        components: dict[tuple[str, str], set[tuple[str, str]]] = {}
+        for thread in found:
+            components.setdefault(found.find(thread), set()).add(thread)
+        return components
+
+    @staticmethod
+    def conversations(weaves: list[tuple[str, str, str]]) -> UnionFind[tuple[str, str]]:
+        """Union-find over `weaves`: threads sharing a Message-ID are one conversation."""
+        found: UnionFind[tuple[str, str]] = UnionFind()
+        first: dict[str, tuple[str, str]] = {}
+        for gid, thread, rfc in weaves:
+            found.add((gid, thread))
+            found.union(first.setdefault(rfc, (gid, thread)), (gid, thread))
+        return found
+
+    async def resolved(self) -> dict[tuple[str, str], str]:
+        """Each woven thread's unified thread, as the service answers it (a thread whose
+        only weaves failed may be unknown to it, and is left out)."""
+        threads = sorted({(gid, thread) for gid, thread, _ in self.weaves})
+        stub = threadweaver_pb2_grpc.ThreadWeaverStub(self.channels[0])
+        found: dict[tuple[str, str], str] = {}
+        for start in range(0, len(threads), 100):
+            refs = [
+                common_pb2.ThreadRef(gid=g, thread_id=t) for g, t in threads[start : start + 100]
+            ]
+            ask = threadweaver_pb2.ResolveThreadsRequest(threads=refs)
+            reply = await patiently(lambda r=ask: stub.ResolveThreads(r, timeout=10.0))
+            found |= {
+                (r.thread.gid, r.thread.thread_id): r.unified_thread_id
+                for r in reply.threads
+                if r.found
+            }
+        return found
