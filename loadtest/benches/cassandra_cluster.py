@@ -27,7 +27,6 @@ import json
 import os
 import random
 import signal
-import subprocess
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -39,14 +38,13 @@ import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 from loom.v1 import inbox_pb2, inbox_pb2_grpc, threadweaver_pb2, threadweaver_pb2_grpc
 
+from loadtest.cluster import cluster_env, node, node_pid
 from loadtest.modes import run_closed_loop, run_fixed_rate
 from loadtest.recorder import LatencyRecorder, PhaseStats
 from loadtest.server import loom_server
 
 __all__ = ["main"]
 
-REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "scripts/engines/cassandra-cluster.sh"
 _THREADS = 2000
 _INBOXES = 500
 
@@ -61,40 +59,6 @@ def single_env() -> dict[str, str]:
         "LOOM_CASSANDRA__KEYSPACE": f"bench_{uuid.uuid4().hex[:10]}",
         "LOOM_CASSANDRA__CREATE_SCHEMA": "true",
     }
-
-
-def cluster_env(**extra: str) -> dict[str, str]:
-    """A `loom serve` on the cluster: fresh keyspace, RF 3 in its DC, login, TLS."""
-    tls = Path(os.environ["LOOM_TEST_CASSANDRA_CLUSTER_TLS_DIR"])
-    dc = os.environ["LOOM_TEST_CASSANDRA_CLUSTER_DC"]
-    env = {
-        "LOOM_STORAGE__THREADWEAVER_STORE": "cassandra",
-        "LOOM_STORAGE__INBOX_STORE": "cassandra",
-        "LOOM_CASSANDRA__CONTACT_POINTS": os.environ["LOOM_TEST_CASSANDRA_CLUSTER_CONTACT_POINTS"],
-        "LOOM_CASSANDRA__PORT": os.environ["LOOM_TEST_CASSANDRA_CLUSTER_PORT"],
-        "LOOM_CASSANDRA__LOCAL_DC": dc,
-        "LOOM_CASSANDRA__REPLICATION": f"{dc}=3",
-        "LOOM_CASSANDRA__KEYSPACE": f"bench_{uuid.uuid4().hex[:10]}",
-        "LOOM_CASSANDRA__CREATE_SCHEMA": "true",
-        "LOOM_CASSANDRA__USERNAME": os.environ["LOOM_TEST_CASSANDRA_CLUSTER_USERNAME"],
-        "LOOM_CASSANDRA__PASSWORD": os.environ["LOOM_TEST_CASSANDRA_CLUSTER_PASSWORD"],
-        "LOOM_CASSANDRA__TLS_CA_FILE": str(tls / "ca.pem"),
-        "LOOM_CASSANDRA__TLS_CERT_FILE": str(tls / "client.pem"),
-        "LOOM_CASSANDRA__TLS_KEY_FILE": str(tls / "client-key.pem"),
-    }
-    return env | extra
-
-
-def node(command: str, *args: str) -> str:
-    """`cassandra-cluster.sh <command> <args>`."""
-    done = subprocess.run(
-        [str(SCRIPT), command, *args], check=True, capture_output=True, text=True, timeout=600
-    )
-    return done.stdout.strip()
-
-
-def node_pid(i: int) -> int:
-    return int(node("pid", str(i)).split()[-1])
 
 
 @asynccontextmanager

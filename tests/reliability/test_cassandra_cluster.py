@@ -29,10 +29,12 @@ from pathlib import Path
 import grpc
 import pytest
 
+from loadtest.cluster import cluster_env as deployment_env
+from loadtest.cluster import node, node_pid
 from server.config import Settings, load_settings
 from storage import factory
 from storage.ports import ThreadKey
-from tests.engines import CLUSTER, engines_dir, require, unique
+from tests.engines import CLUSTER, require
 from tests.reliability.cluster_load import INBOXES, MixedLoad
 from tests.replicas import channels
 from tests.serving import Served, loom_process, run_loom
@@ -41,23 +43,7 @@ from tests.serving import Served, loom_process, run_loom
 # test may take minutes on a busy machine (it asserts what happens, never how fast).
 pytestmark = [pytest.mark.engine(CLUSTER), pytest.mark.timeout(1200)]
 
-REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "scripts/engines/cassandra-cluster.sh"
 NODES = int(os.environ.get("LOOM_TEST_CASSANDRA_CLUSTER_NODES", "3"))
-
-
-def node(command: str, *args: str) -> str:
-    """`cassandra-cluster.sh <command> <args>` on the cluster this run uses."""
-    done = subprocess.run(
-        [str(SCRIPT), command, *args],
-        check=True, capture_output=True, text=True, timeout=400,
-        env={**os.environ, "LOOM_ENGINES_DIR": str(engines_dir())},
-    )  # fmt: skip
-    return done.stdout.strip()
-
-
-def node_pid(i: int) -> int:
-    return int(node("pid", str(i)).split()[-1])
 
 
 def _alive(pid: int) -> bool:
@@ -91,30 +77,12 @@ def _heal() -> None:
 
 
 def cluster_env(**extra: str) -> dict[str, str]:
-    """LOOM_* for a `loom serve` with ThreadWeaver and Inbox on the cluster, in a fresh
-    keyspace replicated three times in dc1, logged in, over TLS with a client certificate."""
-    tls = Path(os.environ["LOOM_TEST_CASSANDRA_CLUSTER_TLS_DIR"])
-    env = {
-        "LOOM_STORAGE__THREADWEAVER_STORE": "cassandra",
-        "LOOM_STORAGE__INBOX_STORE": "cassandra",
-        "LOOM_CASSANDRA__CONTACT_POINTS": os.environ["LOOM_TEST_CASSANDRA_CLUSTER_CONTACT_POINTS"],
-        "LOOM_CASSANDRA__PORT": os.environ["LOOM_TEST_CASSANDRA_CLUSTER_PORT"],
-        "LOOM_CASSANDRA__LOCAL_DC": os.environ["LOOM_TEST_CASSANDRA_CLUSTER_DC"],
-        "LOOM_CASSANDRA__REPLICATION": f"{os.environ['LOOM_TEST_CASSANDRA_CLUSTER_DC']}=3",
-        "LOOM_CASSANDRA__KEYSPACE": unique("loom_c"),
-        "LOOM_CASSANDRA__CREATE_SCHEMA": "true",
-        "LOOM_CASSANDRA__USERNAME": os.environ["LOOM_TEST_CASSANDRA_CLUSTER_USERNAME"],
-        "LOOM_CASSANDRA__PASSWORD": os.environ["LOOM_TEST_CASSANDRA_CLUSTER_PASSWORD"],
-        "LOOM_CASSANDRA__TLS_CA_FILE": str(tls / "ca.pem"),
-        "LOOM_CASSANDRA__TLS_CERT_FILE": str(tls / "client.pem"),
-        "LOOM_CASSANDRA__TLS_KEY_FILE": str(tls / "client-key.pem"),
-        "LOOM_SERVER__METRICS_PORT": "0",
-        # Paced as an operator paces a cluster's fan-out: unpaced, three replicas of 20,000
-        # deliveries on two shared cores starve every other call for seconds (isolation is
-        # the bulkhead tests' subject; these are about nodes failing).
-        "LOOM_INBOX__FANOUT_RATE_PER_S": "2000",
-    }
-    return env | extra
+    """`loom serve` on the cluster (`loadtest.cluster`), with metrics on and the fan-out paced
+    as an operator paces a cluster's: unpaced, three replicas of 20,000 deliveries on two
+    shared cores starve every other call for seconds (isolation is the bulkhead tests'
+    subject; these are about nodes failing)."""
+    paced = {"LOOM_SERVER__METRICS_PORT": "0", "LOOM_INBOX__FANOUT_RATE_PER_S": "2000"}
+    return deployment_env(**(paced | extra))
 
 
 def settings_of(env: dict[str, str], **cassandra: object) -> Settings:
