@@ -160,6 +160,7 @@ class CassandraSession:
         self._prepared: dict[str, PreparedStatement] = {}
         self._preparing: dict[str, asyncio.Lock] = {}
         self._conditional: set[bytes] = set()
+        self._reads: set[bytes] = set()
         self._in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
 
     @classmethod
@@ -212,6 +213,8 @@ class CassandraSession:
                 stmt.is_idempotent = idempotent(cql)
                 if CONDITIONAL.search(cql):
                     self._conditional.add(stmt.query_id)
+                if READ.match(cql):
+                    self._reads.add(stmt.query_id)
                 self._prepared[cql] = stmt
         return stmt
 
@@ -240,10 +243,10 @@ class CassandraSession:
             stmt.is_idempotent = not any(
                 inner[1] in self._conditional for inner in stmt._statements_and_parameters
             )
-        read = isinstance(stmt, PreparedStatement) and READ.match(stmt.query_string) is not None
-        profile = READS if read else EXEC_PROFILE_DEFAULT
-        if isinstance(stmt, PreparedStatement) and stmt.query_id in self._conditional:
-            return await self._conditional_write(bound, profile, all_pages)
+        query_id = stmt.query_id if isinstance(stmt, PreparedStatement) else None
+        if query_id in self._conditional:
+            return await self._conditional_write(bound, all_pages)
+        profile = READS if query_id in self._reads else EXEC_PROFILE_DEFAULT
         try:
             return await self._execute(bound, profile, all_pages)
         except StorageUnavailable as exc:
@@ -256,7 +259,7 @@ class CassandraSession:
                 raise
             return await self._execute(bound, profile, all_pages)
 
-    async def _conditional_write(self, bound: Any, profile: str, all_pages: bool) -> list[Row]:
+    async def _conditional_write(self, bound: Any, all_pages: bool) -> list[Row]:
         """A conditional write: never speculated (two Paxos rounds of one statement would
         contend with each other), but a coordinator that stays silent for half the request
         timeout — frozen, not dead, so the driver still thinks it up — is given up, and the
@@ -265,13 +268,17 @@ class CassandraSession:
         and the current value, never assume their own write won)."""
         half = self.settings.request_timeout_s / 2
         try:
-            return await self._execute(bound, profile, all_pages, driver_timeout_s=half)
+            return await self._execute(
+                bound, EXEC_PROFILE_DEFAULT, all_pages, driver_timeout_s=half
+            )
         except StorageUnavailable as exc:
             silent = exc.__cause__
             if not isinstance(silent, OperationTimedOut):
                 raise
             other = self._other_coordinator(bound, getattr(silent, "last_host", None))
-            return await self._execute(bound, profile, all_pages, driver_timeout_s=half, host=other)
+            return await self._execute(
+                bound, EXEC_PROFILE_DEFAULT, all_pages, driver_timeout_s=half, host=other
+            )
 
     def _other_coordinator(self, bound: Any, silent: Any) -> Any:
         """A live replica of the statement's partition (any live host when it has no routing
