@@ -16,15 +16,30 @@ asks to count, values stripped and each family cut at the caller's cap (Algorith
 clustering server asks only for rows its cached state cannot decide, so a hot row's
 hundreds of cells are not streamed through the client on every batch. Email payloads are read page by page (`read_row_cells`) so a
 full row stays under the emulator's 4 MiB response limit.
+
+The expiry is the cell's timestamp plus the TTL (the max-age GC and the reads' timestamp
+filter both count from it): the scans report a cell's timestamp + TTL as its expires_at_ms,
+and `restore` writes a cell with timestamp expires_at_ms - TTL, so a loaded cell keeps its
+remaining life whatever the TTL of the store it was dumped from (a timestamp may then lie in
+the future, which Bigtable accepts). A cell the row already has is another version of the
+same column: the newest one (the later expiry) is the one reads see and MaxVersions(1)
+keeps. A restored template is written by CheckAndMutateRow only when the row has no
+template cell formed at or after it.
+
+The scans are short ReadRows streams, each of at most a page of rows and closed before its
+page is yielded (a read may not outlive `request_timeout_s`, and a dump's consumer may be
+slow); each resumes after the last row taken, or inside a row after its last qualifier when
+the row had more cells than one response carries. They are not a point-in-time snapshot.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
-from datetime import UTC, datetime
+from collections.abc import AsyncIterator, Collection, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from google.cloud.bigtable.data import ReadRowsQuery, RowRange, SetCell
+from google.cloud.bigtable.data import ReadRowsQuery, RowMutationEntry, RowRange, SetCell
 from google.cloud.bigtable.data import row_filters as rf
 
 from storage.bigtable.client import (
@@ -38,6 +53,7 @@ from storage.bigtable.client import (
 )
 from storage.clock import now_ms
 from storage.ports import ClusterCounts, ClusterWrite
+from storage.ports.templates import StoredEmail, StoredTemplates, StoredUser
 from storage.settings import BigtableSettings
 from storage.slices import slices
 
@@ -47,6 +63,33 @@ _TABLE = "templates"
 _FAM_T, _FAM_E, _FAM_U = "template", "email", "user"
 _READ_KEYS = 500
 _SCAN_PAGE = 200
+_ROW_CELLS = 1000
+"""Cells of one row a scan takes per response at most, before it has seen how big they are."""
+_RESPONSE_BUDGET = 3_000_000
+"""Bytes of one row a scan takes per response: well under the emulator's 4 MiB limit."""
+_MUTATIONS = 10_000
+"""Mutations per MutateRows request of a restore (the API allows 100,000)."""
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+"""Cell times built from integer milliseconds exactly (no float on the way)."""
+
+_Cell = tuple[bytes, bytes, bytes, int]
+"""A scanned cell: row key, qualifier, value, timestamp in microseconds."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Round:
+    """What one scan round read."""
+
+    cells: list[_Cell]
+    rows: int
+    """Rows the stream delivered."""
+    finished: bytes | None
+    """The last row read to its end (None: none was)."""
+    inside: tuple[bytes, bytes] | None
+    """(row, last qualifier) of a row cut at the per-row cell limit: it may have more."""
+    cut: bool
+    """Whether the round stopped before its stream ended."""
 
 
 def _tables(email_ttl_s: float) -> dict[str, dict[str, Any]]:
@@ -193,6 +236,204 @@ class BigtableTemplateStore:
             if len(rows) < _SCAN_PAGE:
                 break
         return out
+
+    async def scan_emails(self, page: int) -> AsyncIterator[list[StoredEmail]]:
+        ttl = self._ttl_ms
+        async for cells in self._scan_cells(_FAM_E, page, strip=False):
+            yield [
+                StoredEmail(
+                    key=key,
+                    email_id=qualifier.decode(),
+                    payload=value,
+                    expires_at_ms=stamp // 1000 + ttl,
+                )
+                for key, qualifier, value, stamp in cells
+            ]
+
+    async def scan_users(self, page: int) -> AsyncIterator[list[StoredUser]]:
+        ttl = self._ttl_ms
+        async for cells in self._scan_cells(_FAM_U, page, strip=True):
+            yield [
+                StoredUser(key=key, user=qualifier, expires_at_ms=stamp // 1000 + ttl)
+                for key, qualifier, _, stamp in cells
+            ]
+
+    async def _scan_cells(
+        self, family: str, page: int, *, strip: bool
+    ) -> AsyncIterator[list[_Cell]]:
+        """The live cells of an expiring `family` (newest version of each column), in pages.
+
+        Each round is one short ReadRows stream (`_round`), closed before anything is
+        yielded: a range query of at most `page` rows after the last row finished or, when
+        the previous response of a row was cut at the per-row cell limit, that row alone
+        after its last qualifier. A round stops once `page` cells are held, so at most
+        `page` plus one response of a row (itself at most `page` cells) are held at once.
+        """
+        if page < 1:
+            raise ValueError(f"scan page must be at least 1, not {page}")
+        held: list[_Cell] = []
+        after: bytes | None = None  # every row up to this one is finished
+        inside: tuple[bytes, bytes] | None = None  # this row is finished up to this qualifier
+        widest = 0
+        while True:
+            per_row = max(1, min(page, _ROW_CELLS, _RESPONSE_BUDGET // (widest + 64)))
+            ranged = inside is None
+            if inside is None:
+                rows = RowRange(start_key=after, start_is_inclusive=False) if after else RowRange()
+                only = self._scan_filter(family, per_row, strip=strip, after_qualifier=None)
+                query = ReadRowsQuery(row_ranges=[rows], row_filter=only, limit=page)
+            else:
+                after, qualifier = inside  # the row is finished once a round reads its end
+                only = self._scan_filter(family, per_row, strip=strip, after_qualifier=qualifier)
+                query = ReadRowsQuery(row_keys=[after], row_filter=only)
+            got = await self._round(family, query, per_row, page - len(held))
+            held += got.cells
+            widest = max([widest, *(len(k) + len(q) + len(v) for k, q, v, _ in got.cells)])
+            after = got.finished or after
+            inside = got.inside
+            while len(held) >= page:
+                yield held[:page]
+                del held[:page]
+            if ranged and not got.cut and got.rows < page:  # the table's end
+                if held:
+                    yield held
+                return
+
+    async def _round(self, family: str, query: ReadRowsQuery, per_row: int, room: int) -> _Round:
+        """One scan round: reads `query`'s stream until its end, a row cut at `per_row`
+        cells, or `room` cells, then closes it."""
+        cells: list[_Cell] = []
+        rows = 0
+        finished: bytes | None = None
+        with errors(f"scan {family}"):
+            stream = await self._table.read_rows_stream(query)
+            try:
+                async for row in stream:
+                    rows += 1
+                    mine = [
+                        (row.row_key, c.qualifier, c.value, c.timestamp_micros) for c in row.cells
+                    ]
+                    cells += mine
+                    if len(mine) >= per_row:  # the row may have more: resume inside it
+                        inside = (row.row_key, mine[-1][1])
+                        return _Round(cells, rows, finished, inside, cut=True)
+                    finished = row.row_key
+                    if len(cells) >= room:
+                        return _Round(cells, rows, finished, None, cut=True)
+            finally:
+                close = getattr(stream, "aclose", None)
+                if close is not None:
+                    await close()
+        return _Round(cells, rows, finished, None, cut=False)
+
+    def _scan_filter(
+        self, family: str, per_row: int, *, strip: bool, after_qualifier: bytes | None
+    ) -> rf.RowFilter:
+        """A scan's filter: `family`'s live newest cells (after `after_qualifier` when
+        resuming a row), at most `per_row` of a row."""
+        chain: list[rf.RowFilter] = [rf.FamilyNameRegexFilter(escape_family(family))]
+        if after_qualifier is not None:
+            chain.append(
+                rf.ColumnRangeFilter(family, start_qualifier=after_qualifier, inclusive_start=False)
+            )
+        chain += [self._live(family), rf.CellsColumnLimitFilter(1)]
+        if strip:
+            chain.append(rf.StripValueTransformerFilter(True))
+        chain.append(rf.CellsRowLimitFilter(per_row))
+        return rf.RowFilterChain(chain)
+
+    async def scan_templates(self, page: int) -> AsyncIterator[list[StoredTemplates]]:
+        if page < 1:
+            raise ValueError(f"scan page must be at least 1, not {page}")
+        only = rf.RowFilterChain([rf.FamilyNameRegexFilter(_FAM_T), rf.CellsColumnLimitFilter(1)])
+        after: bytes | None = None
+        while True:
+            rows_range = (
+                RowRange(start_key=after, start_is_inclusive=False) if after else RowRange()
+            )
+            query = ReadRowsQuery(row_ranges=[rows_range], row_filter=only, limit=page)
+            with errors("scan templates"):
+                rows = list(await self._table.read_rows(query))
+            found: list[StoredTemplates] = []
+            for row in rows:
+                cells = {c.qualifier: c for c in row.cells}
+                if b"t" in cells:
+                    found.append(
+                        StoredTemplates(
+                            key=row.row_key,
+                            data=cells[b"t"].value,
+                            sender=cells[b"s"].value.decode() if b"s" in cells else "",
+                            formed_at_ms=cells[b"t"].timestamp_micros // 1000,
+                        )
+                    )
+            if found:
+                yield found
+            if len(rows) < page:
+                return
+            after = rows[-1].row_key
+
+    async def restore(
+        self,
+        emails: Sequence[StoredEmail],
+        users: Sequence[StoredUser],
+        templates: Sequence[StoredTemplates],
+    ) -> None:
+        now = now_ms()
+        ttl = self._ttl_ms
+        # A cell expiring at e is a cell written at e - TTL; an expired one is not written.
+        # The same column at another time is another version: the newest one is read and kept.
+        by_row: dict[bytes, list[SetCell]] = {}
+        for e in emails:
+            if e.expires_at_ms > now:
+                by_row.setdefault(e.key, []).append(
+                    SetCell(
+                        _FAM_E,
+                        e.email_id.encode(),
+                        e.payload,
+                        timestamp_micros=(e.expires_at_ms - ttl) * 1000,
+                    )
+                )
+        for u in users:
+            if u.expires_at_ms > now:
+                by_row.setdefault(u.key, []).append(
+                    SetCell(_FAM_U, u.user, b"", timestamp_micros=(u.expires_at_ms - ttl) * 1000)
+                )
+        batches: list[list[RowMutationEntry]] = [[]]
+        size = 0
+        for key, mutations in by_row.items():
+            for part in slices(mutations, _MUTATIONS):
+                if size + len(part) > _MUTATIONS and batches[-1]:
+                    batches.append([])
+                    size = 0
+                batches[-1].append(RowMutationEntry(key, list(part)))
+                size += len(part)
+
+        async def send(batch: list[RowMutationEntry]) -> None:
+            with errors("restore cells"):
+                await self._table.bulk_mutate_rows(batch)
+
+        async def put(t: StoredTemplates) -> None:
+            stamp = t.formed_at_ms * 1000
+            as_new = rf.RowFilterChain(  # a template formed at or after this one
+                [
+                    rf.FamilyNameRegexFilter(_FAM_T),
+                    rf.ColumnQualifierRegexFilter(b"t"),
+                    rf.TimestampRangeFilter(start=_EPOCH + timedelta(milliseconds=t.formed_at_ms)),
+                    rf.StripValueTransformerFilter(True),
+                ]
+            )
+            with errors("restore templates"):
+                await self._table.check_and_mutate_row(
+                    t.key,
+                    as_new,
+                    false_case_mutations=[
+                        SetCell(_FAM_T, b"t", bytes(t.data), timestamp_micros=stamp),
+                        SetCell(_FAM_T, b"s", t.sender.encode(), timestamp_micros=stamp),
+                    ],
+                )
+
+        await bounded_gather(send, [batch for batch in batches if batch])
+        await bounded_gather(put, list(templates))
 
     async def close(self) -> None:
         await self._handle.close()

@@ -6,11 +6,18 @@ and re-formation are the domain's.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-__all__ = ["ClusterCounts", "ClusterWrite", "TemplateStore"]
+__all__ = [
+    "ClusterCounts",
+    "ClusterWrite",
+    "StoredEmail",
+    "StoredTemplates",
+    "StoredUser",
+    "TemplateStore",
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -34,6 +41,38 @@ class ClusterCounts:
     """n: distinct recipients in the row."""
     template_at_ms: int | None
     """t: when the row's templates were (last) formed; None when it has none."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoredEmail:
+    """One live email cell of row `key`, with when it expires."""
+
+    key: bytes
+    email_id: str
+    payload: bytes
+    expires_at_ms: int
+    """When the cell expires (ms since the epoch): its write time plus the store's email TTL.
+    A dump carries this, not the write time, so a load on a store with another TTL keeps
+    the email's remaining life."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoredUser:
+    """One live user cell (a recipient hash) of row `key`, with when it expires."""
+
+    key: bytes
+    user: bytes
+    expires_at_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoredTemplates:
+    """Row `key`'s templates as put_templates stored them."""
+
+    key: bytes
+    data: bytes
+    sender: str
+    formed_at_ms: int
 
 
 class TemplateStore(Protocol):
@@ -85,6 +124,61 @@ class TemplateStore(Protocol):
         """Up to `limit` (key, templates) rows with templates, in key order after `after`.
 
         With `sender`, only rows whose templates belong to that sender.
+        """
+        ...
+
+    def scan_emails(self, page: int) -> AsyncIterator[list[StoredEmail]]:
+        """Every live email cell exactly once, in pages of 1..`page` (any order).
+
+        What ``loom dump`` streams: each cell with its payload and when it expires (its
+        write time plus the store's email TTL, to the millisecond). Expired cells are never
+        yielded, whether or not the engine has deleted them yet. An empty store yields
+        nothing (never an empty page); `page` < 1 is a ValueError.
+
+        Memory is bounded by `page`: the engine is read one page at a time (SQLite by keyset
+        on the primary key, one short read per page; Bigtable by short ReadRows streams,
+        each resumed after the last row or cell taken and closed before its page is
+        yielded), never the whole table at once. On a distributed engine the scan is not a
+        point-in-time snapshot: a cell written or rewritten while the scan runs may appear
+        with its old or its new expiry, or not at all, and a cell that expires during the
+        scan may or may not appear, while every cell left untouched (and live) throughout
+        appears exactly once. Quiesce writers first for an exact copy.
+        """
+        ...
+
+    def scan_users(self, page: int) -> AsyncIterator[list[StoredUser]]:
+        """Every live user cell exactly once, in pages of 1..`page` (any order).
+
+        Same bounds and caveats as `scan_emails`.
+        """
+        ...
+
+    def scan_templates(self, page: int) -> AsyncIterator[list[StoredTemplates]]:
+        """Every row's templates exactly once, in pages of 1..`page` (any order); rows
+        without templates are left out.
+
+        Same bounds and caveats as `scan_emails` (templates do not expire).
+        """
+        ...
+
+    async def restore(
+        self,
+        emails: Sequence[StoredEmail],
+        users: Sequence[StoredUser],
+        templates: Sequence[StoredTemplates],
+    ) -> None:
+        """Writes cells as they were: each email and user cell expiring at its expires_at_ms
+        (one already expired is skipped, never resurrected; a cell the store already has
+        keeps the later of the two expiries), and each row's templates unless the row
+        already has templates formed at or after formed_at_ms (the newer formation wins).
+        Idempotent: twice is once.
+
+        What ``loom load`` calls, a scanned page at a time. The expiry is kept whatever
+        this store's TTL: a cell is written as if stored `email_ttl_s` before its
+        expires_at_ms, so it may look stored in the future on a store whose TTL is shorter
+        than the cell's remaining life. Where both the store and the restore have a cell,
+        the one expiring later is kept, payload included. Nothing is counted or returned
+        (the domain re-counts a row on its next batch).
         """
         ...
 

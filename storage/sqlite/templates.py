@@ -9,16 +9,23 @@ The TTL is the adapter's: every read ignores email and user cells stored more th
 (a sweep of both tables by their age index, at most once per TTL/10), so an expired email is
 neither visible nor kept. A batch is one IMMEDIATE transaction on the single writer thread;
 its counts cost three indexed lookups per counted row, each stopping at the cap.
+
+A cell expires at stored_ms + TTL: the scans report that as its expires_at_ms, and `restore`
+writes stored_ms = expires_at_ms - TTL, so a loaded cell keeps its remaining life whatever
+the TTL of the store it was dumped from. The scans page by keyset on each table's primary
+key, one short read per page.
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Collection, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
 from pathlib import Path
+from typing import Any
 
 from storage.clock import now_ms
 from storage.ports import ClusterCounts, ClusterWrite
+from storage.ports.templates import StoredEmail, StoredTemplates, StoredUser
 from storage.sqlite.database import SqliteDatabase
 
 __all__ = ["SqliteTemplateStore"]
@@ -167,6 +174,126 @@ class SqliteTemplateStore:
             return [(bytes(k), bytes(d)) for k, d in conn.execute(sql, args)]
 
         return await self._db.read(run)
+
+    async def scan_emails(self, page: int) -> AsyncIterator[list[StoredEmail]]:
+        ttl = self._ttl_ms
+        async for rows in self._scan("cluster_email", "email_id", "payload", page):
+            yield [
+                StoredEmail(
+                    key=bytes(k), email_id=str(e), payload=bytes(p), expires_at_ms=int(t) + ttl
+                )
+                for k, e, t, p in rows
+            ]
+
+    async def scan_users(self, page: int) -> AsyncIterator[list[StoredUser]]:
+        ttl = self._ttl_ms
+        async for rows in self._scan("cluster_user", "user", None, page):
+            yield [
+                StoredUser(key=bytes(k), user=bytes(u), expires_at_ms=int(t) + ttl)
+                for k, u, t in rows
+            ]
+
+    async def _scan(
+        self, table: str, column: str, value: str | None, page: int
+    ) -> AsyncIterator[list[tuple[Any, ...]]]:
+        """Live (key, `column`, stored_ms[, `value`]) rows of `table`, a page at a time.
+
+        Keyset pagination on the primary key (key, `column`): one short read per page,
+        starting after the previous page's last row, so no cursor or read transaction
+        outlives a page. Expired rows the sweep has not deleted yet are passed over.
+        """
+        if page < 1:
+            raise ValueError(f"scan page must be at least 1, not {page}")
+        cols = f"key, {column}, stored_ms" + ("" if value is None else f", {value}")
+        # `+stored_ms`: the age filter must not lure the planner onto the age index (and a
+        # sort); the walk is the primary key's, from the cursor on.
+        first = f"SELECT {cols} FROM {table} WHERE +stored_ms > ? ORDER BY key, {column} LIMIT ?"
+        more = (
+            f"SELECT {cols} FROM {table} WHERE (key, {column}) > (?, ?) AND +stored_ms > ? "
+            f"ORDER BY key, {column} LIMIT ?"
+        )
+        after: tuple[object, object] | None = None
+        while True:
+            horizon = now_ms() - self._ttl_ms
+            if after is None:
+                rows = await self._rows(first, (horizon, page))
+            else:
+                rows = await self._rows(more, (*after, horizon, page))
+            if rows:
+                yield rows
+            if len(rows) < page:
+                return
+            after = (rows[-1][0], rows[-1][1])
+
+    async def _rows(self, sql: str, args: tuple[object, ...]) -> list[tuple[Any, ...]]:
+        """The rows of one short read."""
+
+        def run(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
+            return conn.execute(sql, args).fetchall()
+
+        return await self._db.read(run)
+
+    async def scan_templates(self, page: int) -> AsyncIterator[list[StoredTemplates]]:
+        if page < 1:
+            raise ValueError(f"scan page must be at least 1, not {page}")
+        cols = "SELECT key, data, sender, formed_ms FROM cluster_template"
+        after: bytes | None = None  # not b"": a row may have the empty key
+        while True:
+            if after is None:
+                rows = await self._rows(f"{cols} ORDER BY key LIMIT ?", (page,))
+            else:
+                rows = await self._rows(f"{cols} WHERE key > ? ORDER BY key LIMIT ?", (after, page))
+            if rows:
+                yield [
+                    StoredTemplates(key=bytes(k), data=bytes(d), sender=str(s), formed_at_ms=int(f))
+                    for k, d, s, f in rows
+                ]
+            if len(rows) < page:
+                return
+            after = bytes(rows[-1][0])
+
+    async def restore(
+        self,
+        emails: Sequence[StoredEmail],
+        users: Sequence[StoredUser],
+        templates: Sequence[StoredTemplates],
+    ) -> None:
+        now = now_ms()
+        ttl = self._ttl_ms
+        # A cell expiring at e is a cell stored at e - TTL; an expired one is not written.
+        email_rows = [
+            (e.key, e.email_id, e.expires_at_ms - ttl, e.payload)
+            for e in emails
+            if e.expires_at_ms > now
+        ]
+        user_rows = [(u.key, u.user, u.expires_at_ms - ttl) for u in users if u.expires_at_ms > now]
+        template_rows = [(t.key, t.data, t.sender, t.formed_at_ms) for t in templates]
+
+        def run(conn: sqlite3.Connection) -> None:
+            # The later expiry wins (and brings its payload); a tie changes nothing.
+            conn.executemany(
+                "INSERT INTO cluster_email (key, email_id, stored_ms, payload) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (key, email_id) DO UPDATE SET stored_ms = excluded.stored_ms, "
+                "payload = excluded.payload WHERE excluded.stored_ms > cluster_email.stored_ms",
+                email_rows,
+            )
+            conn.executemany(
+                "INSERT INTO cluster_user (key, user, stored_ms) VALUES (?, ?, ?) "
+                "ON CONFLICT (key, user) DO UPDATE SET stored_ms = excluded.stored_ms "
+                "WHERE excluded.stored_ms > cluster_user.stored_ms",
+                user_rows,
+            )
+            # The newer formation wins; templates formed at the same time are kept.
+            conn.executemany(
+                "INSERT INTO cluster_template (key, data, sender, formed_ms) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (key) DO UPDATE SET data = excluded.data, sender = excluded.sender, "
+                "formed_ms = excluded.formed_ms "
+                "WHERE excluded.formed_ms > cluster_template.formed_ms",
+                template_rows,
+            )
+
+        if email_rows or user_rows or template_rows:
+            await self._db.write(run)
 
     async def close(self) -> None:
         await self._db.close()
