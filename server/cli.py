@@ -1,4 +1,5 @@
-"""``loom serve``: the command-line entry point."""
+"""``loom``: the command-line entry point (``serve``, ``token``, and the data commands of
+`server.portable.cli`)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import structlog
 
 from server.app import check_startup, serve
 from server.config import ConfigError, Settings, load_settings
+from server.portable import cli as data_commands
 from server.processes import serve_workers
 from server.runtime.auth import mint_token
 from server.runtime.logs import configure_logging
@@ -66,6 +68,7 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--ttl", default="1h", help="lifetime: seconds, or 30m, 12h, 7d (default 1h)")
     t.add_argument("--subject", default="loom-cli", help="the token's sub claim")
     t.add_argument("--private-key", default="", help="PEM RSA/EC private key (RS256/ES256 issuers)")
+    data_commands.add_commands(sub)
     return parser
 
 
@@ -97,10 +100,17 @@ def _token(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Parses arguments, loads settings (flags win over env over TOML) and serves."""
+    """Parses arguments and runs the command."""
     args = _parser().parse_args(argv)
     if args.command == "token":
         return _token(args)
+    if args.command != "serve":
+        return data_commands.run(args)
+    return _serve(args)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    """Loads settings (flags win over env over TOML) and serves."""
     overrides: dict[str, dict[str, Any]] = {
         "server": {
             "host": args.host,

@@ -86,6 +86,13 @@ class ThreadWeaver:
             for m, flag in zip(messages, merged_flags, strict=True)
         ]
 
+    async def join(self, pairs: Collection[tuple[str, str]]) -> None:
+        """Records that each pair of UTs is one conversation, as a weave that merged them
+        would (components stay star-complete): a dump loaded into a store that already maps
+        a key elsewhere unions the two conversations."""
+        if pairs:
+            await self._join({ut for pair in pairs for ut in pair}, pairs)
+
     async def _join(self, touched: set[str], pairs: Collection[tuple[str, str]]) -> dict[str, str]:
         """Records the merges not yet linked; each touched UT's canonical id (as now known).
 

@@ -1,0 +1,1 @@
+"""Data that outlives a machine: portable dumps, loads and migrations between engines, and online backups of the embedded stores."""

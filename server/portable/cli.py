@@ -1,0 +1,153 @@
+"""``loom dump``, ``loom load``, ``loom migrate``, ``loom backup`` and ``loom restore``.
+
+Exit status: 0 done; 2 the input is wrong (bad settings, a dump that is tampered with, of
+another version or another service, a running Iterator job) and nothing was written; 1 the
+work failed (an engine unreachable, a migration whose target differs from its source).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from server.config import Settings, load_settings
+from server.portable import transfer
+from server.portable.backup import BackupError, backup, restore
+from server.portable.format import MANIFEST, DumpError
+from server.portable.services import SERVICES, ActiveJobs, engine_of
+
+__all__ = ["add_commands", "run"]
+
+ALL = "all"
+
+
+def add_commands(sub: Any) -> None:
+    """Adds the data commands to `loom`'s subcommand parser."""
+    services = [*SERVICES, ALL]
+    d = sub.add_parser("dump", help="write a service's store (or all) into a portable dump")
+    d.add_argument("--service", required=True, choices=services)
+    d.add_argument("--out", required=True, type=Path, help="new directory for the dump")
+    _settings_flags(d)
+    ld = sub.add_parser("load", help="load a dump into the configured store (resumable)")
+    ld.add_argument("--in", dest="src", required=True, type=Path, help="a dump directory")
+    ld.add_argument("--service", choices=services, default=ALL)
+    _settings_flags(ld)
+    m = sub.add_parser("migrate", help="stream stores from one deployment into another")
+    m.add_argument("--from", dest="source", required=True, type=Path, help="source TOML")
+    m.add_argument("--to", dest="target", required=True, type=Path, help="target TOML")
+    m.add_argument("--service", required=True, choices=services)
+    m.add_argument("--no-verify", action="store_true", help="skip the semantic comparison")
+    b = sub.add_parser("backup", help="online, consistent copy of the embedded SQLite stores")
+    b.add_argument("--data-dir", required=True, type=Path, help="the server's data directory")
+    b.add_argument("--out", required=True, type=Path, help="new directory for the backup")
+    r = sub.add_parser("restore", help="restore a backup into a fresh data directory")
+    r.add_argument("--in", dest="src", required=True, type=Path, help="a backup directory")
+    r.add_argument("--data-dir", required=True, type=Path, help="a data directory with no store")
+
+
+def _settings_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", type=Path, help="TOML settings file (also LOOM_CONFIG)")
+    parser.add_argument("--data-dir", help="directory of the embedded SQLite files")
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    return load_settings(args.config, overrides={"sqlite": {"data_dir": args.data_dir}})
+
+
+def run(args: argparse.Namespace) -> int:
+    """Runs one data command; returns the exit status."""
+    commands: dict[str, Callable[[argparse.Namespace], int]] = {
+        "dump": _dump,
+        "load": _load,
+        "migrate": _migrate,
+        "backup": _backup,
+        "restore": _restore,
+    }
+    name = f"loom {args.command}"
+    try:
+        return commands[args.command](args)
+    except (DumpError, BackupError, ActiveJobs, ValueError) as exc:
+        print(f"{name}: {exc}", file=sys.stderr)
+        return 2
+    except transfer.MigrationDiffers as exc:
+        print(f"{name}: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:
+        print(f"{name}: failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+
+
+def _chosen(service: str) -> list[str]:
+    return list(SERVICES) if service == ALL else [service]
+
+
+def _present(service: str, settings: Settings) -> bool:
+    """Whether there is a store to read: an embedded one exists only once written."""
+    if engine_of(service, settings) != "sqlite":
+        return True
+    return (Path(settings.sqlite.data_dir) / SERVICES[service].sqlite_file).exists()
+
+
+def _dump(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    services = _chosen(args.service)
+    for service in services:
+        if args.service == ALL and not _present(service, settings):
+            print(f"loom dump: {service}: no store yet, skipped", file=sys.stderr)
+            continue
+        out = args.out / service if args.service == ALL else args.out
+        opened = asyncio.run(transfer.dump(service, settings, out))
+        counts = ", ".join(f"{f.kind} {f.records}" for f in opened.manifest.files)
+        print(f"dumped {service} ({opened.manifest.consistency}) into {out}: {counts}")
+    return 0
+
+
+def _load(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    if (args.src / MANIFEST).exists():
+        dumps = [args.src]
+        service = None if args.service == ALL else args.service
+    else:  # a dump of all: one directory per service
+        dumps = [args.src / s for s in _chosen(args.service) if (args.src / s / MANIFEST).exists()]
+        if not dumps:
+            raise DumpError(f"{args.src / MANIFEST}: no manifest here or in a service directory")
+        service = None
+    for directory in dumps:  # every dump checked before the first write
+        transfer.check(directory, service)
+    for directory in dumps:
+        moved = asyncio.run(transfer.load(directory, settings, service))
+        print(f"loaded {moved.service}: {moved.records} records in {moved.seconds:.1f} s")
+    return 0
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    source = load_settings(args.source)
+    target = load_settings(args.target)
+    for service in _chosen(args.service):
+        if args.service == ALL and not _present(service, source):
+            print(f"loom migrate: {service}: no store yet, skipped", file=sys.stderr)
+            continue
+        moved = asyncio.run(transfer.migrate(service, source, target, verify=not args.no_verify))
+        verified = "" if args.no_verify else ", target verified equal"
+        print(
+            f"migrated {service} {engine_of(service, source)} -> {engine_of(service, target)}: "
+            f"{moved.records} records in {moved.seconds:.1f} s{verified}"
+        )
+    return 0
+
+
+def _backup(args: argparse.Namespace) -> int:
+    copied = backup(args.data_dir, args.out)
+    for c in copied:
+        print(f"backed up {c.name}: {c.bytes} bytes, snapshot copied in {c.seconds:.3f} s")
+    return 0
+
+
+def _restore(args: argparse.Namespace) -> int:
+    for name in restore(args.src, args.data_dir):
+        print(f"restored {name} into {args.data_dir}")
+    return 0
