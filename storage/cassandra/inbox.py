@@ -36,7 +36,7 @@ coordinator forwards anything a single-row write would not.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from cassandra.query import BatchStatement, BatchType, PreparedStatement
@@ -236,6 +236,50 @@ class CassandraInboxStore:
             (inbox_id,),
         )
         return ir.integer(rows[0], "n") if rows else 0
+
+    # --- whole-table scans (loom dump) --------------------------------------------------
+
+    async def _pages(self, cql: str, page: int) -> AsyncIterator[list[Row]]:
+        """Every row `cql` selects, in non-empty pages of at most `page`, one request each:
+        the driver's paging state carries the position from one request to the next, so
+        memory holds one page and no coordinator holds anything between pages. Rows come in
+        token order, which is no snapshot: a row written meanwhile may or may not appear."""
+        if page < 1:
+            raise ValueError(f"scan page must be at least 1, not {page}")
+        stmt = await self._stmt(cql)
+        state: bytes | None = None
+        while True:
+            rows, state = await self._s.run_page(stmt, (), fetch_size=page, paging_state=state)
+            if rows:
+                yield rows
+            if state is None:
+                return
+
+    async def scan_entries(self, page: int) -> AsyncIterator[list[tuple[str, InboxEntry]]]:
+        # The entries only: unread markers are derived from them. ``kind`` is the first
+        # clustering column, so the filter is a slice of each partition (no marker is read),
+        # and the ALLOW FILTERING a full scan needs anyway costs nothing more.
+        cql = (
+            "SELECT inbox_id, thread_id, last_message_id, is_read FROM {ks}.inbox "
+            f"WHERE kind = {ir.ENTRY} ALLOW FILTERING"
+        )
+        async for rows in self._pages(cql, page):
+            yield [
+                (
+                    ir.text(r, "inbox_id"),
+                    InboxEntry(
+                        thread_id=ir.text(r, "thread_id"),
+                        last_message_id=ir.integer(r, "last_message_id"),
+                        is_read=bool(r["is_read"]),
+                    ),
+                )
+                for r in rows
+            ]
+
+    async def scan_deliveries(self, page: int) -> AsyncIterator[list[DeliveryRecord]]:
+        cql = f"SELECT {ir.DELIVERY_COLUMNS} FROM {{ks}}.inbox_deliveries"
+        async for rows in self._pages(cql, page):
+            yield [ir.delivery_record(r) for r in rows]
 
     # --- marks and trims (single-partition writes, read first) --------------------------
 

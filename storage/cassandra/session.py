@@ -259,6 +259,47 @@ class CassandraSession:
                 raise
             return await self._execute(bound, profile, all_pages)
 
+    async def run_page(
+        self,
+        stmt: PreparedStatement,
+        params: Sequence[Any],
+        *,
+        fetch_size: int,
+        paging_state: bytes | None = None,
+    ) -> tuple[list[Row], bytes | None]:
+        """One page of at most `fetch_size` rows of a read, resumed at `paging_state`.
+
+        Returns the rows and the paging state of the next page (None after the last one), so
+        a caller can walk a whole table holding one page at a time: each page is a request
+        of its own, to any coordinator (Cassandra's paging state is not tied to the node that
+        issued it). A page may hold no rows while more follow (a filtered scan).
+        """
+        bound = stmt.bind(params)
+        bound.fetch_size = fetch_size
+        profile = READS if stmt.query_id in self._reads else EXEC_PROFILE_DEFAULT
+        try:
+            return await self._fetch_page(bound, profile, paging_state)
+        except StorageUnavailable as exc:
+            # As in `run`: a connection lost under an idempotent read goes once more.
+            lost = isinstance(exc.__cause__, (NoHostAvailable, ConnectionException))
+            if not (lost and stmt.is_idempotent):
+                raise
+            return await self._fetch_page(bound, profile, paging_state)
+
+    async def _fetch_page(
+        self, bound: Any, profile: str, paging_state: bytes | None
+    ) -> tuple[list[Row], bytes | None]:
+        loop = asyncio.get_running_loop()
+        async with self._in_flight:
+            with errors("query"):
+                rf = self._session.execute_async(
+                    bound, execution_profile=profile, paging_state=paging_state
+                )
+            rows = await _PageCollector(loop, rf, all_pages=False).future
+        # What the driver's own ResultSet.paging_state reads; the future has no public name.
+        state = rf._paging_state
+        return rows, bytes(state) if state else None
+
     async def _conditional_write(self, bound: Any, all_pages: bool) -> list[Row]:
         """A conditional write: never speculated (two Paxos rounds of one statement would
         contend with each other), but a coordinator that stays silent for half the request

@@ -6,7 +6,7 @@ ordering, filtering and trimming policy are the domain's.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -164,6 +164,34 @@ class InboxStore(Protocol):
     async def claim_delivery(self, record: DeliveryRecord, expected_updated_at_ms: int) -> bool:
         """Stores `record` only if the stored record's updated_at_ms is still `expected`:
         of several servers adopting one stalled delivery, exactly one wins (True)."""
+        ...
+
+    def scan_entries(self, page: int) -> AsyncIterator[list[tuple[str, InboxEntry]]]:
+        """Every inbox row exactly once as (inbox_id, entry), in pages of 1..`page` (any order).
+
+        What ``loom dump`` streams: each entry carries the newest message and the read flag
+        the row holds when its page is read. The unread rows are not scanned: they are
+        derived (a thread is unread iff its entry says ``is_read = false``), and a load
+        rebuilds them. An empty store yields nothing (never an empty page); `page` < 1 is
+        a ValueError.
+
+        Memory is bounded by `page`: the engine is read one page at a time (SQLite by
+        keyset on the primary key, one short read per page; Cassandra by its paging
+        state), never the whole table at once. On a distributed engine the scan is not a
+        point-in-time snapshot: a row written, advanced or trimmed while the scan runs may
+        appear in either state or not at all, while every row left untouched throughout
+        appears exactly once. Quiesce writers first for an exact copy.
+        """
+        ...
+
+    def scan_deliveries(self, page: int) -> AsyncIterator[list[DeliveryRecord]]:
+        """Every stored delivery record exactly once, in pages of 1..`page` (any order).
+
+        Done, running and failed deliveries alike (their recipient lists are not part of
+        it). Same bounds and caveats as `scan_entries`: memory bounded by `page`, nothing
+        yielded for an empty store, and on a distributed engine no point-in-time snapshot
+        (a delivery saved during the scan may show either its old or its new progress).
+        """
         ...
 
     async def close(self) -> None:

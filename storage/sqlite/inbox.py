@@ -25,9 +25,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from storage.idlists import decode_parts, encode_parts
 from storage.ports import DeliveryRecord, InboxEntry
@@ -99,6 +99,44 @@ def _record(row: tuple[object, ...]) -> DeliveryRecord:
         error=str(error),
         updated_at_ms=int(str(at)),
     )
+
+
+def _page_size(page: int) -> int:
+    if page < 1:
+        raise ValueError(f"scan page must be at least 1, not {page}")
+    return page
+
+
+def _select(sql: str, params: tuple[Any, ...]) -> Callable[[sqlite3.Connection], list[Any]]:
+    def run(conn: sqlite3.Connection) -> list[Any]:
+        return conn.execute(sql, params).fetchall()
+
+    return run
+
+
+async def _keyset_pages(
+    db: SqliteDatabase, table: str, columns: Sequence[str], key_width: int, page: int
+) -> AsyncIterator[list[tuple[Any, ...]]]:
+    """`table`'s rows in primary-key order, in non-empty pages of at most `page`.
+
+    The first `key_width` of `columns` are the primary key. Keyset pagination: each page is
+    one short read starting after the previous page's last key, so no cursor (nor read
+    transaction) is held between pages, the writer never waits behind a dump, and memory
+    holds one page.
+    """
+    if page < 1:
+        raise ValueError(f"scan page must be at least 1, not {page}")
+    key = ", ".join(columns[:key_width])
+    after: tuple[Any, ...] = ()
+    while True:
+        where = f"WHERE ({key}) > ({', '.join('?' * key_width)}) " if after else ""
+        sql = f"SELECT {', '.join(columns)} FROM {table} {where}ORDER BY {key} LIMIT ?"
+        rows = await db.read(_select(sql, (*after, page)))
+        if rows:
+            yield rows
+        if len(rows) < page:
+            return
+        after = tuple(rows[-1][:key_width])
 
 
 class SqliteInboxStore:
@@ -334,6 +372,19 @@ class SqliteInboxStore:
             return cursor.rowcount == 1
 
         return await self._db.write(run)
+
+    async def scan_entries(self, page: int) -> AsyncIterator[list[tuple[str, InboxEntry]]]:
+        columns = ("inbox_id", "thread_id", "last_message_id", "is_read")
+        async for rows in _keyset_pages(self._db, "inbox_entry", columns, 2, page):
+            yield [
+                (str(i), InboxEntry(thread_id=str(t), last_message_id=int(m), is_read=bool(r)))
+                for i, t, m, r in rows
+            ]
+
+    async def scan_deliveries(self, page: int) -> AsyncIterator[list[DeliveryRecord]]:
+        columns = tuple(f.name for f in dataclasses.fields(DeliveryRecord))
+        async for rows in _keyset_pages(self._db, "inbox_delivery", columns, 1, page):
+            yield [_record(r) for r in rows]
 
     async def close(self) -> None:
         await self._db.close()
