@@ -14,6 +14,9 @@ consistent so a retry after a lost race sees the winner's write.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from typing import Any
+
 from botocore.exceptions import ClientError
 
 from storage.dynamodb.client import DynamoDBClient, errors, is_conditional_failure
@@ -89,5 +92,41 @@ class DynamoDBSummaryStore:
                 raise
         return True
 
+    async def scan(self, page: int) -> AsyncIterator[list[tuple[str, StoredSummary]]]:
+        # A paginated Scan: Limit caps the items one request reads, LastEvaluatedKey resumes
+        # the next one, so memory holds one page. A request may return fewer items (the 1 MB
+        # response cap) or none while more remain; only non-empty pages are yielded.
+        # Strongly consistent, like `get`: a summary written before the scan reached its
+        # segment is read in its latest version.
+        if page < 1:
+            raise ValueError(f"scan page must be at least 1, not {page}")
+        start: dict[str, Any] | None = None
+        while True:
+            request: dict[str, Any] = {
+                "TableName": self._table,
+                "Limit": page,
+                "ConsistentRead": True,
+                "ProjectionExpression": "#k, version, #d",
+                "ExpressionAttributeNames": {"#k": _KEY, "#d": "data"},
+            }
+            if start is not None:
+                request["ExclusiveStartKey"] = start
+            with errors("scan"):
+                response = await self._client.raw.scan(**request)
+            found = [_summary_of(item) for item in response.get("Items", ())]
+            if found:
+                yield found
+            start = response.get("LastEvaluatedKey")
+            if not start:
+                return
+
     async def close(self) -> None:
         await self._client.close()
+
+
+def _summary_of(item: dict[str, Any]) -> tuple[str, StoredSummary]:
+    try:
+        message_id = str(item[_KEY]["S"])
+        return message_id, StoredSummary(bytes(item["data"]["B"]), int(item["version"]["N"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StorageCorrupt(f"dynamodb summary {item.get(_KEY)!r}: malformed item") from exc

@@ -6,6 +6,7 @@ domain's and one conditional write is all an engine has to offer.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -41,6 +42,24 @@ class SummaryStore(Protocol):
         `expected_version` None means the row must not exist yet. Returns True when written,
         False when the stored version differs (someone else wrote first): never raises for
         a lost race, only for engine faults.
+        """
+        ...
+
+    def scan(self, page: int) -> AsyncIterator[list[tuple[str, StoredSummary]]]:
+        """Every stored summary exactly once as (message_id, summary), data byte for byte, in pages.
+
+        Pages hold 1..`page` summaries in any order; an empty store yields nothing (never
+        an empty page); `page` < 1 is a ValueError. What ``loom dump`` streams: the version
+        comes along so a load can restore it as it was.
+
+        Memory is bounded by `page` (summaries are up to ~31 KB each, so a page of 100 is a
+        few MB at most): the engine is read one page at a time (SQLite by keyset on the
+        primary key, one short read per page; DynamoDB by Scan with a Limit, resumed from
+        LastEvaluatedKey), never the whole table at once. On a distributed engine the scan
+        is not a point-in-time snapshot: a summary written while the scan runs may appear
+        in its old or its new version (a created one may not appear at all), while every
+        summary left untouched throughout appears exactly once. Quiesce writers first for an
+        exact copy.
         """
         ...
 

@@ -11,6 +11,7 @@ slip in between, which is the same guarantee DynamoDB's ConditionExpression give
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 from storage.ports import StoredSummary
@@ -25,6 +26,22 @@ CREATE TABLE IF NOT EXISTS summary (
     data BLOB NOT NULL
 ) WITHOUT ROWID;
 """
+
+
+def _page_after(
+    after: str | None, page: int
+) -> Callable[[sqlite3.Connection], list[tuple[str, bytes, int]]]:
+    """The read of up to `page` summaries whose id sorts after `after` (None: the first)."""
+    where, params = ("", (page,)) if after is None else ("WHERE message_id > ? ", (after, page))
+
+    def run(conn: sqlite3.Connection) -> list[tuple[str, bytes, int]]:
+        rows = conn.execute(
+            f"SELECT message_id, data, version FROM summary {where}ORDER BY message_id LIMIT ?",
+            params,
+        )
+        return [(str(m), bytes(d), int(v)) for m, d, v in rows]
+
+    return run
 
 
 class SqliteSummaryStore:
@@ -72,6 +89,21 @@ class SqliteSummaryStore:
             return cursor.rowcount == 1
 
         return await self._db.write(run)
+
+    async def scan(self, page: int) -> AsyncIterator[list[tuple[str, StoredSummary]]]:
+        # Keyset pagination on the primary key: each page is one short read starting after
+        # the previous page's last id, so no cursor (nor read transaction) outlives a page
+        # and the writer never waits behind a dump.
+        if page < 1:
+            raise ValueError(f"scan page must be at least 1, not {page}")
+        after: str | None = None
+        while True:
+            rows = await self._db.read(_page_after(after, page))
+            if rows:
+                yield [(m, StoredSummary(d, v)) for m, d, v in rows]
+            if len(rows) < page:
+                return
+            after = rows[-1][0]
 
     async def close(self) -> None:
         await self._db.close()
