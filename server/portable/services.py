@@ -37,13 +37,15 @@ from storage.ports import (
     JobRecord,
     JobStore,
     MessageMapping,
+    StoredEmail,
+    StoredTemplates,
+    StoredUser,
     SummaryStore,
     TaskRecord,
     TemplateStore,
     ThreadKey,
     ThreadStore,
 )
-from storage.ports.templates import StoredEmail, StoredTemplates, StoredUser
 
 __all__ = ["SERVICES", "ActiveJobs", "Kind", "ServiceData", "open_service"]
 

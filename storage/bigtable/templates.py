@@ -52,8 +52,7 @@ from storage.bigtable.client import (
     read_row_cells,
 )
 from storage.clock import now_ms
-from storage.ports import ClusterCounts, ClusterWrite
-from storage.ports.templates import StoredEmail, StoredTemplates, StoredUser
+from storage.ports import ClusterCounts, ClusterWrite, StoredEmail, StoredTemplates, StoredUser
 from storage.settings import BigtableSettings
 from storage.slices import slices
 

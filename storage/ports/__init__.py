@@ -36,7 +36,14 @@ from storage.ports.jobs import (
     TaskRecord,
 )
 from storage.ports.summaries import StoredSummary, SummaryStore
-from storage.ports.templates import ClusterCounts, ClusterWrite, TemplateStore
+from storage.ports.templates import (
+    ClusterCounts,
+    ClusterWrite,
+    StoredEmail,
+    StoredTemplates,
+    StoredUser,
+    TemplateStore,
+)
 from storage.ports.threads import MessageMapping, ThreadKey, ThreadStore, UnifiedStats, UtRows
 from storage.ports.work_queue import QueuedMessage, WorkQueue
 
@@ -60,7 +67,10 @@ __all__ = [
     "SchemaFacts",
     "SourceLevel",
     "Step",
+    "StoredEmail",
     "StoredSummary",
+    "StoredTemplates",
+    "StoredUser",
     "SummaryStore",
     "TaskRecord",
     "TemplateStore",

@@ -24,8 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from storage.clock import now_ms
-from storage.ports import ClusterCounts, ClusterWrite
-from storage.ports.templates import StoredEmail, StoredTemplates, StoredUser
+from storage.ports import ClusterCounts, ClusterWrite, StoredEmail, StoredTemplates, StoredUser
 from storage.sqlite.database import SqliteDatabase
 
 __all__ = ["SqliteTemplateStore"]

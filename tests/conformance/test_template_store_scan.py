@@ -17,8 +17,14 @@ import pytest
 
 from storage import factory
 from storage.clock import now_ms
-from storage.ports import ClusterCounts, ClusterWrite, TemplateStore
-from storage.ports.templates import StoredEmail, StoredTemplates, StoredUser
+from storage.ports import (
+    ClusterCounts,
+    ClusterWrite,
+    StoredEmail,
+    StoredTemplates,
+    StoredUser,
+    TemplateStore,
+)
 from tests.engines import settings_for
 from tests.serving import eventually
 
