@@ -10,6 +10,10 @@ Tables mirror the seed's Scylla schema, with the reverse lookups as covering ind
 every UT they reach, with its team threads and stats, in one read transaction: a whole
 unified-thread read is one thread hop after the thread's own lookup.
 
+Scans (`loom dump`) page by keyset on each primary key: every page is one short read
+transaction that starts after the last key of the page before (no cursor held between
+pages). They read one consistent snapshot per page, not one for the whole scan.
+
 Insert-if-absent reads the batch's winners in bulk and inserts only the absent keys, inside
 one IMMEDIATE transaction on the single writer thread, so no other writer (thread or process)
 can slip in between; a batch of keys already mapped (most copies of a Message-ID) writes
@@ -18,11 +22,13 @@ nothing.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from storage.ports import MessageMapping, ThreadKey, UnifiedStats, UtRows
 from storage.slices import slices
@@ -161,8 +167,68 @@ class SqliteThreadStore:
 
         return await self._db.read(run)
 
+    async def scan_thread_uts(self, page: int) -> AsyncIterator[list[tuple[ThreadKey, str]]]:
+        async with contextlib.aclosing(
+            self._scan("thread_ut", ("gid", "thread_id"), "ut", page)
+        ) as scan:
+            async for rows in scan:
+                yield [(ThreadKey(gid, thread_id), ut) for gid, thread_id, ut in rows]
+
+    async def scan_message_uts(self, page: int) -> AsyncIterator[list[MessageMapping]]:
+        async with contextlib.aclosing(
+            self._scan("rfc_ut", ("rfc_key",), "ut, sent_at", page)
+        ) as scan:
+            async for rows in scan:
+                yield [
+                    MessageMapping(rfc_key=key, ut=ut, sent_at_ms=sent) for key, ut, sent in rows
+                ]
+
+    async def scan_links(self, page: int) -> AsyncIterator[list[tuple[str, str]]]:
+        # Both directions are stored (in one transaction): keep the one with a < b. The
+        # filter is applied here, not in SQL, so a page reads at most `page` rows however
+        # many reverse rows lie in a row (a hub's members, all larger than the hub).
+        held: list[tuple[str, str]] = []
+        async with contextlib.aclosing(self._scan("ut_merge", ("a", "b"), "", page)) as scan:
+            async for rows in scan:
+                held += [(a, b) for a, b in rows if a < b]
+                if len(held) >= page:
+                    yield held[:page]
+                    held = held[page:]
+        if held:
+            yield held
+
+    async def _scan(
+        self, table: str, key: tuple[str, ...], rest: str, page: int
+    ) -> AsyncGenerator[list[tuple[Any, ...]], None]:
+        """Every row of `table` as (*key, *rest) in pages of `page` rows (the last shorter,
+        none empty): keyset pagination on its primary key `key`, one short read per page."""
+        if page < 1:
+            raise ValueError(f"page must be at least 1, not {page}")
+        columns = ", ".join((*key, rest) if rest else key)
+        first = f"SELECT {columns} FROM {table} ORDER BY {', '.join(key)} LIMIT ?"
+        marks = ", ".join("?" * len(key))
+        later = (
+            f"SELECT {columns} FROM {table} WHERE ({', '.join(key)}) > ({marks})"
+            f" ORDER BY {', '.join(key)} LIMIT ?"
+        )
+        after: tuple[Any, ...] | None = None
+        while True:
+            sql, params = (first, (page,)) if after is None else (later, (*after, page))
+            rows = await self._db.read(functools.partial(_fetch, sql=sql, params=params))
+            if rows:
+                yield rows
+            if len(rows) < page:
+                return
+            after = rows[-1][: len(key)]
+
     async def close(self) -> None:
         await self._db.close()
+
+
+def _fetch(
+    conn: sqlite3.Connection, *, sql: str, params: Sequence[object]
+) -> list[tuple[Any, ...]]:
+    return conn.execute(sql, params).fetchall()
 
 
 def _thread_uts(
