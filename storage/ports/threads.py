@@ -7,7 +7,7 @@ is the whole of threadweaver's correctness, so every engine must provide it nati
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -126,6 +126,46 @@ class ThreadStore(Protocol):
 
         One round trip for everything a read needs of one level of the link graph.
         `thread_limit` 0 reads no threads.
+        """
+        ...
+
+    # Streaming scans (`loom dump`): every record of the store, in pages, with bounded memory.
+    # Each is an async generator: memory is bounded by `page` (a scan holds about a page and
+    # reads the engine one short request at a time, a few per page, never a whole relation);
+    # an empty store yields nothing (never an empty page); `page` < 1 is a ValueError. Pages
+    # hold 1..`page` items, in whatever order the engine keeps them. On a distributed engine
+    # a scan is not a point-in-time snapshot: a row written or removed while the scan runs
+    # may or may not appear (a row present from the scan's start to its end appears exactly
+    # once); SQLite reads one snapshot per page. Reads fail with `StorageError`s as the other
+    # methods do, but a scan is no coroutine method: `server.runtime.guard` does not put it
+    # behind the engine's breaker or a request's deadline.
+
+    def scan_thread_uts(self, page: int) -> AsyncIterator[list[tuple[ThreadKey, str]]]:
+        """Every thread -> UT mapping exactly once, in pages of 1..`page` items (any order).
+
+        The stored winner of each thread, including one whose writer crashed before its
+        reverse rows were done (its winner is decided all the same; writing it again with
+        `put_thread_uts_if_absent` completes them). Not a point-in-time snapshot on a
+        distributed engine; memory bounded by `page` (at least 1).
+        """
+        ...
+
+    def scan_message_uts(self, page: int) -> AsyncIterator[list[MessageMapping]]:
+        """Every Message-ID -> UT mapping exactly once (with its stored sent_at_ms), in pages.
+
+        Pages of 1..`page` items, any order: the stored winner of each Message-ID. Not a
+        point-in-time snapshot on a distributed engine; memory bounded by `page` (at least 1).
+        """
+        ...
+
+    def scan_links(self, page: int) -> AsyncIterator[list[tuple[str, str]]]:
+        """Every link exactly once as (a, b) with a < b, in pages.
+
+        Pages of 1..`page` items, any order; each undirected link once (never its reverse).
+        A removed link does not appear. An `add_links` or `remove_links` that did not return
+        (its writer crashed) may have stored one direction only: such a link may or may not
+        appear, as the port promises nothing of a write that did not return. Not a
+        point-in-time snapshot on a distributed engine; memory bounded by `page` (at least 1).
         """
         ...
 
