@@ -1,5 +1,5 @@
-"""``loom``: the command-line entry point (``serve``, ``token``, and the data commands of
-`server.portable.cli`)."""
+"""``loom``: the command-line entry point (``serve``, ``token``, ``probe`` (`server.probe`),
+and the data commands of `server.portable.cli`)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Any
 
 import structlog
 
+from server import probe
 from server.app import check_startup, serve
 from server.config import ConfigError, Settings, load_settings
 from server.portable import cli as data_commands
@@ -68,6 +69,7 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--ttl", default="1h", help="lifetime: seconds, or 30m, 12h, 7d (default 1h)")
     t.add_argument("--subject", default="loom-cli", help="the token's sub claim")
     t.add_argument("--private-key", default="", help="PEM RSA/EC private key (RS256/ES256 issuers)")
+    probe.add_command(sub)
     data_commands.add_commands(sub)
     return parser
 
@@ -104,6 +106,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "token":
         return _token(args)
+    if args.command == "probe":
+        return probe.run(args)
     if args.command != "serve":
         return data_commands.run(args)
     return _serve(args)
