@@ -12,7 +12,7 @@ PROTOS := $(wildcard protos/loom/v1/*.proto)
 # Go lives here on these machines; harmless where it is already on PATH.
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: install run test test-unit lint protos buf-lint contract contract-baseline engines-up engines-down tools clients bench clean
+.PHONY: install run test test-unit lint protos buf-lint contract contract-baseline engines-up engines-down tools clients bench lock clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -78,6 +78,16 @@ engines-up:
 
 engines-down:
 	scripts/engines/down.sh
+
+# requirements.lock: the runtime dependencies (not dev), pinned with hashes for Linux x86_64
+# CPython 3.11, what the Dockerfile installs with --require-hashes. Pins already in the file
+# are kept unless pyproject.toml needs others; `make lock LOCK_ARGS=--upgrade` takes the
+# newest allowed. tests/unit/test_lock_file.py checks it against pyproject.toml.
+lock: install
+	test -x $(BIN)/uv || $(BIN)/pip install -q 'uv>=0.9'
+	$(BIN)/uv pip compile pyproject.toml --quiet --generate-hashes --python-version 3.11 \
+	  --python-platform x86_64-unknown-linux-gnu --annotation-style line \
+	  --custom-compile-command 'make lock' $(LOCK_ARGS) -o requirements.lock
 
 bench: install
 	$(BIN)/python -m loadtest threadweaver --json loadtest/results/threadweaver.json --png loadtest/results/threadweaver.png
