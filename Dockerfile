@@ -1,19 +1,45 @@
 # Loom server image: the embedded engine by default; point it at Bigtable, Cassandra or
 # DynamoDB with LOOM_* environment variables (see README.md).
-FROM python:3.11-slim AS build
+#
+# BASE must be a Debian-family CPython 3.11 on x86_64 (useradd, glibc): requirements.lock
+# pins wheels for that platform. Override it to use a mirror or a digest-pinned image, e.g.
+#   --build-arg BASE=docker.io/library/python:3.11-slim@sha256:...
+ARG BASE=python:3.11-slim
+
+FROM ${BASE} AS build
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PIP_ROOT_USER_ACTION=ignore
 WORKDIR /src
-COPY pyproject.toml README.md ./
+# Dependencies first, in a layer of their own keyed on the lock alone: a source change
+# reuses it (no download, no reinstall). --require-hashes: every file is checked against
+# the reviewed lock; --no-deps: the lock is the complete set, pip resolves nothing else.
+COPY requirements.lock ./
+RUN pip install --require-hashes --no-deps --prefix=/deps -r requirements.lock
+# Then Loom itself, into another prefix so the final image keeps the two as separate layers
+# too. Only what the wheel packages (pyproject's packages.find: server, storage, loom.v1 in
+# protos, loom_client); the load harness (loadtest/) is not in the wheel and not copied.
+# The build backend (setuptools, wheel) is fetched by pip's build isolation at this step.
+COPY pyproject.toml ./
 COPY protos protos
 COPY server server
 COPY storage storage
-COPY loadtest loadtest
 COPY clients/python clients/python
-RUN pip install --no-cache-dir --prefix=/install .
+RUN pip install --no-deps --prefix=/app .
 
-FROM python:3.11-slim
-RUN useradd --create-home --uid 10001 loom
-COPY --from=build /install /usr/local
-USER loom
+FROM ${BASE}
+# A fixed uid/gid (10001) so mounted secrets can be granted to it (group 10001, mode 0640)
+# without knowing the image's /etc/passwd; a login shell is of no use to a server.
+# The data directory is made here, owned by loom, before VOLUME: Docker copies it (ownership
+# included) into a fresh named volume, so the non-root server can write there. Without it
+# Docker creates the mount point root-owned (podman gives a new volume to the container's
+# user; Docker does not).
+RUN groupadd --gid 10001 loom \
+ && useradd --uid 10001 --gid 10001 --create-home --shell /usr/sbin/nologin loom \
+ && install -d -o 10001 -g 10001 -m 0750 /home/loom/data
+# Two layers: the dependencies' changes only when requirements.lock does.
+COPY --from=build /deps /usr/local
+COPY --from=build /app /usr/local
+# Numeric, so Kubernetes' runAsNonRoot can verify it without reading /etc/passwd.
+USER 10001:10001
 WORKDIR /home/loom
 # Metrics on 9464; TLS and auth come from mounted files, e.g.
 #   -e LOOM_SERVER__TLS_CERT_FILE=/run/secrets/tls.crt -e LOOM_SERVER__TLS_KEY_FILE=/run/secrets/tls.key
@@ -23,5 +49,13 @@ ENV LOOM_SERVER__HOST=0.0.0.0 LOOM_SQLITE__DATA_DIR=/home/loom/data \
     LOOM_SERVER__METRICS_HOST=0.0.0.0 LOOM_SERVER__METRICS_PORT=9464
 EXPOSE 50051 9464
 VOLUME ["/home/loom/data"]
+# Readiness: "" and every service SERVING, i.e. no engine's circuit breaker open (what
+# compose's depends_on: service_healthy and a load balancer want). `loom probe` reads this
+# container's environment: the port, and TLS when LOOM_SERVER__TLS_CERT_FILE is set
+# (trusting that certificate, or LOOM_PROBE__CA_FILE; mTLS: LOOM_PROBE__CLIENT_CERT_FILE and
+# LOOM_PROBE__CLIENT_KEY_FILE). An orchestrator's restart (liveness) check should be
+# `loom probe --live` instead: restarting cannot bring a database back.
+HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=3 \
+    CMD ["loom", "probe", "--ready"]
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["loom", "serve"]
