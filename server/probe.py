@@ -15,6 +15,10 @@ server's container: the port from ``LOOM_SERVER__PORT``, and TLS when
 ``LOOM_SERVER__TLS_CERT_FILE`` is set (then the certificate itself is the trust root unless
 a CA is given: a self-signed certificate verifies against itself). Health is an open
 service (``auth.open_services``), so no token is needed.
+
+The ``LOOM_PROBE__*`` variables belong to the probe's environment only: ``loom serve``
+refuses LOOM_* variables of a settings section it does not know, so inside the server's
+container give the CA and client certificate as flags.
 """
 
 from __future__ import annotations
