@@ -52,9 +52,8 @@ VOLUME ["/home/loom/data"]
 # Readiness: "" and every service SERVING, i.e. no engine's circuit breaker open (what
 # compose's depends_on: service_healthy and a load balancer want). `loom probe` reads this
 # container's environment: the port, and TLS when LOOM_SERVER__TLS_CERT_FILE is set,
-# trusting that certificate (self-signed); a CA-issued one needs --ca-file (and mTLS
-# --client-cert/--client-key) in an overriding health check, as docker-compose.yml does: not
-# LOOM_PROBE__* variables, which `loom serve` refuses in its environment (unknown section).
+# trusting that certificate (self-signed); a CA-issued one needs LOOM_PROBE__CA_FILE (and for
+# mTLS LOOM_PROBE__CLIENT_CERT_FILE/_KEY_FILE) in the container's environment, or the flags.
 # An orchestrator's restart (liveness) check should be `loom probe --live` instead:
 # restarting cannot bring a database back.
 HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=3 \

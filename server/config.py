@@ -182,6 +182,11 @@ class Settings:
     """Per-method overrides keyed by full method name ``loom.v1.Service/Method``."""
 
 
+CLIENT_SECTIONS = frozenset({"probe"})
+"""LOOM_<SECTION>__* variables read by client commands, not by the server: `loom probe`
+runs inside the server's container, so its variables sit in the server's environment."""
+
+
 D = TypeVar("D")
 
 
@@ -292,6 +297,8 @@ def load_settings(
         if not key.startswith("LOOM_") or "__" not in key:
             continue
         section, _, name = key[len("LOOM_") :].lower().partition("__")
+        if section in CLIENT_SECTIONS:
+            continue  # read by a client command sharing the environment (`loom probe`)
         if section not in merged:
             raise ValueError(f"{key}: unknown settings section {section!r}")
         merged[section][name] = value

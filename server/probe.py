@@ -16,9 +16,8 @@ server's container: the port from ``LOOM_SERVER__PORT``, and TLS when
 a CA is given: a self-signed certificate verifies against itself). Health is an open
 service (``auth.open_services``), so no token is needed.
 
-The ``LOOM_PROBE__*`` variables belong to the probe's environment only: ``loom serve``
-refuses LOOM_* variables of a settings section it does not know, so inside the server's
-container give the CA and client certificate as flags.
+The ``LOOM_PROBE__*`` variables may sit in the server's own environment (its container's):
+``loom serve`` leaves that section to the probe (`server.config.CLIENT_SECTIONS`).
 """
 
 from __future__ import annotations

@@ -98,9 +98,10 @@ async def test_nothing_listening_fails_within_the_timeout() -> None:
 
 
 async def test_mutual_tls_with_the_probes_ca_and_client_certificate(tmp_path: Path) -> None:
-    """A server with TLS and required client certificates: the probe, given the CA and a
-    client certificate through its environment, exits 0; without the client certificate
-    the handshake fails and it exits 1."""
+    """A server with TLS and required client certificates, started with the probe's
+    variables in its own environment (as in its container, where the health check runs):
+    it serves; the probe, given the CA and a client certificate through that environment,
+    exits 0; without the client certificate the handshake fails and it exits 1."""
     ca = Authority(tmp_path / "pki")
     server = ca.issue("server", server=True)
     clients = Authority(tmp_path / "clients", "Client CA")
@@ -111,8 +112,9 @@ async def test_mutual_tls_with_the_probes_ca_and_client_certificate(tmp_path: Pa
         "LOOM_SERVER__TLS_CLIENT_CA_FILE": str(clients.cert_file),
     }
     creds = grpc.ssl_channel_credentials(ca.cert, client.key, client.cert)
-    async with loom_process(tmp_path, env=tls, credentials=creds) as served:
-        env = {**tls, "LOOM_PROBE__CA_FILE": str(ca.cert_file)}
+    shared = {**tls, "LOOM_PROBE__CA_FILE": str(ca.cert_file)}
+    async with loom_process(tmp_path, env=shared, credentials=creds) as served:
+        env = dict(shared)
         anonymous = await probe("--live", "--target", served.target, env=env)
         assert anonymous.returncode == 1
         env |= {
