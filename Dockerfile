@@ -9,21 +9,31 @@ ARG BASE=python:3.11-slim
 FROM ${BASE} AS build
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PIP_ROOT_USER_ACTION=ignore
 WORKDIR /src
+# A virtualenv rather than pip --prefix: the same steps work on python:3.11-slim and on a
+# Debian base (python3 + python3-venv), whose system Python has no pip of its own.
 # Dependencies first, in a layer of their own keyed on the lock alone: a source change
 # reuses it (no download, no reinstall). --require-hashes: every file is checked against
 # the reviewed lock; --no-deps: the lock is the complete set, pip resolves nothing else.
-COPY requirements.lock ./
-RUN pip install --require-hashes --no-deps --prefix=/deps -r requirements.lock
-# Then Loom itself, into another prefix so the final image keeps the two as separate layers
-# too. Only what the wheel packages (pyproject's packages.find: server, storage, loom.v1 in
-# protos, loom_client); the load harness (loadtest/) is not in the wheel and not copied.
+# build-ca.pem (optional; scripts/image/build.sh puts the host's CA bundle there) is the
+# trust store for TLS to the package index where a proxy re-signs it; the wildcard lets the
+# COPY succeed without it.
+COPY requirements.lock build-ca.pe[m] ./
+RUN if [ -f build-ca.pem ]; then export PIP_CERT=/src/build-ca.pem; fi \
+ && python3 -m venv /opt/loom \
+ && /opt/loom/bin/pip install -q --require-hashes --no-deps -r requirements.lock
+# Then Loom itself, into a directory of its own so the final image keeps the two as separate
+# layers too. Only what the wheel packages (pyproject's packages.find: server, storage,
+# loom.v1 in protos, loom_client); the load harness (loadtest/) is not in the wheel.
 # The build backend (setuptools, wheel) is fetched by pip's build isolation at this step.
 COPY pyproject.toml ./
 COPY protos protos
 COPY server server
 COPY storage storage
 COPY clients/python clients/python
-RUN pip install --no-deps --prefix=/app .
+RUN if [ -f build-ca.pem ]; then export PIP_CERT=/src/build-ca.pem; fi \
+ && /opt/loom/bin/pip install -q --no-deps --target=/opt/app . \
+ && /opt/loom/bin/python -m pip uninstall -q -y pip setuptools
+# (pip and setuptools are build tools: ~20 MB the running server never imports.)
 
 FROM ${BASE}
 # A fixed uid/gid (10001) so mounted secrets can be granted to it (group 10001, mode 0640)
@@ -36,8 +46,9 @@ RUN groupadd --gid 10001 loom \
  && useradd --uid 10001 --gid 10001 --create-home --shell /usr/sbin/nologin loom \
  && install -d -o 10001 -g 10001 -m 0750 /home/loom/data
 # Two layers: the dependencies' changes only when requirements.lock does.
-COPY --from=build /deps /usr/local
-COPY --from=build /app /usr/local
+COPY --from=build /opt/loom /opt/loom
+COPY --from=build /opt/app /opt/app
+ENV PATH=/opt/app/bin:/opt/loom/bin:$PATH PYTHONPATH=/opt/app
 # Numeric, so Kubernetes' runAsNonRoot can verify it without reading /etc/passwd.
 USER 10001:10001
 WORKDIR /home/loom
