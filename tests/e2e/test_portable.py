@@ -24,11 +24,11 @@ from pathlib import Path
 import pytest
 from loom.v1 import dump_pb2
 
-from server.config import Settings
+from server.config import Settings, load_settings
 from server.portable import transfer
 from server.portable.format import DumpWriter
 from server.portable.services import SERVICES, open_service
-from tests.engines import settings_for
+from tests.engines import server_env, settings_for
 from tests.portable_data import build_everything, store_files
 from tests.serving import run_loom, running_server
 
@@ -197,14 +197,19 @@ async def _inbox_rows(settings: Settings) -> set[tuple[str, str, int, bool]]:
     return rows
 
 
-async def test_a_load_killed_with_sigkill_resumes_where_it_stopped(tmp_path: Path) -> None:
+@pytest.mark.parametrize("engine", ["sqlite", "cassandra"])
+async def test_a_load_killed_with_sigkill_resumes_where_it_stopped(
+    tmp_path: Path, engine: str
+) -> None:
     """`loom load` of 20,000 inbox rows killed with SIGKILL midway, then run again: it
     resumes from its recorded progress (not from the start) and the store ends exactly as
     the dump says, unread counts included."""
     made = _inbox_dump(tmp_path / "d", 20_000)
-    target = settings_for("sqlite", tmp_path)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOM_")}
-    env |= _env(target.sqlite.data_dir)
+    settings_env = _env(str(tmp_path / "data"))
+    if engine != "sqlite":
+        settings_env |= server_env(inbox_store=engine)
+    target = load_settings(env=settings_env)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOM_")} | settings_env
     loom = str(Path(sys.executable).with_name("loom"))
     log = tmp_path / "load.log"
     with log.open("wb") as sink:

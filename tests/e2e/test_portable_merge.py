@@ -4,6 +4,7 @@ its newest message, a row's templates keep their newest formation, a job present
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 
@@ -12,9 +13,11 @@ from loom.v1 import dump_pb2
 from server.portable.services import open_service
 from server.summary.model import DeliveryEvent, DeliveryStatus, MessageSummary
 from server.threadweaver.weaver import ThreadWeaver
-from storage.ports import ThreadKey
+from storage import factory
+from storage.ports import JobRecord, TaskRecord, ThreadKey
 from tests.engines import settings_for
 from tests.portable_data import finished_jobs
+from tests.serving import run_loom
 
 
 async def test_threadweaver_unions_a_thread_mapped_elsewhere(tmp_path: Path) -> None:
@@ -127,3 +130,32 @@ async def test_a_job_already_present_is_left_alone(tmp_path: Path) -> None:
         assert (await store.get_job("job-new")).state == "completed"
     finally:
         await data.close()
+
+
+async def test_a_dump_of_a_running_iterator_job_is_refused_naming_it(tmp_path: Path) -> None:
+    """`loom dump --service iterator` while a job is running: exit 2, the job named, what to
+    do said, and no dump written (a copy of work in flight no store can resume)."""
+    settings = settings_for("sqlite", tmp_path)
+    await finished_jobs(settings, count=1)
+    store = await factory.open_job_store(settings)
+    try:
+        job = JobRecord(
+            job_id="job-live", created_ms=5, spec="{}", state="running", rate=0, paused_by="",
+            error="", finished_ms=0, version=1,
+        )  # fmt: skip
+        root = TaskRecord(
+            task_id="root", level=0, parents=(), first=(), last=(), after=(), upto=(), seq=0,
+            done=False, rows=0, started_ms=5, spawned=(),
+        )  # fmt: skip
+        await store.create_job(job, root, {})
+    finally:
+        await store.close()
+    out = tmp_path / "dump"
+    done = await asyncio.to_thread(
+        run_loom, "dump", "--service", "iterator", "--out", str(out),
+        env={"LOOM_SQLITE__DATA_DIR": settings.sqlite.data_dir},
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "job-live (running)" in done.stderr, done.stderr
+    assert "cancel" in done.stderr
+    assert not (out / "manifest.json").exists()
