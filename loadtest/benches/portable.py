@@ -123,13 +123,15 @@ async def _inbox(args: argparse.Namespace) -> dict[str, Any]:
     out["raw_sqlite_rows_per_s"] = round(await asyncio.to_thread(_sqlite_raw, rows))
     opened, dump_s = await _timed(transfer.dump("inbox", source, root / "dump"))
     out["dump_sqlite_records_per_s"] = round(opened.total / dump_s)
-    _, load_s = await _timed(transfer.load(root / "dump", _settings(root / "fresh")))
+    _, load_s = await _timed(
+        transfer.load(transfer.check(root / "dump"), _settings(root / "fresh"))
+    )
     out["load_sqlite_records_per_s"] = round(opened.total / load_s)
     out["load_sqlite_ratio"] = round(
         out["load_sqlite_records_per_s"] / out["raw_sqlite_rows_per_s"], 3
     )
     cassandra = _settings(root / "c", inbox_store="cassandra")
-    _, load_c_s = await _timed(transfer.load(root / "dump", cassandra))
+    _, load_c_s = await _timed(transfer.load(transfer.check(root / "dump"), cassandra))
     out["load_cassandra_records_per_s"] = round(opened.total / load_c_s)
     points = os.environ["LOOM_TEST_CASSANDRA_CONTACT_POINTS"].split(",")
     port = int(os.environ["LOOM_TEST_CASSANDRA_PORT"])
@@ -170,7 +172,7 @@ async def _threadweaver(args: argparse.Namespace) -> dict[str, Any]:
     items = raw_keys([f"r{k}" for k in range(opened.total)], ["v"] * opened.total)
     for engine in args.engines:
         target = _settings(root / engine, threadweaver_store=engine)
-        _, load_s = await _timed(transfer.load(root / "dump", target))
+        _, load_s = await _timed(transfer.load(transfer.check(root / "dump"), target))
         async with insert_if_absent(engine, uuid.uuid4().hex[:8], os.environ) as insert:
             calls, raw_s = await measure_raw_rate(insert, items, batch=1000, callers=4)
         out[f"load_{engine}_records_per_s"] = round(opened.total / load_s)
@@ -205,7 +207,7 @@ async def _summary(args: argparse.Namespace) -> dict[str, Any]:
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
     target = _dynamodb(root / "t")
-    _, load_s = await _timed(transfer.load(root / "dump", target))
+    _, load_s = await _timed(transfer.load(transfer.check(root / "dump"), target))
     out["load_dynamodb_records_per_s"] = round(opened.total / load_s)
     raw = _dynamodb(root / "raw")
     from storage.dynamodb.client import DynamoDBClient

@@ -80,11 +80,8 @@ def _check(path: Path) -> None:
 
 
 def _sha256(path: Path) -> str:
-    sha = hashlib.sha256()
     with path.open("rb") as src:
-        while block := src.read(1 << 20):
-            sha.update(block)
-    return sha.hexdigest()
+        return hashlib.file_digest(src, "sha256").hexdigest()
 
 
 def backup(data_dir: Path, out: Path) -> list[Copied]:

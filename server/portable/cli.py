@@ -116,10 +116,9 @@ def _load(args: argparse.Namespace) -> int:
         if not dumps:
             raise DumpError(f"{args.src / MANIFEST}: no manifest here or in a service directory")
         service = None
-    for directory in dumps:  # every dump checked before the first write
-        transfer.check(directory, service)
-    for directory in dumps:
-        moved = asyncio.run(transfer.load(directory, settings, service))
+    checked = [transfer.check(d, service) for d in dumps]  # all, before the first write
+    for opened in checked:
+        moved = asyncio.run(transfer.load(opened, settings))
         print(f"loaded {moved.service}: {moved.records} records in {moved.seconds:.1f} s")
     return 0
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -139,8 +139,9 @@ class DumpWriter:
         self._files[kind] = out
         return out
 
-    def finish(self) -> dump_pb2.DumpManifest:
-        """Closes every file and writes the manifest (atomically, last)."""
+    def finish(self) -> OpenedDump:
+        """Closes every file and writes the manifest (atomically, last); the dump as written
+        (its hashes were taken while writing, so nothing is read back)."""
         self._manifest.files.extend(f.close() for f in self._files.values())
         text = json_format.MessageToJson(self._manifest, always_print_fields_with_no_presence=True)
         partial = self.directory / (MANIFEST + ".partial")
@@ -149,7 +150,7 @@ class DumpWriter:
             out.flush()
             os.fsync(out.fileno())
         partial.replace(self.directory / MANIFEST)
-        return self._manifest
+        return OpenedDump(self.directory, self._manifest)
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,11 +174,15 @@ class OpenedDump:
 
 
 def open_dump(
-    directory: Path, *, service: str | None = None, kinds: dict[str, str] | None = None
+    directory: Path,
+    *,
+    service: str | None = None,
+    kinds: Mapping[str, Mapping[str, str]] | None = None,
 ) -> OpenedDump:
     """Reads and checks the dump in `directory`: a readable format version, the expected
-    `service`, only known `kinds` (kind -> record type), and every file present with the
-    size and sha256 the manifest gives. Raises `DumpError` naming the file otherwise."""
+    `service`, a service `kinds` knows with only its kinds (service -> kind -> record type),
+    and every file present with the size, sha256 and record count the manifest gives. Raises
+    `DumpError` naming the file otherwise."""
     path = directory / MANIFEST
     try:
         text = path.read_text(encoding="utf-8")
@@ -196,12 +201,17 @@ def open_dump(
         )
     if service is not None and manifest.service != service:
         raise DumpError(f"{path}: a dump of {manifest.service!r}, not of {service!r}")
+    known: Mapping[str, str] | None = None
+    if kinds is not None:
+        if manifest.service not in kinds:
+            raise DumpError(f"{path}: a dump of unknown service {manifest.service!r}")
+        known = kinds[manifest.service]
     for entry in manifest.files:
-        _check_file(directory, entry, kinds)
+        _check_file(directory, entry, known)
     return OpenedDump(directory, manifest)
 
 
-def _check_file(directory: Path, entry: dump_pb2.DumpFile, kinds: dict[str, str] | None) -> None:
+def _check_file(directory: Path, entry: dump_pb2.DumpFile, kinds: Mapping[str, str] | None) -> None:
     if Path(entry.name).name != entry.name or not entry.name:
         raise DumpError(f"{directory / MANIFEST}: file name {entry.name!r} is not a plain name")
     path = directory / entry.name
@@ -215,11 +225,9 @@ def _check_file(directory: Path, entry: dump_pb2.DumpFile, kinds: dict[str, str]
         raise DumpError(f"{path}: missing (the manifest lists it)") from None
     if size != entry.bytes:
         raise DumpError(f"{path}: {size} bytes, the manifest says {entry.bytes} (truncated?)")
-    sha = hashlib.sha256()
     with path.open("rb") as src:
-        while block := src.read(1 << 20):
-            sha.update(block)
-    if sha.hexdigest() != entry.sha256:
+        digest = hashlib.file_digest(src, "sha256").hexdigest()
+    if digest != entry.sha256:
         raise DumpError(f"{path}: sha256 differs from the manifest's (changed since the dump)")
     records = _count_records(path)
     if records != entry.records:

@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import tempfile
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
@@ -94,20 +95,17 @@ async def dump(service: str, settings: Settings, out: Path) -> OpenedDump:
             async for kind_name, page in data.scan():
                 writer.write(kind_name, list(page))
                 progress.add(len(page))
-        writer.finish()
-    return open_dump(out, service=service)
-
-
-def _kinds(service: str) -> dict[str, str]:
-    return {k.name: k.message.DESCRIPTOR.full_name for k in SERVICES[service].kinds}
+        opened = writer.finish()
+    return opened
 
 
 def check(directory: Path, service: str | None = None) -> OpenedDump:
     """The dump in `directory`, checked whole (see `open_dump`), of `service` when given."""
-    head = open_dump(directory, service=service, kinds=None)
-    if head.manifest.service not in SERVICES:
-        raise ValueError(f"{directory}: a dump of unknown service {head.manifest.service!r}")
-    return open_dump(directory, service=head.manifest.service, kinds=_kinds(head.manifest.service))
+    kinds = {
+        name: {k.name: k.message.DESCRIPTOR.full_name for k in entry.kinds}
+        for name, entry in SERVICES.items()
+    }
+    return open_dump(directory, service=service, kinds=kinds)
 
 
 def _state_file(opened: OpenedDump, service: str, settings: Settings) -> Path:
@@ -127,9 +125,9 @@ def _state_file(opened: OpenedDump, service: str, settings: Settings) -> Path:
     return opened.directory / f".load-{service}-{engine}-{digest}.json"
 
 
-async def load(directory: Path, settings: Settings, service: str | None = None) -> Moved:
-    """Loads the dump in `directory` into the store `settings` configure for its service."""
-    opened = check(directory, service)
+async def load(opened: OpenedDump, settings: Settings) -> Moved:
+    """Loads a dump `check` accepted into the store `settings` configure for its service."""
+    directory = opened.directory
     service = opened.manifest.service
     state_path = _state_file(opened, service, settings)
     try:
@@ -138,7 +136,7 @@ async def load(directory: Path, settings: Settings, service: str | None = None) 
         done = {}
     messages = {k.name: k.message for k in SERVICES[service].kinds}
     data = await open_service(service, settings)
-    started = _now()
+    started = time.monotonic()
     try:
         with Progress(f"load {service}", opened.total) as progress:
             progress.add(sum(done.values()))
@@ -152,7 +150,7 @@ async def load(directory: Path, settings: Settings, service: str | None = None) 
     finally:
         await data.close()
     state_path.unlink(missing_ok=True)
-    return Moved(service, opened.total, _now() - started)
+    return Moved(service, opened.total, time.monotonic() - started)
 
 
 def _save(path: Path, done: dict[str, int]) -> None:
@@ -171,7 +169,7 @@ async def migrate(
     them; `MigrationDiffers` when the target does not answer as the source does."""
     async with _source(service, source) as (data, _):
         into = await open_service(service, target)
-        started = _now()
+        started = time.monotonic()
         try:
             total = await _count(data)
             records = 0
@@ -188,10 +186,4 @@ async def migrate(
                     )
         finally:
             await into.close()
-    return Moved(service, records, _now() - started)
-
-
-def _now() -> float:
-    import time
-
-    return time.monotonic()
+    return Moved(service, records, time.monotonic() - started)
