@@ -37,16 +37,24 @@ const (
 type InboxClient interface {
 	// Delivers a message to every recipient inbox (and the sender's, as read).
 	// Small fan-outs finish within the call (delivered is set); large ones run
-	// in the background and return a delivery_id for GetDelivery. Retrying the
-	// same message_id never delivers twice.
+	// in the background and return a delivery_id for GetDelivery.
+	// Idempotent, safe to retry: (thread_id, message_id) is the idempotency
+	// key, so a re-sent post never delivers twice (a background fan-out
+	// answers with the same delivery_id). RESOURCE_EXHAUSTED (fan-out queue
+	// full) is returned before any inbox is touched.
 	PostMessage(ctx context.Context, in *PostMessageRequest, opts ...grpc.CallOption) (*PostMessageResponse, error)
 	// Progress of a background fan-out. NOT_FOUND for an unknown delivery.
+	// Idempotent, safe to retry: a read.
 	GetDelivery(ctx context.Context, in *GetDeliveryRequest, opts ...grpc.CallOption) (*Delivery, error)
 	// One page of an inbox, newest activity first.
+	// Idempotent, safe to retry: a read.
 	ListInbox(ctx context.Context, in *ListInboxRequest, opts ...grpc.CallOption) (*ListInboxResponse, error)
 	// Number of unread threads, read from the materialized unread rows.
+	// Idempotent, safe to retry: a read.
 	GetUnreadCount(ctx context.Context, in *GetUnreadCountRequest, opts ...grpc.CallOption) (*GetUnreadCountResponse, error)
 	// Marks threads (or the whole inbox) read or unread.
+	// Idempotent, safe to retry: it sets a state, so a repeat leaves the inbox
+	// as the first call did (a repeat's `changed` count is then 0).
 	MarkThreads(ctx context.Context, in *MarkThreadsRequest, opts ...grpc.CallOption) (*MarkThreadsResponse, error)
 }
 
@@ -119,16 +127,24 @@ func (c *inboxClient) MarkThreads(ctx context.Context, in *MarkThreadsRequest, o
 type InboxServer interface {
 	// Delivers a message to every recipient inbox (and the sender's, as read).
 	// Small fan-outs finish within the call (delivered is set); large ones run
-	// in the background and return a delivery_id for GetDelivery. Retrying the
-	// same message_id never delivers twice.
+	// in the background and return a delivery_id for GetDelivery.
+	// Idempotent, safe to retry: (thread_id, message_id) is the idempotency
+	// key, so a re-sent post never delivers twice (a background fan-out
+	// answers with the same delivery_id). RESOURCE_EXHAUSTED (fan-out queue
+	// full) is returned before any inbox is touched.
 	PostMessage(context.Context, *PostMessageRequest) (*PostMessageResponse, error)
 	// Progress of a background fan-out. NOT_FOUND for an unknown delivery.
+	// Idempotent, safe to retry: a read.
 	GetDelivery(context.Context, *GetDeliveryRequest) (*Delivery, error)
 	// One page of an inbox, newest activity first.
+	// Idempotent, safe to retry: a read.
 	ListInbox(context.Context, *ListInboxRequest) (*ListInboxResponse, error)
 	// Number of unread threads, read from the materialized unread rows.
+	// Idempotent, safe to retry: a read.
 	GetUnreadCount(context.Context, *GetUnreadCountRequest) (*GetUnreadCountResponse, error)
 	// Marks threads (or the whole inbox) read or unread.
+	// Idempotent, safe to retry: it sets a state, so a repeat leaves the inbox
+	// as the first call did (a repeat's `changed` count is then 0).
 	MarkThreads(context.Context, *MarkThreadsRequest) (*MarkThreadsResponse, error)
 	mustEmbedUnimplementedInboxServer()
 }

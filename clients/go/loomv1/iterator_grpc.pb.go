@@ -45,26 +45,38 @@ const (
 type IteratorClient interface {
 	// Starts an iteration job over a scope and returns it at once.
 	// NOT_FOUND when the scope names nothing at its level.
+	// NOT idempotent, not retried automatically: every call starts a new job.
+	// After an unclear failure, ListJobs shows whether the job was started.
 	StartIteration(ctx context.Context, in *StartIterationRequest, opts ...grpc.CallOption) (*Job, error)
 	// Returns a job's state, per-level progress, rate and ETA. NOT_FOUND for an
 	// unknown job.
+	// Idempotent, safe to retry: a read.
 	GetJob(ctx context.Context, in *GetJobRequest, opts ...grpc.CallOption) (*Job, error)
 	// Streams the chunks a job emits, several per message, until every chunk
 	// has been delivered (and, with require_ack, acknowledged). Several
 	// concurrent streams of one job share its chunks: each chunk goes to one.
+	// Safe to retry: opening a stream changes nothing by itself, and gRPC
+	// retries a stream only before its first message arrives.
 	StreamObjects(ctx context.Context, in *StreamObjectsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ObjectBatch], error)
 	// Acknowledges emitted chunks by chunk id (or objects by object id) of a
 	// job started with require_ack. Unknown ids are ignored and counted.
+	// Idempotent, safe to retry: an id acknowledged again settles nothing
+	// more (it only adds to the ignored-acks counter).
 	AckObjects(ctx context.Context, in *AckObjectsRequest, opts ...grpc.CallOption) (*AckObjectsResponse, error)
 	// Pauses a running job: workers leave its work queued until ResumeJob.
+	// Idempotent, safe to retry: a paused job stays paused.
 	PauseJob(ctx context.Context, in *PauseJobRequest, opts ...grpc.CallOption) (*Job, error)
 	// Resumes a paused job.
+	// Idempotent, safe to retry: a running job stays running.
 	ResumeJob(ctx context.Context, in *ResumeJobRequest, opts ...grpc.CallOption) (*Job, error)
 	// Changes a job while it runs (its rate limit).
+	// Idempotent, safe to retry: it sets the rate, it does not add to it.
 	UpdateJob(ctx context.Context, in *UpdateJobRequest, opts ...grpc.CallOption) (*Job, error)
 	// Cancels a job; its workers stop taking its work and its streams end.
+	// Idempotent, safe to retry: a cancelled job stays cancelled.
 	CancelJob(ctx context.Context, in *CancelJobRequest, opts ...grpc.CallOption) (*Job, error)
 	// Lists jobs, newest first.
+	// Idempotent, safe to retry: a read.
 	ListJobs(ctx context.Context, in *ListJobsRequest, opts ...grpc.CallOption) (*ListJobsResponse, error)
 }
 
@@ -190,26 +202,38 @@ func (c *iteratorClient) ListJobs(ctx context.Context, in *ListJobsRequest, opts
 type IteratorServer interface {
 	// Starts an iteration job over a scope and returns it at once.
 	// NOT_FOUND when the scope names nothing at its level.
+	// NOT idempotent, not retried automatically: every call starts a new job.
+	// After an unclear failure, ListJobs shows whether the job was started.
 	StartIteration(context.Context, *StartIterationRequest) (*Job, error)
 	// Returns a job's state, per-level progress, rate and ETA. NOT_FOUND for an
 	// unknown job.
+	// Idempotent, safe to retry: a read.
 	GetJob(context.Context, *GetJobRequest) (*Job, error)
 	// Streams the chunks a job emits, several per message, until every chunk
 	// has been delivered (and, with require_ack, acknowledged). Several
 	// concurrent streams of one job share its chunks: each chunk goes to one.
+	// Safe to retry: opening a stream changes nothing by itself, and gRPC
+	// retries a stream only before its first message arrives.
 	StreamObjects(*StreamObjectsRequest, grpc.ServerStreamingServer[ObjectBatch]) error
 	// Acknowledges emitted chunks by chunk id (or objects by object id) of a
 	// job started with require_ack. Unknown ids are ignored and counted.
+	// Idempotent, safe to retry: an id acknowledged again settles nothing
+	// more (it only adds to the ignored-acks counter).
 	AckObjects(context.Context, *AckObjectsRequest) (*AckObjectsResponse, error)
 	// Pauses a running job: workers leave its work queued until ResumeJob.
+	// Idempotent, safe to retry: a paused job stays paused.
 	PauseJob(context.Context, *PauseJobRequest) (*Job, error)
 	// Resumes a paused job.
+	// Idempotent, safe to retry: a running job stays running.
 	ResumeJob(context.Context, *ResumeJobRequest) (*Job, error)
 	// Changes a job while it runs (its rate limit).
+	// Idempotent, safe to retry: it sets the rate, it does not add to it.
 	UpdateJob(context.Context, *UpdateJobRequest) (*Job, error)
 	// Cancels a job; its workers stop taking its work and its streams end.
+	// Idempotent, safe to retry: a cancelled job stays cancelled.
 	CancelJob(context.Context, *CancelJobRequest) (*Job, error)
 	// Lists jobs, newest first.
+	// Idempotent, safe to retry: a read.
 	ListJobs(context.Context, *ListJobsRequest) (*ListJobsResponse, error)
 	mustEmbedUnimplementedIteratorServer()
 }

@@ -32,10 +32,12 @@ const (
 // linear-counting bitmaps (and a HyperLogLog beyond) once large, compressed
 // so a stored summary never nears DynamoDB's 400 KB item limit.
 type SummaryClient interface {
-	// Records delivery events. Idempotent: the same event twice changes
-	// nothing; events may arrive in any order.
+	// Records delivery events; events may arrive in any order.
+	// Idempotent, safe to retry: the same event twice changes nothing, so a
+	// replayed batch changes nothing.
 	RecordDeliveryEvents(ctx context.Context, in *RecordDeliveryEventsRequest, opts ...grpc.CallOption) (*RecordDeliveryEventsResponse, error)
 	// The summary of one message. NOT_FOUND when no event was recorded for it.
+	// Idempotent, safe to retry: a read.
 	GetMessageSummary(ctx context.Context, in *GetMessageSummaryRequest, opts ...grpc.CallOption) (*MessageSummary, error)
 }
 
@@ -76,10 +78,12 @@ func (c *summaryClient) GetMessageSummary(ctx context.Context, in *GetMessageSum
 // linear-counting bitmaps (and a HyperLogLog beyond) once large, compressed
 // so a stored summary never nears DynamoDB's 400 KB item limit.
 type SummaryServer interface {
-	// Records delivery events. Idempotent: the same event twice changes
-	// nothing; events may arrive in any order.
+	// Records delivery events; events may arrive in any order.
+	// Idempotent, safe to retry: the same event twice changes nothing, so a
+	// replayed batch changes nothing.
 	RecordDeliveryEvents(context.Context, *RecordDeliveryEventsRequest) (*RecordDeliveryEventsResponse, error)
 	// The summary of one message. NOT_FOUND when no event was recorded for it.
+	// Idempotent, safe to retry: a read.
 	GetMessageSummary(context.Context, *GetMessageSummaryRequest) (*MessageSummary, error)
 	mustEmbedUnimplementedSummaryServer()
 }

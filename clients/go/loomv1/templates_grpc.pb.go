@@ -39,16 +39,22 @@ const (
 type TemplateInductionClient interface {
 	// Queues emails for induction (fire and forget); reports how many were
 	// accepted and how many were dropped by admission control.
+	// NOT idempotent, not retried automatically: a re-sent request is queued
+	// and counted again. To resend, send only the dropped tail.
 	SubmitEmails(ctx context.Context, in *SubmitEmailsRequest, opts ...grpc.CallOption) (*SubmitEmailsResponse, error)
 	// Fingerprints one email and annotates it with its template, if any, and
 	// this email's values of the template's variable fields.
+	// Idempotent, safe to retry: it reads the templates and writes nothing.
 	AnnotateEmail(ctx context.Context, in *AnnotateEmailRequest, opts ...grpc.CallOption) (*AnnotateEmailResponse, error)
 	// Returns one template. NOT_FOUND when unknown.
+	// Idempotent, safe to retry: a read.
 	GetTemplate(ctx context.Context, in *GetTemplateRequest, opts ...grpc.CallOption) (*Template, error)
 	// Lists templates in template id order, one page at a time.
+	// Idempotent, safe to retry: a read.
 	ListTemplates(ctx context.Context, in *ListTemplatesRequest, opts ...grpc.CallOption) (*ListTemplatesResponse, error)
 	// Counters of the induction pipeline: admitted, dropped, processed,
 	// templates formed, queue depths. Counts only, never content.
+	// Idempotent, safe to retry: a read.
 	GetInductionStats(ctx context.Context, in *GetInductionStatsRequest, opts ...grpc.CallOption) (*InductionStats, error)
 }
 
@@ -123,16 +129,22 @@ func (c *templateInductionClient) GetInductionStats(ctx context.Context, in *Get
 type TemplateInductionServer interface {
 	// Queues emails for induction (fire and forget); reports how many were
 	// accepted and how many were dropped by admission control.
+	// NOT idempotent, not retried automatically: a re-sent request is queued
+	// and counted again. To resend, send only the dropped tail.
 	SubmitEmails(context.Context, *SubmitEmailsRequest) (*SubmitEmailsResponse, error)
 	// Fingerprints one email and annotates it with its template, if any, and
 	// this email's values of the template's variable fields.
+	// Idempotent, safe to retry: it reads the templates and writes nothing.
 	AnnotateEmail(context.Context, *AnnotateEmailRequest) (*AnnotateEmailResponse, error)
 	// Returns one template. NOT_FOUND when unknown.
+	// Idempotent, safe to retry: a read.
 	GetTemplate(context.Context, *GetTemplateRequest) (*Template, error)
 	// Lists templates in template id order, one page at a time.
+	// Idempotent, safe to retry: a read.
 	ListTemplates(context.Context, *ListTemplatesRequest) (*ListTemplatesResponse, error)
 	// Counters of the induction pipeline: admitted, dropped, processed,
 	// templates formed, queue depths. Counts only, never content.
+	// Idempotent, safe to retry: a read.
 	GetInductionStats(context.Context, *GetInductionStatsRequest) (*InductionStats, error)
 	mustEmbedUnimplementedTemplateInductionServer()
 }

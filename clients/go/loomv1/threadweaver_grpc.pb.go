@@ -37,18 +37,23 @@ const (
 // UT. Reading is thread -> UT -> smallest UT -> members: a constant number of
 // storage round trips, however many merges built the conversation.
 type ThreadWeaverClient interface {
-	// Weaves one message into the unified-thread graph. Idempotent: weaving the
-	// same message again changes nothing.
+	// Weaves one message into the unified-thread graph.
+	// Idempotent, safe to retry: every mapping is written only if absent, so
+	// weaving the same message again changes nothing.
 	WeaveMessage(ctx context.Context, in *WeaveMessageRequest, opts ...grpc.CallOption) (*WeaveMessageResponse, error)
 	// Weaves up to 1,000 messages in one call; each item gets its own result.
 	// An invalid item fails the whole call with INVALID_ARGUMENT before any
 	// write, so a batch is either fully validated or not started.
+	// Idempotent, safe to retry: each item is a WeaveMessage, and a batch
+	// re-sent (whole, or after a partial write) changes nothing more.
 	WeaveMessages(ctx context.Context, in *WeaveMessagesRequest, opts ...grpc.CallOption) (*WeaveMessagesResponse, error)
 	// Returns every member thread of the unified thread that contains the given
 	// thread, optionally restricted to a team's mailboxes. NOT_FOUND when the
 	// thread was never woven.
+	// Idempotent, safe to retry: a read.
 	GetUnifiedThread(ctx context.Context, in *GetUnifiedThreadRequest, opts ...grpc.CallOption) (*GetUnifiedThreadResponse, error)
 	// Resolves up to 100 threads (an inbox page) to their unified thread ids.
+	// Idempotent, safe to retry: a read.
 	ResolveThreads(ctx context.Context, in *ResolveThreadsRequest, opts ...grpc.CallOption) (*ResolveThreadsResponse, error)
 }
 
@@ -112,18 +117,23 @@ func (c *threadWeaverClient) ResolveThreads(ctx context.Context, in *ResolveThre
 // UT. Reading is thread -> UT -> smallest UT -> members: a constant number of
 // storage round trips, however many merges built the conversation.
 type ThreadWeaverServer interface {
-	// Weaves one message into the unified-thread graph. Idempotent: weaving the
-	// same message again changes nothing.
+	// Weaves one message into the unified-thread graph.
+	// Idempotent, safe to retry: every mapping is written only if absent, so
+	// weaving the same message again changes nothing.
 	WeaveMessage(context.Context, *WeaveMessageRequest) (*WeaveMessageResponse, error)
 	// Weaves up to 1,000 messages in one call; each item gets its own result.
 	// An invalid item fails the whole call with INVALID_ARGUMENT before any
 	// write, so a batch is either fully validated or not started.
+	// Idempotent, safe to retry: each item is a WeaveMessage, and a batch
+	// re-sent (whole, or after a partial write) changes nothing more.
 	WeaveMessages(context.Context, *WeaveMessagesRequest) (*WeaveMessagesResponse, error)
 	// Returns every member thread of the unified thread that contains the given
 	// thread, optionally restricted to a team's mailboxes. NOT_FOUND when the
 	// thread was never woven.
+	// Idempotent, safe to retry: a read.
 	GetUnifiedThread(context.Context, *GetUnifiedThreadRequest) (*GetUnifiedThreadResponse, error)
 	// Resolves up to 100 threads (an inbox page) to their unified thread ids.
+	// Idempotent, safe to retry: a read.
 	ResolveThreads(context.Context, *ResolveThreadsRequest) (*ResolveThreadsResponse, error)
 	mustEmbedUnimplementedThreadWeaverServer()
 }

@@ -75,8 +75,11 @@ class InboxServicer:
     def PostMessage(self, request, context):
         """Delivers a message to every recipient inbox (and the sender's, as read).
         Small fan-outs finish within the call (delivered is set); large ones run
-        in the background and return a delivery_id for GetDelivery. Retrying the
-        same message_id never delivers twice.
+        in the background and return a delivery_id for GetDelivery.
+        Idempotent, safe to retry: (thread_id, message_id) is the idempotency
+        key, so a re-sent post never delivers twice (a background fan-out
+        answers with the same delivery_id). RESOURCE_EXHAUSTED (fan-out queue
+        full) is returned before any inbox is touched.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -84,6 +87,7 @@ class InboxServicer:
 
     def GetDelivery(self, request, context):
         """Progress of a background fan-out. NOT_FOUND for an unknown delivery.
+        Idempotent, safe to retry: a read.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -91,6 +95,7 @@ class InboxServicer:
 
     def ListInbox(self, request, context):
         """One page of an inbox, newest activity first.
+        Idempotent, safe to retry: a read.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -98,6 +103,7 @@ class InboxServicer:
 
     def GetUnreadCount(self, request, context):
         """Number of unread threads, read from the materialized unread rows.
+        Idempotent, safe to retry: a read.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -105,6 +111,8 @@ class InboxServicer:
 
     def MarkThreads(self, request, context):
         """Marks threads (or the whole inbox) read or unread.
+        Idempotent, safe to retry: it sets a state, so a repeat leaves the inbox
+        as the first call did (a repeat's `changed` count is then 0).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

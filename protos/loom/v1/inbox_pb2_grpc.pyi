@@ -40,17 +40,29 @@ class InboxStub:
     PostMessage: _grpc.UnaryUnaryMultiCallable[_inbox_pb2.PostMessageRequest, _inbox_pb2.PostMessageResponse]
     """Delivers a message to every recipient inbox (and the sender's, as read).
     Small fan-outs finish within the call (delivered is set); large ones run
-    in the background and return a delivery_id for GetDelivery. Retrying the
-    same message_id never delivers twice.
+    in the background and return a delivery_id for GetDelivery.
+    Idempotent, safe to retry: (thread_id, message_id) is the idempotency
+    key, so a re-sent post never delivers twice (a background fan-out
+    answers with the same delivery_id). RESOURCE_EXHAUSTED (fan-out queue
+    full) is returned before any inbox is touched.
     """
     GetDelivery: _grpc.UnaryUnaryMultiCallable[_inbox_pb2.GetDeliveryRequest, _inbox_pb2.Delivery]
-    """Progress of a background fan-out. NOT_FOUND for an unknown delivery."""
+    """Progress of a background fan-out. NOT_FOUND for an unknown delivery.
+    Idempotent, safe to retry: a read.
+    """
     ListInbox: _grpc.UnaryUnaryMultiCallable[_inbox_pb2.ListInboxRequest, _inbox_pb2.ListInboxResponse]
-    """One page of an inbox, newest activity first."""
+    """One page of an inbox, newest activity first.
+    Idempotent, safe to retry: a read.
+    """
     GetUnreadCount: _grpc.UnaryUnaryMultiCallable[_inbox_pb2.GetUnreadCountRequest, _inbox_pb2.GetUnreadCountResponse]
-    """Number of unread threads, read from the materialized unread rows."""
+    """Number of unread threads, read from the materialized unread rows.
+    Idempotent, safe to retry: a read.
+    """
     MarkThreads: _grpc.UnaryUnaryMultiCallable[_inbox_pb2.MarkThreadsRequest, _inbox_pb2.MarkThreadsResponse]
-    """Marks threads (or the whole inbox) read or unread."""
+    """Marks threads (or the whole inbox) read or unread.
+    Idempotent, safe to retry: it sets a state, so a repeat leaves the inbox
+    as the first call did (a repeat's `changed` count is then 0).
+    """
 
 @_typing.type_check_only
 class InboxAsyncStub(InboxStub):
@@ -64,17 +76,29 @@ class InboxAsyncStub(InboxStub):
     PostMessage: _aio.UnaryUnaryMultiCallable[_inbox_pb2.PostMessageRequest, _inbox_pb2.PostMessageResponse]  # type: ignore[assignment]
     """Delivers a message to every recipient inbox (and the sender's, as read).
     Small fan-outs finish within the call (delivered is set); large ones run
-    in the background and return a delivery_id for GetDelivery. Retrying the
-    same message_id never delivers twice.
+    in the background and return a delivery_id for GetDelivery.
+    Idempotent, safe to retry: (thread_id, message_id) is the idempotency
+    key, so a re-sent post never delivers twice (a background fan-out
+    answers with the same delivery_id). RESOURCE_EXHAUSTED (fan-out queue
+    full) is returned before any inbox is touched.
     """
     GetDelivery: _aio.UnaryUnaryMultiCallable[_inbox_pb2.GetDeliveryRequest, _inbox_pb2.Delivery]  # type: ignore[assignment]
-    """Progress of a background fan-out. NOT_FOUND for an unknown delivery."""
+    """Progress of a background fan-out. NOT_FOUND for an unknown delivery.
+    Idempotent, safe to retry: a read.
+    """
     ListInbox: _aio.UnaryUnaryMultiCallable[_inbox_pb2.ListInboxRequest, _inbox_pb2.ListInboxResponse]  # type: ignore[assignment]
-    """One page of an inbox, newest activity first."""
+    """One page of an inbox, newest activity first.
+    Idempotent, safe to retry: a read.
+    """
     GetUnreadCount: _aio.UnaryUnaryMultiCallable[_inbox_pb2.GetUnreadCountRequest, _inbox_pb2.GetUnreadCountResponse]  # type: ignore[assignment]
-    """Number of unread threads, read from the materialized unread rows."""
+    """Number of unread threads, read from the materialized unread rows.
+    Idempotent, safe to retry: a read.
+    """
     MarkThreads: _aio.UnaryUnaryMultiCallable[_inbox_pb2.MarkThreadsRequest, _inbox_pb2.MarkThreadsResponse]  # type: ignore[assignment]
-    """Marks threads (or the whole inbox) read or unread."""
+    """Marks threads (or the whole inbox) read or unread.
+    Idempotent, safe to retry: it sets a state, so a repeat leaves the inbox
+    as the first call did (a repeat's `changed` count is then 0).
+    """
 
 class InboxServicer(metaclass=_abc_1.ABCMeta):
     """Inbox keeps, per user, the threads addressed to or watched by them, newest
@@ -91,8 +115,11 @@ class InboxServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_inbox_pb2.PostMessageResponse, _abc.Awaitable[_inbox_pb2.PostMessageResponse]]:
         """Delivers a message to every recipient inbox (and the sender's, as read).
         Small fan-outs finish within the call (delivered is set); large ones run
-        in the background and return a delivery_id for GetDelivery. Retrying the
-        same message_id never delivers twice.
+        in the background and return a delivery_id for GetDelivery.
+        Idempotent, safe to retry: (thread_id, message_id) is the idempotency
+        key, so a re-sent post never delivers twice (a background fan-out
+        answers with the same delivery_id). RESOURCE_EXHAUSTED (fan-out queue
+        full) is returned before any inbox is touched.
         """
 
     @_abc_1.abstractmethod
@@ -101,7 +128,9 @@ class InboxServicer(metaclass=_abc_1.ABCMeta):
         request: _inbox_pb2.GetDeliveryRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_inbox_pb2.Delivery, _abc.Awaitable[_inbox_pb2.Delivery]]:
-        """Progress of a background fan-out. NOT_FOUND for an unknown delivery."""
+        """Progress of a background fan-out. NOT_FOUND for an unknown delivery.
+        Idempotent, safe to retry: a read.
+        """
 
     @_abc_1.abstractmethod
     def ListInbox(
@@ -109,7 +138,9 @@ class InboxServicer(metaclass=_abc_1.ABCMeta):
         request: _inbox_pb2.ListInboxRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_inbox_pb2.ListInboxResponse, _abc.Awaitable[_inbox_pb2.ListInboxResponse]]:
-        """One page of an inbox, newest activity first."""
+        """One page of an inbox, newest activity first.
+        Idempotent, safe to retry: a read.
+        """
 
     @_abc_1.abstractmethod
     def GetUnreadCount(
@@ -117,7 +148,9 @@ class InboxServicer(metaclass=_abc_1.ABCMeta):
         request: _inbox_pb2.GetUnreadCountRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_inbox_pb2.GetUnreadCountResponse, _abc.Awaitable[_inbox_pb2.GetUnreadCountResponse]]:
-        """Number of unread threads, read from the materialized unread rows."""
+        """Number of unread threads, read from the materialized unread rows.
+        Idempotent, safe to retry: a read.
+        """
 
     @_abc_1.abstractmethod
     def MarkThreads(
@@ -125,6 +158,9 @@ class InboxServicer(metaclass=_abc_1.ABCMeta):
         request: _inbox_pb2.MarkThreadsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_inbox_pb2.MarkThreadsResponse, _abc.Awaitable[_inbox_pb2.MarkThreadsResponse]]:
-        """Marks threads (or the whole inbox) read or unread."""
+        """Marks threads (or the whole inbox) read or unread.
+        Idempotent, safe to retry: it sets a state, so a repeat leaves the inbox
+        as the first call did (a repeat's `changed` count is then 0).
+        """
 
 def add_InboxServicer_to_server(servicer: InboxServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -103,6 +103,8 @@ class IteratorServicer:
     def StartIteration(self, request, context):
         """Starts an iteration job over a scope and returns it at once.
         NOT_FOUND when the scope names nothing at its level.
+        NOT idempotent, not retried automatically: every call starts a new job.
+        After an unclear failure, ListJobs shows whether the job was started.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -111,6 +113,7 @@ class IteratorServicer:
     def GetJob(self, request, context):
         """Returns a job's state, per-level progress, rate and ETA. NOT_FOUND for an
         unknown job.
+        Idempotent, safe to retry: a read.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -120,6 +123,8 @@ class IteratorServicer:
         """Streams the chunks a job emits, several per message, until every chunk
         has been delivered (and, with require_ack, acknowledged). Several
         concurrent streams of one job share its chunks: each chunk goes to one.
+        Safe to retry: opening a stream changes nothing by itself, and gRPC
+        retries a stream only before its first message arrives.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -128,6 +133,8 @@ class IteratorServicer:
     def AckObjects(self, request, context):
         """Acknowledges emitted chunks by chunk id (or objects by object id) of a
         job started with require_ack. Unknown ids are ignored and counted.
+        Idempotent, safe to retry: an id acknowledged again settles nothing
+        more (it only adds to the ignored-acks counter).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -135,6 +142,7 @@ class IteratorServicer:
 
     def PauseJob(self, request, context):
         """Pauses a running job: workers leave its work queued until ResumeJob.
+        Idempotent, safe to retry: a paused job stays paused.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -142,6 +150,7 @@ class IteratorServicer:
 
     def ResumeJob(self, request, context):
         """Resumes a paused job.
+        Idempotent, safe to retry: a running job stays running.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -149,6 +158,7 @@ class IteratorServicer:
 
     def UpdateJob(self, request, context):
         """Changes a job while it runs (its rate limit).
+        Idempotent, safe to retry: it sets the rate, it does not add to it.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -156,6 +166,7 @@ class IteratorServicer:
 
     def CancelJob(self, request, context):
         """Cancels a job; its workers stop taking its work and its streams end.
+        Idempotent, safe to retry: a cancelled job stays cancelled.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -163,6 +174,7 @@ class IteratorServicer:
 
     def ListJobs(self, request, context):
         """Lists jobs, newest first.
+        Idempotent, safe to retry: a read.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

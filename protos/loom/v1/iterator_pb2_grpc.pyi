@@ -44,30 +44,47 @@ class IteratorStub:
     StartIteration: _grpc.UnaryUnaryMultiCallable[_iterator_pb2.StartIterationRequest, _iterator_pb2.Job]
     """Starts an iteration job over a scope and returns it at once.
     NOT_FOUND when the scope names nothing at its level.
+    NOT idempotent, not retried automatically: every call starts a new job.
+    After an unclear failure, ListJobs shows whether the job was started.
     """
     GetJob: _grpc.UnaryUnaryMultiCallable[_iterator_pb2.GetJobRequest, _iterator_pb2.Job]
     """Returns a job's state, per-level progress, rate and ETA. NOT_FOUND for an
     unknown job.
+    Idempotent, safe to retry: a read.
     """
     StreamObjects: _grpc.UnaryStreamMultiCallable[_iterator_pb2.StreamObjectsRequest, _iterator_pb2.ObjectBatch]
     """Streams the chunks a job emits, several per message, until every chunk
     has been delivered (and, with require_ack, acknowledged). Several
     concurrent streams of one job share its chunks: each chunk goes to one.
+    Safe to retry: opening a stream changes nothing by itself, and gRPC
+    retries a stream only before its first message arrives.
     """
     AckObjects: _grpc.UnaryUnaryMultiCallable[_iterator_pb2.AckObjectsRequest, _iterator_pb2.AckObjectsResponse]
     """Acknowledges emitted chunks by chunk id (or objects by object id) of a
     job started with require_ack. Unknown ids are ignored and counted.
+    Idempotent, safe to retry: an id acknowledged again settles nothing
+    more (it only adds to the ignored-acks counter).
     """
     PauseJob: _grpc.UnaryUnaryMultiCallable[_iterator_pb2.PauseJobRequest, _iterator_pb2.Job]
-    """Pauses a running job: workers leave its work queued until ResumeJob."""
+    """Pauses a running job: workers leave its work queued until ResumeJob.
+    Idempotent, safe to retry: a paused job stays paused.
+    """
     ResumeJob: _grpc.UnaryUnaryMultiCallable[_iterator_pb2.ResumeJobRequest, _iterator_pb2.Job]
-    """Resumes a paused job."""
+    """Resumes a paused job.
+    Idempotent, safe to retry: a running job stays running.
+    """
     UpdateJob: _grpc.UnaryUnaryMultiCallable[_iterator_pb2.UpdateJobRequest, _iterator_pb2.Job]
-    """Changes a job while it runs (its rate limit)."""
+    """Changes a job while it runs (its rate limit).
+    Idempotent, safe to retry: it sets the rate, it does not add to it.
+    """
     CancelJob: _grpc.UnaryUnaryMultiCallable[_iterator_pb2.CancelJobRequest, _iterator_pb2.Job]
-    """Cancels a job; its workers stop taking its work and its streams end."""
+    """Cancels a job; its workers stop taking its work and its streams end.
+    Idempotent, safe to retry: a cancelled job stays cancelled.
+    """
     ListJobs: _grpc.UnaryUnaryMultiCallable[_iterator_pb2.ListJobsRequest, _iterator_pb2.ListJobsResponse]
-    """Lists jobs, newest first."""
+    """Lists jobs, newest first.
+    Idempotent, safe to retry: a read.
+    """
 
 @_typing.type_check_only
 class IteratorAsyncStub(IteratorStub):
@@ -85,30 +102,47 @@ class IteratorAsyncStub(IteratorStub):
     StartIteration: _aio.UnaryUnaryMultiCallable[_iterator_pb2.StartIterationRequest, _iterator_pb2.Job]  # type: ignore[assignment]
     """Starts an iteration job over a scope and returns it at once.
     NOT_FOUND when the scope names nothing at its level.
+    NOT idempotent, not retried automatically: every call starts a new job.
+    After an unclear failure, ListJobs shows whether the job was started.
     """
     GetJob: _aio.UnaryUnaryMultiCallable[_iterator_pb2.GetJobRequest, _iterator_pb2.Job]  # type: ignore[assignment]
     """Returns a job's state, per-level progress, rate and ETA. NOT_FOUND for an
     unknown job.
+    Idempotent, safe to retry: a read.
     """
     StreamObjects: _aio.UnaryStreamMultiCallable[_iterator_pb2.StreamObjectsRequest, _iterator_pb2.ObjectBatch]  # type: ignore[assignment]
     """Streams the chunks a job emits, several per message, until every chunk
     has been delivered (and, with require_ack, acknowledged). Several
     concurrent streams of one job share its chunks: each chunk goes to one.
+    Safe to retry: opening a stream changes nothing by itself, and gRPC
+    retries a stream only before its first message arrives.
     """
     AckObjects: _aio.UnaryUnaryMultiCallable[_iterator_pb2.AckObjectsRequest, _iterator_pb2.AckObjectsResponse]  # type: ignore[assignment]
     """Acknowledges emitted chunks by chunk id (or objects by object id) of a
     job started with require_ack. Unknown ids are ignored and counted.
+    Idempotent, safe to retry: an id acknowledged again settles nothing
+    more (it only adds to the ignored-acks counter).
     """
     PauseJob: _aio.UnaryUnaryMultiCallable[_iterator_pb2.PauseJobRequest, _iterator_pb2.Job]  # type: ignore[assignment]
-    """Pauses a running job: workers leave its work queued until ResumeJob."""
+    """Pauses a running job: workers leave its work queued until ResumeJob.
+    Idempotent, safe to retry: a paused job stays paused.
+    """
     ResumeJob: _aio.UnaryUnaryMultiCallable[_iterator_pb2.ResumeJobRequest, _iterator_pb2.Job]  # type: ignore[assignment]
-    """Resumes a paused job."""
+    """Resumes a paused job.
+    Idempotent, safe to retry: a running job stays running.
+    """
     UpdateJob: _aio.UnaryUnaryMultiCallable[_iterator_pb2.UpdateJobRequest, _iterator_pb2.Job]  # type: ignore[assignment]
-    """Changes a job while it runs (its rate limit)."""
+    """Changes a job while it runs (its rate limit).
+    Idempotent, safe to retry: it sets the rate, it does not add to it.
+    """
     CancelJob: _aio.UnaryUnaryMultiCallable[_iterator_pb2.CancelJobRequest, _iterator_pb2.Job]  # type: ignore[assignment]
-    """Cancels a job; its workers stop taking its work and its streams end."""
+    """Cancels a job; its workers stop taking its work and its streams end.
+    Idempotent, safe to retry: a cancelled job stays cancelled.
+    """
     ListJobs: _aio.UnaryUnaryMultiCallable[_iterator_pb2.ListJobsRequest, _iterator_pb2.ListJobsResponse]  # type: ignore[assignment]
-    """Lists jobs, newest first."""
+    """Lists jobs, newest first.
+    Idempotent, safe to retry: a read.
+    """
 
 class IteratorServicer(metaclass=_abc_1.ABCMeta):
     """Iterator walks a relational hierarchy (enterprise -> user -> file -> version
@@ -129,6 +163,8 @@ class IteratorServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_iterator_pb2.Job, _abc.Awaitable[_iterator_pb2.Job]]:
         """Starts an iteration job over a scope and returns it at once.
         NOT_FOUND when the scope names nothing at its level.
+        NOT idempotent, not retried automatically: every call starts a new job.
+        After an unclear failure, ListJobs shows whether the job was started.
         """
 
     @_abc_1.abstractmethod
@@ -139,6 +175,7 @@ class IteratorServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_iterator_pb2.Job, _abc.Awaitable[_iterator_pb2.Job]]:
         """Returns a job's state, per-level progress, rate and ETA. NOT_FOUND for an
         unknown job.
+        Idempotent, safe to retry: a read.
         """
 
     @_abc_1.abstractmethod
@@ -150,6 +187,8 @@ class IteratorServicer(metaclass=_abc_1.ABCMeta):
         """Streams the chunks a job emits, several per message, until every chunk
         has been delivered (and, with require_ack, acknowledged). Several
         concurrent streams of one job share its chunks: each chunk goes to one.
+        Safe to retry: opening a stream changes nothing by itself, and gRPC
+        retries a stream only before its first message arrives.
         """
 
     @_abc_1.abstractmethod
@@ -160,6 +199,8 @@ class IteratorServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_iterator_pb2.AckObjectsResponse, _abc.Awaitable[_iterator_pb2.AckObjectsResponse]]:
         """Acknowledges emitted chunks by chunk id (or objects by object id) of a
         job started with require_ack. Unknown ids are ignored and counted.
+        Idempotent, safe to retry: an id acknowledged again settles nothing
+        more (it only adds to the ignored-acks counter).
         """
 
     @_abc_1.abstractmethod
@@ -168,7 +209,9 @@ class IteratorServicer(metaclass=_abc_1.ABCMeta):
         request: _iterator_pb2.PauseJobRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_iterator_pb2.Job, _abc.Awaitable[_iterator_pb2.Job]]:
-        """Pauses a running job: workers leave its work queued until ResumeJob."""
+        """Pauses a running job: workers leave its work queued until ResumeJob.
+        Idempotent, safe to retry: a paused job stays paused.
+        """
 
     @_abc_1.abstractmethod
     def ResumeJob(
@@ -176,7 +219,9 @@ class IteratorServicer(metaclass=_abc_1.ABCMeta):
         request: _iterator_pb2.ResumeJobRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_iterator_pb2.Job, _abc.Awaitable[_iterator_pb2.Job]]:
-        """Resumes a paused job."""
+        """Resumes a paused job.
+        Idempotent, safe to retry: a running job stays running.
+        """
 
     @_abc_1.abstractmethod
     def UpdateJob(
@@ -184,7 +229,9 @@ class IteratorServicer(metaclass=_abc_1.ABCMeta):
         request: _iterator_pb2.UpdateJobRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_iterator_pb2.Job, _abc.Awaitable[_iterator_pb2.Job]]:
-        """Changes a job while it runs (its rate limit)."""
+        """Changes a job while it runs (its rate limit).
+        Idempotent, safe to retry: it sets the rate, it does not add to it.
+        """
 
     @_abc_1.abstractmethod
     def CancelJob(
@@ -192,7 +239,9 @@ class IteratorServicer(metaclass=_abc_1.ABCMeta):
         request: _iterator_pb2.CancelJobRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_iterator_pb2.Job, _abc.Awaitable[_iterator_pb2.Job]]:
-        """Cancels a job; its workers stop taking its work and its streams end."""
+        """Cancels a job; its workers stop taking its work and its streams end.
+        Idempotent, safe to retry: a cancelled job stays cancelled.
+        """
 
     @_abc_1.abstractmethod
     def ListJobs(
@@ -200,6 +249,8 @@ class IteratorServicer(metaclass=_abc_1.ABCMeta):
         request: _iterator_pb2.ListJobsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_iterator_pb2.ListJobsResponse, _abc.Awaitable[_iterator_pb2.ListJobsResponse]]:
-        """Lists jobs, newest first."""
+        """Lists jobs, newest first.
+        Idempotent, safe to retry: a read.
+        """
 
 def add_IteratorServicer_to_server(servicer: IteratorServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -58,8 +58,9 @@ class SummaryServicer:
     """
 
     def RecordDeliveryEvents(self, request, context):
-        """Records delivery events. Idempotent: the same event twice changes
-        nothing; events may arrive in any order.
+        """Records delivery events; events may arrive in any order.
+        Idempotent, safe to retry: the same event twice changes nothing, so a
+        replayed batch changes nothing.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -67,6 +68,7 @@ class SummaryServicer:
 
     def GetMessageSummary(self, request, context):
         """The summary of one message. NOT_FOUND when no event was recorded for it.
+        Idempotent, safe to retry: a read.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

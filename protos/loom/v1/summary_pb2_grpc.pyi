@@ -38,11 +38,14 @@ class SummaryStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> SummaryAsyncStub: ...
     RecordDeliveryEvents: _grpc.UnaryUnaryMultiCallable[_summary_pb2.RecordDeliveryEventsRequest, _summary_pb2.RecordDeliveryEventsResponse]
-    """Records delivery events. Idempotent: the same event twice changes
-    nothing; events may arrive in any order.
+    """Records delivery events; events may arrive in any order.
+    Idempotent, safe to retry: the same event twice changes nothing, so a
+    replayed batch changes nothing.
     """
     GetMessageSummary: _grpc.UnaryUnaryMultiCallable[_summary_pb2.GetMessageSummaryRequest, _summary_pb2.MessageSummary]
-    """The summary of one message. NOT_FOUND when no event was recorded for it."""
+    """The summary of one message. NOT_FOUND when no event was recorded for it.
+    Idempotent, safe to retry: a read.
+    """
 
 @_typing.type_check_only
 class SummaryAsyncStub(SummaryStub):
@@ -54,11 +57,14 @@ class SummaryAsyncStub(SummaryStub):
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     RecordDeliveryEvents: _aio.UnaryUnaryMultiCallable[_summary_pb2.RecordDeliveryEventsRequest, _summary_pb2.RecordDeliveryEventsResponse]  # type: ignore[assignment]
-    """Records delivery events. Idempotent: the same event twice changes
-    nothing; events may arrive in any order.
+    """Records delivery events; events may arrive in any order.
+    Idempotent, safe to retry: the same event twice changes nothing, so a
+    replayed batch changes nothing.
     """
     GetMessageSummary: _aio.UnaryUnaryMultiCallable[_summary_pb2.GetMessageSummaryRequest, _summary_pb2.MessageSummary]  # type: ignore[assignment]
-    """The summary of one message. NOT_FOUND when no event was recorded for it."""
+    """The summary of one message. NOT_FOUND when no event was recorded for it.
+    Idempotent, safe to retry: a read.
+    """
 
 class SummaryServicer(metaclass=_abc_1.ABCMeta):
     """Summary counts, per message, how many recipients were delivered, read or
@@ -73,8 +79,9 @@ class SummaryServicer(metaclass=_abc_1.ABCMeta):
         request: _summary_pb2.RecordDeliveryEventsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_summary_pb2.RecordDeliveryEventsResponse, _abc.Awaitable[_summary_pb2.RecordDeliveryEventsResponse]]:
-        """Records delivery events. Idempotent: the same event twice changes
-        nothing; events may arrive in any order.
+        """Records delivery events; events may arrive in any order.
+        Idempotent, safe to retry: the same event twice changes nothing, so a
+        replayed batch changes nothing.
         """
 
     @_abc_1.abstractmethod
@@ -83,6 +90,8 @@ class SummaryServicer(metaclass=_abc_1.ABCMeta):
         request: _summary_pb2.GetMessageSummaryRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_summary_pb2.MessageSummary, _abc.Awaitable[_summary_pb2.MessageSummary]]:
-        """The summary of one message. NOT_FOUND when no event was recorded for it."""
+        """The summary of one message. NOT_FOUND when no event was recorded for it.
+        Idempotent, safe to retry: a read.
+        """
 
 def add_SummaryServicer_to_server(servicer: SummaryServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -79,6 +79,8 @@ class TemplateInductionServicer:
     def SubmitEmails(self, request, context):
         """Queues emails for induction (fire and forget); reports how many were
         accepted and how many were dropped by admission control.
+        NOT idempotent, not retried automatically: a re-sent request is queued
+        and counted again. To resend, send only the dropped tail.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -87,6 +89,7 @@ class TemplateInductionServicer:
     def AnnotateEmail(self, request, context):
         """Fingerprints one email and annotates it with its template, if any, and
         this email's values of the template's variable fields.
+        Idempotent, safe to retry: it reads the templates and writes nothing.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -94,6 +97,7 @@ class TemplateInductionServicer:
 
     def GetTemplate(self, request, context):
         """Returns one template. NOT_FOUND when unknown.
+        Idempotent, safe to retry: a read.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -101,6 +105,7 @@ class TemplateInductionServicer:
 
     def ListTemplates(self, request, context):
         """Lists templates in template id order, one page at a time.
+        Idempotent, safe to retry: a read.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -109,6 +114,7 @@ class TemplateInductionServicer:
     def GetInductionStats(self, request, context):
         """Counters of the induction pipeline: admitted, dropped, processed,
         templates formed, queue depths. Counts only, never content.
+        Idempotent, safe to retry: a read.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -42,18 +42,26 @@ class TemplateInductionStub:
     SubmitEmails: _grpc.UnaryUnaryMultiCallable[_templates_pb2.SubmitEmailsRequest, _templates_pb2.SubmitEmailsResponse]
     """Queues emails for induction (fire and forget); reports how many were
     accepted and how many were dropped by admission control.
+    NOT idempotent, not retried automatically: a re-sent request is queued
+    and counted again. To resend, send only the dropped tail.
     """
     AnnotateEmail: _grpc.UnaryUnaryMultiCallable[_templates_pb2.AnnotateEmailRequest, _templates_pb2.AnnotateEmailResponse]
     """Fingerprints one email and annotates it with its template, if any, and
     this email's values of the template's variable fields.
+    Idempotent, safe to retry: it reads the templates and writes nothing.
     """
     GetTemplate: _grpc.UnaryUnaryMultiCallable[_templates_pb2.GetTemplateRequest, _templates_pb2.Template]
-    """Returns one template. NOT_FOUND when unknown."""
+    """Returns one template. NOT_FOUND when unknown.
+    Idempotent, safe to retry: a read.
+    """
     ListTemplates: _grpc.UnaryUnaryMultiCallable[_templates_pb2.ListTemplatesRequest, _templates_pb2.ListTemplatesResponse]
-    """Lists templates in template id order, one page at a time."""
+    """Lists templates in template id order, one page at a time.
+    Idempotent, safe to retry: a read.
+    """
     GetInductionStats: _grpc.UnaryUnaryMultiCallable[_templates_pb2.GetInductionStatsRequest, _templates_pb2.InductionStats]
     """Counters of the induction pipeline: admitted, dropped, processed,
     templates formed, queue depths. Counts only, never content.
+    Idempotent, safe to retry: a read.
     """
 
 @_typing.type_check_only
@@ -70,18 +78,26 @@ class TemplateInductionAsyncStub(TemplateInductionStub):
     SubmitEmails: _aio.UnaryUnaryMultiCallable[_templates_pb2.SubmitEmailsRequest, _templates_pb2.SubmitEmailsResponse]  # type: ignore[assignment]
     """Queues emails for induction (fire and forget); reports how many were
     accepted and how many were dropped by admission control.
+    NOT idempotent, not retried automatically: a re-sent request is queued
+    and counted again. To resend, send only the dropped tail.
     """
     AnnotateEmail: _aio.UnaryUnaryMultiCallable[_templates_pb2.AnnotateEmailRequest, _templates_pb2.AnnotateEmailResponse]  # type: ignore[assignment]
     """Fingerprints one email and annotates it with its template, if any, and
     this email's values of the template's variable fields.
+    Idempotent, safe to retry: it reads the templates and writes nothing.
     """
     GetTemplate: _aio.UnaryUnaryMultiCallable[_templates_pb2.GetTemplateRequest, _templates_pb2.Template]  # type: ignore[assignment]
-    """Returns one template. NOT_FOUND when unknown."""
+    """Returns one template. NOT_FOUND when unknown.
+    Idempotent, safe to retry: a read.
+    """
     ListTemplates: _aio.UnaryUnaryMultiCallable[_templates_pb2.ListTemplatesRequest, _templates_pb2.ListTemplatesResponse]  # type: ignore[assignment]
-    """Lists templates in template id order, one page at a time."""
+    """Lists templates in template id order, one page at a time.
+    Idempotent, safe to retry: a read.
+    """
     GetInductionStats: _aio.UnaryUnaryMultiCallable[_templates_pb2.GetInductionStatsRequest, _templates_pb2.InductionStats]  # type: ignore[assignment]
     """Counters of the induction pipeline: admitted, dropped, processed,
     templates formed, queue depths. Counts only, never content.
+    Idempotent, safe to retry: a read.
     """
 
 class TemplateInductionServicer(metaclass=_abc_1.ABCMeta):
@@ -101,6 +117,8 @@ class TemplateInductionServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_templates_pb2.SubmitEmailsResponse, _abc.Awaitable[_templates_pb2.SubmitEmailsResponse]]:
         """Queues emails for induction (fire and forget); reports how many were
         accepted and how many were dropped by admission control.
+        NOT idempotent, not retried automatically: a re-sent request is queued
+        and counted again. To resend, send only the dropped tail.
         """
 
     @_abc_1.abstractmethod
@@ -111,6 +129,7 @@ class TemplateInductionServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_templates_pb2.AnnotateEmailResponse, _abc.Awaitable[_templates_pb2.AnnotateEmailResponse]]:
         """Fingerprints one email and annotates it with its template, if any, and
         this email's values of the template's variable fields.
+        Idempotent, safe to retry: it reads the templates and writes nothing.
         """
 
     @_abc_1.abstractmethod
@@ -119,7 +138,9 @@ class TemplateInductionServicer(metaclass=_abc_1.ABCMeta):
         request: _templates_pb2.GetTemplateRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_templates_pb2.Template, _abc.Awaitable[_templates_pb2.Template]]:
-        """Returns one template. NOT_FOUND when unknown."""
+        """Returns one template. NOT_FOUND when unknown.
+        Idempotent, safe to retry: a read.
+        """
 
     @_abc_1.abstractmethod
     def ListTemplates(
@@ -127,7 +148,9 @@ class TemplateInductionServicer(metaclass=_abc_1.ABCMeta):
         request: _templates_pb2.ListTemplatesRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_templates_pb2.ListTemplatesResponse, _abc.Awaitable[_templates_pb2.ListTemplatesResponse]]:
-        """Lists templates in template id order, one page at a time."""
+        """Lists templates in template id order, one page at a time.
+        Idempotent, safe to retry: a read.
+        """
 
     @_abc_1.abstractmethod
     def GetInductionStats(
@@ -137,6 +160,7 @@ class TemplateInductionServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_templates_pb2.InductionStats, _abc.Awaitable[_templates_pb2.InductionStats]]:
         """Counters of the induction pipeline: admitted, dropped, processed,
         templates formed, queue depths. Counts only, never content.
+        Idempotent, safe to retry: a read.
         """
 
 def add_TemplateInductionServicer_to_server(servicer: TemplateInductionServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

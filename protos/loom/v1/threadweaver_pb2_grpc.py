@@ -74,8 +74,9 @@ class ThreadWeaverServicer:
     """
 
     def WeaveMessage(self, request, context):
-        """Weaves one message into the unified-thread graph. Idempotent: weaving the
-        same message again changes nothing.
+        """Weaves one message into the unified-thread graph.
+        Idempotent, safe to retry: every mapping is written only if absent, so
+        weaving the same message again changes nothing.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -85,6 +86,8 @@ class ThreadWeaverServicer:
         """Weaves up to 1,000 messages in one call; each item gets its own result.
         An invalid item fails the whole call with INVALID_ARGUMENT before any
         write, so a batch is either fully validated or not started.
+        Idempotent, safe to retry: each item is a WeaveMessage, and a batch
+        re-sent (whole, or after a partial write) changes nothing more.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -94,6 +97,7 @@ class ThreadWeaverServicer:
         """Returns every member thread of the unified thread that contains the given
         thread, optionally restricted to a team's mailboxes. NOT_FOUND when the
         thread was never woven.
+        Idempotent, safe to retry: a read.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -101,6 +105,7 @@ class ThreadWeaverServicer:
 
     def ResolveThreads(self, request, context):
         """Resolves up to 100 threads (an inbox page) to their unified thread ids.
+        Idempotent, safe to retry: a read.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

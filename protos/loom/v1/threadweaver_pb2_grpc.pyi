@@ -41,21 +41,27 @@ class ThreadWeaverStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> ThreadWeaverAsyncStub: ...
     WeaveMessage: _grpc.UnaryUnaryMultiCallable[_threadweaver_pb2.WeaveMessageRequest, _threadweaver_pb2.WeaveMessageResponse]
-    """Weaves one message into the unified-thread graph. Idempotent: weaving the
-    same message again changes nothing.
+    """Weaves one message into the unified-thread graph.
+    Idempotent, safe to retry: every mapping is written only if absent, so
+    weaving the same message again changes nothing.
     """
     WeaveMessages: _grpc.UnaryUnaryMultiCallable[_threadweaver_pb2.WeaveMessagesRequest, _threadweaver_pb2.WeaveMessagesResponse]
     """Weaves up to 1,000 messages in one call; each item gets its own result.
     An invalid item fails the whole call with INVALID_ARGUMENT before any
     write, so a batch is either fully validated or not started.
+    Idempotent, safe to retry: each item is a WeaveMessage, and a batch
+    re-sent (whole, or after a partial write) changes nothing more.
     """
     GetUnifiedThread: _grpc.UnaryUnaryMultiCallable[_threadweaver_pb2.GetUnifiedThreadRequest, _threadweaver_pb2.GetUnifiedThreadResponse]
     """Returns every member thread of the unified thread that contains the given
     thread, optionally restricted to a team's mailboxes. NOT_FOUND when the
     thread was never woven.
+    Idempotent, safe to retry: a read.
     """
     ResolveThreads: _grpc.UnaryUnaryMultiCallable[_threadweaver_pb2.ResolveThreadsRequest, _threadweaver_pb2.ResolveThreadsResponse]
-    """Resolves up to 100 threads (an inbox page) to their unified thread ids."""
+    """Resolves up to 100 threads (an inbox page) to their unified thread ids.
+    Idempotent, safe to retry: a read.
+    """
 
 @_typing.type_check_only
 class ThreadWeaverAsyncStub(ThreadWeaverStub):
@@ -70,21 +76,27 @@ class ThreadWeaverAsyncStub(ThreadWeaverStub):
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     WeaveMessage: _aio.UnaryUnaryMultiCallable[_threadweaver_pb2.WeaveMessageRequest, _threadweaver_pb2.WeaveMessageResponse]  # type: ignore[assignment]
-    """Weaves one message into the unified-thread graph. Idempotent: weaving the
-    same message again changes nothing.
+    """Weaves one message into the unified-thread graph.
+    Idempotent, safe to retry: every mapping is written only if absent, so
+    weaving the same message again changes nothing.
     """
     WeaveMessages: _aio.UnaryUnaryMultiCallable[_threadweaver_pb2.WeaveMessagesRequest, _threadweaver_pb2.WeaveMessagesResponse]  # type: ignore[assignment]
     """Weaves up to 1,000 messages in one call; each item gets its own result.
     An invalid item fails the whole call with INVALID_ARGUMENT before any
     write, so a batch is either fully validated or not started.
+    Idempotent, safe to retry: each item is a WeaveMessage, and a batch
+    re-sent (whole, or after a partial write) changes nothing more.
     """
     GetUnifiedThread: _aio.UnaryUnaryMultiCallable[_threadweaver_pb2.GetUnifiedThreadRequest, _threadweaver_pb2.GetUnifiedThreadResponse]  # type: ignore[assignment]
     """Returns every member thread of the unified thread that contains the given
     thread, optionally restricted to a team's mailboxes. NOT_FOUND when the
     thread was never woven.
+    Idempotent, safe to retry: a read.
     """
     ResolveThreads: _aio.UnaryUnaryMultiCallable[_threadweaver_pb2.ResolveThreadsRequest, _threadweaver_pb2.ResolveThreadsResponse]  # type: ignore[assignment]
-    """Resolves up to 100 threads (an inbox page) to their unified thread ids."""
+    """Resolves up to 100 threads (an inbox page) to their unified thread ids.
+    Idempotent, safe to retry: a read.
+    """
 
 class ThreadWeaverServicer(metaclass=_abc_1.ABCMeta):
     """ThreadWeaver unifies the copies of one email conversation that live in many
@@ -102,8 +114,9 @@ class ThreadWeaverServicer(metaclass=_abc_1.ABCMeta):
         request: _threadweaver_pb2.WeaveMessageRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_threadweaver_pb2.WeaveMessageResponse, _abc.Awaitable[_threadweaver_pb2.WeaveMessageResponse]]:
-        """Weaves one message into the unified-thread graph. Idempotent: weaving the
-        same message again changes nothing.
+        """Weaves one message into the unified-thread graph.
+        Idempotent, safe to retry: every mapping is written only if absent, so
+        weaving the same message again changes nothing.
         """
 
     @_abc_1.abstractmethod
@@ -115,6 +128,8 @@ class ThreadWeaverServicer(metaclass=_abc_1.ABCMeta):
         """Weaves up to 1,000 messages in one call; each item gets its own result.
         An invalid item fails the whole call with INVALID_ARGUMENT before any
         write, so a batch is either fully validated or not started.
+        Idempotent, safe to retry: each item is a WeaveMessage, and a batch
+        re-sent (whole, or after a partial write) changes nothing more.
         """
 
     @_abc_1.abstractmethod
@@ -126,6 +141,7 @@ class ThreadWeaverServicer(metaclass=_abc_1.ABCMeta):
         """Returns every member thread of the unified thread that contains the given
         thread, optionally restricted to a team's mailboxes. NOT_FOUND when the
         thread was never woven.
+        Idempotent, safe to retry: a read.
         """
 
     @_abc_1.abstractmethod
@@ -134,6 +150,8 @@ class ThreadWeaverServicer(metaclass=_abc_1.ABCMeta):
         request: _threadweaver_pb2.ResolveThreadsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_threadweaver_pb2.ResolveThreadsResponse, _abc.Awaitable[_threadweaver_pb2.ResolveThreadsResponse]]:
-        """Resolves up to 100 threads (an inbox page) to their unified thread ids."""
+        """Resolves up to 100 threads (an inbox page) to their unified thread ids.
+        Idempotent, safe to retry: a read.
+        """
 
 def add_ThreadWeaverServicer_to_server(servicer: ThreadWeaverServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
