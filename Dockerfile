@@ -22,16 +22,19 @@ RUN if [ -f build-ca.pem ]; then export PIP_CERT=/src/build-ca.pem; fi \
  && python3 -m venv /opt/loom \
  && /opt/loom/bin/pip install -q --require-hashes --no-deps -r requirements.lock
 # Then Loom itself, into a directory of its own so the final image keeps the two as separate
-# layers too. Only what the wheel packages (pyproject's packages.find: server, storage,
-# loom.v1 in protos, loom_client); the load harness (loadtest/) is not in the wheel.
+# layers too: two distributions from this tree, both --no-deps (the lock holds every
+# dependency of both and leaves loom-client itself out): loom-client (clients/python: the
+# generated loom.v1 and loom_client), then the server (pyproject's packages.find: server,
+# storage). The load harness (loadtest/) is in neither wheel.
 # The build backend (setuptools, wheel) is fetched by pip's build isolation at this step.
+COPY clients/python/pyproject.toml clients/python/
+COPY clients/python/loom clients/python/loom
+COPY clients/python/loom_client clients/python/loom_client
 COPY pyproject.toml ./
-COPY protos protos
 COPY server server
 COPY storage storage
-COPY clients/python clients/python
 RUN if [ -f build-ca.pem ]; then export PIP_CERT=/src/build-ca.pem; fi \
- && /opt/loom/bin/pip install -q --no-deps --target=/opt/app . \
+ && /opt/loom/bin/pip install -q --no-deps --target=/opt/app ./clients/python . \
  && /opt/loom/bin/python -m pip uninstall -q -y pip setuptools
 # (pip and setuptools are build tools: ~20 MB the running server never imports.)
 

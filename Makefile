@@ -9,15 +9,18 @@ TOOLS_BIN := $(HOME)/.cache/loom/bin
 PORT ?= 50051
 DATA_DIR ?= ./data
 PROTOS := $(wildcard protos/loom/v1/*.proto)
+# The generated Python (loom/v1/*_pb2*.py) is part of the loom-client distribution.
+PY_CLIENT := clients/python
 # Go lives here on these machines; harmless where it is already on PATH.
 export PATH := $(PATH):/usr/local/go/bin
 
 .PHONY: image image-test install run test test-unit lint protos buf-lint contract contract-baseline engines-up engines-down tools clients bench lock clean
 
-$(STAMP): pyproject.toml
+# Two distributions, both editable: loom-client (clients/python) and the server, which needs it.
+$(STAMP): pyproject.toml $(PY_CLIENT)/pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e $(PY_CLIENT) -e '.[dev]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -58,8 +61,8 @@ lint: install
 
 protos: install
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m grpc_tools.protoc -I protos \
-	  --python_out=protos --grpc_python_out=protos \
-	  --mypy_out=protos --mypy_grpc_out=protos $(PROTOS)
+	  --python_out=$(PY_CLIENT) --grpc_python_out=$(PY_CLIENT) \
+	  --mypy_out=$(PY_CLIENT) --mypy_grpc_out=$(PY_CLIENT) $(PROTOS)
 
 buf-lint: tools
 	cd protos && $(TOOLS_BIN)/buf lint
@@ -82,11 +85,14 @@ engines-down:
 # requirements.lock: the runtime dependencies (not dev), pinned with hashes for Linux x86_64
 # CPython 3.11, what the Dockerfile installs with --require-hashes. Pins already in the file
 # are kept unless pyproject.toml needs others; `make lock LOCK_ARGS=--upgrade` takes the
-# newest allowed. tests/unit/test_lock_file.py checks it against pyproject.toml.
+# newest allowed. tests/unit/test_lock_file.py checks it against pyproject.toml. loom-client
+# is resolved from clients/python (pyproject's tool.uv.sources) and left out of the lock: it is
+# this repository's own code, which the Dockerfile installs from the tree.
 lock: install
 	test -x $(BIN)/uv || $(BIN)/pip install -q 'uv>=0.9'
 	$(BIN)/uv pip compile pyproject.toml --quiet --generate-hashes --python-version 3.11 \
 	  --python-platform x86_64-unknown-linux-gnu --annotation-style line \
+	  --no-emit-package loom-client \
 	  --custom-compile-command 'make lock' $(LOCK_ARGS) -o requirements.lock
 
 # The container image: python:3.11-slim when a registry serves it, else a base built from

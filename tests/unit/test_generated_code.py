@@ -1,4 +1,8 @@
-"""The committed generated code matches protos/ (CI fails on a stale `make protos`)."""
+"""The committed generated Python matches protos/ (CI fails on a stale `make protos`).
+
+The contract is protos/loom/v1/*.proto; its Python (loom/v1/*_pb2*.py and .pyi) lives once,
+in the loom-client distribution (clients/python), which the server depends on.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PROTOS = ROOT / "protos"
+GENERATED = ROOT / "clients" / "python"
 
 
 def test_generated_python_is_fresh(tmp_path: Path) -> None:
@@ -37,9 +42,16 @@ def test_generated_python_is_fresh(tmp_path: Path) -> None:
     fresh = {p.relative_to(tmp_path): p.read_bytes() for p in tmp_path.rglob("*.py*")}
     assert fresh, "protoc generated nothing"
     committed = {
-        p.relative_to(PROTOS): p.read_bytes() for p in (PROTOS / "loom" / "v1").glob("*_pb2*.py*")
+        p.relative_to(GENERATED): p.read_bytes()
+        for p in (GENERATED / "loom" / "v1").glob("*_pb2*.py*")
     }
     stale = sorted(str(name) for name in fresh if committed.get(name) != fresh[name])
     extra = sorted(str(name) for name in committed if name not in fresh)
     assert not stale, f"stale generated files (run `make protos`): {stale}"
     assert not extra, f"generated files without a .proto: {extra}"
+
+
+def test_generated_python_has_one_copy() -> None:
+    """No generated Python is left beside the .proto files: a second copy would be what some
+    imports find and what `make protos` no longer refreshes."""
+    assert sorted(str(p.relative_to(ROOT)) for p in PROTOS.rglob("*_pb2*.py*")) == []

@@ -2,7 +2,9 @@
 
 A dependency added to or changed in pyproject.toml without ``make lock`` fails here, not in
 an image build: every runtime dependency must be pinned in the lock, with its hashes, at a
-version pyproject allows.
+version pyproject allows. The server's dependencies include loom-client, this repository's
+own distribution (clients/python): its dependencies are locked, itself is not (the image
+installs it from the tree).
 """
 
 from __future__ import annotations
@@ -12,12 +14,15 @@ import tomllib
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[2]
+CLIENT = ROOT / "clients" / "python"
+LOCAL = "loom-client"
 _PIN = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>\S+)(?P<options>.*)$")
 _HASH = re.compile(r"--hash=sha256:[0-9a-f]{64}\b")
 
@@ -28,14 +33,20 @@ class Pin:
     hashes: int
 
 
+def _project(root: Path) -> dict[str, Any]:
+    project: dict[str, Any] = tomllib.loads((root / "pyproject.toml").read_text("utf-8"))["project"]
+    return project
+
+
 def _runtime() -> list[Requirement]:
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    return [Requirement(text) for text in project["dependencies"]]
+    """The server's runtime dependencies and loom-client's, loom-client itself left out."""
+    server = [Requirement(text) for text in _project(ROOT)["dependencies"]]
+    client = [Requirement(text) for text in _project(CLIENT)["dependencies"]]
+    return [r for r in server + client if canonicalize_name(r.name) != LOCAL]
 
 
 def _dev() -> list[Requirement]:
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    return [Requirement(text) for text in project["optional-dependencies"]["dev"]]
+    return [Requirement(text) for text in _project(ROOT)["optional-dependencies"]["dev"]]
 
 
 def _lock() -> dict[str, Pin]:
@@ -67,6 +78,23 @@ def test_every_runtime_dependency_is_pinned_with_hashes_at_an_allowed_version() 
         assert requirement.specifier.contains(pin.version, prereleases=True), (
             f"requirements.lock pins {name}=={pin.version}, pyproject wants {requirement}"
         )
+
+
+def test_the_server_depends_on_the_client_of_its_own_version() -> None:
+    """The server imports loom.v1 from loom-client: the two are released together."""
+    client = _project(CLIENT)
+    wanted = [
+        Requirement(text)
+        for text in _project(ROOT)["dependencies"]
+        if canonicalize_name(Requirement(text).name) == LOCAL
+    ]
+    assert [str(r.specifier) for r in wanted] == [f"=={client['version']}"]
+
+
+def test_the_local_client_is_not_in_the_lock() -> None:
+    """loom-client is built from clients/python: a pin would make the image fetch whatever an
+    index serves under that name (and --require-hashes would refuse the local build)."""
+    assert LOCAL not in _lock()
 
 
 def test_every_pin_is_hashed_so_pip_require_hashes_accepts_the_file() -> None:
