@@ -31,8 +31,9 @@ run: install
 tools:
 	scripts/tools/install.sh
 
-# The Go and TypeScript clients are exercised by tests/e2e/test_clients.py: build them first so
-# a cold compile of grpc-go (~2 min, cached in ~/go afterwards) is not charged to one test.
+# The Go and TypeScript clients are exercised by tests/e2e/test_clients.py and
+# test_client_typescript.py (which compiles with tsc itself; here only its pinned npm packages):
+# build them first so a cold compile of grpc-go (~2 min, cached in ~/go) is not charged to one test.
 TS_DEPS := clients/typescript/node_modules/.package-lock.json
 $(TS_DEPS): clients/typescript/package-lock.json
 	cd clients/typescript && npm ci --no-audit --no-fund --loglevel=error

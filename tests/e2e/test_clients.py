@@ -29,7 +29,6 @@ from tests.serving import Running, running_server
 
 ROOT = Path(__file__).resolve().parents[2]
 GO_DIR = ROOT / "clients" / "go"
-TS_DIR = ROOT / "clients" / "typescript"
 TS = Timestamp(seconds=1_700_000_000)
 
 
@@ -204,24 +203,4 @@ class TestGoClient:
         output = await run(
             go, "run", "./cmd/example", "-target", auth_server.target, cwd=GO_DIR, env=env
         )
-        assert_example_output(output)
-
-
-class TestTypeScriptClient:
-    async def test_example(self, server: Running) -> None:
-        """clients/typescript/src/example.ts does the same through @grpc/grpc-js."""
-        tsx = TS_DIR / "node_modules" / ".bin" / "tsx"
-        if not tsx.exists():
-            pytest.fail(
-                "TypeScript client dependencies are not installed: "
-                "run `cd clients/typescript && npm ci` (make test does this)"
-            )
-        output = await run(str(tsx), "src/example.ts", server.target, cwd=TS_DIR)
-        assert_example_output(output)
-
-    async def test_example_with_a_bearer_token(self, auth_server: Running) -> None:
-        """The same example against a server requiring tokens, given $LOOM_TOKEN."""
-        tsx = TS_DIR / "node_modules" / ".bin" / "tsx"
-        env = token(auth_server, "threadweaver:write")
-        output = await run(str(tsx), "src/example.ts", auth_server.target, cwd=TS_DIR, env=env)
         assert_example_output(output)
