@@ -62,10 +62,10 @@ function parseOptions(argv: string[]): ConnectOptions {
       },
     });
   } catch (error) {
-    throw new UsageError(`${error instanceof Error ? error.message : String(error)}\n${USAGE}`);
+    throw new UsageError(`${error instanceof Error ? error.message : String(error)}; ${USAGE}`);
   }
   const { values, positionals } = parsed;
-  if (positionals.length > 1) throw new UsageError(`one target at most\n${USAGE}`);
+  if (positionals.length > 1) throw new UsageError(`one target at most; ${USAGE}`);
   const timeoutS = Number(values.timeout);
   if (!Number.isFinite(timeoutS) || timeoutS <= 0) {
     throw new UsageError(`--timeout must be a positive number of seconds, not ${values.timeout}`);
