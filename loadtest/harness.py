@@ -8,6 +8,9 @@ A workload is a module ``loadtest/workloads/<name>.py`` that satisfies :class:`W
 
     def add_arguments(parser: argparse.ArgumentParser) -> None: ...
     async def run(args: argparse.Namespace, harness: Harness) -> None: ...
+
+and opens every channel with :meth:`Harness.channel`, so a ``--target`` served over TLS (or
+mutual TLS) that wants a bearer token is loaded the same way as a server started here.
 """
 
 from __future__ import annotations
@@ -16,8 +19,11 @@ import argparse
 import contextlib
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
+import grpc
+
+from loadtest.channels import PLAINTEXT, ChannelSecurity
 from loadtest.modes import Operation, run_closed_loop, run_fixed_rate
 from loadtest.recorder import LatencyRecorder, PhaseStats
 from loadtest.report import Report
@@ -40,12 +46,23 @@ class Harness:
     """Shared services for one run of one workload."""
 
     def __init__(
-        self, report: Report, *, target: str | None = None, server_log: Path | None = None
+        self,
+        report: Report,
+        *,
+        target: str | None = None,
+        server_log: Path | None = None,
+        security: ChannelSecurity | None = None,
     ) -> None:
         self.report = report
         self.target = target
         """``--target host:port``: use this running server instead of starting one."""
         self.server_log = server_log
+        self.security = security if security is not None else PLAINTEXT
+        """TLS and bearer token for ``--target`` (``--tls-*``, ``--token``); off otherwise."""
+
+    def channel(self, target: str, options: Sequence[tuple[str, Any]] = ()) -> grpc.aio.Channel:
+        """A channel to ``target`` (what :meth:`server` yielded) with the run's TLS and token."""
+        return self.security.channel(target, options)
 
     @contextlib.asynccontextmanager
     async def server(
@@ -61,7 +78,7 @@ class Harness:
         apply to a server started here.
         """
         if self.target is not None:
-            await wait_for_health(self.target, timeout_s=10.0)
+            await wait_for_health(self.target, timeout_s=10.0, connect=self.channel)
             yield self.target
             return
         async with loom_server(

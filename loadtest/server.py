@@ -18,7 +18,7 @@ import socket
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 
 import grpc
@@ -59,8 +59,12 @@ def loom_command() -> list[str]:
     return [found]
 
 
-async def _check_once(target: str, timeout_s: float) -> bool:
-    async with grpc.aio.insecure_channel(target) as channel:
+Connect = Callable[[str], grpc.aio.Channel]
+"""Opens a channel to a target (``ChannelSecurity.channel`` for a secured ``--target``)."""
+
+
+async def _check_once(target: str, timeout_s: float, connect: Connect) -> bool:
+    async with connect(target) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         try:
             resp = await stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=timeout_s)
@@ -70,14 +74,22 @@ async def _check_once(target: str, timeout_s: float) -> bool:
 
 
 async def wait_for_health(
-    target: str, *, timeout_s: float = 30.0, process: asyncio.subprocess.Process | None = None
+    target: str,
+    *,
+    timeout_s: float = 30.0,
+    process: asyncio.subprocess.Process | None = None,
+    connect: Connect | None = None,
 ) -> None:
-    """Poll the health service until SERVING; fail early if ``process`` exits."""
+    """Poll the health service until SERVING; fail early if ``process`` exits.
+
+    ``connect`` opens the channel (default: plaintext, what a server started here serves).
+    """
+    opener: Connect = connect if connect is not None else grpc.aio.insecure_channel
     deadline = time.monotonic() + timeout_s
     while True:
         if process is not None and process.returncode is not None:
             raise ServerStartError(f"server exited with code {process.returncode}")
-        if await _check_once(target, timeout_s=1.0):
+        if await _check_once(target, 1.0, opener):
             return
         if time.monotonic() >= deadline:
             raise ServerStartError(f"{target} not SERVING after {timeout_s:.0f}s")

@@ -14,6 +14,7 @@ from concurrent.futures import ProcessPoolExecutor
 from loom.v1 import inbox_pb2, inbox_pb2_grpc
 
 from loadtest.baselines.cassandra_raw import raw_insert_rows
+from loadtest.channels import PLAINTEXT, ChannelSecurity
 from loadtest.harness import Harness
 from loadtest.recorder import LatencyRecorder
 from loadtest.traffic.inbox_mix import ClientResult, ClientSpec, run_client
@@ -72,7 +73,13 @@ async def announce(
     loop = asyncio.get_running_loop()
     threads = args.group_posts + args.heavy_threads
     probe = functools.partial(
-        probe_spec, target, probe_inboxes, rate=args.probe_rate, threads=threads, seed=args.seed
+        probe_spec,
+        target,
+        probe_inboxes,
+        rate=args.probe_rate,
+        threads=threads,
+        seed=args.seed,
+        security=harness.security,
     )
     unloaded = await loop.run_in_executor(pool, run_client, probe(seconds=args.probe_seconds))
     _probe_phase(harness, f"{store}.announcement.unread-unloaded", [unloaded])
@@ -141,7 +148,14 @@ async def announce(
 
 
 def probe_spec(
-    target: str, inboxes: list[str], *, rate: float, seconds: float, threads: int, seed: int
+    target: str,
+    inboxes: list[str],
+    *,
+    rate: float,
+    seconds: float,
+    threads: int,
+    seed: int,
+    security: ChannelSecurity = PLAINTEXT,
 ) -> ClientSpec:
     """An open-loop GetUnreadCount probe at `rate`/s over `inboxes`, starting in 1 s."""
     return ClientSpec(
@@ -156,6 +170,7 @@ def probe_spec(
         threads=threads,
         seed=seed,
         max_in_flight=max(100, int(rate)),
+        security=security,
     )
 
 

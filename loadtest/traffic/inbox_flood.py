@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 import grpc
 from loom.v1 import inbox_pb2
 
+from loadtest.channels import PLAINTEXT, ChannelSecurity
+
 __all__ = ["FloodResult", "FloodSpec", "recipients", "run_flood"]
 
 
@@ -35,6 +37,8 @@ class FloodSpec:
     sizes: tuple[int, ...] = (5_000, 10_000, 15_000, 20_000)
     backoff_s: float = 0.2
     timeout_s: float = 30.0
+    security: ChannelSecurity = PLAINTEXT
+    """TLS and bearer token for the channel (the harness's, for a secured ``--target``)."""
 
 
 @dataclass(slots=True)
@@ -58,7 +62,7 @@ async def _flood(spec: FloodSpec) -> FloodResult:
     ]
     ids = itertools.count(1)
     options = [("grpc.max_send_message_length", 64 * 1024 * 1024)]
-    async with grpc.aio.insecure_channel(spec.target, options=options) as channel:
+    async with spec.security.channel(spec.target, options) as channel:
         post = channel.unary_unary(
             "/loom.v1.Inbox/PostMessage",
             request_serializer=None,

@@ -26,6 +26,8 @@ import grpc
 from grpc_health.v1 import health_pb2
 from loom.v1 import inbox_pb2
 
+from loadtest.channels import PLAINTEXT, ChannelSecurity
+
 __all__ = ["MIX", "ClientResult", "ClientSpec", "run_client", "warm"]
 
 MIX: tuple[tuple[str, float], ...] = (
@@ -60,6 +62,8 @@ class ClientSpec:
     seed: int
     max_in_flight: int = 1000
     timeout_s: float = 10.0
+    security: ChannelSecurity = PLAINTEXT
+    """TLS and bearer token for the channel (the harness's, for a secured ``--target``)."""
 
 
 @dataclass(slots=True)
@@ -154,7 +158,7 @@ class _Requests:
 async def _client(spec: ClientSpec) -> ClientResult:
     result = ClientResult()
     options = [("grpc.max_receive_message_length", 64 * 1024 * 1024)]
-    async with grpc.aio.insecure_channel(spec.target, options=options) as channel:
+    async with spec.security.channel(spec.target, options) as channel:
         reqs = _Requests(channel, spec)
         rng = random.Random(spec.seed * 1_000_003 + spec.index)
         planned = int(spec.rate * spec.duration_s)

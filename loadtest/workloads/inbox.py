@@ -45,7 +45,6 @@ import uuid
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 
-import grpc
 from loom.v1 import inbox_pb2, inbox_pb2_grpc
 
 from loadtest.baselines.cassandra_raw import drop_keyspace
@@ -181,6 +180,7 @@ async def _populate(
 
 
 async def _run_clients(
+    harness: Harness,
     pool: ProcessPoolExecutor,
     args: argparse.Namespace,
     target: str,
@@ -204,6 +204,7 @@ async def _run_clients(
             threads=threads,
             seed=args.seed,
             max_in_flight=max(100, int(rate)),
+            security=harness.security,
         )
         for k in range(args.clients)
     ]
@@ -292,16 +293,18 @@ async def _store_run(
     announcement_s: float | None = None
     async with harness.server(extra_args=extra, env=env) as target:
         options = [("grpc.max_send_message_length", 64 * 1024 * 1024)]
-        async with grpc.aio.insecure_channel(target, options=options) as channel:
+        async with harness.channel(target, options=options) as channel:
             stub = inbox_pb2_grpc.InboxStub(channel)
             report.add_figure(f"{store}.population", await _populate(stub, args, inboxes))
             sustained: list[float] = []
             rates = [float(r) for r in str(args.rate).split(",")]
             for rate in rates:
                 tag = f"{store}@{rate:g}"
-                floor = await _run_clients(pool, args, target, "health", rate, inboxes, threads)
+                floor = await _run_clients(
+                    harness, pool, args, target, "health", rate, inboxes, threads
+                )
                 floor_rates = _record(harness, tag, floor, ("health",))
-                mix = await _run_clients(pool, args, target, "mix", rate, inboxes, threads)
+                mix = await _run_clients(harness, pool, args, target, "mix", rate, inboxes, threads)
                 mix_rates = _record(harness, tag, mix, METHODS)
                 for method in METHODS:
                     for metric in ("p50", "p99", "p999"):

@@ -31,7 +31,6 @@ import time
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 
-import grpc
 from loom.v1 import inbox_pb2, inbox_pb2_grpc
 
 from loadtest.harness import Harness
@@ -60,7 +59,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--drain-timeout", type=float, default=300.0)
 
 
-def _probe_spec(args: argparse.Namespace, target: str, start_at: float) -> ClientSpec:
+def _probe_spec(
+    args: argparse.Namespace, harness: Harness, target: str, start_at: float
+) -> ClientSpec:
     return ClientSpec(
         target=target,
         kind="unread",
@@ -73,6 +74,7 @@ def _probe_spec(args: argparse.Namespace, target: str, start_at: float) -> Clien
         threads=0,
         seed=1,
         timeout_s=10.0,
+        security=harness.security,
     )
 
 
@@ -131,14 +133,14 @@ async def run(args: argparse.Namespace, harness: Harness) -> None:
         await asyncio.gather(*(loop.run_in_executor(pool, warm, 0.3) for _ in range(2)))
         async with (
             harness.server(extra_args=extra, env=env) as target,
-            grpc.aio.insecure_channel(target) as channel,
+            harness.channel(target) as channel,
         ):
             stub = inbox_pb2_grpc.InboxStub(channel)
             await _seed(stub, args.inboxes)
-            warmup = _probe_spec(args, target, time.monotonic() + 0.5)
+            warmup = _probe_spec(args, harness, target, time.monotonic() + 0.5)
             await loop.run_in_executor(pool, run_client, warmup)  # channel, threads, caches
 
-            before = _probe_spec(args, target, time.monotonic() + 0.5)
+            before = _probe_spec(args, harness, target, time.monotonic() + 0.5)
             _record(harness, "unloaded", await loop.run_in_executor(pool, run_client, before))
 
             flood_start = time.monotonic() + 0.5
@@ -147,8 +149,9 @@ async def run(args: argparse.Namespace, harness: Harness) -> None:
                 start_at=flood_start,
                 duration_s=args.warmup + args.duration + 0.5,
                 posters=args.posters,
+                security=harness.security,
             )
-            probe_spec = _probe_spec(args, target, flood_start + args.warmup)
+            probe_spec = _probe_spec(args, harness, target, flood_start + args.warmup)
             flood, loaded = await asyncio.gather(
                 loop.run_in_executor(pool, run_flood, flood_spec),
                 loop.run_in_executor(pool, run_client, probe_spec),
@@ -156,7 +159,7 @@ async def run(args: argparse.Namespace, harness: Harness) -> None:
             _record(harness, "loaded", loaded)
             drain_s = await _drain(stub, flood, args.drain_timeout)
 
-            after = _probe_spec(args, target, time.monotonic() + 0.5)
+            after = _probe_spec(args, harness, target, time.monotonic() + 0.5)
             _record(harness, "unloaded-after", await loop.run_in_executor(pool, run_client, after))
 
     for metric in ("p50", "p99", "p999"):

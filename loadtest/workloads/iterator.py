@@ -27,7 +27,6 @@ import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import grpc
 from loom.v1 import iterator_pb2 as pb
 from loom.v1 import iterator_pb2_grpc
 from sqlalchemy import text
@@ -110,9 +109,11 @@ def _env(mode: str, url: str, **extra: object) -> dict[str, str]:
     return env
 
 
-async def _job(target: str, request: pb.StartIterationRequest) -> tuple[list[int], float, pb.Job]:
+async def _job(
+    harness: Harness, target: str, request: pb.StartIterationRequest
+) -> tuple[list[int], float, pb.Job]:
     """Runs a job to completion into one consumer: (object ids, seconds, final job)."""
-    async with grpc.aio.insecure_channel(
+    async with harness.channel(
         target, options=[("grpc.max_receive_message_length", 64 * 1024 * 1024)]
     ) as channel:
         stub = iterator_pb2_grpc.IteratorStub(channel)
@@ -174,7 +175,7 @@ async def _throughput(args: argparse.Namespace, harness: Harness, url: str) -> N
     for _ in range(max(1, args.repeats)):
         raw_rows, raw_s = await raw_scan(url, users, args.chunk)
         async with harness.server(env=_env(args.mode, url, workers=args.workers)) as target:
-            ids, seconds, final = await _job(target, request)
+            ids, seconds, final = await _job(harness, target, request)
         per_chunk = round(len(ids) / max(1, final.chunks_emitted))
         found = {
             "raw_rows_per_s": round(raw_rows / raw_s),
@@ -243,7 +244,7 @@ async def _large_user(args: argparse.Namespace, harness: Harness, url: str) -> N
                 steal_after_s=steal,
             )
             async with harness.server(env=env) as target:
-                ids, seconds, final = await _job(target, request)
+                ids, seconds, final = await _job(harness, target, request)
             assert len(ids) == n, f"{name}: {len(ids)} of {n} files emitted"
             assert len(set(ids)) == n, f"{name}: duplicates"
             times[name].append(round(seconds, 2))
@@ -280,7 +281,7 @@ async def _redelivery(args: argparse.Namespace, harness: Harness, url: str) -> N
         require_ack=True,
     )
     async with harness.server(env=env) as target:
-        ids, _, final = await _job(target, request)
+        ids, _, final = await _job(harness, target, request)
     truth = await _truth(url, 0, 3, 1, 4)
     steps = sum(lv.ranges for lv in final.levels)
     report.add_figure(

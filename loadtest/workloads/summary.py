@@ -26,7 +26,6 @@ import time
 import uuid
 from collections.abc import Sequence
 
-import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from loom.v1 import summary_pb2, summary_pb2_grpc
 
@@ -255,7 +254,7 @@ async def _serve_and_load(args: argparse.Namespace, harness: Harness, store: str
             extra_args=["--summary-store", store],
             env=_dynamodb_env() if store == "dynamodb" else None,
         ) as target,
-        grpc.aio.insecure_channel(target) as channel,
+        harness.channel(target) as channel,
     ):
         health = health_pb2_grpc.HealthStub(channel)
         summary = summary_pb2_grpc.SummaryStub(channel)

@@ -37,7 +37,6 @@ import random
 import time
 from collections.abc import Mapping, Sequence
 
-import grpc
 from grpc_health.v1 import health_pb2_grpc
 from loom.v1 import templates_pb2, templates_pb2_grpc
 
@@ -130,9 +129,7 @@ async def _end_to_end(
     protos = _protos(emails)
     async with (
         harness.server(extra_args=["--templates-store", args.store], env=_env(args, env)) as target,
-        grpc.aio.insecure_channel(
-            target, options=[("grpc.max_send_message_length", 64 << 20)]
-        ) as channel,
+        harness.channel(target, options=[("grpc.max_send_message_length", 64 << 20)]) as channel,
     ):
         stub = templates_pb2_grpc.TemplateInductionStub(channel)
         health = health_pb2_grpc.HealthStub(channel)
@@ -209,7 +206,7 @@ async def _delay(harness: Harness, args: argparse.Namespace) -> None:
         harness.server(
             extra_args=["--templates-store", args.store], env=_env(args, _TUNED)
         ) as target,
-        grpc.aio.insecure_channel(target) as channel,
+        harness.channel(target) as channel,
     ):
         stub = templates_pb2_grpc.TemplateInductionStub(channel)
         stop = asyncio.Event()
@@ -264,7 +261,7 @@ async def _juicer(harness: Harness, args: argparse.Namespace) -> None:
         harness.server(
             extra_args=["--templates-store", args.store], env=_env(args, _TUNED)
         ) as target,
-        grpc.aio.insecure_channel(target) as channel,
+        harness.channel(target) as channel,
     ):
         stub = templates_pb2_grpc.TemplateInductionStub(channel)
         await submit_all(stub, _protos(emails), batch=args.batch, concurrency=args.callers)
@@ -398,7 +395,7 @@ async def _quality(harness: Harness, args: argparse.Namespace) -> None:
                 extra_args=["--templates-store", args.store],
                 env=_env(args, {**_TUNED, "SCHEME": scheme}),
             ) as target,
-            grpc.aio.insecure_channel(
+            harness.channel(
                 target, options=[("grpc.max_send_message_length", 64 << 20)]
             ) as channel,
         ):

@@ -38,7 +38,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import grpc
 from loom.v1 import threadweaver_pb2, threadweaver_pb2_grpc
 
 from loadtest.baselines.bfs import BfsBaseline
@@ -307,9 +306,7 @@ async def _measure_store(
         target = await stack.enter_async_context(
             harness.server(extra_args=["--threadweaver-store", store], env=env)
         )
-        channel = await stack.enter_async_context(
-            grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
-        )
+        channel = await stack.enter_async_context(harness.channel(target, options=CHANNEL_OPTIONS))
         stub = threadweaver_pb2_grpc.ThreadWeaverStub(channel)
         await _weave(args, harness, store, stub, inputs)
         await _read(args, harness, store, stub, inputs)

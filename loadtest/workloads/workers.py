@@ -19,12 +19,13 @@ import argparse
 import asyncio
 import json
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
-import grpc
 from loom.v1 import inbox_pb2, inbox_pb2_grpc
 
+from loadtest.channels import ChannelSecurity
 from loadtest.harness import Harness
 from loadtest.workloads.inbox import store_env
 
@@ -50,8 +51,8 @@ def _ghz() -> str:
     return found
 
 
-async def _populate(target: str, inboxes: int) -> None:
-    async with grpc.aio.insecure_channel(target) as channel:
+async def _populate(harness: Harness, target: str, inboxes: int) -> None:
+    async with harness.channel(target) as channel:
         stub = inbox_pb2_grpc.InboxStub(channel)
         for t in range(3):
             await stub.PostMessage(
@@ -65,10 +66,39 @@ async def _populate(target: str, inboxes: int) -> None:
             )
 
 
-async def _ghz_run(args: argparse.Namespace, target: str) -> dict[str, Any]:
+def _ghz_security(security: ChannelSecurity, directory: Path) -> list[str]:
+    """ghz's flags for the run's TLS and token; what ghz reads from files is written (0600)
+    into `directory`, so no key or token appears on a command line."""
+
+    def written(name: str, data: bytes) -> str:
+        path = directory / name
+        path.touch(mode=0o600)
+        path.write_bytes(data)
+        return str(path)
+
+    flags = ["--insecure"]
+    if security.root_certificates is not None:
+        flags = ["--cacert", written("ca.pem", security.root_certificates)]
+        if security.certificate_chain is not None and security.private_key is not None:
+            flags += ["--cert", written("cert.pem", security.certificate_chain)]
+            flags += ["--key", written("key.pem", security.private_key)]
+    if security.token is not None:
+        metadata = json.dumps({"authorization": f"Bearer {security.token}"}).encode()
+        flags += ["--metadata-file", written("metadata.json", metadata)]
+    return flags
+
+
+async def _ghz_run(args: argparse.Namespace, harness: Harness, target: str) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="loom-ghz-") as tmp:
+        return await _ghz_process(args, _ghz_security(harness.security, Path(tmp)), target)
+
+
+async def _ghz_process(
+    args: argparse.Namespace, security: list[str], target: str
+) -> dict[str, Any]:
     process = await asyncio.create_subprocess_exec(
         _ghz(),
-        "--insecure",
+        *security,
         "--call",
         "loom.v1.Inbox/GetUnreadCount",
         "-d",
@@ -109,8 +139,8 @@ async def run(args: argparse.Namespace, harness: Harness) -> None:
         for workers in [int(w) for w in args.workers.split(",")]:
             extra = ["--inbox-store", store, "--workers", str(workers), "--log-level", "warning"]
             async with harness.server(extra_args=extra, env=store_env(store)) as target:
-                await _populate(target, args.inboxes)
-                ghz = await _ghz_run(args, target)
+                await _populate(harness, target, args.inboxes)
+                ghz = await _ghz_run(args, harness, target)
             rps = float(ghz["rps"])
             baseline = baseline or rps
             report.add_figure(
