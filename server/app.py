@@ -51,6 +51,13 @@ SERVICE_NAMES = (
 )
 
 
+DRAIN_REFUSE_S = 0.25
+"""How long a draining server keeps refusing calls after its last running call finished."""
+DRAIN_RETRY_AFTER_S = 1.0
+"""The pause a drain refusal asks of the caller's retry policy (grpc-retry-pushback-ms):
+longer than `DRAIN_REFUSE_S` plus the port's closing, so a retry never meets the shutdown."""
+
+
 @dataclass
 class LoomServer:
     """A started server and what must be closed with it."""
@@ -74,15 +81,20 @@ class LoomServer:
 
         New calls are refused by the interceptor rather than by grpc's own shutdown, which
         cancels calls that reached the server but had not started yet (CANCELLED is not
-        retryable; UNAVAILABLE tells the client to go to another replica).
+        retryable; UNAVAILABLE tells the client to go to another replica). Each refusal
+        asks the caller's gRPC retry policy to wait `DRAIN_RETRY_AFTER_S` before its next
+        attempt, and the port stays open `DRAIN_REFUSE_S` more after the last running call:
+        calls already on their way are refused rather than cancelled, and the refused
+        callers' retries reach the next server (or another replica), not this shutdown.
         """
         deadline = time.monotonic() + self.grace_s
         if self.monitor is not None:
             await self.monitor.stop()
         await self.health.enter_graceful_shutdown()
         if self.interceptor is not None:
-            self.interceptor.drain()
+            self.interceptor.drain(retry_after_s=DRAIN_RETRY_AFTER_S)
         await self.metrics.wait_idle(deadline - time.monotonic())
+        await asyncio.sleep(max(0.0, min(DRAIN_REFUSE_S, deadline - time.monotonic())))
         await self.server.stop(max(0.0, deadline - time.monotonic()))
         for close in reversed(self.closers):
             await close()

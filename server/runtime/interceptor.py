@@ -147,11 +147,16 @@ class _Call:
             _log.warning("rpc", error=str(exc) if exc else None, **fields)
         structlog.contextvars.unbind_contextvars("request_id")
 
-    async def fail(self, exc: BaseException) -> NoReturn:
+    async def fail(
+        self, exc: BaseException, trailers: tuple[tuple[str, str], ...] = ()
+    ) -> NoReturn:
         code = code_for(exc)
         self.log(code, exc)
-        await self.context.abort_with_status(rich_status(exc, self.request_id))
-        raise AssertionError("abort_with_status returned")  # pragma: no cover
+        status = rich_status(exc, self.request_id)
+        await self.context.abort(
+            status.code, status.details, (*status.trailing_metadata, *trailers)
+        )
+        raise AssertionError("abort returned")  # pragma: no cover
 
 
 def _wrap_unary(
@@ -215,8 +220,10 @@ def _refusal(
     method: str,
     error: Exception,
     metrics: Metrics,
+    *,
+    trailers: tuple[tuple[str, str], ...] = (),
 ) -> grpc.RpcMethodHandler:
-    """A handler that answers `error` without parsing the request.
+    """A handler that answers `error` (with `trailers`) without parsing the request.
 
     Decided when the call arrives, before its message is deserialized: a flood of refused
     calls carrying large payloads (20,000-recipient posts) or of unauthenticated calls must
@@ -226,7 +233,7 @@ def _refusal(
 
     async def refuse(request: bytes, context: grpc.aio.ServicerContext) -> Any:
         call = _Call(table, method, context, metrics)
-        await call.fail(error)
+        await call.fail(error, trailers)
 
     async def refuse_stream(
         request: bytes, context: grpc.aio.ServicerContext
@@ -312,12 +319,19 @@ class RpcInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         self._metrics = metrics or Metrics()
         self._metrics.bulkheads = table.bulkheads
         self._draining = False
+        self._drain_trailers: tuple[tuple[str, str], ...] = ()
         self._scopes: dict[str, str] = {}
 
-    def drain(self) -> None:
+    def drain(self, retry_after_s: float = 0.0) -> None:
         """From now on every new Loom call is refused with UNAVAILABLE (retry elsewhere);
-        calls already running continue. Health and reflection still answer."""
+        calls already running continue. Health and reflection still answer.
+
+        With `retry_after_s`, each refusal tells the caller's gRPC retry policy to wait that
+        long before its next attempt (``grpc-retry-pushback-ms``), so that attempt goes
+        to the server's next incarnation, or another replica, not to this one's shutdown."""
         self._draining = True
+        if retry_after_s > 0:
+            self._drain_trailers = (("grpc-retry-pushback-ms", str(round(retry_after_s * 1000))),)
 
     def _denied(self, details: grpc.HandlerCallDetails, method: str) -> LoomError | None:
         """The auth error of this call, if any (checked before the request is parsed).
@@ -360,7 +374,14 @@ class RpcInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         if not full.startswith(_LOOM_PREFIX):
             return _decoding_guarded(handler)
         if self._draining:
-            return _refusal(handler, self._table, method, _DRAINING, self._metrics)
+            return _refusal(
+                handler,
+                self._table,
+                method,
+                _DRAINING,
+                self._metrics,
+                trailers=self._drain_trailers,
+            )
         return self._wrapped(handler, method)
 
     def _wrapped(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
