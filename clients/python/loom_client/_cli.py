@@ -7,10 +7,15 @@
     python -m loom_client unified --gid alice --thread t1 --team alice,bob
     python -m loom_client call Inbox GetUnreadCount --json '{"inbox_id": "alice"}'
     python -m loom_client list
+    python -m loom_client --service-config clients/service_config.json unified --gid a --thread t
 
 ``call`` reaches every RPC: the JSON is parsed into the RPC's request type (proto field
 names), a server stream prints one JSON document per message. A failed RPC prints its
 code, message and field violations as JSON on stderr and exits 1.
+
+``--service-config PATH`` makes the channel follow a gRPC service config (per-method
+timeouts, wait-for-ready, retries of the RPCs that are safe to repeat); ``--retries`` adds
+the client's own retries on top, so use one or the other.
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ from ._retry import NO_RETRY, RetryPolicy
 
 __all__ = ["main"]
 
+_DEFAULT_TIMEOUT_S = 10.0
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the CLI; returns the process exit code."""
@@ -50,7 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except LoomError as exc:
         print(json.dumps(_error_json(exc), indent=2), file=sys.stderr)
         return 1
-    except (LookupError, ValueError, json_format.ParseError) as exc:
+    except (LookupError, ValueError, OSError, json_format.ParseError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
@@ -66,12 +73,24 @@ def _parser() -> argparse.ArgumentParser:
         default=os.environ.get("LOOM_TARGET", "127.0.0.1:50051"),
         help="server address (default: $LOOM_TARGET or 127.0.0.1:50051)",
     )
-    parser.add_argument("--timeout", type=float, default=10.0, help="deadline per call, seconds")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="deadline per call, seconds (default 10; with --service-config, the config's)",
+    )
     parser.add_argument(
         "--retries",
         type=int,
         default=0,
-        help="retries on UNAVAILABLE / RESOURCE_EXHAUSTED (default 0)",
+        help="client retries on UNAVAILABLE / RESOURCE_EXHAUSTED (default 0)",
+    )
+    parser.add_argument(
+        "--service-config",
+        default=os.environ.get("LOOM_SERVICE_CONFIG", ""),
+        metavar="PATH",
+        help="gRPC service config JSON, e.g. clients/service_config.json "
+        "(default: $LOOM_SERVICE_CONFIG)",
     )
     parser.add_argument(
         "--metadata",
@@ -127,16 +146,20 @@ def _credentials(args: argparse.Namespace) -> grpc.ChannelCredentials | None:
 async def _run(args: argparse.Namespace) -> int:
     metadata = tuple(_pair(item) for item in args.metadata)
     retry = RetryPolicy(max_attempts=args.retries + 1) if args.retries > 0 else NO_RETRY
+    config = args.service_config or None
+    timeout = args.timeout if args.timeout is not None or config else _DEFAULT_TIMEOUT_S
     async with LoomClient.connect(
         args.target,
-        default_timeout=args.timeout,
+        default_timeout=timeout,
         metadata=metadata,
         retry=retry,
         token=args.token or None,
         credentials=_credentials(args),
+        service_config=config,
     ) as client:
         if args.command == "health":
-            print(json.dumps({"status": await client.health(args.service, timeout=args.timeout)}))
+            status = await client.health(args.service, timeout=timeout or _DEFAULT_TIMEOUT_S)
+            print(json.dumps({"status": status}))
         elif args.command == "weave":
             message = threadweaver_pb2.WovenMessage(
                 gid=args.gid,

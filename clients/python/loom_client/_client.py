@@ -7,14 +7,28 @@
 
 `rpc_method` maps a fully qualified service and RPC name onto the wrapper method, which is
 how the CLI's generic ``call`` reaches every RPC and how a test proves none is missing.
+
+Retries and timeouts come from two places that stack, so only one is on by default:
+
+- the channel's gRPC service config (``service_config=``, e.g. ``clients/service_config.json``):
+  per-method timeout, wait-for-ready and a retry policy for the RPCs that are safe to repeat,
+  applied by gRPC itself to every attempt, including transparent retries of calls that never
+  reached the server;
+- the wrapper's `RetryPolicy` (``retry=``, default `NO_RETRY`): opt-in retries around the
+  whole gRPC call, for a channel without a service config. With both, each wrapper attempt
+  is a full gRPC call with its own retries, so the attempts multiply.
 """
 
 from __future__ import annotations
 
+import enum
+import json
+import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Final
 
 import grpc
 from google.protobuf import descriptor, descriptor_pool
@@ -29,7 +43,14 @@ from ._summary import SummaryClient
 from ._templates import TemplatesClient
 from ._threadweaver import ThreadWeaverClient
 
-__all__ = ["SERVICE_ATTRIBUTES", "LoomClient", "rpc_method", "snake_case"]
+__all__ = [
+    "SERVICE_ATTRIBUTES",
+    "LoomClient",
+    "ServiceConfig",
+    "rpc_method",
+    "service_config_options",
+    "snake_case",
+]
 
 SERVICE_ATTRIBUTES = {
     "loom.v1.ThreadWeaver": "threadweaver",
@@ -42,6 +63,18 @@ SERVICE_ATTRIBUTES = {
 
 # Responses of Iterator.StreamObjects and ListInbox pages may be large.
 _DEFAULT_OPTIONS = (("grpc.max_receive_message_length", 64 * 1024 * 1024),)
+
+_DEFAULT_TIMEOUT_S = 10.0
+
+ServiceConfig = str | os.PathLike[str] | Mapping[str, Any]
+"""A gRPC service config: the path of its JSON file, or the parsed JSON."""
+
+
+class _Unset(enum.Enum):
+    TIMEOUT = "10 s without a service config; with one, its per-method timeouts"
+
+
+_UNSET: Final = _Unset.TIMEOUT
 
 
 class LoomClient:
@@ -100,27 +133,41 @@ class LoomClient:
         cls,
         target: str,
         *,
-        default_timeout: float | None = 10.0,
+        default_timeout: float | _Unset | None = _UNSET,
         metadata: Metadata = (),
         retry: RetryPolicy = NO_RETRY,
         stream_timeout: float | None = None,
         credentials: grpc.ChannelCredentials | None = None,
         options: Sequence[tuple[str, Any]] = _DEFAULT_OPTIONS,
         token: str | None = None,
+        service_config: ServiceConfig | None = None,
     ) -> LoomClient:
         """A client on a new channel to `target` (TLS when `credentials` is given).
 
-        `default_timeout` bounds each unary call, retries included (None: no deadline);
-        `metadata` is sent with every call; `retry` applies to calls that pass none (the
-        default retries nothing); `token` is a bearer token (``loom token``) sent as
-        ``authorization`` metadata with every call. TLS: ``credentials=
-        grpc.ssl_channel_credentials(root_ca_pem)`` (add the client key and certificate for
-        mutual TLS). Closing the client closes the channel.
+        `service_config` is a gRPC service config (a JSON file's path, or its parsed JSON),
+        typically ``clients/service_config.json``: the channel then applies its per-method
+        timeouts, wait-for-ready and retries (``grpc.service_config`` with
+        ``grpc.enable_retries``). `default_timeout` bounds each unary call, retries included
+        (None: no deadline); it defaults to 10 s, or to None with a service config so that
+        the config's per-method timeouts govern (given both, the shorter one wins).
+        `metadata` is sent with every call; `retry` is the wrapper's own retry policy for
+        calls that pass none (the default retries nothing: with a service config, gRPC
+        retries; adding a wrapper policy multiplies the attempts); `token` is a bearer token
+        (``loom token``) sent as ``authorization`` metadata with every call. TLS:
+        ``credentials=grpc.ssl_channel_credentials(root_ca_pem)`` (add the client key and
+        certificate for mutual TLS). Closing the client closes the channel.
+        Raises ValueError for a service config that is not a JSON object, OSError for an
+        unreadable file.
         """
+        channel_options = list(options)
+        if service_config is not None:
+            channel_options += service_config_options(service_config)
+        if default_timeout is _UNSET:
+            default_timeout = None if service_config is not None else _DEFAULT_TIMEOUT_S
         if credentials is None:
-            channel = grpc.aio.insecure_channel(target, options=list(options))
+            channel = grpc.aio.insecure_channel(target, options=channel_options)
         else:
-            channel = grpc.aio.secure_channel(target, credentials, options=list(options))
+            channel = grpc.aio.secure_channel(target, credentials, options=channel_options)
         return cls(
             channel,
             default_timeout=default_timeout,
@@ -160,6 +207,26 @@ class LoomClient:
         tb: TracebackType | None,
     ) -> None:
         await self.close()
+
+
+def service_config_options(config: ServiceConfig) -> list[tuple[str, Any]]:
+    """The channel options that make a channel follow the gRPC service config `config`.
+
+    `config` is a JSON file's path or the parsed JSON. gRPC parses it when the channel is
+    created and fails the channel's calls on an invalid config, so its shape is checked here
+    first: a JSON object whose ``methodConfig`` (if any) is a list.
+    """
+    if isinstance(config, Mapping):
+        parsed: object = dict(config)
+        where = "service config"
+    else:
+        parsed = json.loads(Path(config).read_text(encoding="utf-8"))
+        where = f"service config {os.fspath(config)}"
+    if not isinstance(parsed, dict):
+        raise ValueError(f"{where}: expected a JSON object")
+    if not isinstance(parsed.get("methodConfig", []), list):
+        raise ValueError(f"{where}: methodConfig must be a list")
+    return [("grpc.service_config", json.dumps(parsed)), ("grpc.enable_retries", 1)]
 
 
 def _bearer(token: str) -> tuple[tuple[str, str]]:
