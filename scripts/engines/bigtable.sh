@@ -41,4 +41,6 @@ check_ready() { port_open "${HOST}" "${PORT}"; }
 
 env_lines() { echo "export BIGTABLE_EMULATOR_HOST=${HOST}:${PORT}"; }
 
+do_runtime() { dirname "$(find_emulator)"; }
+
 engine_main "$@"

@@ -56,4 +56,6 @@ env_lines() {
   echo "export LOOM_TEST_CASSANDRA_PORT=${NATIVE_PORT}"
 }
 
+do_runtime() { dirname "$(cassandra_lib)"; }
+
 engine_main "$@"

@@ -71,4 +71,6 @@ PY
 
 env_lines() { echo "export LOOM_TEST_DYNAMODB_ENDPOINT=http://${HOST}:${PORT}"; }
 
+do_runtime() { prepare_runtime; }
+
 engine_main "$@"

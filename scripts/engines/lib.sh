@@ -255,8 +255,14 @@ engine_main() {
       publish_env
       ;;
     env) env_lines ;;
+    # Where the engine's runtime (jars, binary) is, prepared and cached: what
+    # scripts/image/engines.sh copies into an engine's container image.
+    runtime)
+      declare -F do_runtime >/dev/null || die "${ENGINE} has no runtime to package"
+      do_runtime
+      ;;
     *)
-      echo "usage: $0 start [--no-wait]|stop|restart|status|wait|env" >&2
+      echo "usage: $0 start [--no-wait]|stop|restart|status|wait|env|runtime" >&2
       return 2
       ;;
   esac

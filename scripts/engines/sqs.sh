@@ -44,4 +44,6 @@ PY
 
 env_lines() { echo "export LOOM_TEST_SQS_ENDPOINT=http://${HOST}:${PORT}"; }
 
+do_runtime() { mvn_lib_dir "${HERE}/pom.xml" elasticmq; }
+
 engine_main "$@"
