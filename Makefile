@@ -40,6 +40,7 @@ $(TS_DEPS): clients/typescript/package-lock.json
 
 clients: $(TS_DEPS)
 	cd clients/go && go build ./... && go vet ./...
+	cd clients/java && mvn -q -B package
 
 # Every engine starts once for the whole suite and is stopped however pytest ends. The suite
 # asserts behaviour, never speed, so it needs no quiet machine (speed is `loadtest/`'s job).
