@@ -11,7 +11,7 @@
 
 ``call`` reaches every RPC: the JSON is parsed into the RPC's request type (proto field
 names), a server stream prints one JSON document per message. A failed RPC prints its
-code, message and field violations as JSON on stderr and exits 1.
+code, message and field violations as one line of JSON on stderr and exits 1.
 
 ``--service-config PATH`` makes the channel follow a gRPC service config (per-method
 timeouts, wait-for-ready, retries of the RPCs that are safe to repeat); ``--retries`` adds
@@ -55,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return asyncio.run(_run(args))
     except LoomError as exc:
-        print(json.dumps(_error_json(exc), indent=2), file=sys.stderr)
+        print(json.dumps(_error_json(exc)), file=sys.stderr)  # one line: grep- and jq-able
         return 1
     except (LookupError, ValueError, OSError, json_format.ParseError) as exc:
         print(f"error: {exc}", file=sys.stderr)

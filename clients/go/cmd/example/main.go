@@ -2,11 +2,18 @@
 // prints the unified thread that joins them, and then reads the google.rpc.BadRequest field
 // violations that an INVALID_ARGUMENT error carries.
 //
-//	go run ./cmd/example -target 127.0.0.1:50051
+//	cd clients/go && go run ./cmd/example -target 127.0.0.1:50051
+//
+// The channel follows Loom's gRPC service config, clients/service_config.json (per-method
+// timeouts, wait-for-ready, retries of the RPCs that are safe to repeat), found from the
+// working directory upward; -service-config names another file, or "none".
 //
 // Against a server with auth on, pass a bearer token (`loom token --scope threadweaver:write`)
-// with -token or $LOOM_TOKEN; against a TLS server, its CA with -tls-ca (and the name the
-// certificate holds, e.g. localhost:50051, as -target).
+// with -token or $LOOM_TOKEN; against a TLS server, its CA with -ca (or -tls-ca), and the
+// name the certificate holds, e.g. localhost:50051, as -target.
+//
+// A failure is one line on stderr, `loom: <CODE>: <message>`, and the exit code says which
+// kind it was (see exitFailure and the constants after it).
 package main
 
 import (
@@ -14,15 +21,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"log"
 	"os"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -31,56 +35,48 @@ import (
 
 func main() {
 	target := flag.String("target", "127.0.0.1:50051", "Loom server address (host:port)")
-	timeout := flag.Duration("timeout", 10*time.Second, "deadline of each call")
+	timeout := flag.Duration("timeout", 0,
+		"deadline of each call (default: the service config's per-method timeout, or 10s without one)")
 	token := flag.String("token", os.Getenv("LOOM_TOKEN"), "bearer token (default $LOOM_TOKEN)")
-	tlsCA := flag.String("tls-ca", "", "PEM CA of the server's certificate: connect with TLS")
+	var tlsCA string
+	flag.StringVar(&tlsCA, "ca", "", "PEM CA of the server's certificate: connect with TLS")
+	flag.StringVar(&tlsCA, "tls-ca", "", "same as -ca")
+	configPath := flag.String("service-config", defaultServiceConfig,
+		`gRPC service config JSON, looked up from the working directory upward ("none": no config)`)
 	flag.Parse()
-	options, err := dialOptions(*token, *tlsCA)
+
+	config, err := loadServiceConfig(*configPath)
 	if err != nil {
-		log.Printf("example failed: %v", err)
-		os.Exit(1)
+		os.Exit(fail(err))
 	}
-	if err := run(*target, *timeout, options); err != nil {
-		log.Printf("example failed: %v", err)
-		os.Exit(1)
+	if *timeout == 0 && config == "" {
+		*timeout = 10 * time.Second
 	}
-}
-
-// bearer sends `authorization: Bearer <token>` with every call.
-type bearer struct {
-	token  string
-	secure bool
-}
-
-func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
-	return map[string]string{"authorization": "Bearer " + b.token}, nil
-}
-
-// RequireTransportSecurity lets a token travel in plaintext only to a plaintext (local) server.
-func (b bearer) RequireTransportSecurity() bool { return b.secure }
-
-func dialOptions(token, tlsCA string) ([]grpc.DialOption, error) {
-	transport := insecure.NewCredentials()
-	if tlsCA != "" {
-		tlsCredentials, err := credentials.NewClientTLSFromFile(tlsCA, "")
-		if err != nil {
-			return nil, fmt.Errorf("tls-ca %s: %w", tlsCA, err)
-		}
-		transport = tlsCredentials
-	}
-	options := []grpc.DialOption{grpc.WithTransportCredentials(transport)}
-	if token != "" {
-		options = append(options, grpc.WithPerRPCCredentials(bearer{token, tlsCA != ""}))
-	}
-	return options, nil
-}
-
-func run(target string, timeout time.Duration, options []grpc.DialOption) error {
-	conn, err := grpc.NewClient(target, options...)
+	options, err := dialOptions(*token, tlsCA, config)
 	if err != nil {
-		return fmt.Errorf("connect %s: %w", target, err)
+		os.Exit(fail(err))
+	}
+	conn, err := grpc.NewClient(*target, options...)
+	if err != nil {
+		os.Exit(fail(&usageError{fmt.Errorf("connect %s: %w", *target, err)}))
 	}
 	defer conn.Close()
+	if err := run(conn, *timeout); err != nil {
+		code := fail(err)
+		conn.Close()
+		os.Exit(code)
+	}
+}
+
+// callContext bounds one call by -timeout; with 0, the service config's timeout applies.
+func callContext(timeout time.Duration) (context.Context, context.CancelFunc) {
+	if timeout == 0 {
+		return context.WithCancel(context.Background())
+	}
+	return context.WithTimeout(context.Background(), timeout)
+}
+
+func run(conn *grpc.ClientConn, timeout time.Duration) error {
 	weaver := loomv1.NewThreadWeaverClient(conn)
 
 	// One email, as seen in the sender's and in the recipient's mailbox: the two copies live
@@ -93,7 +89,7 @@ func run(target string, timeout time.Duration, options []grpc.DialOption) error 
 		{Gid: "bob", ThreadId: fmt.Sprintf("b-%d", suffix), RfcMessageId: messageID, SentAt: sentAt},
 	}
 	for _, message := range copies {
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		ctx, cancel := callContext(timeout)
 		woven, err := weaver.WeaveMessage(ctx, &loomv1.WeaveMessageRequest{Message: message})
 		cancel()
 		if err != nil {
@@ -103,7 +99,7 @@ func run(target string, timeout time.Duration, options []grpc.DialOption) error 
 			message.Gid, message.ThreadId, woven.UnifiedThreadId, woven.Merged)
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	ctx, cancel := callContext(timeout)
 	defer cancel()
 	unified, err := weaver.GetUnifiedThread(ctx, &loomv1.GetUnifiedThreadRequest{
 		Gid: copies[0].Gid, ThreadId: copies[0].ThreadId,
