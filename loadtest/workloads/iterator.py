@@ -32,7 +32,7 @@ from loom.v1 import iterator_pb2_grpc
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from loadtest.baselines.keyset_scan import raw_scan
+from loadtest.baselines.keyset_scan import floor_scan, sqlalchemy_scan
 from loadtest.baselines.step_transactions import dynamodb_transactions_per_s
 from loadtest.corpora.iterator import (
     Corpus,
@@ -173,16 +173,21 @@ async def _throughput(args: argparse.Namespace, harness: Harness, url: str) -> N
     )
     rounds: list[dict[str, float]] = []
     for _ in range(max(1, args.repeats)):
-        raw_rows, raw_s = await raw_scan(url, users, args.chunk)
+        floor_rows, floor_s = await floor_scan(url, users, args.chunk)
+        orm_rows, orm_s = await sqlalchemy_scan(url, users, args.chunk)
+        assert floor_rows == orm_rows == len(truth), (floor_rows, orm_rows, len(truth))
         async with harness.server(env=_env(args.mode, url, workers=args.workers)) as target:
             ids, seconds, final = await _job(harness, target, request)
         per_chunk = round(len(ids) / max(1, final.chunks_emitted))
+        pipeline = len(ids) / seconds
         found = {
-            "raw_rows_per_s": round(raw_rows / raw_s),
-            "pipeline_objects_per_s": round(len(ids) / seconds),
+            "floor_rows_per_s": round(floor_rows / floor_s),
+            "sqlalchemy_scan_rows_per_s": round(orm_rows / orm_s),
+            "pipeline_objects_per_s": round(pipeline),
             "objects_per_chunk": per_chunk,
+            "vs_floor": round(pipeline * floor_s / floor_rows, 3),
+            "vs_sqlalchemy_scan": round(pipeline * orm_s / orm_rows, 3),
         }
-        found["vs_raw"] = round(found["pipeline_objects_per_s"] / found["raw_rows_per_s"], 3)
         if args.mode == "distributed":
             tx = await dynamodb_transactions_per_s(
                 objects=per_chunk, width=2, concurrency=args.workers, seconds=5.0
