@@ -190,8 +190,10 @@ class TestBadInput:
 
     async def test_wrong_target_with_the_service_config(self) -> None:
         """With the service config's wait-for-ready the call waits for its deadline."""
-        result = await example("--timeout", "1", f"127.0.0.1:{free_port()}")
+        target = f"127.0.0.1:{free_port()}"
+        result = await example("--timeout", "1", target)
         assert_one_clear_line(result, 6, "loom: DEADLINE_EXCEEDED: ")
+        assert f"not connected to {target}" in result.stderr
         assert "--no-service-config" in result.stderr
 
     async def test_a_ca_that_did_not_issue_the_certificate(

@@ -81,10 +81,20 @@ export class Connection {
     const deadline = new Date(Date.now() + this.options.timeoutMs);
     return new Promise((resolve, reject) => {
       method.call(client, request, metadata, { deadline }, (error, response) => {
-        if (error) reject(error);
+        if (error) reject(this.explained(client, error));
         else resolve(response);
       });
     });
+  }
+
+  /** A deadline missed while waiting for a connection says so (grpc-js's message does not). */
+  private explained(client: grpc.Client, error: grpc.ServiceError): grpc.ServiceError {
+    const state = client.getChannel().getConnectivityState(false);
+    if (error.code === grpc.status.DEADLINE_EXCEEDED && state !== grpc.connectivityState.READY) {
+      const name = grpc.connectivityState[state];
+      error.details = `${error.details}; not connected to ${this.options.target} (${name})`;
+    }
+    return error;
   }
 }
 
