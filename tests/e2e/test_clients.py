@@ -1,6 +1,7 @@
-"""The three clients against a real server: Python (every ThreadWeaver RPC), Go, TypeScript.
+"""The Python and Go clients against a real server: Python (every ThreadWeaver RPC) and the Go
+example (TypeScript and Java have files of their own: test_client_typescript.py, _java.py).
 
-The server runs in this process's event loop, so the Go and TypeScript examples and the CLI
+The server runs in this process's event loop, so the Go example and the CLI
 run as asyncio subprocesses (a blocking subprocess call would stall the server they talk to).
 """
 
