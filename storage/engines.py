@@ -274,16 +274,17 @@ async def _sqlite_source(
 ) -> IterationSource:
     """A SQLite source at `url`; with no `url`, the embedded one: a file in the data
     directory (which no other store may have made yet) with the default hierarchy's tables,
-    so a fresh ``loom serve`` has something to validate."""
-    from storage.sql.source import SqlIterationSource
+    so a fresh ``loom serve`` has something to validate. Reads go through stdlib sqlite3
+    (`storage.sqlite.source`), the catalog through SQLAlchemy."""
+    from storage.sqlite.source import SqliteIterationSource
 
     if url:
-        return SqlIterationSource.open(url, levels)
+        return SqliteIterationSource.open(url, levels)
     if settings is None:
         raise ValueError("the embedded iteration source needs the settings of its data directory")
     path = _sqlite_file(settings, "iterator-source.sqlite3")
     path.parent.mkdir(parents=True, exist_ok=True)
-    source = SqlIterationSource.open(f"sqlite+aiosqlite:///{path.resolve()}", levels)
+    source = SqliteIterationSource.open(f"sqlite+aiosqlite:///{path.resolve()}", levels)
     await source.create_default_schema()
     return source
 

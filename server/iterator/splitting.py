@@ -23,7 +23,7 @@ from __future__ import annotations
 from server.iterator.settings import IteratorSettings
 from server.iterator.stepping import parent_cut
 from storage.clock import now_ms
-from storage.ports import IterationSource, Key, TaskRecord
+from storage.ports import IterationSource, Key, Positions, TaskRecord
 
 __all__ = ["MAX_PIECES", "SplitFinder"]
 
@@ -39,7 +39,7 @@ class SplitFinder:
         self._s = settings
 
     async def cuts(
-        self, task: TaskRecord, rows: list[Key], limit: int, *, may_steal: bool = True
+        self, task: TaskRecord, rows: Positions, limit: int, *, may_steal: bool = True
     ) -> list[Key]:
         """Positions after the last row read where the rest of the range is cut (sorted;
         empty: no cut). Called only after a full read (the range goes on). `may_steal`
@@ -48,7 +48,7 @@ class SplitFinder:
         after = rows[-1]
         here = after[0] if task.parents else None
         before_run = task.rows if not task.parents or (task.after and task.after[0] == here) else 0
-        run = before_run + sum(1 for r in rows if not task.parents or r[0] == here)
+        run = before_run + (rows.last_run() if task.parents else len(rows))
         parents = [after[0]] if task.parents else None
         # A range that already ends inside this parent is a piece of it: cut once is enough.
         cut_already = bool(task.upto) and (

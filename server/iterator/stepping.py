@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from server.iterator import model
-from storage.ports import ChunkRecord, Key, Step, TaskRecord
+from storage.ports import ChunkRecord, Key, Positions, Step, TaskRecord
 
 __all__ = [
     "StepInput",
@@ -96,7 +96,8 @@ class StepInput:
     """What the worker learned in one step."""
 
     rows: Sequence[Key]
-    """Positions read (in order)."""
+    """Positions read (in order): what the source returned (`Positions`), or any sequence
+    of equal-width keys."""
     limit: int
     """The LIMIT of the read: fewer rows means the range is exhausted."""
     split_points: Sequence[Key] = ()
@@ -111,7 +112,7 @@ def plan_step(task: TaskRecord, spec: model.JobSpec, got: StepInput) -> Step:
     """The atomic write of one step of `task` (pure): the task's new marker, what the rows
     become (a chunk at the emitted level, children tasks above it), the pieces a split cuts
     off, and the counters that decide completion."""
-    rows = list(got.rows)
+    rows = _positions(got.rows)
     level = task.level
     new_after = rows[-1] if rows else task.after
     finished = len(rows) < got.limit
@@ -159,21 +160,26 @@ def plan_step(task: TaskRecord, spec: model.JobSpec, got: StepInput) -> Step:
     )
 
 
-def _rows_in_parent(task: TaskRecord, rows: Sequence[Key]) -> int:
+def _positions(rows: Sequence[Key]) -> Positions:
+    if isinstance(rows, Positions):
+        return rows
+    return Positions.of(len(rows[0]) if rows else 1, rows)
+
+
+def _rows_in_parent(task: TaskRecord, rows: Positions) -> int:
     """Rows read since the marker entered its current parent (every row, for a bounded
     read): what tells a large parent, worth splitting, from a small one."""
     if task.parents and rows and (not task.after or rows[-1][0] != task.after[0]):
-        return sum(1 for r in rows if r[0] == rows[-1][0])
+        return rows.last_run()
     return task.rows + len(rows)
 
 
-def _chunk(task: TaskRecord, rows: list[Key]) -> ChunkRecord:
+def _chunk(task: TaskRecord, rows: Positions) -> ChunkRecord:
     """The chunk a step of the emitted level writes, ready to lease, under a stable id."""
-    width, data = model.pack(rows)
     return ChunkRecord(
         chunk_id=chunk_id(task.task_id, task.seq),
-        width=width,
-        keys=data,
+        width=rows.width,
+        keys=rows.tobytes(),
         count=len(rows),
         state="ready",
         lease_until_ms=0,
@@ -211,10 +217,10 @@ def fresh_task(
     )
 
 
-def _children(task: TaskRecord, rows: Sequence[Key], got: StepInput) -> list[TaskRecord]:
+def _children(task: TaskRecord, rows: Positions, got: StepInput) -> list[TaskRecord]:
     """The children tasks of the rows read: their ids dealt into up to `fanout` contiguous
     parent lists of the next level, one task each (named by the step: stable on redelivery)."""
-    groups = fan_out(sorted({r[-1] for r in rows}), got.fanout)
+    groups = fan_out(sorted(set(rows.column(rows.width - 1))), got.fanout)
     name = child_id(task.task_id, task.seq)
     return [
         fresh_task(

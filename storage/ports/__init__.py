@@ -24,7 +24,13 @@ keyword-only, built by name. Batch-shaped methods are deliberate: a WeaveMessage
 from __future__ import annotations
 
 from storage.ports.inbox import DeliveryRecord, DeliveryState, InboxEntry, InboxStore
-from storage.ports.iteration_source import IterationSource, Key, SchemaFacts, SourceLevel
+from storage.ports.iteration_source import (
+    IterationSource,
+    Key,
+    Positions,
+    SchemaFacts,
+    SourceLevel,
+)
 from storage.ports.jobs import (
     ChunkRecord,
     ChunkState,
@@ -63,6 +69,7 @@ __all__ = [
     "Key",
     "LedgerSummary",
     "MessageMapping",
+    "Positions",
     "QueuedMessage",
     "SchemaFacts",
     "SourceLevel",

@@ -77,14 +77,21 @@ def _mysql(orig: Any) -> tuple[bool, str]:
     return state.startswith("42"), f"{message} ({codes})"
 
 
-_FAULTS: tuple[type[BaseException], ...] = (SQLAlchemyError, OSError, ConnectionError, TimeoutError)
+_FAULTS: tuple[type[BaseException], ...] = (
+    SQLAlchemyError,
+    sqlite3.Error,
+    OSError,
+    ConnectionError,
+    TimeoutError,
+)
 """What a source call can raise: SQLAlchemy wraps the drivers' errors; a connection attempt
-may fail beneath it."""
+may fail beneath it; the embedded source reads through stdlib `sqlite3` itself."""
 
 
 def _refusal(exc: BaseException, dialect: str) -> str | None:
     """The database's own message when it refused the statement for good, else None."""
-    orig = getattr(exc, "orig", None)  # SQLAlchemy's DBAPIError wraps the driver's error
+    # SQLAlchemy's DBAPIError wraps the driver's error; stdlib sqlite3 raises its own.
+    orig = exc if isinstance(exc, sqlite3.Error) else getattr(exc, "orig", None)
     permanent, message = False, ""
     if isinstance(orig, sqlite3.Error):
         permanent, message = _sqlite(orig)

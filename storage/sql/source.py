@@ -24,11 +24,18 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.sql.elements import TextClause
 
-from storage.ports import Key, SchemaFacts, SourceLevel
+from storage.errors import StorageRejected
+from storage.ports import Key, Positions, SchemaFacts, SourceLevel
 from storage.sql.errors import source_errors
 from storage.sql.schema import DEFAULT_SCHEMA
 
-__all__ = ["SqlIterationSource", "create_engine_for"]
+__all__ = [
+    "LevelStatements",
+    "Shape",
+    "SqlIterationSource",
+    "create_engine_for",
+    "not_integers",
+]
 
 
 def create_engine_for(url: str) -> AsyncEngine:
@@ -49,30 +56,38 @@ def create_engine_for(url: str) -> AsyncEngine:
     )
 
 
-class _Shapes:
-    """The statements of one level, built once per shape.
+Shape = tuple[str, bool, bool, bool]
+"""A statement's shape: (kind, after?, upto?, probe?). kind: "bounded" (an id range),
+"one" (a single parent) or "many" (a parent list)."""
+
+
+class LevelStatements:
+    """The SQL of one level's reads, one text per shape, with named parameters.
 
     A children read is cut in up to three statements so each is a plain index seek: the
     parent the marker is in (``parent = ? AND id > ?``), the parents wholly inside the range
     (``parent IN (...)``), and the parent the end bound is in (``parent = ? AND id <= ?``).
     Engines do not seek on a row value that spans an ``IN`` list (SQLite filters it, turning
     a deep marker in a large parent into a rescan from the parent's first row).
+
+    `in_list` is how the parent list is written, after ``parent``: SQLAlchemy expands
+    ``IN :parents`` itself; a driver without expanding parameters passes one value.
     """
 
-    def __init__(self, level: SourceLevel, quote: Any) -> None:
+    def __init__(self, level: SourceLevel, quote: Any, in_list: str = "IN :parents") -> None:
         self.level = level
         self.ids = [quote(c) for c in level.id_columns]
         self.parent = quote(level.parent_column) if level.parent_column else ""
         self.table = quote(level.table)
-        self._cache: dict[tuple[str, bool, bool, bool], TextClause] = {}
+        self._in_list = in_list
 
-    def statement(self, kind: str, after: bool, upto: bool, probe: bool) -> TextClause:
-        """kind: "bounded" (id range), "one" (a single parent) or "many" (an IN list)."""
-        shape = (kind, after, upto, probe)
-        found = self._cache.get(shape)
-        if found is None:
-            found = self._cache[shape] = self._build(*shape)
-        return found
+    def width(self, shape: Shape) -> int:
+        """Integers per position the shape returns (the parent's id first, for children)."""
+        return len(self.ids) + (0 if shape[0] == "bounded" else 1)
+
+    def order(self, shape: Shape) -> list[str]:
+        """The columns each row returns, in ORDER BY order."""
+        return self.ids if shape[0] == "bounded" else [self.parent, *self.ids]
 
     @staticmethod
     def _cmp(cols: Sequence[str], op: str, prefix: str) -> str:
@@ -81,7 +96,9 @@ class _Shapes:
             return f"{cols[0]} {op} {params[0]}"
         return f"({', '.join(cols)}) {op} ({', '.join(params)})"
 
-    def _build(self, kind: str, after: bool, upto: bool, probe: bool) -> TextClause:
+    def sql(self, shape: Shape) -> str:
+        """The statement of `shape`."""
+        kind, after, upto, probe = shape
         conds = []
         if kind == "bounded":
             conds.append(self._cmp(self.ids, ">=", "f"))
@@ -89,24 +106,30 @@ class _Shapes:
         elif kind == "one":
             conds.append(f"{self.parent} = :parent")
         else:
-            conds.append(f"{self.parent} IN :parents")
+            conds.append(f"{self.parent} {self._in_list}")
         if after:
             conds.append(self._cmp(self.ids, ">", "a"))
         if upto:
             conds.append(self._cmp(self.ids, "<=", "b"))
         if self.level.where:
             conds.append(f"({self.level.where})")
-        order = ", ".join(self.ids if kind == "bounded" else [self.parent, *self.ids])
+        order = ", ".join(self.order(shape))
         sql = (
             f"SELECT {order} FROM {self.table} WHERE {' AND '.join(conds)} "
             f"ORDER BY {order} LIMIT :limit"
         )
         if probe:
             sql += " OFFSET :offset"
-        stmt = text(sql)
-        if kind == "many":
-            stmt = stmt.bindparams(bindparam("parents", expanding=True))
-        return stmt
+        return sql
+
+
+def not_integers(level: SourceLevel) -> StorageRejected:
+    """A key column holding NULL or a value that is not an integer: refused for good (the
+    Iterator walks integer keys; the same rows would fail the same way every time)."""
+    return StorageRejected(
+        f"source read: a key column of level {level.name!r} holds NULL or a value that is not "
+        "an integer (the Iterator walks integer keys)"
+    )
 
 
 def _bind(prefix: str, key: Key) -> dict[str, int]:
@@ -120,8 +143,13 @@ class SqlIterationSource:
         self._engine = engine
         self._errors = source_errors(self.dialect)
         self.levels = tuple(levels)
-        quote = engine.dialect.identifier_preparer.quote
-        self._shapes = [_Shapes(level, quote) for level in self.levels]
+        self._quote = engine.dialect.identifier_preparer.quote
+        self.statements = [self._statements(level) for level in self.levels]
+        self._texts: dict[tuple[int, Shape], TextClause] = {}
+
+    def _statements(self, level: SourceLevel) -> LevelStatements:
+        """How this source writes `level`'s reads (SQLAlchemy expands ``IN :parents``)."""
+        return LevelStatements(level, self._quote)
 
     @classmethod
     def open(cls, url: str, levels: Sequence[SourceLevel]) -> SqlIterationSource:
@@ -183,20 +211,17 @@ class SqlIterationSource:
         # Every shape of statement the level's reads use (a bounded id range; for a child
         # level one parent and a parent list too), bounds on both sides, LIMIT 0: the
         # database parses and plans each with the level's `where` and returns nothing.
-        shapes = self._shapes[level]
-        zero = (0,) * len(shapes.ids)
+        statements = self.statements[level]
+        zero = (0,) * len(statements.ids)
         bounds = {**_bind("a", zero), **_bind("b", zero)}
         await self._run(
-            shapes.statement("bounded", True, True, False),
+            level,
+            ("bounded", True, True, False),
             {"limit": 0, **_bind("f", zero), **_bind("l", zero), **bounds},
         )
-        if shapes.parent:
-            await self._run(
-                shapes.statement("one", True, True, False), {"limit": 0, "parent": 0, **bounds}
-            )
-            await self._run(
-                shapes.statement("many", False, False, False), {"limit": 0, "parents": [0]}
-            )
+        if statements.parent:
+            await self._run(level, ("one", True, True, False), {"limit": 0, "parent": 0, **bounds})
+            await self._run(level, ("many", False, False, False), {"limit": 0, "parents": [0]})
 
     async def exists(self, level: int, first: Key, last: Key) -> bool:
         rows = await self.read(
@@ -214,7 +239,7 @@ class SqlIterationSource:
         after: Key,
         upto: Key,
         limit: int,
-    ) -> list[Key]:
+    ) -> Positions:
         return await self._select(level, parents, first, last, after, upto, limit, None)
 
     async def probe(
@@ -229,7 +254,7 @@ class SqlIterationSource:
         offset: int,
     ) -> Key | None:
         rows = await self._select(level, parents, first, last, after, upto, 1, offset)
-        return rows[0] if rows else None
+        return rows[0] if len(rows) else None
 
     async def _select(  # noqa: PLR0917 - the port's read() arguments, passed through
         self,
@@ -241,16 +266,16 @@ class SqlIterationSource:
         upto: Key,
         limit: int,
         offset: int | None,
-    ) -> list[Key]:
-        shapes = self._shapes[level]
+    ) -> Positions:
+        statements = self.statements[level]
         if parents is None:
             params: dict[str, Any] = {"limit": limit, **_bind("f", first), **_bind("l", last)}
             params.update(_bind("a", after))
             params.update(_bind("b", upto))
             if offset is not None:
                 params["offset"] = offset
-            stmt = shapes.statement("bounded", bool(after), bool(upto), offset is not None)
-            return await self._run(stmt, params)
+            bounded: Shape = ("bounded", bool(after), bool(upto), offset is not None)
+            return await self._run(level, bounded, params)
         # Parents before the marker or past the end bound need no seek at all. A bound of
         # the parent alone, (p,), sorts before every row of p: after=(p,) starts at p's first
         # row, upto=(p,) ends before it.
@@ -264,7 +289,7 @@ class SqlIterationSource:
         window = list(parents[lo:hi])
         if offset is not None and len(window) > 1:
             raise ValueError("a split probe reads one parent")
-        rows: list[Key] = []
+        rows = Positions(statements.width(("one", False, False, False)))
         while window and len(rows) < limit:
             parent = window[0]
             head_after = after[1:] if after and after[0] == parent else ()
@@ -275,23 +300,31 @@ class SqlIterationSource:
                 params.update(_bind("b", tail_upto))
                 if offset is not None:
                     params["offset"] = offset
-                stmt = shapes.statement(
-                    "one", bool(head_after), bool(tail_upto), offset is not None
-                )
+                shape: Shape = ("one", bool(head_after), bool(tail_upto), offset is not None)
                 window = window[1:]
             else:
                 end = len(window) - 1 if upto and window[-1] == upto[0] else len(window)
                 params = {"limit": limit - len(rows), "parents": window[:end]}
-                stmt = shapes.statement("many", False, False, False)
+                shape = ("many", False, False, False)
                 window = window[end:]
-            rows.extend(await self._run(stmt, params))
+            rows.extend(await self._run(level, shape, params))
         return rows
 
-    async def _run(self, stmt: TextClause, params: dict[str, Any]) -> list[Key]:
+    async def _run(self, level: int, shape: Shape, params: dict[str, Any]) -> Positions:
+        """One statement of `level` in `shape`: its rows, packed."""
+        stmt = self._texts.get((level, shape))
+        if stmt is None:
+            stmt = text(self.statements[level].sql(shape))
+            if shape[0] == "many":
+                stmt = stmt.bindparams(bindparam("parents", expanding=True))
+            self._texts[level, shape] = stmt
         with self._errors("read"):
             async with self._engine.connect() as conn:
-                result = await conn.execute(stmt, params)
-                return [tuple(row) for row in result.all()]
+                rows = (await conn.execute(stmt, params)).all()
+        try:
+            return Positions.of(self.statements[level].width(shape), rows)
+        except (TypeError, OverflowError, ValueError):
+            raise not_integers(self.levels[level]) from None
 
     async def ping(self) -> None:
         with self._errors("ping"):

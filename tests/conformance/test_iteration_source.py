@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from storage import factory
 from storage.errors import StorageRejected, StorageUnavailable
-from storage.ports import IterationSource, SourceLevel
+from storage.ports import IterationSource, Positions, SourceLevel
 from tests.engines import source_url
 from tests.serving import free_port
 
@@ -104,6 +104,8 @@ async def test_bounded_read_keeps_valid_rows_in_the_range(source: IterationSourc
     """A bounded read returns the level's valid ids in [first, last], in order."""
     rows = await source.read(0, parents=None, first=(2,), last=(5,), after=(), upto=(), limit=10)
     assert rows == [(2,), (4,), (5,)]
+    assert isinstance(rows, Positions)
+    assert (rows.width, rows.tobytes()) == (1, Positions.of(1, [(2,), (4,), (5,)]).tobytes())
     assert await source.exists(0, (1,), (1,))
     assert not await source.exists(0, (3,), (3,))  # soft-deleted
     assert not await source.exists(0, (6,), (9,))
@@ -117,6 +119,8 @@ async def test_keyset_walk_over_many_parents_sees_every_child_once(
     (parent, id) order, whatever the chunk size (parents without children included)."""
     rows = await _walk(source, 1, [1, 2, 3, 5], limit)
     assert rows == _children({1, 2, 3, 5})
+    empty = await source.read(1, parents=[3], first=(), last=(), after=(), upto=(), limit=limit)
+    assert (len(empty), empty.width) == (0, 2)  # a children position: (parent, id)
 
 
 async def test_upto_bound_is_inclusive_and_splits_a_parent(source: IterationSource) -> None:
@@ -127,7 +131,7 @@ async def test_upto_bound_is_inclusive_and_splits_a_parent(source: IterationSour
     assert cut == everything[20]
     left = await source.read(1, parents=[1, 2], first=(), last=(), after=(), upto=cut, limit=1000)
     right = await source.read(1, parents=[1, 2], first=(), last=(), after=cut, upto=(), limit=1000)
-    assert left + right == everything
+    assert [*left, *right] == everything
     assert left[-1] == cut
 
 
@@ -141,7 +145,7 @@ async def test_a_parent_alone_bounds_before_its_first_row(source: IterationSourc
         1, parents=parents, first=(), last=(), after=(4,), upto=(), limit=1000
     )
     assert left == _children({1, 2})
-    assert left + right == everything
+    assert [*left, *right] == everything
     middle = await source.read(
         1, parents=parents, first=(), last=(), after=(2,), upto=(5,), limit=1000
     )
@@ -205,6 +209,25 @@ async def test_a_where_the_database_refuses_is_rejected(source: IterationSource,
             await syntax.check_read(1)
     finally:
         await syntax.close()
+
+
+async def test_a_key_that_is_not_an_integer_is_rejected(source: IterationSource, url: str) -> None:
+    """The Iterator walks integer keys: a level whose id column holds text is refused for
+    good (StorageRejected naming the level), never emitted wrong or taken for an outage."""
+    table = source.levels[1].table.removesuffix("_c") + "_s"
+    engine = create_async_engine(url)
+    async with engine.begin() as conn:
+        await conn.execute(text(f"CREATE TABLE {table} (id VARCHAR(20) PRIMARY KEY, pid BIGINT)"))
+        await conn.execute(text(f"INSERT INTO {table} VALUES ('a', 1), ('b', 1)"))
+    odd = await _open_with(source, url, table=table, where="")
+    try:
+        with pytest.raises(StorageRejected, match=r"level 'c'.*not an integer"):
+            await odd.read(1, parents=[1], first=(), last=(), after=(), upto=(), limit=10)
+    finally:
+        await odd.close()
+        async with engine.begin() as conn:
+            await conn.execute(text(f"DROP TABLE {table}"))
+        await engine.dispose()
 
 
 async def test_a_column_renamed_under_a_reader_is_rejected(
