@@ -3,15 +3,23 @@
     iter_job     (job_id) state, spec, rate, version, tat_ms (the pace)
     iter_task    (job_id, task_id) level, parents, bounds, marker, seq, done, spawned
     iter_counter (job_id, name) value
-    iter_chunk   (job_id, chunk_id) width, keys, count, state, lease_until_ms, sends
+    iter_chunk   (job_id, chunk_id) width, count, state, lease_until_ms, sends, acked_keys
+    iter_chunk_keys (job_id, chunk_id) keys
 
 A step (`commit_step`) is one IMMEDIATE transaction on the single writer thread: the task
 update guarded by ``WHERE seq = ?``, the new tasks, the chunk and the counter increments
 commit together or not at all, which is what makes counters and ledger agree.
+
+A chunk's keys (tens of kilobytes) are written once, into a table of their own: leases and
+settlements rewrite only the small state row. SQLite rewrites a whole record on every
+update, so keys kept in the state row were written three times per chunk, which made the
+writer thread the pipeline's bottleneck. (State files from before keep their chunks' keys in
+``iter_chunk.keys``; reads take them from there when the keys table has none.)
 """
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -20,7 +28,6 @@ from pathlib import Path
 from storage.ports import ChunkRecord, ChunkState, JobRecord, LedgerSummary, Step, TaskRecord
 from storage.sqlite.database import SqliteDatabase
 from storage.sqlite.job_rows import (
-    CHUNK_COLS,
     CHUNK_FIELDS,
     JOB_COLS,
     JOB_FIELDS,
@@ -88,7 +95,23 @@ CREATE TABLE IF NOT EXISTS iter_chunk (
     PRIMARY KEY (job_id, chunk_id)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS iter_chunk_available ON iter_chunk (job_id, state, lease_until_ms);
+CREATE TABLE IF NOT EXISTS iter_chunk_keys (
+    job_id TEXT NOT NULL,
+    chunk_id TEXT NOT NULL,
+    keys BLOB NOT NULL,
+    PRIMARY KEY (job_id, chunk_id)
+);
 """
+
+_CHUNKS = (
+    "SELECT "
+    + ", ".join(
+        "coalesce(k.keys, c.keys) AS keys" if f == "keys" else f"c.{f} AS {f}" for f in CHUNK_FIELDS
+    )
+    + " FROM iter_chunk AS c LEFT JOIN iter_chunk_keys AS k "
+    "ON k.job_id = c.job_id AND k.chunk_id = c.chunk_id"
+)
+"""Chunks with their keys, wherever they are kept."""
 
 
 def _add(conn: sqlite3.Connection, job_id: str, deltas: Mapping[str, int]) -> None:
@@ -210,7 +233,12 @@ class SqliteJobStore:
             if step.chunk is not None:
                 conn.execute(
                     insert_sql("iter_chunk", CHUNK_FIELDS, or_ignore=True),
-                    chunk_params(job_id, step.chunk),
+                    chunk_params(job_id, replace(step.chunk, keys=b"")),
+                )
+                conn.execute(
+                    "INSERT OR IGNORE INTO iter_chunk_keys (job_id, chunk_id, keys) "
+                    "VALUES (?, ?, ?)",
+                    (job_id, step.chunk.chunk_id, step.chunk.keys),
                 )
             _add(conn, job_id, step.counters)
             return True
@@ -233,31 +261,42 @@ class SqliteJobStore:
         self, job_id: str, *, now_ms: int, lease_ms: int, max_objects: int, max_chunks: int
     ) -> list[ChunkRecord]:
         def run(conn: sqlite3.Connection) -> list[ChunkRecord]:
-            rows = conn.execute(
-                f"SELECT {CHUNK_COLS} FROM iter_chunk WHERE job_id = ? "
+            # Which chunks first (small rows), then the keys of those taken only.
+            available = conn.execute(
+                "SELECT chunk_id, count FROM iter_chunk WHERE job_id = ? "
                 "AND state IN ('ready', 'leased') AND lease_until_ms <= ? LIMIT ?",
                 (job_id, now_ms, max_chunks),
             ).fetchall()
-            taken: list[ChunkRecord] = []
+            wanted: list[str] = []
             total = 0
-            for row in rows:
-                if taken and total + int(row["count"]) > max_objects:
+            for row in available:
+                if wanted and total + int(row["count"]) > max_objects:
                     break
-                c = chunk_from_row(row)
-                taken.append(
-                    replace(
-                        c,
-                        state="leased",
-                        lease_until_ms=now_ms + lease_ms,
-                        sends=c.sends + 1,
-                        version=c.version + 1,
-                    )
+                wanted.append(row["chunk_id"])
+                total += int(row["count"])
+            if not wanted:
+                return []
+            rows = conn.execute(
+                f"{_CHUNKS} WHERE c.job_id = ? AND c.chunk_id IN (SELECT value FROM json_each(?))",
+                (job_id, json.dumps(wanted)),
+            ).fetchall()
+            taken = [
+                replace(
+                    c,
+                    state="leased",
+                    lease_until_ms=now_ms + lease_ms,
+                    sends=c.sends + 1,
+                    version=c.version + 1,
                 )
-                total += c.count
+                for c in map(chunk_from_row, rows)
+            ]
             conn.executemany(
-                "UPDATE iter_chunk SET state = :state, lease_until_ms = :lease_until_ms, "
-                "sends = :sends, version = :version WHERE job_id = :job_id AND chunk_id = :chunk_id",
-                [chunk_params(job_id, c) for c in taken],
+                "UPDATE iter_chunk SET state = ?, lease_until_ms = ?, sends = ?, version = ? "
+                "WHERE job_id = ? AND chunk_id = ?",
+                [
+                    (c.state, c.lease_until_ms, c.sends, c.version, job_id, c.chunk_id)
+                    for c in taken
+                ],
             )
             return taken
 
@@ -293,9 +332,7 @@ class SqliteJobStore:
     async def leased_chunks(self, job_id: str, limit: int) -> list[ChunkRecord]:
         def run(conn: sqlite3.Connection) -> list[ChunkRecord]:
             rows = conn.execute(
-                f"SELECT {CHUNK_COLS} FROM iter_chunk WHERE job_id = ? AND state = 'leased' "
-                "LIMIT ?",
-                (job_id, limit),
+                f"{_CHUNKS} WHERE c.job_id = ? AND c.state = 'leased' LIMIT ?", (job_id, limit)
             ).fetchall()
             return [chunk_from_row(r) for r in rows]
 
