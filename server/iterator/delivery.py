@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import replace
 
 from server.iterator import model
@@ -76,7 +76,12 @@ class Delivery:
         counts.update((c.chunk_id, c.count) for c in chunks)
 
     async def stream(
-        self, job_id: str, spec: JobSpec, max_objects: int
+        self,
+        job_id: str,
+        spec: JobSpec,
+        max_objects: int,
+        *,
+        on_idle: Callable[[], None] = lambda: None,
     ) -> AsyncIterator[list[ChunkRecord]]:
         """Lists of leased chunks (one stream message each) until the job is finished.
 
@@ -120,6 +125,7 @@ class Delivery:
                 if settling is not None:
                     await settling
                     settling = None
+                on_idle()
                 job = await self._store.get_job(job_id)
                 if job is None or job.state in ("completed", "cancelled", "failed"):
                     self._counts.pop(job_id, None)

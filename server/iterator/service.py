@@ -90,6 +90,8 @@ class IteratorService:
         """Open ranges of stalled jobs this server sent again (statistics)."""
         self._stalled: dict[str, tuple[tuple[tuple[str, int], ...], float]] = {}
         """Per running job: its counters when they last moved, and when (monotonic)."""
+        self._wake = asyncio.Event()
+        """Set when a job may have just finished: the checker runs now, not at its tick."""
 
     def start(self) -> None:
         """Starts the completion checker and the source monitor."""
@@ -178,8 +180,15 @@ class IteratorService:
         spec = (await self.view(job_id)).spec
         level = self._names[spec.emit_level]
         scope_read = spec.emit_level == spec.scope_level
-        async for chunks in self._delivery.stream(job_id, spec, max_objects):
+        async for chunks in self._delivery.stream(
+            job_id, spec, max_objects, on_idle=self.check_soon
+        ):
             yield model.ChunkBatch(level, scope_read, chunks)
+
+    def check_soon(self) -> None:
+        """Runs the completion check now rather than at its next tick: a stream found
+        nothing left to send, so its job may be done (its consumer waits for the end)."""
+        self._wake.set()
 
     async def ack(
         self, job_id: str, chunk_ids: Sequence[str], object_ids: Sequence[int]
@@ -343,7 +352,10 @@ class IteratorService:
 
     async def _check_loop(self) -> None:
         while True:
-            await asyncio.sleep(self._s.check_interval_s)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._s.check_interval_s):
+                    await self._wake.wait()
+            self._wake.clear()
             with contextlib.suppress(LoomError):
                 await self.check_once()
 
