@@ -16,7 +16,8 @@ the database refuses as written is `StorageRejected`, anything else `StorageUnav
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Generator, Sequence
 from typing import Any
 
 from sqlalchemy import bindparam, inspect, text
@@ -31,10 +32,13 @@ from storage.sql.schema import DEFAULT_SCHEMA
 
 __all__ = [
     "LevelStatements",
+    "Read",
     "Shape",
     "SqlIterationSource",
     "create_engine_for",
+    "next_read",
     "not_integers",
+    "plan_reads",
 ]
 
 
@@ -85,6 +89,10 @@ class LevelStatements:
         """Integers per position the shape returns (the parent's id first, for children)."""
         return len(self.ids) + (0 if shape[0] == "bounded" else 1)
 
+    def empty(self, *, children: bool) -> Positions:
+        """No positions yet, of the width a bounded or a children read returns."""
+        return Positions(len(self.ids) + (1 if children else 0))
+
     def order(self, shape: Shape) -> list[str]:
         """The columns each row returns, in ORDER BY order."""
         return self.ids if shape[0] == "bounded" else [self.parent, *self.ids]
@@ -134,6 +142,78 @@ def not_integers(level: SourceLevel) -> StorageRejected:
 
 def _bind(prefix: str, key: Key) -> dict[str, int]:
     return {f"{prefix}{i}": v for i, v in enumerate(key)}
+
+
+_PLAIN = (False, False, False)
+
+Read = tuple[Shape, dict[str, Any]]
+"""One statement of a read: its shape and parameters."""
+
+
+def plan_reads(  # noqa: PLR0917 - the port's read() arguments, passed through
+    statements: LevelStatements,
+    parents: Sequence[int] | None,
+    first: Key,
+    last: Key,
+    after: Key,
+    upto: Key,
+    limit: int,
+    offset: int | None,
+) -> Generator[Read, int, None]:
+    """The statements of one read, in order (pure): send back how many rows each returned.
+
+    A bounded read is one statement. A children read seeks the parent holding the marker
+    alone, then the parents wholly inside the range in one list, then the parent holding
+    the end bound alone, until `limit` rows are read.
+    """
+    if parents is None:
+        params: dict[str, Any] = {"limit": limit, **_bind("f", first), **_bind("l", last)}
+        params.update(_bind("a", after))
+        params.update(_bind("b", upto))
+        if offset is not None:
+            params["offset"] = offset
+        yield ("bounded", bool(after), bool(upto), offset is not None), params
+        return
+    # Parents before the marker or past the end bound need no seek at all. A bound of the
+    # parent alone, (p,), sorts before every row of p: after=(p,) starts at p's first row,
+    # upto=(p,) ends before it.
+    lo = bisect.bisect_left(parents, after[0]) if after else 0
+    if not upto:
+        hi = len(parents)
+    elif len(upto) == 1:
+        hi = bisect.bisect_left(parents, upto[0])
+    else:
+        hi = bisect.bisect_right(parents, upto[0])
+    window = list(parents[lo:hi])
+    if offset is not None and len(window) > 1:
+        raise ValueError("a split probe reads one parent")
+    got = 0
+    while window and got < limit:
+        parent = window[0]
+        head_after = after[1:] if after and after[0] == parent else ()
+        tail_upto = upto[1:] if len(upto) > 1 and upto[0] == parent else ()
+        if head_after or tail_upto or len(window) == 1:
+            params = {"limit": limit - got, "parent": parent}
+            params.update(_bind("a", head_after))
+            params.update(_bind("b", tail_upto))
+            if offset is not None:
+                params["offset"] = offset
+            shape: Shape = ("one", bool(head_after), bool(tail_upto), offset is not None)
+            window = window[1:]
+        else:
+            end = len(window) - 1 if upto and window[-1] == upto[0] else len(window)
+            params = {"limit": limit - got, "parents": window[:end]}
+            shape = ("many", *_PLAIN)
+            window = window[end:]
+        got += yield shape, params
+
+
+def next_read(plan: Generator[Read, int, None], got: int) -> Read | None:
+    """The plan's next statement, told how many rows the last one returned."""
+    try:
+        return plan.send(got)
+    except StopIteration:
+        return None
 
 
 class SqlIterationSource:
@@ -268,46 +348,14 @@ class SqlIterationSource:
         offset: int | None,
     ) -> Positions:
         statements = self.statements[level]
-        if parents is None:
-            params: dict[str, Any] = {"limit": limit, **_bind("f", first), **_bind("l", last)}
-            params.update(_bind("a", after))
-            params.update(_bind("b", upto))
-            if offset is not None:
-                params["offset"] = offset
-            bounded: Shape = ("bounded", bool(after), bool(upto), offset is not None)
-            return await self._run(level, bounded, params)
-        # Parents before the marker or past the end bound need no seek at all. A bound of
-        # the parent alone, (p,), sorts before every row of p: after=(p,) starts at p's first
-        # row, upto=(p,) ends before it.
-        lo = bisect.bisect_left(parents, after[0]) if after else 0
-        if not upto:
-            hi = len(parents)
-        elif len(upto) == 1:
-            hi = bisect.bisect_left(parents, upto[0])
-        else:
-            hi = bisect.bisect_right(parents, upto[0])
-        window = list(parents[lo:hi])
-        if offset is not None and len(window) > 1:
-            raise ValueError("a split probe reads one parent")
-        rows = Positions(statements.width(("one", False, False, False)))
-        while window and len(rows) < limit:
-            parent = window[0]
-            head_after = after[1:] if after and after[0] == parent else ()
-            tail_upto = upto[1:] if len(upto) > 1 and upto[0] == parent else ()
-            if head_after or tail_upto or len(window) == 1:
-                params = {"limit": limit - len(rows), "parent": parent}
-                params.update(_bind("a", head_after))
-                params.update(_bind("b", tail_upto))
-                if offset is not None:
-                    params["offset"] = offset
-                shape: Shape = ("one", bool(head_after), bool(tail_upto), offset is not None)
-                window = window[1:]
-            else:
-                end = len(window) - 1 if upto and window[-1] == upto[0] else len(window)
-                params = {"limit": limit - len(rows), "parents": window[:end]}
-                shape = ("many", False, False, False)
-                window = window[end:]
-            rows.extend(await self._run(level, shape, params))
+        rows = statements.empty(children=parents is not None)
+        plan = plan_reads(statements, parents, first, last, after, upto, limit, offset)
+        with contextlib.closing(plan):
+            read = next(plan, None)
+            while read is not None:
+                got = await self._run(level, *read)
+                rows.extend(got)
+                read = next_read(plan, len(got))
         return rows
 
     async def _run(self, level: int, shape: Shape, params: dict[str, Any]) -> Positions:

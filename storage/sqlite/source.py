@@ -25,11 +25,12 @@ they ever do not.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sqlite3
 import threading
 from array import array
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -37,13 +38,16 @@ from typing import Any
 import numpy as np
 from sqlalchemy.engine import make_url
 
-from storage.ports import Positions, SourceLevel
+from storage.ports import Key, Positions, SourceLevel
 from storage.sql.source import (
     LevelStatements,
+    Read,
     Shape,
     SqlIterationSource,
     create_engine_for,
+    next_read,
     not_integers,
+    plan_reads,
 )
 
 __all__ = ["SqliteIterationSource"]
@@ -128,6 +132,8 @@ class SqliteIterationSource(SqlIterationSource):
 
     def _read(self, level: int, shape: Shape, params: dict[str, Any]) -> Positions:
         """Runs on a reader thread: one statement, one step, the chunk parsed in C."""
+        if shape[0] == "many":
+            params = {**params, "parents": json.dumps(list(params["parents"]))}
         row = self._connection().execute(self._sql(level, shape), params).fetchone()
         count = int(row[0])
         width = len(row) - 1
@@ -141,9 +147,35 @@ class SqliteIterationSource(SqlIterationSource):
             raise not_integers(self.levels[level])
         return _packed(columns)
 
+    def _collect(self, level: int, plan: Generator[Read, int, None], rows: Positions) -> Positions:
+        """Runs on a reader thread: every statement of one read (one thread hop per read)."""
+        with contextlib.closing(plan):
+            read = next(plan, None)
+            while read is not None:
+                got = self._read(level, *read)
+                rows.extend(got)
+                read = next_read(plan, len(got))
+        return rows
+
+    async def _select(  # noqa: PLR0917 - the port's read() arguments, passed through
+        self,
+        level: int,
+        parents: Sequence[int] | None,
+        first: Key,
+        last: Key,
+        after: Key,
+        upto: Key,
+        limit: int,
+        offset: int | None,
+    ) -> Positions:
+        statements = self.statements[level]
+        rows = statements.empty(children=parents is not None)
+        plan = plan_reads(statements, parents, first, last, after, upto, limit, offset)
+        loop = asyncio.get_running_loop()
+        with self._errors("read"):
+            return await loop.run_in_executor(self._readers, self._collect, level, plan, rows)
+
     async def _run(self, level: int, shape: Shape, params: dict[str, Any]) -> Positions:
-        if shape[0] == "many":
-            params = {**params, "parents": json.dumps(list(params["parents"]))}
         loop = asyncio.get_running_loop()
         with self._errors("read"):
             return await loop.run_in_executor(self._readers, self._read, level, shape, params)
