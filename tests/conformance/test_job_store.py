@@ -7,7 +7,7 @@ import uuid
 from dataclasses import replace
 
 from server.iterator.pacing import reserve
-from storage.ports import ChunkRecord, JobRecord, JobStore, Step, TaskRecord
+from storage.ports import ChunkRecord, JobRecord, JobStore, Positions, Step, TaskRecord
 
 
 def _job(created: int = 1000) -> JobRecord:
@@ -240,6 +240,33 @@ async def test_settling_checks_the_counts_it_is_given(job_store: JobStore) -> No
     assert (counters["delivered_chunks"], counters["delivered_objects"]) == (150, 300)
     ledger = await job_store.ledger(job.job_id, settled="delivered")
     assert (ledger.chunks, ledger.chunks_unsettled) == (150, 0)
+
+
+async def test_a_chunk_keeps_its_keys_through_every_lease(job_store: JobStore) -> None:
+    """What a step committed is what every lease of its chunk hands out, byte for byte,
+    the first time and after a lease ran out; a lease takes only as many chunks as its
+    object budget allows."""
+    job = _job()
+    await job_store.create_job(job, ROOT, {})
+    keys = {
+        f"r/{i}": Positions.of(2, [(i, 10 * i + j) for j in range(50)]).tobytes() for i in range(3)
+    }
+    for i, (cid, data) in enumerate(keys.items()):
+        chunk = replace(_chunk(cid, 50), width=2, keys=data)
+        step = Step(task=replace(ROOT, seq=i + 1), new_tasks=[], chunk=chunk, counters={})
+        assert await job_store.commit_step(job.job_id, step, i)
+    first = await job_store.lease_chunks(
+        job.job_id, now_ms=1, lease_ms=100, max_objects=100, max_chunks=10
+    )
+    assert len(first) == 2
+    assert {c.chunk_id: c.keys for c in first} == {c.chunk_id: keys[c.chunk_id] for c in first}
+    assert all(c.width == 2 for c in first)
+    again = await job_store.lease_chunks(
+        job.job_id, now_ms=1000, lease_ms=100, max_objects=1000, max_chunks=10
+    )
+    assert {c.chunk_id: c.keys for c in again} == keys
+    (leased,) = [c for c in await job_store.leased_chunks(job.job_id, 10) if c.chunk_id == "r/2"]
+    assert leased.keys == keys["r/2"]
 
 
 async def test_partial_acks_are_versioned(job_store: JobStore) -> None:
