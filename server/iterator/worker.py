@@ -36,6 +36,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from server.iterator import model
 from server.iterator.jobcache import JobCache
@@ -52,6 +53,7 @@ from storage.ports import (
     IterationSource,
     JobStore,
     Key,
+    Positions,
     QueuedMessage,
     Step,
     TaskRecord,
@@ -79,6 +81,21 @@ class _SourceRejected(Exception):
     def __init__(self, level: int, message: str) -> None:
         super().__init__(message)
         self.level = level
+
+
+@dataclass(frozen=True, slots=True)
+class _Chunk:
+    """One read of a step: its rows, the LIMIT it was read with, where the range is cut."""
+
+    rows: Positions
+    limit: int
+    cuts: list[Key]
+
+
+def _retrieved(task: asyncio.Task[_Chunk]) -> None:
+    """A dropped read's outcome is nobody's: taken here so asyncio does not log it."""
+    if not task.cancelled():
+        task.exception()
 
 
 class StepWorkers:
@@ -248,35 +265,63 @@ class StepWorkers:
         sizer: ChunkSizer,
         deadline: float,
     ) -> None:
-        """Steps `task` while holding its message, then hands the rest on."""
+        """Steps `task` while holding its message, then hands the rest on.
+
+        Each step's read of the next chunk starts before the step commits: the next marker
+        is known once the rows are, so the source and the state engine work at once and a
+        step costs the longer of its read and its commit, not their sum. A read ahead whose
+        step is not taken (a copy committed first, the hold ends, the job stopped) is
+        dropped: it was a read, and nothing was written for it.
+        """
         taken = 0
-        while True:
-            step = await self._step(job_id, rate, spec, task, sizer)
-            if step is None:
-                return  # another copy committed this step: it goes on
-            taken += 1
-            task = step.task
-            await self._levels.announce(job_id, step.new_tasks)
-            if task.done:
-                return
-            if taken >= self._s.hold_steps or time.monotonic() >= deadline:
-                break
-            found = await self._jobs.get(job_id)
-            if found is None or found[0].state != "running":
-                break  # paused or finished: whoever takes the message next will see it
-            rate = found[0].rate
+        reading: asyncio.Task[_Chunk] | None = self._read_ahead(task, spec, rate, sizer)
+        try:
+            while reading is not None:
+                chunk = await reading
+                reading = None
+                step = plan_step(
+                    task,
+                    spec,
+                    StepInput(chunk.rows, chunk.limit, chunk.cuts, now_ms(), self._fanout),
+                )
+                go_on = (
+                    not step.task.done
+                    and taken + 1 < self._s.hold_steps
+                    and time.monotonic() < deadline
+                )
+                if go_on:
+                    reading = self._read_ahead(step.task, spec, rate, sizer)
+                if not await self._commit(job_id, rate, task, step, sizer):
+                    return  # another copy committed this step: it goes on
+                taken += 1
+                task = step.task
+                await self._levels.announce(job_id, step.new_tasks)
+                if task.done:
+                    return
+                found = await self._jobs.get(job_id) if go_on else None
+                if found is None or found[0].state != "running":
+                    break  # paused or finished: whoever takes the message next will see it
+                rate = found[0].rate
+        finally:
+            if reading is not None:
+                reading.cancel()
+                reading.add_done_callback(_retrieved)
         await self._levels.send(
             task.level, [model.WorkMessage(job_id, task.task_id, task.seq).dumps()]
         )
 
-    async def _step(
-        self, job_id: str, rate: int, spec: model.JobSpec, task: TaskRecord, sizer: ChunkSizer
-    ) -> Step | None:
-        """Reads one chunk after the marker and commits it; None when a copy won."""
+    def _read_ahead(
+        self, task: TaskRecord, spec: model.JobSpec, rate: int, sizer: ChunkSizer
+    ) -> asyncio.Task[_Chunk]:
+        return asyncio.create_task(self._read(task, spec, rate, sizer))
+
+    async def _read(
+        self, task: TaskRecord, spec: model.JobSpec, rate: int, sizer: ChunkSizer
+    ) -> _Chunk:
+        """Reads the chunk after the task's marker, and where the rest of its range is cut."""
         width = len(self._source.levels[task.level].id_columns) + (1 if task.parents else 0)
         limit = min(sizer.limit(task.level), _MAX_CHUNK_BYTES // (8 * (width + 1)))
-        emitting = task.level == spec.emit_level
-        if emitting and rate > 0:
+        if task.level == spec.emit_level and rate > 0:
             limit = max(1, min(limit, rate))
         started = time.perf_counter()
         try:
@@ -298,13 +343,19 @@ class StepWorkers:
             raise _SourceDown(str(exc)) from exc
         except EngineRejected as exc:  # only the source refuses statements
             raise _SourceRejected(task.level, exc.reason) from exc
-        if emitting and rate > 0 and rows:
+        return _Chunk(rows, limit, cuts)
+
+    async def _commit(
+        self, job_id: str, rate: int, task: TaskRecord, step: Step, sizer: ChunkSizer
+    ) -> bool:
+        """Commits the step of `task` (after the job's pace allows its objects); False when
+        a copy of its message committed it first."""
+        if step.chunk is not None and rate > 0:
             wait = await reserve(
-                self._store, job_id, objects=len(rows), rate=float(rate), now_ms=now_ms()
+                self._store, job_id, objects=step.chunk.count, rate=float(rate), now_ms=now_ms()
             )
             if wait > 0:
                 await asyncio.sleep(wait)
-        step = plan_step(task, spec, StepInput(rows, limit, cuts, now_ms(), self._fanout))
         committing = time.perf_counter()
         committed = await self._store.commit_step(job_id, step, task.seq)
         sizer.observe_commit(time.perf_counter() - committing)
@@ -312,12 +363,12 @@ class StepWorkers:
             self.dropped += 1
             self.reads_wasted += 1
             await self._store.add_counters(job_id, {model.REREAD_CHUNKS: 1})
-            return None
+            return False
         self.steps += 1
         if step.chunk is not None:
             self.chunks_emitted += 1
             self._on_emit(job_id)
-        return step
+        return True
 
     async def _pass_on(self, job_id: str, task: TaskRecord) -> None:
         """Enqueues again what the task's last committed step created, and its next step."""
