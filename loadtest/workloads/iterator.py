@@ -58,9 +58,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument("--skip-large", action="store_true")
     parser.add_argument("--skip-redelivery", action="store_true")
-    parser.add_argument("--workers", type=int, default=4)
     parser.add_argument(
-        "--large-workers", type=int, default=0, help="workers for the large user (0: --workers)"
+        "--workers",
+        type=int,
+        default=1,
+        help="server processes (loom serve --workers N, sharing the port and the stores)",
+    )
+    parser.add_argument(
+        "--iterator-workers", type=int, default=4, help="[iterator] workers: tasks per server"
+    )
+    parser.add_argument(
+        "--large-workers",
+        type=int,
+        default=0,
+        help="[iterator] workers for the large user (0: --iterator-workers)",
     )
     parser.add_argument("--large-threshold", type=int, default=250_000)
     parser.add_argument(
@@ -107,6 +118,11 @@ def _env(mode: str, url: str, **extra: object) -> dict[str, str]:
     env.update({f"LOOM_ITERATOR__{k.upper()}": str(v) for k, v in _SETTINGS.items()})
     env.update({f"LOOM_ITERATOR__{k.upper()}": str(v) for k, v in extra.items()})
     return env
+
+
+def _processes(args: argparse.Namespace) -> list[str]:
+    """``loom serve`` arguments for `--workers` server processes."""
+    return ["--workers", str(args.workers)] if args.workers > 1 else []
 
 
 async def _job(
@@ -176,7 +192,10 @@ async def _throughput(args: argparse.Namespace, harness: Harness, url: str) -> N
         floor_rows, floor_s = await floor_scan(url, users, args.chunk)
         orm_rows, orm_s = await sqlalchemy_scan(url, users, args.chunk)
         assert floor_rows == orm_rows == len(truth), (floor_rows, orm_rows, len(truth))
-        async with harness.server(env=_env(args.mode, url, workers=args.workers)) as target:
+        async with harness.server(
+            env=_env(args.mode, url, workers=args.iterator_workers),
+            extra_args=_processes(args),
+        ) as target:
             ids, seconds, final = await _job(harness, target, request)
         per_chunk = round(len(ids) / max(1, final.chunks_emitted))
         pipeline = len(ids) / seconds
@@ -190,7 +209,10 @@ async def _throughput(args: argparse.Namespace, harness: Harness, url: str) -> N
         }
         if args.mode == "distributed":
             tx = await dynamodb_transactions_per_s(
-                objects=per_chunk, width=2, concurrency=args.workers, seconds=5.0
+                objects=per_chunk,
+                width=2,
+                concurrency=args.iterator_workers * args.workers,
+                seconds=5.0,
             )
             found["dynamodb_step_transactions_per_s"] = round(tx, 1)
             found["vs_dynamodb_bound"] = round(
@@ -236,7 +258,7 @@ async def _large_user(args: argparse.Namespace, harness: Harness, url: str) -> N
             5.0,
         ),
     }
-    workers = args.large_workers or args.workers
+    workers = args.large_workers or args.iterator_workers
     times: dict[str, list[float]] = {name: [] for name in cases}
     ranges: dict[str, int] = {}
     for _ in range(max(1, args.repeats)):  # rounds interleave the cases: drift hits all alike
@@ -248,7 +270,7 @@ async def _large_user(args: argparse.Namespace, harness: Harness, url: str) -> N
                 large_range_threshold=threshold,
                 steal_after_s=steal,
             )
-            async with harness.server(env=env) as target:
+            async with harness.server(env=env, extra_args=_processes(args)) as target:
                 ids, seconds, final = await _job(harness, target, request)
             assert len(ids) == n, f"{name}: {len(ids)} of {n} files emitted"
             assert len(set(ids)) == n, f"{name}: duplicates"
@@ -278,14 +300,18 @@ async def _redelivery(args: argparse.Namespace, harness: Harness, url: str) -> N
     await write_url(url, generate(CorpusShape(enterprises=4, users_per_enterprise=100)))
     visibility = args.redelivery_visibility
     env = _env(
-        args.mode, url, workers=args.workers, visibility_timeout_s=visibility, max_chunk=2000
+        args.mode,
+        url,
+        workers=args.iterator_workers,
+        visibility_timeout_s=visibility,
+        max_chunk=2000,
     )
     request = pb.StartIterationRequest(
         enterprise_range=pb.EnterpriseRange(first_enterprise_id=1, last_enterprise_id=4),
         level="version",
         require_ack=True,
     )
-    async with harness.server(env=env) as target:
+    async with harness.server(env=env, extra_args=_processes(args)) as target:
         ids, _, final = await _job(harness, target, request)
     truth = await _truth(url, 0, 3, 1, 4)
     steps = sum(lv.ranges for lv in final.levels)
@@ -310,7 +336,10 @@ async def run(args: argparse.Namespace, harness: Harness) -> None:
     for item in args.set:
         field, _, value = item.partition("=")
         _SETTINGS[field.strip()] = value.strip()
-    harness.report.add_figure(f"{args.mode}.settings", dict(_SETTINGS))
+    harness.report.add_figure(
+        f"{args.mode}.settings",
+        {**_SETTINGS, "server_processes": args.workers, "iterator_workers": args.iterator_workers},
+    )
     if args.mode == "distributed":  # DynamoDB Local takes any credentials; botocore wants some
         os.environ.setdefault("AWS_ACCESS_KEY_ID", "loadtest")
         os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "loadtest")
