@@ -31,12 +31,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import os
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 
+import grpc
 from grpc_health.v1 import health_pb2_grpc
 from loom.v1 import templates_pb2, templates_pb2_grpc
 
@@ -52,9 +54,13 @@ from loadtest.figures.templates_quality import (
 from loadtest.harness import Harness
 from loadtest.recorder import LatencyRecorder
 from loadtest.traffic.templates_calls import (
+    encode_batches,
+    one_stub_per_process,
     probe_health,
+    raw_submit,
     settle,
     submit_all,
+    submit_batches,
     to_proto,
     until_processed,
 )
@@ -65,7 +71,7 @@ __all__ = ["add_arguments", "run"]
 
 _TUNED = {
     "CPU_WORKERS": "2",
-    "CPU_BATCH": "16",
+    "CPU_BATCH": "64",
     "IO_CONCURRENCY": "32",
     "IO_BATCH": "64",
     "FORMATION_WORKERS": "4",
@@ -83,6 +89,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--k", type=int, default=5)
     parser.add_argument("--batch", type=int, default=200, help="emails per SubmitEmails")
     parser.add_argument("--callers", type=int, default=4)
+    parser.add_argument(
+        "--server-workers",
+        type=int,
+        default=1,
+        help="throughput, seda, skew: `loom serve --workers N` (N processes on one port)",
+    )
     parser.add_argument("--delay-templates", type=int, default=100)
     parser.add_argument(
         "--background-rate", type=float, default=500.0, help="emails/s during delay"
@@ -115,6 +127,27 @@ def _protos(emails: Sequence[SyntheticEmail]) -> list[templates_pb2.Email]:
     return [to_proto(e.email_id, e.sender, e.recipient, e.subject, e.html) for e in emails]
 
 
+@contextlib.asynccontextmanager
+async def _connections(
+    harness: Harness, target: str, workers: int
+) -> AsyncIterator[tuple[list[grpc.aio.Channel], list[int], int]]:
+    """Channels to `target` and the server process behind each (see `one_stub_per_process`),
+    and the probe emails that took. One channel for a single process; for ``--workers N``
+    16 channels of their own connection each, which the kernel spreads over the processes."""
+    options = [("grpc.max_send_message_length", 64 << 20)]
+    if workers > 1:
+        options.append(("grpc.use_local_subchannel_pool", 1))
+    async with contextlib.AsyncExitStack() as stack:
+        channels = [
+            await stack.enter_async_context(harness.channel(target, options=options))
+            for _ in range(1 if workers == 1 else 16)
+        ]
+        owner, probes = ([0], 0) if workers == 1 else await one_stub_per_process(channels)
+        if len(set(owner)) < workers:
+            raise RuntimeError(f"16 connections reached {len(set(owner))} of {workers} processes")
+        yield channels, owner, probes
+
+
 async def _end_to_end(
     harness: Harness,
     args: argparse.Namespace,
@@ -125,25 +158,38 @@ async def _end_to_end(
 ) -> dict[str, float]:
     """One server, the whole stream through SubmitEmails until processed; meanwhile a
     `grpc.health.v1` Check at `--probe-rate` stands for every other service's latency
-    (same event loop), next to the same probe on the idle server just before."""
-    protos = _protos(emails)
+    (same event loop), next to the same probe on the idle server just before.
+
+    The requests are serialized before the clock starts (the load generator shares the
+    machine with the server it measures). With ``--server-workers N`` the callers are spread
+    evenly over the N processes and their counters are summed."""
+    batches = encode_batches(_protos(emails), args.batch)
+    extra = ["--templates-store", args.store]
+    if args.server_workers > 1:
+        extra += ["--workers", str(args.server_workers)]
     async with (
-        harness.server(extra_args=["--templates-store", args.store], env=_env(args, env)) as target,
-        harness.channel(target, options=[("grpc.max_send_message_length", 64 << 20)]) as channel,
+        harness.server(extra_args=extra, env=_env(args, env)) as target,
+        _connections(harness, target, args.server_workers) as (channels, owner, probes),
     ):
-        stub = templates_pb2_grpc.TemplateInductionStub(channel)
-        health = health_pb2_grpc.HealthStub(channel)
+        processes = sorted(set(owner))
+        by_process = [
+            [c for c, o in zip(channels, owner, strict=True) if o == p] for p in processes
+        ]
+        stubs = [templates_pb2_grpc.TemplateInductionStub(cs[0]) for cs in by_process]
+        sends = []
+        for i in range(args.callers):  # caller i: process i mod P, its channels in turn
+            cs = by_process[i % len(by_process)]
+            sends.append(raw_submit(cs[i // len(by_process) % len(cs)]))
+        health = health_pb2_grpc.HealthStub(channels[0])
         idle = await probe_health(health, args.probe_rate, seconds=3.0)
         busy = LatencyRecorder()
         stop = asyncio.Event()
         prober = asyncio.create_task(probe_health(health, args.probe_rate, stop=stop, rec=busy))
         t0 = time.perf_counter()
-        sending = asyncio.create_task(
-            submit_all(stub, protos, batch=args.batch, concurrency=args.callers)
-        )
-        wall = await until_processed(stub, sending, len(protos))
+        sending = asyncio.create_task(submit_batches(sends, batches, concurrency=args.callers))
+        wall = await until_processed(stubs, sending, len(emails) + probes)
         accepted, dropped = await sending
-        st = await settle(stub)
+        st = await settle(stubs)
         settled = time.perf_counter() - t0
         stop.set()
         await prober
@@ -151,15 +197,16 @@ async def _end_to_end(
         harness.report.add_phase("health_idle", idle.stats(3.0), idle.samples_ms())
         harness.report.add_phase("health_during_induction", busy.stats(wall), busy.samples_ms())
     return {
-        "emails": len(protos),
+        "emails": len(emails),
+        "server_workers": args.server_workers,
         "accepted": accepted,
         "dropped": dropped,
-        "processed": st.processed,
+        "processed": st.processed - probes,
         "failed": st.failed,
         "templates_formed": st.templates_formed,
         "skipped_full": st.skipped_full,
         "processed_s": round(wall, 2),
-        "processed_per_s": round(st.processed / wall, 1),
+        "processed_per_s": round((st.processed - probes) / wall, 1),
         "formations": st.formations,
         "formations_drained_s": round(settled, 2),
     }

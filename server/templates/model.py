@@ -33,6 +33,9 @@ __all__ = [
 
 _ZC = zstandard.ZstdCompressor(level=3)
 _ZD = zstandard.ZstdDecompressor()
+_JSON = json.JSONEncoder(separators=(",", ":"), check_circular=False)
+"""One encoder for every stored value (``json.dumps`` with options builds one per call);
+the values are plain nested lists, never cyclic, so the cycle check is skipped."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +127,7 @@ def recipient_hash(recipient_id: str, key: bytes) -> str:
 def encode_cluster_email(email: ClusterEmail) -> bytes:
     """The stored form of a cluster email."""
     doc = [1, email.user, email.sender, email.subject, email.received_at_ms, email.texts]
-    return _ZC.compress(json.dumps(doc, separators=(",", ":")).encode())
+    return _ZC.compress(_JSON.encode(doc).encode())
 
 
 def decode_cluster_email(data: bytes) -> ClusterEmail:
@@ -157,7 +160,7 @@ def encode_templates(templates: list[TemplateValue]) -> bytes:
         ]
         for t in templates
     ]
-    return _ZC.compress(json.dumps([1, doc], separators=(",", ":")).encode())
+    return _ZC.compress(_JSON.encode([1, doc]).encode())
 
 
 def decode_templates(data: bytes) -> list[TemplateValue]:

@@ -6,66 +6,51 @@
                      (counted)     MinHash, keys   (counted)    fetch s, t, n   (counted)           UDCAs, store
 
 - **CPU stage**: `cpu_workers` processes (``forkserver``: never forked from a process
-  holding gRPC threads), fed micro-batches of `cpu_batch` emails by as many dispatcher
-  tasks, so at most that many batches are in the pool and the event loop never parses.
-- **I/O stage** (CheckTemplateEligibility): `io_concurrency` tasks, each storing a
-  micro-batch of up to `io_batch` emails in one store call (email and user cells of every
-  row key h), then per row: n >= k and no template → form; template older than A →
-  re-form; n >= k and s >= S with a template → full-template cache (its next emails are
-  ignored without touching the store). Loom's scheme also re-forms a row when an email
-  with n >= k matches none of the row's templates: a second template of a shared layout
-  forms the moment *its* emails reach k recipients.
-- **Formation stage**: `formation_workers` tasks; a row is queued at most once (a trigger
-  while it is queued or running marks it dirty and it runs once more afterwards).
+  holding gRPC threads), fed batches of up to `cpu_batch` emails by twice as many
+  dispatcher tasks, so the event loop never parses and a worker never idles through a
+  result's trip back. A batch crosses to the worker as plain tuples and comes back as
+  plain tuples of what the I/O stage needs (`work.fingerprint_for_store`).
+- **I/O stage** (CheckTemplateEligibility): `io_concurrency` tasks, each storing up to
+  `io_batch` emails in one store call (email and user cells of every row key h), then per
+  row: n >= k and no template → form; template older than A → re-form; n >= k and s >= S
+  with a template → full-template cache (its next emails are ignored without touching the
+  store). Loom's scheme also re-forms a row when an email with n >= k matches none of the
+  row's templates: a second template of a shared layout forms the moment *its* emails
+  reach k recipients.
+- **Formation stage**: `server/templates/formation.py`.
 
-Every queue is bounded; a full queue drops and counts, it never blocks a caller.
+Emails move between the stages a batch at a time (`queues.BatchQueue`): a request is
+admitted with one call, a batch of results queued for the I/O stage with another. Every
+queue is bounded; a full queue drops and counts, it never blocks a caller.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor
-from dataclasses import dataclass
-from typing import TypeVar
 
 from server.runtime.errors import LoomError
 from server.runtime.logs import get_logger
 from server.runtime.workers import WorkerPool
 from server.templates.cache import TtlLru
+from server.templates.counters import Counters
+from server.templates.formation import Formations
 from server.templates.model import EmailIn, Parsed, TemplateValue, decode_templates
+from server.templates.queues import BatchQueue
 from server.templates.rows import FULL_ROW_FACTOR, RowStates, decide
 from server.templates.schemes import SchemeParams, match_template
 from server.templates.settings import TemplatesSettings
-from server.templates.tokens import email_hashes
-from server.templates.work import fingerprint_batch, form_row
+from server.templates.tokens import text_hashes
+from server.templates.work import ToStore, fingerprint_batch, fingerprint_for_store
 from storage import clock
 from storage.ports import ClusterWrite, TemplateStore
 
 __all__ = ["Counters", "Pipeline"]
 
 _log = get_logger("templates.pipeline")
-T = TypeVar("T")
-REFORM_YIELD_S = 2.0
-"""Longest a re-formation waits for a backlogged CPU stage (so re-formations never starve)."""
-
-
-@dataclass
-class Counters:
-    """Counts only: never an email, a recipient or a text."""
-
-    accepted: int = 0
-    dropped_cpu: int = 0
-    dropped_io: int = 0
-    dropped_formations: int = 0
-    fingerprinted: int = 0
-    processed: int = 0
-    skipped_full: int = 0
-    formations: int = 0
-    templates_formed: int = 0
-    failed: int = 0
+Fingerprinted = tuple[EmailIn, ToStore]
 
 
 class Pipeline:
@@ -83,26 +68,10 @@ class Pipeline:
         self._s = settings
         self._executor = executor
         self.params = params
-        self._clock = clock
         self._key = settings.recipient_hash_key.encode()
         self.counters = Counters()
-        self.cpu_queue: asyncio.Queue[EmailIn] = asyncio.Queue(max(1, settings.cpu_queue))
-        self.io_queue: asyncio.Queue[tuple[EmailIn, Parsed]] = asyncio.Queue(
-            max(1, settings.io_queue)
-        )
-        # (0 first formation | 1 re-formation, arrival, row key): first formations go first,
-        # so a new template is never stuck behind re-formations of busy rows.
-        self.form_queue: asyncio.PriorityQueue[tuple[int, int, bytes]] = asyncio.PriorityQueue(
-            max(1, settings.formation_queue)
-        )
-        self._arrivals = 0
-        self._pending: set[bytes] = set()
-        """Rows whose formation is queued or running (a row is queued at most once)."""
-        self._running: set[bytes] = set()
-        """Rows whose formation has fetched its emails (a trigger now may have been missed)."""
-        self._dirty: dict[bytes, bool] = {}
-        """Running rows triggered again meanwhile -> whether as a first formation."""
-        self._timers: set[bytes] = set()
+        self.cpu_queue = BatchQueue[EmailIn](settings.cpu_queue)
+        self.io_queue = BatchQueue[Fingerprinted](settings.io_queue)
         self.rows = RowStates(
             settings.template_cache_size,
             settings.template_cache_ttl_s,
@@ -111,24 +80,29 @@ class Pipeline:
         )
         """Each row's s, n, t as last counted or formed: the store counts only the others."""
         self._count_cap = max(settings.k_anonymity, settings.max_emails)
-        self._recent = TtlLru[bytes, float](
-            settings.template_cache_size, settings.reform_interval_s, clock
-        )
         self.full = TtlLru[bytes, int](settings.full_cache_size, settings.full_cache_ttl_s, clock)
         """Full-template cache: row key -> its email count s when it was found full."""
         self.templates = TtlLru[bytes, list[TemplateValue]](
             settings.template_cache_size, settings.template_cache_ttl_s, clock
         )
-        self._stored_since = TtlLru[bytes, dict[str, int]](
-            settings.full_cache_size, settings.full_cache_ttl_s, clock
+        self.formations = Formations(
+            store,
+            settings,
+            executor,
+            params=params,
+            counters=self.counters,
+            rows=self.rows,
+            templates=self.templates,
+            templates_of=self.templates_of,
+            backlogged=self._cpu_backlogged,
+            clock_s=clock,
         )
-        """Full rows: emails stored per template since its row last formed (Loom)."""
         self._pools = [
             # Two batches in flight per process: one runs while the next is already there,
             # so a worker never idles through a result's trip back and a new hand-off.
             WorkerPool("templates-cpu", 2 * settings.cpu_workers, self._cpu_work),
             WorkerPool("templates-io", settings.io_concurrency, self._io_work),
-            WorkerPool("templates-form", settings.formation_workers, self._form_work),
+            WorkerPool("templates-form", settings.formation_workers, self.formations.work),
         ]
 
     def start(self) -> None:
@@ -141,18 +115,24 @@ class Pipeline:
         for pool in self._pools:
             await pool.stop()
 
-    def admit(self, email: EmailIn) -> bool:
-        """Queues `email` for the CPU stage; False (and counted) when the queue is full."""
-        try:
-            self.cpu_queue.put_nowait(email)
-        except asyncio.QueueFull:
-            self.counters.dropped_cpu += 1
-            return False
-        self.counters.accepted += 1
-        return True
+    def admit(self, emails: list[EmailIn]) -> int:
+        """Queues the longest prefix of `emails` the CPU stage has room for; how many that
+        was (the rest are dropped and counted)."""
+        accepted = self.cpu_queue.offer(emails)
+        self.counters.accepted += accepted
+        self.counters.dropped_cpu += len(emails) - accepted
+        return accepted
+
+    def formations_waiting(self) -> int:
+        """Formations queued or deferred to the end of their row's re-formation interval."""
+        return self.formations.waiting()
+
+    def _cpu_backlogged(self) -> bool:
+        """The CPU stage's queue is over half full (re-formations then wait)."""
+        return self.cpu_queue.qsize() * 2 > self.cpu_queue.maxsize
 
     async def fingerprint(self, items: list[EmailIn]) -> list[Parsed | None]:
-        """Runs a batch through the CPU pool (also AnnotateEmail's path)."""
+        """Runs a batch through the CPU pool (AnnotateEmail's path)."""
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(
             self._executor, fingerprint_batch, items, self.params, self._key
@@ -178,81 +158,70 @@ class Pipeline:
                 found[key] = value
         return found
 
-    @staticmethod
-    def _drain(queue: asyncio.Queue[T], first: T, limit: int) -> list[T]:
-        batch = [first]
-        while len(batch) < limit:
-            try:
-                batch.append(queue.get_nowait())
-            except asyncio.QueueEmpty:
-                break
-        return batch
-
     async def _cpu_work(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
-            first = await self.cpu_queue.get()
-            batch = self._drain(self.cpu_queue, first, self._s.cpu_batch)
+            batch = await self.cpu_queue.take(self._s.cpu_batch)
+            items = [
+                (e.sender, e.recipient_id, e.subject, e.html_body, e.received_at_ms) for e in batch
+            ]
             try:
-                parsed = await self.fingerprint(batch)
+                results = await loop.run_in_executor(
+                    self._executor, fingerprint_for_store, items, self.params, self._key
+                )
             except Exception as exc:
                 self.counters.failed += len(batch)
                 _log.warning("cpu batch failed", error=type(exc).__name__, emails=len(batch))
                 continue
-            for email, result in zip(batch, parsed, strict=True):
-                if result is None:
-                    self.counters.failed += 1
-                    continue
-                self.counters.fingerprinted += 1
-                try:
-                    self.io_queue.put_nowait((email, result))
-                except asyncio.QueueFull:
-                    self.counters.dropped_io += 1
+            done = [(e, r) for e, r in zip(batch, results, strict=True) if r is not None]
+            self.counters.failed += len(batch) - len(done)
+            self.counters.fingerprinted += len(done)
+            self.counters.dropped_io += len(done) - self.io_queue.offer(done)
 
     async def _io_work(self) -> None:
         while True:
-            first = await self.io_queue.get()
-            batch = self._drain(self.io_queue, first, self._s.io_batch)
+            batch = await self.io_queue.take(self._s.io_batch)
             try:
                 await self._check_eligibility(batch)
             except LoomError as exc:
                 self.counters.failed += len(batch)
                 _log.warning("store failed", error=type(exc).__name__, emails=len(batch))
 
-    async def _check_eligibility(self, batch: list[tuple[EmailIn, Parsed]]) -> None:
-        """Algorithm 2's CheckTemplateEligibility for a micro-batch of emails.
+    async def _check_eligibility(self, batch: list[Fingerprinted]) -> None:
+        """Algorithm 2's CheckTemplateEligibility for a batch of emails.
 
         One store call writes the batch and counts only the rows whose cached state cannot
         decide (`RowStates.needs_count`); the others are decided from that state.
         """
         writes: list[ClusterWrite] = []
-        by_key: dict[bytes, list[tuple[EmailIn, Parsed]]] = {}
-        matched: set[int] = set()  # emails (their Parsed's id) a full row found explained
-        for email, parsed in batch:
+        by_key: dict[bytes, list[Fingerprinted]] = {}
+        matched: set[int] = set()  # emails (their ToStore's id) a full row found explained
+        full = self.full
+        for item in batch:
+            email, parsed = item
             wrote = False
             for key in parsed.keys:
-                if key in self.full and not self._store_in_full_row(key, email, parsed, matched):
+                if key in full and not self._store_in_full_row(key, email, parsed, matched):
                     continue
                 writes.append(
                     ClusterWrite(
-                        key=key,
-                        email_id=email.email_id,
-                        user=parsed.user.encode(),
-                        payload=parsed.payload,
+                        key=key, email_id=email.email_id, user=parsed.user, payload=parsed.payload
                     )
                 )
-                by_key.setdefault(key, []).append((email, parsed))
+                by_key.setdefault(key, []).append(item)
                 wrote = True
-            self.counters.processed += 1
             if not wrote:
                 self.counters.skipped_full += 1
+        self.counters.processed += len(batch)
         if not writes:
             return
         # A row with a formation queued or running is known to have n >= k: its state
         # (the count that triggered it, plus what was stored since) decides meanwhile.
+        pending = self.formations.pending
         counted = [
             key
             for key in by_key
-            if self.rows.needs_count(key) and not (key in self._pending and self.rows.get(key))
+            if self.rows.needs_count(key) and not (key in pending and self.rows.get(key))
         ]
         counts = await self._store.add_emails(writes, counted, self._count_cap)
         s, now_ms = self._s, clock.now_ms()
@@ -267,18 +236,18 @@ class Pipeline:
                 continue
             d = decide(st, s.k_anonymity, s.max_emails, int(s.reinduce_after_s * 1000), now_ms)
             if d.form:
-                self._schedule(key, first=True)
+                self.formations.schedule(key, first=True)
             if d.reform:
-                self._schedule(key, first=False)
+                self.formations.schedule(key, first=False)
             if d.full:
-                self.full.put(key, st.emails)
-            busy = d.form or d.reform or key in self._pending or key in self._timers
+                full.put(key, st.emails)
+            busy = d.form or d.reform or self.formations.busy(key)
             if d.formed and self.params.scheme == "loom" and not busy:
                 # (a formation on its way reads every email anyway)
                 await self._check_explained(key, [e for e in emails if id(e[1]) not in matched])
 
     def _store_in_full_row(
-        self, key: bytes, email: EmailIn, parsed: Parsed, matched: set[int]
+        self, key: bytes, email: EmailIn, parsed: ToStore, matched: set[int]
     ) -> bool:
         """Whether a full row (s >= S, with templates) must still store this email.
 
@@ -293,18 +262,21 @@ class Pipeline:
         templates = self.templates.get(key)
         if size is None or templates is None or size >= FULL_ROW_FACTOR * self._s.max_emails:
             return False
-        found, _ = match_template(templates, email_hashes(email.subject, parsed.texts), self.params)
+        found, _ = match_template(
+            templates, text_hashes(email.subject, parsed.text_list()), self.params
+        )
         if found is None:
             return True
         matched.add(id(parsed))
-        since = self._stored_since.get(key) or {}
+        stored_since = self.formations.stored_since
+        since = stored_since.get(key) or {}
         if found.email_count + since.get(found.template_id, 0) >= self._s.max_emails:
             return False
         since[found.template_id] = since.get(found.template_id, 0) + 1
-        self._stored_since.put(key, since)
+        stored_since.put(key, since)
         return True
 
-    async def _check_explained(self, key: bytes, emails: list[tuple[EmailIn, Parsed]]) -> None:
+    async def _check_explained(self, key: bytes, emails: list[Fingerprinted]) -> None:
         """Re-forms a formed row (Loom) when one of its new emails fits none of its templates:
         a second template sharing the layout forms the moment its emails reach k."""
         if not emails:
@@ -312,116 +284,8 @@ class Pipeline:
         templates = (await self.templates_of((key,)))[key]
         for email, parsed in emails:
             found, _ = match_template(
-                templates, email_hashes(email.subject, parsed.texts), self.params
+                templates, text_hashes(email.subject, parsed.text_list()), self.params
             )
             if found is None:
-                self._schedule(key, first=False)
+                self.formations.schedule(key, first=False)
                 return
-
-    def _schedule(self, key: bytes, *, first: bool) -> None:
-        """Queues a formation of row `key` (at most one queued or running per row).
-
-        A first formation runs at once (the template forms the moment n >= k). A
-        re-formation (age >= A, or an email no template explains) runs at most once per
-        `reform_interval_s` per row; one that comes sooner is deferred to the interval's
-        end, so a busy shared row cannot monopolise the CPU stage.
-        """
-        if not first:
-            started = self._recent.get(key)
-            if started is not None:
-                if key not in self._timers:
-                    self._timers.add(key)
-                    delay = max(0.0, started + self._s.reform_interval_s - self._clock())
-                    asyncio.get_running_loop().call_later(delay, self._deferred, key)
-                return
-        if key in self._pending:
-            # A queued formation will read this row's emails anyway; a running one may
-            # have read them before this trigger's email was stored: it runs once more.
-            if key in self._running:
-                self._dirty[key] = self._dirty.get(key, False) or first
-            return
-        self._arrivals += 1
-        try:
-            self.form_queue.put_nowait((0 if first else 1, self._arrivals, key))
-        except asyncio.QueueFull:
-            self.counters.dropped_formations += 1
-            return
-        self._pending.add(key)
-
-    def formations_waiting(self) -> int:
-        """Formations queued or deferred to the end of their row's re-formation interval."""
-        return self.form_queue.qsize() + len(self._timers)
-
-    def _deferred(self, key: bytes) -> None:
-        self._timers.discard(key)
-        self._recent.pop(key)
-        self._schedule(key, first=False)
-
-    async def _yield_to_cpu_stage(self) -> None:
-        """A re-formation waits while the CPU stage is backlogged (its queue over half full),
-        up to `REFORM_YIELD_S`: it shares the worker processes with fingerprinting, and
-        taking them under load turns into dropped emails. First formations never wait."""
-        waited = 0.0
-        while self.cpu_queue.qsize() * 2 > self.cpu_queue.maxsize and waited < REFORM_YIELD_S:
-            await asyncio.sleep(0.05)
-            waited += 0.05
-
-    async def _form_work(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            priority, _, key = await self.form_queue.get()
-            if priority:
-                await self._yield_to_cpu_stage()
-            self._recent.put(key, self._clock())
-            self._running.add(key)
-            formed = False
-            try:
-                payloads = await self._store.get_emails(key, FULL_ROW_FACTOR * self._s.max_emails)
-                previous = (await self.templates_of((key,)))[key]
-                now_ms = clock.now_ms()
-                result = await loop.run_in_executor(
-                    self._executor,
-                    form_row,
-                    key,
-                    payloads,
-                    self._s.k_anonymity,
-                    now_ms,
-                    self.params,
-                    previous,
-                )
-                self.counters.formations += 1
-                if result.templates:
-                    known = {t.template_id for t in self.templates.get(key) or []}
-                    sender = result.templates[0].sender
-                    await self._store.put_templates(key, result.encoded, sender, now_ms)
-                    self.templates.put(key, result.templates)
-                    self._stored_since.pop(key)
-                    self.counters.templates_formed += sum(
-                        t.template_id not in known for t in result.templates
-                    )
-                    formed = True
-                self.rows.formed(
-                    key,
-                    emails=result.emails,
-                    users=result.users,
-                    template_at_ms=now_ms if formed else None,
-                    # Loom's scheme re-forms a row as it grows: templates sharing its layout
-                    # split out once their own text is k-anonymous.
-                    left_out=bool(result.left_out) and self.params.scheme == "loom",
-                    regrow=self.params.scheme == "loom",
-                )
-            except Exception as exc:  # LoomError, a broken pool: logged, never raised
-                _log.warning("formation failed", error=type(exc).__name__)
-            finally:
-                self._pending.discard(key)
-                self._running.discard(key)
-                dirty = self._dirty.pop(key, None)
-                if dirty is not None:
-                    # Still no template after a first trigger: that trigger keeps its priority.
-                    self._schedule(key, first=dirty and not formed and self._untemplated(key))
-                with contextlib.suppress(ValueError):
-                    self.form_queue.task_done()
-
-    def _untemplated(self, key: bytes) -> bool:
-        st = self.rows.get(key)
-        return st is None or st.template_at_ms is None

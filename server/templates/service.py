@@ -80,19 +80,13 @@ class TemplateService:
         emails are always the request's tail: a producer may resend exactly those.
         """
         seen: set[str] = set()
-        accepted = dropped = duplicates = 0
+        distinct: list[EmailIn] = []
         for email in emails:
-            if email.email_id in seen:
-                duplicates += 1
-                continue
-            seen.add(email.email_id)
-            if not dropped and self._pipeline.admit(email):
-                accepted += 1
-            else:
-                if dropped:
-                    self._pipeline.counters.dropped_cpu += 1
-                dropped += 1
-        return Submitted(accepted, dropped, duplicates)
+            if email.email_id not in seen:
+                seen.add(email.email_id)
+                distinct.append(email)
+        accepted = self._pipeline.admit(distinct)
+        return Submitted(accepted, len(distinct) - accepted, len(emails) - len(distinct))
 
     async def annotate(self, email: EmailIn) -> Annotation:
         """The email's fingerprints, its template (if formed) and its field values."""

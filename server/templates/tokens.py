@@ -35,6 +35,7 @@ __all__ = [
     "prefix_words",
     "shingles",
     "signature_hashes",
+    "text_hashes",
     "tokens_of",
 ]
 
@@ -85,9 +86,14 @@ def _words(token: str) -> tuple[str, ...]:
 def email_hashes(subject: str, texts: Iterable[tuple[str, str]]) -> set[int]:
     """The hashes of `tokens_of`'s word tuples, built without joining a single string: what
     annotation and the explained check intersect with `signature_hashes`."""
+    return text_hashes(subject, (text for _, text in texts))
+
+
+def text_hashes(subject: str, texts: Iterable[str]) -> set[int]:
+    """`email_hashes` from the text nodes' texts alone (their paths play no part)."""
     out: set[int] = set()
     add = out.update
-    for _, text in texts:
+    for text in texts:
         words = ["^", *text.split(), END]
         if len(words) <= SHINGLE:
             out.add(hash(tuple(words)))
