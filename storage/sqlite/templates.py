@@ -8,7 +8,11 @@ The TTL is the adapter's: every read ignores email and user cells stored more th
 `email_ttl_s` ago, and `add_emails` deletes expired cells
 (a sweep of both tables by their age index, at most once per TTL/10), so an expired email is
 neither visible nor kept. A batch is one IMMEDIATE transaction on the single writer thread;
-its counts cost three indexed lookups per counted row, each stopping at the cap.
+its counts cost three indexed lookups per counted row, each stopping at the cap. A batch is
+written by a few multi-row statements (one per power of two of its rows, at most 256 a
+statement), each cluster's cells side by side, and counted by one: sqlite3 releases the
+GIL around every statement step, so a statement per row would hand the GIL back and forth
+with the event loop twice per email.
 
 A cell expires at stored_ms + TTL: the scans report that as its expires_at_ms, and `restore`
 writes stored_ms = expires_at_ms - TTL, so a loaded cell keeps its remaining life whatever
@@ -18,8 +22,9 @@ key, one short read per page.
 
 from __future__ import annotations
 
+import functools
 import sqlite3
-from collections.abc import AsyncIterator, Collection, Sequence
+from collections.abc import AsyncIterator, Collection, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +51,69 @@ CREATE TABLE IF NOT EXISTS cluster_template (
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS cluster_template_sender ON cluster_template (sender, key);
 """
+
+
+_MAX_ROWS = 256
+"""Rows one statement writes or counts (4 parameters a row, far below SQLite's 32,766)."""
+
+
+def _sizes(n: int) -> Iterator[int]:
+    """`n` as powers of two, largest first, none above `_MAX_ROWS`: one statement per size,
+    so a handful of SQL texts serve every batch (sqlite3 caches prepared statements by
+    their text)."""
+    while n:
+        size = min(_MAX_ROWS, 1 << (n.bit_length() - 1))
+        yield size
+        n -= size
+
+
+@functools.lru_cache(maxsize=64)
+def _statement(head: str, width: int, rows: int, tail: str) -> str:
+    row = "(" + ",".join("?" * width) + ")"
+    return f"{head} VALUES {','.join([row] * rows)} {tail}"
+
+
+def _insert(
+    conn: sqlite3.Connection, head: str, tail: str, rows: Sequence[tuple[object, ...]]
+) -> None:
+    """Writes `rows` with a few multi-row statements rather than one per row: sqlite3
+    lets go of the GIL around every statement step and takes it back after, and on a busy
+    event loop each of those hand-backs is a wait and a context switch."""
+    at = 0
+    for size in _sizes(len(rows)):
+        chunk = rows[at : at + size]
+        at += size
+        conn.execute(_statement(head, len(chunk[0]), size, tail), [v for row in chunk for v in row])
+
+
+_COUNT_HEAD = (
+    "SELECT k.column1, "
+    "(SELECT count(*) FROM (SELECT 1 FROM cluster_email e "
+    "WHERE e.key = k.column1 AND e.stored_ms > ?1 LIMIT ?2)), "
+    "(SELECT count(*) FROM (SELECT 1 FROM cluster_user u "
+    "WHERE u.key = k.column1 AND u.stored_ms > ?1 LIMIT ?2)), "
+    "(SELECT formed_ms FROM cluster_template t WHERE t.key = k.column1) FROM ("
+)
+
+
+def _counts(
+    conn: sqlite3.Connection, keys: Sequence[bytes], horizon: int, limit: int
+) -> dict[bytes, ClusterCounts]:
+    """s, n, t of each row in `keys` (a few statements for all of them); a count never
+    walks more than `limit` cells of a family."""
+    out: dict[bytes, ClusterCounts] = {}
+    at = 0
+    for size in _sizes(len(keys)):
+        part = keys[at : at + size]
+        at += size
+        sql = _statement(_COUNT_HEAD, 1, size, ") AS k")
+        for key, emails, users, formed in conn.execute(sql, (horizon, limit, *part)):
+            out[bytes(key)] = ClusterCounts(
+                emails=int(emails),
+                users=int(users),
+                template_at_ms=None if formed is None else int(formed),
+            )
+    return out
 
 
 class SqliteTemplateStore:
@@ -78,44 +146,28 @@ class SqliteTemplateStore:
         sweep = now >= self._next_sweep_ms
         if sweep:
             self._next_sweep_ms = now + max(1000, self._ttl_ms // 10)
+        # One cluster's cells side by side: each B-tree page is visited once per batch.
+        rows = sorted(writes, key=lambda w: w.key)
 
         def run(conn: sqlite3.Connection) -> dict[bytes, ClusterCounts]:
             if sweep:
                 for table in ("cluster_email", "cluster_user"):
                     conn.execute(f"DELETE FROM {table} WHERE stored_ms <= ?", (horizon,))
-            conn.executemany(
-                "INSERT INTO cluster_email (key, email_id, stored_ms, payload) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT (key, email_id) DO UPDATE SET stored_ms = excluded.stored_ms, "
-                "payload = excluded.payload",
-                [(w.key, w.email_id, now, w.payload) for w in writes],
-            )
-            conn.executemany(
-                "INSERT INTO cluster_user (key, user, stored_ms) VALUES (?, ?, ?) "
-                "ON CONFLICT (key, user) DO UPDATE SET stored_ms = excluded.stored_ms",
-                [(w.key, w.user, now) for w in writes],
-            )
-            out: dict[bytes, ClusterCounts] = {}
-            for key in keys:
-                # Capped: a count never walks more than `cap` rows of a family.
-                (emails,) = conn.execute(
-                    "SELECT count(*) FROM (SELECT 1 FROM cluster_email "
-                    "WHERE key = ? AND stored_ms > ? LIMIT ?)",
-                    (key, horizon, limit),
-                ).fetchone()
-                (users,) = conn.execute(
-                    "SELECT count(*) FROM (SELECT 1 FROM cluster_user "
-                    "WHERE key = ? AND stored_ms > ? LIMIT ?)",
-                    (key, horizon, limit),
-                ).fetchone()
-                row = conn.execute(
-                    "SELECT formed_ms FROM cluster_template WHERE key = ?", (key,)
-                ).fetchone()
-                out[key] = ClusterCounts(
-                    emails=int(emails),
-                    users=int(users),
-                    template_at_ms=None if row is None else int(row[0]),
+            if rows:
+                _insert(
+                    conn,
+                    "INSERT INTO cluster_email (key, email_id, stored_ms, payload)",
+                    "ON CONFLICT (key, email_id) DO UPDATE SET stored_ms = excluded.stored_ms, "
+                    "payload = excluded.payload",
+                    [(w.key, w.email_id, now, w.payload) for w in rows],
                 )
-            return out
+                _insert(
+                    conn,
+                    "INSERT INTO cluster_user (key, user, stored_ms)",
+                    "ON CONFLICT (key, user) DO UPDATE SET stored_ms = excluded.stored_ms",
+                    [(w.key, w.user, now) for w in rows],
+                )
+            return _counts(conn, keys, horizon, limit)
 
         return await self._db.write(run)
 
