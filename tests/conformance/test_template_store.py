@@ -24,6 +24,24 @@ async def test_counts_are_emails_and_distinct_users(template_store: TemplateStor
     assert again == {b"r1": ClusterCounts(emails=4, users=3, template_at_ms=None)}
 
 
+async def test_a_large_batch_over_many_rows_is_stored_and_counted_exactly(
+    template_store: TemplateStore,
+) -> None:
+    """A batch of hundreds of emails over hundreds of rows (a busy I/O stage's call), an
+    email repeated within it, is stored and counted as the same emails one by one would be."""
+    writes = [_w(f"row{i % 301}".encode(), f"e{i}", f"u{i % 7}") for i in range(700)]
+    writes.append(_w(b"row0", "e0", "u0"))  # the same cell twice in one batch: once
+    got = await template_store.add_emails(writes)
+    assert len(got) == 301
+    for r in range(301):
+        emails = len(range(r, 700, 301))
+        users = len({i % 7 for i in range(r, 700, 301)})
+        assert got[f"row{r}".encode()] == ClusterCounts(
+            emails=emails, users=users, template_at_ms=None
+        )
+    assert len(await template_store.get_emails(b"row5", 10)) == 3
+
+
 async def test_emails_read_back(template_store: TemplateStore) -> None:
     """get_emails returns the stored payloads of one row, bounded by limit."""
     await template_store.add_emails(
