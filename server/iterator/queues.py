@@ -7,11 +7,15 @@ workers with the service's callbacks, and neither needs the other first.
 
 A level whose queue was found empty is not asked again for a short, growing while (up to
 `MAX_QUIET_S`), so idle workers do not spend round trips on empty queues; sending to a
-level ends its quiet time at once.
+level ends its quiet time at once, and wakes this server's idle workers (`idle`): a new
+job's first range, and each level's first children, are taken at once rather than after an
+idle worker's back-off.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from collections.abc import Sequence
 
@@ -27,7 +31,7 @@ MAX_QUIET_S = 0.5
 class LevelQueues:
     """One queue per level of the hierarchy (named as the levels are), top level first."""
 
-    __slots__ = ("_poll_s", "_queue", "_quiet_for", "_quiet_until", "names")
+    __slots__ = ("_poll_s", "_queue", "_quiet_for", "_quiet_until", "_sent", "names")
 
     def __init__(self, queue: WorkQueue, names: Sequence[str], poll_interval_s: float) -> None:
         self._queue = queue
@@ -35,6 +39,8 @@ class LevelQueues:
         self._poll_s = poll_interval_s
         self._quiet_until = [0.0] * len(self.names)
         self._quiet_for = [poll_interval_s] * len(self.names)
+        self._sent = asyncio.Event()
+        """Set (and replaced) by every send: wakes every worker idle at that moment."""
 
     async def announce(self, job_id: str, tasks: Sequence[TaskRecord]) -> None:
         """Enqueues the next step of each task (step 0 of a new one) on its level's queue."""
@@ -50,6 +56,15 @@ class LevelQueues:
         await self._queue.send(self.names[level], bodies)
         self._quiet_until[level] = 0.0
         self._quiet_for[level] = self._poll_s
+        self._sent.set()
+        self._sent = asyncio.Event()
+
+    async def idle(self, seconds: float) -> None:
+        """Waits `seconds`, or less: until this server next sends work to any level (work
+        from other replicas is found by polling, every `seconds` at most)."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self._sent.wait()
 
     def quiet(self, level: int) -> bool:
         """Whether `level` was found empty a moment ago (skip it for now)."""

@@ -209,7 +209,7 @@ class StepWorkers:
             if worked:
                 idle = self._s.poll_interval_s
             else:
-                await asyncio.sleep(idle)
+                await self._levels.idle(idle)
                 idle = min(MAX_QUIET_S, idle * 1.5)
 
     async def _handle(
