@@ -63,8 +63,11 @@ class IteratorSettings:
     """Seconds one chunk read should take; each worker's LIMIT adapts to it."""
     min_chunk: int = 100
     """Smallest LIMIT of a chunk read."""
-    max_chunk: int = 5000
-    """Largest LIMIT of a chunk read (a chunk is one ledger item: bounded)."""
+    max_chunk: int = 10_000
+    """Largest LIMIT of a chunk read (a chunk is one ledger item: bounded). Each chunk costs a
+    commit, a share of a lease and of a settlement and a stream message whatever its size,
+    so on a fast source larger chunks are faster: 10,000 two-integer keys are 160 KB, well
+    inside a DynamoDB item."""
     initial_chunk: int = 1000
     """LIMIT of a worker's first read of a level."""
     visibility_timeout_s: float = 30.0
