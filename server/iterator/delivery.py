@@ -29,7 +29,10 @@ _SEND_LEASE_MS = 30_000
 """Without acks: how long a chunk being written to a stream stays leased to it."""
 _MAX_LEASED_SCAN = 10_000
 _MESSAGES_PER_LEASE = 4
-"""Stream messages' worth of chunks one lease takes."""
+"""Stream messages' worth of chunks one lease takes..."""
+_LEASE_OBJECTS = 40_000
+"""... and at least this many objects' worth: four of the largest chunks, whatever the
+messages' size (a lease and its settlement cost the same for one chunk as for four)."""
 _MAX_REMEMBERED = 200_000
 
 
@@ -102,7 +105,7 @@ class Delivery:
                     job_id,
                     now_ms=now_ms(),
                     lease_ms=lease_ms,
-                    max_objects=max_objects * _MESSAGES_PER_LEASE,
+                    max_objects=max(max_objects * _MESSAGES_PER_LEASE, _LEASE_OBJECTS),
                     max_chunks=1000,
                 )
             )
