@@ -78,6 +78,9 @@ _TUNED = {
 }
 
 
+_CONNECT_ROUNDS = 20
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Workload options."""
     parser.add_argument("--phases", default="quality,throughput,delay,juicer,seda,skew")
@@ -133,19 +136,29 @@ async def _connections(
 ) -> AsyncIterator[tuple[list[grpc.aio.Channel], list[int], int]]:
     """Channels to `target` and the server process behind each (see `one_stub_per_process`),
     and the probe emails that took. One channel for a single process; for ``--workers N``
-    16 channels of their own connection each, which the kernel spreads over the processes."""
+    16 channels of their own connection each, which the kernel spreads over the processes.
+    The server reports SERVING once its first process listens: until every process does,
+    the connections are opened again (each round's probes are counted)."""
     options = [("grpc.max_send_message_length", 64 << 20)]
-    if workers > 1:
-        options.append(("grpc.use_local_subchannel_pool", 1))
-    async with contextlib.AsyncExitStack() as stack:
-        channels = [
-            await stack.enter_async_context(harness.channel(target, options=options))
-            for _ in range(1 if workers == 1 else 16)
-        ]
-        owner, probes = ([0], 0) if workers == 1 else await one_stub_per_process(channels)
-        if len(set(owner)) < workers:
-            raise RuntimeError(f"16 connections reached {len(set(owner))} of {workers} processes")
-        yield channels, owner, probes
+    if workers == 1:
+        async with harness.channel(target, options=options) as channel:
+            yield [channel], [0], 0
+        return
+    options.append(("grpc.use_local_subchannel_pool", 1))
+    probes = 0
+    for _ in range(_CONNECT_ROUNDS):
+        async with contextlib.AsyncExitStack() as stack:
+            channels = [
+                await stack.enter_async_context(harness.channel(target, options=options))
+                for _ in range(16)
+            ]
+            owner, sent = await one_stub_per_process(channels)
+            probes += sent
+            if len(set(owner)) == workers:
+                yield channels, owner, probes
+                return
+        await asyncio.sleep(0.5)
+    raise RuntimeError(f"16 connections never reached all {workers} server processes")
 
 
 async def _end_to_end(
