@@ -3,16 +3,22 @@
 Each worker keeps, per level, a moving average of the seconds one row costs to read and
 sets its next LIMIT so a chunk takes about `target_s`: a slow or loaded source gets smaller
 chunks (short transactions, quick reaction to pause and rate changes), a fast one larger
-chunks (fewer round trips and queue hops per object). The target is never below what
-committing a chunk costs (the step's writes to the state engine, also a moving average):
-when a round trip to DynamoDB costs more than reading a few thousand rows, a chunk that
-reads for less would spend most of the pipeline on round trips. Bounded both ways; a chunk
-is one ledger item, so the upper bound also bounds an item's size.
+chunks (fewer round trips and queue hops per object). The target is never below
+`COMMITS_PER_TARGET` times what committing a chunk costs (the step's writes to the state
+engine, also a moving average): workers read the next chunk while a step commits, so the
+commits cost no reading time, but every step is one transaction of a state engine all
+workers share. When a transaction of DynamoDB (Local: ~40 ms) costs more than reading a few
+thousand rows, chunks that read for less would make the engine's transaction rate the
+pipeline's bound. Bounded both ways; a chunk is one ledger item, so the upper bound also
+bounds an item's size.
 """
 
 from __future__ import annotations
 
-__all__ = ["ChunkSizer"]
+__all__ = ["COMMITS_PER_TARGET", "ChunkSizer"]
+
+COMMITS_PER_TARGET = 4
+"""A chunk reads for at least this many commits' time: transactions stay a small share."""
 
 
 class ChunkSizer:
@@ -36,7 +42,7 @@ class ChunkSizer:
         cost = self._cost.get(level)
         if cost is None or cost <= 0:
             return self._initial
-        target = max(self._target, self._overhead)
+        target = max(self._target, COMMITS_PER_TARGET * self._overhead)
         return int(min(self._max, max(self._min, target / cost)))
 
     def observe_commit(self, seconds: float) -> None:
