@@ -45,13 +45,13 @@ class BatchQueue(Generic[T]):
             self._wake()
         return added
 
-    def _wake(self) -> None:
-        """Wakes one waiting consumer; it wakes the next if it leaves items behind."""
-        while self._waiters:
+    def _wake(self, n: int = 1) -> None:
+        """Wakes up to `n` waiting consumers (one wakes the others it leaves items for)."""
+        while n and self._waiters:
             waiter = self._waiters.popleft()
             if not waiter.done():
                 waiter.set_result(None)
-                return
+                n -= 1
 
     async def take(self, limit: int) -> list[T]:
         """Waits until the queue holds an item, then takes up to `limit` (at least one)."""
@@ -66,8 +66,10 @@ class BatchQueue(Generic[T]):
                     self._wake()
                 raise
         items = self._items
-        n = min(max(1, limit), len(items))
-        batch = [items.popleft() for _ in range(n)]
+        limit = max(1, limit)
+        batch = [items.popleft() for _ in range(min(limit, len(items)))]
         if items:
-            self._wake()
+            # Everyone the rest will feed, at once: they take their shares in the same
+            # turn of the loop (the I/O stage's store calls then share a transaction).
+            self._wake(-(-len(items) // limit))
         return batch

@@ -8,11 +8,9 @@ The TTL is the adapter's: every read ignores email and user cells stored more th
 `email_ttl_s` ago, and `add_emails` deletes expired cells
 (a sweep of both tables by their age index, at most once per TTL/10), so an expired email is
 neither visible nor kept. A batch is one IMMEDIATE transaction on the single writer thread;
-its counts cost three indexed lookups per counted row, each stopping at the cap. A batch is
-written by a few multi-row statements (one per power of two of its rows, at most 256 a
-statement), each cluster's cells side by side, and counted by one: sqlite3 releases the
-GIL around every statement step, so a statement per row would hand the GIL back and forth
-with the event loop twice per email.
+its counts cost three indexed lookups per counted row, each stopping at the cap. Calls made
+while a transaction runs share the next one (group commit), and a transaction writes and
+counts with a few multi-row statements (`storage/sqlite/template_batches.py`).
 
 A cell expires at stored_ms + TTL: the scans report that as its expires_at_ms, and `restore`
 writes stored_ms = expires_at_ms - TTL, so a loaded cell keeps its remaining life whatever
@@ -22,15 +20,17 @@ key, one short read per page.
 
 from __future__ import annotations
 
-import functools
+import asyncio
 import sqlite3
-from collections.abc import AsyncIterator, Collection, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from storage.clock import now_ms
 from storage.ports import ClusterCounts, ClusterWrite, StoredEmail, StoredTemplates, StoredUser
 from storage.sqlite.database import SqliteDatabase
+from storage.sqlite.template_batches import counts, tune_writer, write_cells
 
 __all__ = ["SqliteTemplateStore"]
 
@@ -53,82 +53,15 @@ CREATE INDEX IF NOT EXISTS cluster_template_sender ON cluster_template (sender, 
 """
 
 
-_WAL_CHECKPOINT_PAGES = 10_000
-"""The writer checkpoints the WAL every this many pages (SQLite's default: 1,000). Every
-batch dirties a leaf page per cluster it touches, mostly the same hot clusters' pages: a
-checkpoint copies each page once however often it changed since the last, so a longer
-interval copies far fewer pages (the WAL grows to ~40 MB between checkpoints)."""
-_WRITER_CACHE_KIB = 32 * 1024
-"""The writer's page cache (SQLite's default: 2 MB): the clusters' hot leaf pages stay in
-it instead of being read back from the file system at every batch."""
+@dataclass(slots=True)
+class _Waiting:
+    """An add_emails call waiting for its transaction."""
 
-
-def _tune_writer(conn: sqlite3.Connection) -> None:
-    conn.execute(f"PRAGMA wal_autocheckpoint={_WAL_CHECKPOINT_PAGES}")
-    conn.execute(f"PRAGMA cache_size=-{_WRITER_CACHE_KIB}")
-
-
-_MAX_ROWS = 256
-"""Rows one statement writes or counts (4 parameters a row, far below SQLite's 32,766)."""
-
-
-def _sizes(n: int) -> Iterator[int]:
-    """`n` as powers of two, largest first, none above `_MAX_ROWS`: one statement per size,
-    so a handful of SQL texts serve every batch (sqlite3 caches prepared statements by
-    their text)."""
-    while n:
-        size = min(_MAX_ROWS, 1 << (n.bit_length() - 1))
-        yield size
-        n -= size
-
-
-@functools.lru_cache(maxsize=64)
-def _statement(head: str, width: int, rows: int, tail: str) -> str:
-    row = "(" + ",".join("?" * width) + ")"
-    return f"{head} VALUES {','.join([row] * rows)} {tail}"
-
-
-def _insert(
-    conn: sqlite3.Connection, head: str, tail: str, rows: Sequence[tuple[object, ...]]
-) -> None:
-    """Writes `rows` with a few multi-row statements rather than one per row: sqlite3
-    lets go of the GIL around every statement step and takes it back after, and on a busy
-    event loop each of those hand-backs is a wait and a context switch."""
-    at = 0
-    for size in _sizes(len(rows)):
-        chunk = rows[at : at + size]
-        at += size
-        conn.execute(_statement(head, len(chunk[0]), size, tail), [v for row in chunk for v in row])
-
-
-_COUNT_HEAD = (
-    "SELECT k.column1, "
-    "(SELECT count(*) FROM (SELECT 1 FROM cluster_email e "
-    "WHERE e.key = k.column1 AND e.stored_ms > ?1 LIMIT ?2)), "
-    "(SELECT count(*) FROM (SELECT 1 FROM cluster_user u "
-    "WHERE u.key = k.column1 AND u.stored_ms > ?1 LIMIT ?2)), "
-    "(SELECT formed_ms FROM cluster_template t WHERE t.key = k.column1) FROM ("
-)
-
-
-def _counts(
-    conn: sqlite3.Connection, keys: Sequence[bytes], horizon: int, limit: int
-) -> dict[bytes, ClusterCounts]:
-    """s, n, t of each row in `keys` (a few statements for all of them); a count never
-    walks more than `limit` cells of a family."""
-    out: dict[bytes, ClusterCounts] = {}
-    at = 0
-    for size in _sizes(len(keys)):
-        part = keys[at : at + size]
-        at += size
-        sql = _statement(_COUNT_HEAD, 1, size, ") AS k")
-        for key, emails, users, formed in conn.execute(sql, (horizon, limit, *part)):
-            out[bytes(key)] = ClusterCounts(
-                emails=int(emails),
-                users=int(users),
-                template_at_ms=None if formed is None else int(formed),
-            )
-    return out
+    writes: Sequence[ClusterWrite]
+    keys: list[bytes]
+    limit: int
+    """The count cap (-1: none)."""
+    done: asyncio.Future[dict[bytes, ClusterCounts]]
 
 
 class SqliteTemplateStore:
@@ -138,6 +71,9 @@ class SqliteTemplateStore:
         self._db = db
         self._ttl_ms = int(email_ttl_s * 1000)
         self._next_sweep_ms = 0
+        self._waiting: list[_Waiting] = []
+        """add_emails calls waiting for the next transaction (`_commit_waiting`)."""
+        self._committer: asyncio.Task[None] | None = None
 
     @classmethod
     async def open(
@@ -146,7 +82,7 @@ class SqliteTemplateStore:
         """Opens (creating when missing) the database at `path`."""
         db = SqliteDatabase(path, synchronous=synchronous, readers=readers)
         await db.migrate(_SCHEMA)
-        await db.write(_tune_writer)
+        await db.write(tune_writer)
         return cls(db, email_ttl_s)
 
     async def add_emails(
@@ -155,37 +91,61 @@ class SqliteTemplateStore:
         counted: Collection[bytes] | None = None,
         cap: int | None = None,
     ) -> dict[bytes, ClusterCounts]:
-        now = now_ms()
-        horizon = now - self._ttl_ms
         keys = list(dict.fromkeys(w.key for w in writes) if counted is None else counted)
         limit = -1 if cap is None else max(1, cap)  # SQLite: a negative LIMIT is none
+        call = _Waiting(writes, keys, limit, asyncio.get_running_loop().create_future())
+        self._waiting.append(call)
+        if self._committer is None:
+            self._committer = asyncio.get_running_loop().create_task(self._commit_waiting())
+        return await asyncio.shield(call.done)
+
+    async def _commit_waiting(self) -> None:
+        """Group commit: the calls waiting when a transaction starts share it.
+
+        SQLite has one writer. The I/O stage's tasks store a CPU batch's emails in several
+        calls at once; one transaction for all of them writes each page they share once,
+        instead of once per call. Each call's rows are counted after the group's writes,
+        as if the calls beside it had run first.
+        """
+        group: list[_Waiting] = []
+        try:
+            while self._waiting:
+                group, self._waiting = self._waiting, []
+                try:
+                    results = await self._db.write(self._transaction(group))
+                except Exception as exc:  # each caller gets the engine's error
+                    for call in group:
+                        if not call.done.done():
+                            call.done.set_exception(exc)
+                else:
+                    for call, result in zip(group, results, strict=True):
+                        if not call.done.done():
+                            call.done.set_result(result)
+                group = []
+        finally:
+            self._committer = None
+            for call in (*group, *self._waiting):  # cancelled: nobody is left hanging
+                call.done.cancel()
+            self._waiting = []
+
+    def _transaction(
+        self, group: list[_Waiting]
+    ) -> Callable[[sqlite3.Connection], list[dict[bytes, ClusterCounts]]]:
+        now = now_ms()
+        horizon = now - self._ttl_ms
         sweep = now >= self._next_sweep_ms
         if sweep:
             self._next_sweep_ms = now + max(1000, self._ttl_ms // 10)
-        # One cluster's cells side by side: each B-tree page is visited once per batch.
-        rows = sorted(writes, key=lambda w: w.key)
+        writes = [w for call in group for w in call.writes]
 
-        def run(conn: sqlite3.Connection) -> dict[bytes, ClusterCounts]:
+        def run(conn: sqlite3.Connection) -> list[dict[bytes, ClusterCounts]]:
             if sweep:
                 for table in ("cluster_email", "cluster_user"):
                     conn.execute(f"DELETE FROM {table} WHERE stored_ms <= ?", (horizon,))
-            if rows:
-                _insert(
-                    conn,
-                    "INSERT INTO cluster_email (key, email_id, stored_ms, payload)",
-                    "ON CONFLICT (key, email_id) DO UPDATE SET stored_ms = excluded.stored_ms, "
-                    "payload = excluded.payload",
-                    [(w.key, w.email_id, now, w.payload) for w in rows],
-                )
-                _insert(
-                    conn,
-                    "INSERT INTO cluster_user (key, user, stored_ms)",
-                    "ON CONFLICT (key, user) DO UPDATE SET stored_ms = excluded.stored_ms",
-                    [(w.key, w.user, now) for w in rows],
-                )
-            return _counts(conn, keys, horizon, limit)
+            write_cells(conn, writes, now)
+            return [counts(conn, call.keys, horizon, call.limit) for call in group]
 
-        return await self._db.write(run)
+        return run
 
     async def get_emails(self, key: bytes, limit: int) -> list[bytes]:
         horizon = now_ms() - self._ttl_ms
@@ -363,4 +323,6 @@ class SqliteTemplateStore:
             await self._db.write(run)
 
     async def close(self) -> None:
+        if self._committer is not None:
+            await asyncio.gather(self._committer, return_exceptions=True)
         await self._db.close()

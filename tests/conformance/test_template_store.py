@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from storage.clock import now_ms
 from storage.ports import ClusterCounts, ClusterWrite, TemplateStore
 from tests.serving import eventually
@@ -40,6 +42,23 @@ async def test_a_large_batch_over_many_rows_is_stored_and_counted_exactly(
             emails=emails, users=users, template_at_ms=None
         )
     assert len(await template_store.get_emails(b"row5", 10)) == 3
+
+
+async def test_concurrent_batches_each_count_their_rows(template_store: TemplateStore) -> None:
+    """Batches stored at once (the I/O stage's tasks) all land; each call's counts include
+    at least its own writes, and a count afterwards is exact."""
+    batches = [
+        [_w(b"shared", f"b{b}e{i}", f"u{b}-{i}") for i in range(3)]
+        + [_w(f"own{b}".encode(), "e", "u")]
+        for b in range(6)
+    ]
+    results = await asyncio.gather(*(template_store.add_emails(batch) for batch in batches))
+    for b, got in enumerate(results):
+        assert got[f"own{b}".encode()] == ClusterCounts(emails=1, users=1, template_at_ms=None)
+        assert 3 <= got[b"shared"].emails <= 18
+        assert got[b"shared"].users == got[b"shared"].emails
+    final = await template_store.add_emails([], counted=[b"shared"])
+    assert final == {b"shared": ClusterCounts(emails=18, users=18, template_at_ms=None)}
 
 
 async def test_emails_read_back(template_store: TemplateStore) -> None:
