@@ -71,7 +71,7 @@ __all__ = ["add_arguments", "run"]
 
 _TUNED = {
     "CPU_WORKERS": "2",
-    "CPU_BATCH": "64",
+    "CPU_BATCH": "256",
     "IO_CONCURRENCY": "32",
     "IO_BATCH": "64",
     "FORMATION_WORKERS": "4",

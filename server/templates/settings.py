@@ -56,11 +56,12 @@ class TemplatesSettings:
     """Emails waiting for the CPU stage; beyond that SubmitEmails drops (and counts). Sized
     in time: ~1-2 s of this machine's throughput, so queueing never delays a template by
     more than that (a longer queue only converts overload into template delay)."""
-    cpu_batch: int = 64
-    """Most emails handed to a worker process at once: each hand-off costs the event loop,
-    the pool's threads and a pipe round trip, so a process call carries many emails
-    (16 -> 64 took a third off the server process's own CPU per email; docs/benchmarks.md).
-    A batch is whatever is queued up to this, so a lone email is not held back."""
+    cpu_batch: int = 256
+    """Most emails handed to a worker process at once: a hand-off costs the event loop, the
+    pool's threads and a pipe round trip, and its results reach the store as one group
+    commit (SQLite writes each page a transaction touches once), so a process call carries
+    many emails (docs/benchmarks.md, TemplateInduction throughput). A batch is whatever is
+    queued up to this, so a lone email is not held back."""
     io_concurrency: int = 32
     """I/O stage tasks storing emails and fetching s, t, n concurrently."""
     io_queue: int = 2000
