@@ -289,10 +289,22 @@ async def _sqlite_source(
     return source
 
 
+async def _postgres_source(
+    url: str, levels: Sequence[SourceLevel], settings: EngineSettings | None
+) -> IterationSource:
+    """A PostgreSQL source: reads through asyncpg's pool (`storage.sql.postgres`), the
+    catalog through SQLAlchemy."""
+    from storage.sql.postgres import PostgresIterationSource
+
+    del settings  # a server's source is named by its URL alone
+    return PostgresIterationSource.open(url, levels)
+
+
 async def _sql_source(
     url: str, levels: Sequence[SourceLevel], settings: EngineSettings | None
 ) -> IterationSource:
-    """A source on a database server; SQLAlchemy's async Core, the URL picks the driver."""
+    """A source on a database server (MariaDB); SQLAlchemy's async Core, the URL picks the
+    driver."""
     from storage.sql.source import SqlIterationSource
 
     del settings  # a server's source is named by its URL alone
@@ -361,7 +373,7 @@ ITERATION_SOURCES: Final[Port[OpenSource]] = Port(
     field="source_url",
     engines=(
         Engine(name="sqlite", open=_sqlite_source, url_schemes=("sqlite+aiosqlite",)),
-        Engine(name="postgres", open=_sql_source, url_schemes=("postgresql+asyncpg",)),
+        Engine(name="postgres", open=_postgres_source, url_schemes=("postgresql+asyncpg",)),
         Engine(
             name="mariadb", open=_sql_source, url_schemes=("mysql+aiomysql", "mariadb+aiomysql")
         ),

@@ -7,7 +7,8 @@ private database; SQS and DynamoDB Local from LOOM_TEST_SQS_ENDPOINT /
 LOOM_TEST_DYNAMODB_ENDPOINT), iterates a Box-like corpus's files into one StreamObjects
 consumer, and counts every request the server made: each SQS and DynamoDB API call (at
 aiobotocore's ``_make_api_call``, one HTTP round trip each) and each SQL statement
-(SQLAlchemy's ``before_cursor_execute``). Prints calls per operation, per emitted chunk and
+(SQLAlchemy's ``before_cursor_execute``, and asyncpg's ``fetch``, which the PostgreSQL
+source reads through). Prints calls per operation, per emitted chunk and
 per 1,000 objects, and with ``--profile N`` the N functions of most cumulative time.
 
 Counting wraps the real calls and changes nothing they do; it is a bench, not a test.
@@ -28,6 +29,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import grpc
 from aiobotocore.client import AioBaseClient
 from loom.v1 import iterator_pb2 as pb
@@ -61,12 +63,30 @@ def _count_aws() -> None:
     AioBaseClient._make_api_call = counted  # type: ignore[method-assign]
 
 
+def _verb(statement: str) -> str:
+    return statement.split(None, 1)[0].upper() if statement.strip() else "?"
+
+
 def _count_sql() -> None:
+    """Statements through SQLAlchemy (start-up, the corpus) and through asyncpg (the
+    PostgreSQL source's reads)."""
+
     def before(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-        verb = statement.split(None, 1)[0].upper() if statement.strip() else "?"
-        CALLS[f"sql.{verb}"] += 1
+        CALLS[f"sql.{_verb(statement)}"] += 1
 
     event.listen(Engine, "before_cursor_execute", before)
+    original: Callable[..., Any] = asyncpg.Connection.fetch
+
+    async def fetch(self: asyncpg.Connection, query: str, *args: Any, **kwargs: Any) -> Any:
+        name = f"sql.{_verb(query)}"
+        CALLS[name] += 1
+        started = time.perf_counter()
+        try:
+            return await original(self, query, *args, **kwargs)
+        finally:
+            SECONDS[name] += time.perf_counter() - started
+
+    asyncpg.Connection.fetch = fetch  # type: ignore[method-assign]
 
 
 def _env(url: str, workers: int) -> dict[str, str]:

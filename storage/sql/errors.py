@@ -25,6 +25,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
+import asyncpg
 from sqlalchemy.exc import SQLAlchemyError
 
 from storage.errors import (
@@ -60,7 +61,9 @@ def _sqlite(orig: sqlite3.Error) -> tuple[bool, str]:
 
 def _postgres(orig: Any) -> tuple[bool, str]:
     state = str(getattr(orig, "sqlstate", None) or "")
-    cause = orig.__cause__  # asyncpg's own exception, whose fields SQLAlchemy flattens
+    # asyncpg's own exception: raised as is by the PostgreSQL source, or the cause of the
+    # one SQLAlchemy flattens its fields into.
+    cause = orig if isinstance(orig, asyncpg.PostgresError) else orig.__cause__
     message = str(getattr(cause, "message", "") or orig)
     hint = getattr(cause, "hint", None)
     if hint:
@@ -80,18 +83,22 @@ def _mysql(orig: Any) -> tuple[bool, str]:
 _FAULTS: tuple[type[BaseException], ...] = (
     SQLAlchemyError,
     sqlite3.Error,
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
     OSError,
     ConnectionError,
     TimeoutError,
 )
 """What a source call can raise: SQLAlchemy wraps the drivers' errors; a connection attempt
-may fail beneath it; the embedded source reads through stdlib `sqlite3` itself."""
+may fail beneath it; the SQLite and PostgreSQL sources read through stdlib `sqlite3` and
+asyncpg themselves."""
 
 
 def _refusal(exc: BaseException, dialect: str) -> str | None:
     """The database's own message when it refused the statement for good, else None."""
-    # SQLAlchemy's DBAPIError wraps the driver's error; stdlib sqlite3 raises its own.
-    orig = exc if isinstance(exc, sqlite3.Error) else getattr(exc, "orig", None)
+    # SQLAlchemy's DBAPIError wraps the driver's error; sqlite3 and asyncpg raise their own.
+    native = isinstance(exc, sqlite3.Error | asyncpg.PostgresError)
+    orig = exc if native else getattr(exc, "orig", None)
     permanent, message = False, ""
     if isinstance(orig, sqlite3.Error):
         permanent, message = _sqlite(orig)
