@@ -116,6 +116,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--per-template", type=int, default=25, help="quality: training emails per template"
     )
+    parser.add_argument(
+        "--cpu-batch",
+        type=int,
+        help=f"throughput: the server's cpu_batch and the floor's (default {_TUNED['CPU_BATCH']})",
+    )
+    parser.add_argument(
+        "--server-pythonpath",
+        help="PYTHONPATH of the started servers: another tree's server under this load "
+        "(loadtest.benches.templates_ab --same-client)",
+    )
     parser.add_argument("--fresh", type=int, default=8, help="quality: held-out per template")
     parser.add_argument("--humans", type=int, default=150, help="quality: one-off human emails")
 
@@ -123,6 +133,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _env(args: argparse.Namespace, extra: Mapping[str, str]) -> dict[str, str]:
     env = {"LOOM_TEMPLATES__K_ANONYMITY": str(args.k), "LOOM_SERVER__LOG_LEVEL": "warning"}
     env.update({f"LOOM_TEMPLATES__{k}": v for k, v in extra.items()})
+    if args.server_pythonpath:
+        env["PYTHONPATH"] = args.server_pythonpath
     if args.store == "bigtable":
         env["LOOM_BIGTABLE__TABLE_PREFIX"] = f"lt{os.getpid()}{random.randrange(10**6)}-"
         env["LOOM_BIGTABLE__CREATE_TABLES"] = "true"
@@ -233,18 +245,19 @@ async def _throughput(harness: Harness, args: argparse.Namespace) -> None:
         alpha=args.alpha, templates=args.templates, max_per_template=args.max_per_template
     ).take(args.emails)
     params = SchemeParams()
+    tuned = {**_TUNED, "CPU_BATCH": str(args.cpu_batch or _TUNED["CPU_BATCH"])}
     floors: list[float] = []
     runs: list[dict[str, float]] = []
     for _ in range(args.repeats):  # interleaved: a busy neighbour hits both alike
         floors.append(
             cpu_floor(
                 [(e.sender, e.html) for e in emails],
-                int(_TUNED["CPU_WORKERS"]),
-                int(_TUNED["CPU_BATCH"]),
+                int(tuned["CPU_WORKERS"]),
+                int(tuned["CPU_BATCH"]),
                 params,
             )
         )
-        runs.append(await _end_to_end(harness, args, emails, _TUNED, record_health=not runs))
+        runs.append(await _end_to_end(harness, args, emails, tuned, record_health=not runs))
     best = max(runs, key=lambda r: r["processed_per_s"])
     harness.report.add_figure("cpu_floor_per_s", [round(f, 1) for f in floors])
     harness.report.add_figure("end_to_end", runs)
