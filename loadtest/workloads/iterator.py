@@ -52,6 +52,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mode", choices=["embedded", "distributed"], default="embedded")
     parser.add_argument("--enterprises", type=int, default=20)
     parser.add_argument("--users", type=int, default=250, help="users per enterprise")
+    parser.add_argument(
+        "--zipf",
+        type=float,
+        default=CorpusShape().zipf_s,
+        help="exponent of files per user (2.0: most users own a handful, as Box's do)",
+    )
     parser.add_argument("--large-user-files", type=int, default=1_000_000)
     parser.add_argument("--spread-users", type=int, default=1000)
     parser.add_argument("--chunk", type=int, default=1000, help="LIMIT of the raw scan")
@@ -169,7 +175,10 @@ async def _throughput(args: argparse.Namespace, harness: Harness, url: str) -> N
     pipeline over its own baseline, and the headline is the median ratio."""
     report = harness.report
     shape = CorpusShape(
-        enterprises=args.enterprises, users_per_enterprise=args.users, large_users=0
+        enterprises=args.enterprises,
+        users_per_enterprise=args.users,
+        large_users=0,
+        zipf_s=args.zipf,
     )
     corpus = generate(shape)
     await write_url(url, corpus)
@@ -228,6 +237,14 @@ async def _throughput(args: argparse.Namespace, harness: Harness, url: str) -> N
                 "chunks": final.chunks_emitted,
             },
         )
+    report.add_figure(
+        f"{args.mode}.corpus",
+        {
+            "files": len(truth),
+            "users": len(users),
+            "files_per_user": round(len(truth) / len(users), 1),
+        },
+    )
     report.add_figure(f"{args.mode}.throughput_rounds", rounds)
     for key in rounds[0]:
         report.add_figure(f"{args.mode}.median.{key}", statistics.median(r[key] for r in rounds))
