@@ -112,10 +112,12 @@ class Delivery:
 
         leasing = lease()
         settling: asyncio.Task[None] | None = None
+        wait_s = self._poll_s
         try:
             while True:
                 chunks = await leasing
                 if chunks:
+                    wait_s = self._poll_s
                     leasing = lease()
                     if spec.require_ack:
                         self._remember(job_id, chunks)
@@ -133,9 +135,12 @@ class Delivery:
                 if job is None or job.state in ("completed", "cancelled", "failed"):
                     self._counts.pop(job_id, None)
                     return
+                # Chunks this server commits wake the stream; those of other processes and
+                # replicas are found by polling: soon after chunks came, rarer while none do.
                 with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self._poll_s * 4):
+                    async with asyncio.timeout(wait_s):
                         await event.wait()
+                wait_s = min(self._poll_s * 4, wait_s * 2)
                 leasing = lease()
         finally:
             # A stream that ends early leaves what it prefetched leased: sent again when
