@@ -17,22 +17,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from collections.abc import Generator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import asyncpg
 from sqlalchemy.engine import make_url
 
-from storage.ports import Key, Positions, SourceLevel
+from storage.ports import Positions, SourceLevel
 from storage.sql.source import (
     LevelStatements,
-    Read,
+    Plan,
     Shape,
     SqlIterationSource,
     create_engine_for,
     next_read,
     not_integers,
-    plan_reads,
 )
 
 __all__ = ["PostgresIterationSource"]
@@ -96,22 +95,8 @@ class PostgresIterationSource(SqlIterationSource):
         except (TypeError, OverflowError, ValueError):
             raise not_integers(self.levels[level]) from None
 
-    async def _select(  # noqa: PLR0917 - the port's read() arguments, passed through
-        self,
-        level: int,
-        parents: Sequence[int] | None,
-        first: Key,
-        last: Key,
-        after: Key,
-        upto: Key,
-        limit: int,
-        offset: int | None,
-    ) -> Positions:
-        rows = self.statements[level].empty(children=parents is not None)
-        plan: Generator[Read, int, None] = plan_reads(
-            self.statements[level], parents, first, last, after, upto, limit, offset
-        )
-        with self._errors("read"), contextlib.closing(plan):
+    async def _execute(self, level: int, plan: Plan, rows: Positions) -> Positions:
+        with self._errors("read"):
             pool = await self._connections()
             async with pool.acquire() as conn:  # every statement of one read, one connection
                 read = next(plan, None)

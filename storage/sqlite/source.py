@@ -25,12 +25,11 @@ they ever do not.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import sqlite3
 import threading
 from array import array
-from collections.abc import Generator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -38,16 +37,15 @@ from typing import Any
 import numpy as np
 from sqlalchemy.engine import make_url
 
-from storage.ports import Key, Positions, SourceLevel
+from storage.ports import Positions, SourceLevel
 from storage.sql.source import (
     LevelStatements,
-    Read,
+    Plan,
     Shape,
     SqlIterationSource,
     create_engine_for,
     next_read,
     not_integers,
-    plan_reads,
 )
 
 __all__ = ["SqliteIterationSource"]
@@ -147,30 +145,17 @@ class SqliteIterationSource(SqlIterationSource):
             raise not_integers(self.levels[level])
         return _packed(columns)
 
-    def _collect(self, level: int, plan: Generator[Read, int, None], rows: Positions) -> Positions:
-        """Runs on a reader thread: every statement of one read (one thread hop per read)."""
-        with contextlib.closing(plan):
-            read = next(plan, None)
-            while read is not None:
-                got = self._read(level, *read)
-                rows.extend(got)
-                read = next_read(plan, len(got))
+    def _collect(self, level: int, plan: Plan, rows: Positions) -> Positions:
+        """Runs on a reader thread: every statement of one read."""
+        read = next(plan, None)
+        while read is not None:
+            got = self._read(level, *read)
+            rows.extend(got)
+            read = next_read(plan, len(got))
         return rows
 
-    async def _select(  # noqa: PLR0917 - the port's read() arguments, passed through
-        self,
-        level: int,
-        parents: Sequence[int] | None,
-        first: Key,
-        last: Key,
-        after: Key,
-        upto: Key,
-        limit: int,
-        offset: int | None,
-    ) -> Positions:
-        statements = self.statements[level]
-        rows = statements.empty(children=parents is not None)
-        plan = plan_reads(statements, parents, first, last, after, upto, limit, offset)
+    async def _execute(self, level: int, plan: Plan, rows: Positions) -> Positions:
+        # One thread hop per read, not per statement.
         loop = asyncio.get_running_loop()
         with self._errors("read"):
             return await loop.run_in_executor(self._readers, self._collect, level, plan, rows)
