@@ -99,11 +99,14 @@ debian_base() {
   printf '%s\n' "${DEBIAN_BASE}"
 }
 
-# build_image TAG CONTEXT [build args...]: builds and reports the size.
+# build_image TAG CONTEXT [build args...]: builds and reports the size. Podman writes OCI
+# images by default, which have no HEALTHCHECK (podman drops it with a warning): the docker
+# format keeps it, as Docker's own build does.
 build_image() {
-  local tag="$1" context="$2" started
+  local tag="$1" context="$2" started format=()
   shift 2
+  [[ "${TOOL}" == podman ]] && format=(--format docker)
   started=$(date +%s)
-  "${TOOL}" build --network host "$@" -t "${tag}" "${context}" >&2
+  "${TOOL}" build --network host "${format[@]}" "$@" -t "${tag}" "${context}" >&2
   say "built ${tag} in $(($(date +%s) - started)) s; size $("${TOOL}" image inspect "${tag}" --format '{{.Size}}') bytes"
 }
