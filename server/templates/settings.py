@@ -54,8 +54,9 @@ class TemplatesSettings:
     """Processes of the CPU stage (parse, XPaths, MinHash; template formation)."""
     cpu_queue: int = 1000
     """Emails waiting for the CPU stage; beyond that SubmitEmails drops (and counts). Sized
-    in time: ~1-2 s of this machine's throughput, so queueing never delays a template by
-    more than that (a longer queue only converts overload into template delay)."""
+    in time: about a quarter of a second of this machine's throughput (~4,000 emails/s), so
+    queueing never delays a template by more than that (a longer queue only converts
+    overload into template delay)."""
     cpu_batch: int = 256
     """Most emails handed to a worker process at once: a hand-off costs the event loop, the
     pool's threads and a pipe round trip, and its results reach the store as one group
