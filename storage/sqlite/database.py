@@ -11,6 +11,7 @@ translated to `storage.errors` here, once.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import sqlite3
 import threading
 from collections.abc import Callable
@@ -96,10 +97,23 @@ class SqliteDatabase:
         return await self._run(self._writer, self._in_transaction, fn)
 
     async def migrate(self, script: str) -> None:
-        """Runs an idempotent schema script (``CREATE ... IF NOT EXISTS``) on the writer."""
+        """Runs an idempotent schema script (``CREATE ... IF NOT EXISTS``) on the writer.
+
+        One process at a time: the processes of ``loom serve --workers N`` open the same
+        fresh files together, and the one that loses the race to switch a file to WAL is
+        told "database is locked" at once — SQLite does not wait out a lock it would have to
+        upgrade to, whatever the busy timeout — so start-up failed now and then. An exclusive
+        `flock` on a file beside the database orders them (SQLite's own locks are `fcntl`
+        locks on the database, which `flock` leaves alone).
+        """
 
         def run(_: Callable[[sqlite3.Connection], None]) -> None:
-            self._connection().executescript(script)
+            with self.path.with_name(f"{self.path.name}.open-lock").open("a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                try:
+                    self._connection().executescript(script)
+                finally:
+                    fcntl.flock(lock, fcntl.LOCK_UN)
 
         await self._run(self._writer, run, lambda conn: None)
 
