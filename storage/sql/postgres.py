@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -30,8 +31,7 @@ from storage.sql.source import (
     Shape,
     SqlIterationSource,
     create_engine_for,
-    next_read,
-    not_integers,
+    run_plan,
 )
 
 __all__ = ["PostgresIterationSource"]
@@ -89,22 +89,13 @@ class PostgresIterationSource(SqlIterationSource):
         self, conn: asyncpg.Connection, level: int, shape: Shape, params: dict[str, Any]
     ) -> Positions:
         text, names = self._sql(level, shape)
-        rows = await conn.fetch(text, *(params[n] for n in names))
-        try:
-            return Positions.of(self.statements[level].width(shape), rows)
-        except (TypeError, OverflowError, ValueError):
-            raise not_integers(self.levels[level]) from None
+        return self._pack(level, shape, await conn.fetch(text, *(params[n] for n in names)))
 
     async def _execute(self, level: int, plan: Plan, rows: Positions) -> Positions:
         with self._errors("read"):
             pool = await self._connections()
             async with pool.acquire() as conn:  # every statement of one read, one connection
-                read = next(plan, None)
-                while read is not None:
-                    got = await self._fetch(conn, level, *read)
-                    rows.extend(got)
-                    read = next_read(plan, len(got))
-        return rows
+                return await run_plan(plan, rows, functools.partial(self._fetch, conn, level))
 
     async def _run(self, level: int, shape: Shape, params: dict[str, Any]) -> Positions:
         with self._errors("read"):

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-from collections.abc import Generator, Sequence
+import functools
+from collections.abc import Awaitable, Callable, Generator, Iterable, Sequence
 from typing import Any
 
 from sqlalchemy import bindparam, inspect, text
@@ -40,6 +41,7 @@ __all__ = [
     "next_read",
     "not_integers",
     "plan_reads",
+    "run_plan",
 ]
 
 
@@ -88,11 +90,11 @@ class LevelStatements:
 
     def width(self, shape: Shape) -> int:
         """Integers per position the shape returns (the parent's id first, for children)."""
-        return len(self.ids) + (0 if shape[0] == "bounded" else 1)
+        return len(self.order(shape))
 
     def empty(self, *, children: bool) -> Positions:
         """No positions yet, of the width a bounded or a children read returns."""
-        return Positions(len(self.ids) + (1 if children else 0))
+        return Positions(self.width(("one" if children else "bounded", *_PLAIN)))
 
     def order(self, shape: Shape) -> list[str]:
         """The columns each row returns, in ORDER BY order."""
@@ -217,6 +219,18 @@ def next_read(plan: Plan, got: int) -> Read | None:
         return plan.send(got)
     except StopIteration:
         return None
+
+
+async def run_plan(
+    plan: Plan, rows: Positions, run: Callable[[Shape, dict[str, Any]], Awaitable[Positions]]
+) -> Positions:
+    """Runs each statement of `plan` with `run`, appending its rows to `rows`."""
+    read = next(plan, None)
+    while read is not None:
+        got = await run(*read)
+        rows.extend(got)
+        read = next_read(plan, len(got))
+    return rows
 
 
 class SqlIterationSource:
@@ -359,12 +373,7 @@ class SqlIterationSource:
     async def _execute(self, level: int, plan: Plan, rows: Positions) -> Positions:
         """Runs every statement of a read's `plan`, appending their rows to `rows`: here
         one `_run` each; an engine with a cheaper way to run several overrides it."""
-        read = next(plan, None)
-        while read is not None:
-            got = await self._run(level, *read)
-            rows.extend(got)
-            read = next_read(plan, len(got))
-        return rows
+        return await run_plan(plan, rows, functools.partial(self._run, level))
 
     async def _run(self, level: int, shape: Shape, params: dict[str, Any]) -> Positions:
         """One statement of `level` in `shape`: its rows, packed."""
@@ -377,6 +386,11 @@ class SqlIterationSource:
         with self._errors("read"):
             async with self._engine.connect() as conn:
                 rows = (await conn.execute(stmt, params)).all()
+        return self._pack(level, shape, rows)
+
+    def _pack(self, level: int, shape: Shape, rows: Iterable[Sequence[int]]) -> Positions:
+        """A driver's rows of `level` in `shape`, packed; a key that is not an integer is
+        refused for good."""
         try:
             return Positions.of(self.statements[level].width(shape), rows)
         except (TypeError, OverflowError, ValueError):
