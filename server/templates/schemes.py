@@ -166,15 +166,25 @@ def _ids(
             if shared and shared >= KEEP_ID * min(len(new), len(old.signature)):
                 pairs.append((shared, i, j))
     ids: list[str | None] = [None] * len(signatures)
-    used: set[int] = set()
+    used: set[str] = set()  # by id: a row stored with a repeated id heals here
     for _, i, j in sorted(pairs, reverse=True):
-        if ids[i] is None and j not in used:
+        if ids[i] is None and previous[j].template_id not in used:
             ids[i] = previous[j].template_id
-            used.add(j)
+            used.add(previous[j].template_id)
+    # A new id is the signature's hash, unless another template of the row holds it: a
+    # signature may equal one an earlier formation gave an id that has since moved on to
+    # the template continuing it (two templates of a row never share an id).
+    taken = {i for i in ids if i is not None}
     out = []
     for i, sig in enumerate(signatures):
-        digest = mmh3.hash64("\x00".join(sig).encode(), 0, signed=False)[0]
-        out.append(ids[i] or f"{key.hex()}-{digest:016x}")
+        found = ids[i]
+        salt = 0
+        while found is None or (ids[i] is None and found in taken):
+            digest = mmh3.hash64("\x00".join(sig).encode(), salt, signed=False)[0]
+            found = f"{key.hex()}-{digest:016x}"
+            salt += 1
+        taken.add(found)
+        out.append(found)
     return out
 
 
@@ -237,21 +247,27 @@ def match_template(
 
     The score is the share of the template's signature the email contains (1.0 for a
     paper-scheme row, which holds one template). None when no template reaches `p.match`.
+    Among the templates that reach it, the one with the most of its signature in the email
+    wins: a template of the row's shared layout (a signature the others all contain) holds
+    all of its few tokens in every email of the row, while the email's own template, which
+    it may match at 0.9 for a missing optional block, holds many more.
     """
     if not templates:
         return None, 0.0
     if p.scheme == "paper":
         return templates[0], 1.0
     best: TemplateValue | None = None
-    best_rank = (0.0, 0)
+    best_rank = (0, 0.0)
+    top = 0.0
     for t in templates:
         size = len(t.signature)
         if not size:  # no k-anonymous text to recognise it by
             continue
-        score = len(signature_hashes(t.signature) & tokens) / size
-        if (score, size) > best_rank:
-            best, best_rank = t, (score, size)
-    best_score = best_rank[0]
-    if best is None or best_score < p.match:
-        return None, best_score
-    return best, best_score
+        found = len(signature_hashes(t.signature) & tokens)
+        score = found / size
+        top = max(top, score)
+        if score >= p.match and (found, score) > best_rank:
+            best, best_rank = t, (found, score)
+    if best is None:
+        return None, top
+    return best, best_rank[1]

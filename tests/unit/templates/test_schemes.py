@@ -5,9 +5,15 @@ from __future__ import annotations
 import random
 
 from server.templates.fingerprint import minhash, parse_structure
-from server.templates.model import ClusterEmail
-from server.templates.schemes import SchemeParams, form_templates, keys_for, match_template
-from server.templates.tokens import email_hashes
+from server.templates.model import ClusterEmail, TemplateValue
+from server.templates.schemes import (
+    SchemeParams,
+    _ids,
+    form_templates,
+    keys_for,
+    match_template,
+)
+from server.templates.tokens import email_hashes, signature_hashes
 from tests.templates_corpus import NAMES, cluster_emails, human, one_off_notice, receipt, reset
 
 P = SchemeParams()
@@ -97,3 +103,48 @@ class TestKeys:
         assert keys_for("a@x", mail, (), P) != keys_for("a@x", webmail, (), P)
         assert keys_for("a@x", mail, (), P) != keys_for("b@x", mail, (), P)
         assert len(keys_for("a@x", mail, (), P)) == 1
+
+
+class TestTemplateIds:
+    def _layout_only(self, sig: tuple[str, ...], template_id: str) -> TemplateValue:
+        return TemplateValue(
+            template_id, "s", (1,), 5, 5, "other", (), "", (), 0, "loom", signature=sig
+        )
+
+    def test_a_recurring_signature_never_shares_an_id(self) -> None:
+        """A row first formed as one template of its shared layout: that id moves on to the
+        template continuing it, and when a later formation again leaves a group whose
+        signature is the layout's alone, it gets an id of its own. Online formation once
+        gave five sibling templates one id this way."""
+        layout = ("^ Hello, $", "^ Thanks, $")
+        first = _ids(b"k", [layout], [])
+        grown = (*layout, "Use to reset", "to reset your")
+        second = _ids(b"k", [grown], [self._layout_only(layout, first[0])])
+        assert second == first  # the id moved on with the template that grew
+        third = _ids(b"k", [grown, layout], [self._layout_only(grown, second[0])])
+        assert third[0] == first[0]
+        assert len(set(third)) == 2  # the layout's own hash is taken: another id
+
+    def test_a_stored_repeated_id_heals(self) -> None:
+        """Two stored templates sharing an id (written before the fix) hand it on once."""
+        a, b = ("x y z", "a b c"), ("x y z", "d e f")
+        previous = [self._layout_only(a, "k-1"), self._layout_only(b, "k-1")]
+        assert len(set(_ids(b"k", [a, b], previous))) == 2
+
+
+class TestMatching:
+    def test_the_template_with_most_evidence_wins(self) -> None:
+        """An email holding 90 % of its own template's 20 tokens and all 3 of the row's
+        layout-only template matches its own: more of it is in the email."""
+        p = SchemeParams()
+        own = tuple(f"w{i} v{i} u{i}" for i in range(20))
+        layout = own[:3]
+        templates = [
+            TemplateValue("own", "s", (1,), 5, 5, "other", (), "", (), 0, "loom", signature=own),
+            TemplateValue("lay", "s", (1,), 5, 5, "other", (), "", (), 0, "loom", signature=layout),
+        ]
+        email = signature_hashes(own[:18])
+        found, score = match_template(templates, email, p)
+        assert found is not None
+        assert found.template_id == "own"
+        assert score == 0.9
