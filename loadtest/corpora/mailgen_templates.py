@@ -146,39 +146,56 @@ def mailgen_sources() -> list[SourceTemplate]:
 
 
 def instantiate_mailgen(
-    t: SourceTemplate, rng: random.Random, value: Callable[[str], str], optional: float = 0.8
+    t: SourceTemplate,
+    rng: random.Random,
+    value: Callable[[str], str],
+    optional: float = 0.8,
+    record: Callable[..., None] | None = None,
 ) -> dict[str, Any]:
-    """One e-mail's mailgen input: values, 1-10 table rows, optional parts kept at `optional`."""
+    """One e-mail's mailgen input: values, 1-10 table rows, optional parts kept at `optional`.
+
+    `record` is called with (name, value, row) for each value the e-mail will show: the
+    greeting's name, each table row's cells (row ``table#i``), the dictionary's values,
+    the action's link, and the product's name (a per-sender constant).
+    """
     spec = json.loads(t.source)
     product = spec["product"]
+    shown: list[tuple[str, str, str]] = [("product_name", product, "")]
+
+    def put(name: str, got: str, row: str = "") -> str:
+        shown.append((name, got, row))
+        return got
 
     def fill(lines: list[str]) -> list[str]:
         return [line.format(product=product) for line in lines]
 
-    body: dict[str, Any] = {"name": value("name")}
+    body: dict[str, Any] = {"name": put("name", value("name"))}
     body["intro"] = fill(spec["intro"]) + [
         line for line in fill(spec.get("intro_optional", [])) if rng.random() < optional
     ]
     if "table" in spec:
         rows = []
-        for _ in range(rng.randint(1, 10)):
+        for i in range(rng.randint(1, 10)):
             first, second, third = spec["table"]
+            row = f"table#{i + 1}"
             rows.append(
                 {
-                    first: rng.choice(_PRODUCTS) if first == "item" else value("title"),
-                    second: value("details"),
-                    third: value("price") if third == "price" else value("date"),
+                    first: put(
+                        first, rng.choice(_PRODUCTS) if first == "item" else value("title"), row
+                    ),
+                    second: put(second, value("details"), row),
+                    third: put(third, value("price") if third == "price" else value("date"), row),
                 }
             )
         body["table"] = {"data": rows}
     if "dictionary" in spec and rng.random() < optional:
-        body["dictionary"] = {key: value(key) for key in spec["dictionary"]}
+        body["dictionary"] = {key: put(key, value(key)) for key in spec["dictionary"]}
     action = spec.get("action")
     if action and (not action.get("optional") or rng.random() < optional):
         body["action"] = [
             {
                 "instructions": action["instructions"].format(product=product),
-                "button": {"text": action["button"], "link": value("link")},
+                "button": {"text": action["button"], "link": put("link", value("link"))},
             }
         ]
     outro = fill(spec.get("outro", [])) + [
@@ -186,6 +203,9 @@ def instantiate_mailgen(
     ]
     if outro:
         body["outro"] = outro
+    if record is not None:
+        for name, got, row in shown:
+            record(name, got, row, name == "product_name")  # (name, value, row, constant)
     return {
         "theme": spec["theme"],
         "product": {

@@ -1,8 +1,9 @@
 """Real template sources instantiated the way their sender's code instantiates them.
 
-The corpus's real templates are written in five template languages: Handlebars (Ghost),
-Django templates (django-oscar, Wagtail), Jinja (Flask-Security), Go's text/template
-(Gitea) and FreeMarker (Keycloak). Each has its own tag syntax, but the same few
+The corpus's real templates are written in six template languages: Handlebars (Ghost),
+Django templates (django-oscar, Wagtail, Weblate, Misago, django-helpdesk), Jinja
+(Flask-Security), Go's text/template (Gitea, PocketBase), FreeMarker (Keycloak) and
+Benchpress (NodeBB). Each has its own tag syntax, but the same few
 constructs: text, a value, a conditional chain, a loop, a named block or partial, a layout
 that a template extends, and translated strings. One tokenizer per syntax turns a source
 into the same tokens; one parser and one renderer do the rest:
@@ -19,7 +20,9 @@ into the same tokens; one parser and one renderer do the rest:
   ``_fsdomain('…')``), their placeholders filled with typed values.
 
 A renderer that does not understand a tag outputs nothing for it, so a real source never
-fails to render; what each syntax understands is spelt out in its tokenizer.
+fails to render; what each syntax understands is spelt out in its tokenizer. Every value
+inserted is reported to `RenderContext.record` with the loop iterations it sits in (the
+ground truth of field extraction).
 """
 
 from __future__ import annotations
@@ -58,6 +61,10 @@ class RenderContext:
     messages: Mapping[str, str] = field(default_factory=dict)
     """The source's translation catalogue (key -> text with placeholders)."""
     choices: Choices = field(default_factory=Choices)
+    record: Callable[[str, str, str], None] | None = None
+    """Called with (variable name, value inserted, row) for every value the rendering
+    inserts; the row is "" outside loops, else the iterations it is in, outermost first
+    (``orders#1/items#2``; a loop met again in the same email is ``items~2#1``)."""
 
 
 # ---------------------------------------------------------------- tokenizers
@@ -120,8 +127,10 @@ def _tokens_django(source: str) -> list[Token]:
             out.append(("open:with", rest))
         elif word == "plural":
             out.append(("else", ""))
-        elif word == "comment":
+        elif word in ("comment", "capture"):  # capture: assigned to a name, not output
             out.append(("open:skip", ""))
+        elif word == "compress":
+            out.append(("open:with", rest))
         elif word.startswith("end"):
             out.append(("close", word))
         elif word == "extends":
@@ -130,7 +139,7 @@ def _tokens_django(source: str) -> list[Token]:
             out.append(("include", _first_string(rest) or ""))
         elif word in ("trans", "translate"):
             out.append(("lit", _first_string(rest) or ""))
-        elif word in ("url", "static", "absolute_static") and " as " not in rest:
+        elif word in ("url", "static", "absolute_static", "absoluteurl") and " as " not in rest:
             out.append(("var", "url"))
         else:  # load, set, csrf_token, "… as name" assignments: no output
             out.append(("skip", stmt))
@@ -264,19 +273,72 @@ def _tokens_freemarker(source: str) -> list[Token]:
     return out
 
 
+def _closing_brackets(source: str, start: int) -> int:
+    """The end of the ``[[…]]`` opening at `start` (nested ones included), or -1."""
+    depth, i = 0, start
+    while i < len(source) - 1:
+        pair = source[i : i + 2]
+        if pair == "[[":
+            depth, i = depth + 1, i + 2
+        elif pair == "]]":
+            depth, i = depth - 1, i + 2
+            if depth == 0:
+                return i
+        else:
+            i += 1
+    return -1
+
+
+def _tokens_benchpress(source: str) -> list[Token]:
+    """Benchpress (NodeBB 1.x): ``<!-- IF x -->``, ``<!-- ELSE -->``, ``<!-- ENDIF x -->``,
+    ``<!-- BEGIN list -->``/``<!-- END list -->``, ``<!-- IMPORT file -->``, ``{value}``
+    and the catalogue's ``[[namespace:key, args]]`` (args may nest)."""
+    out: list[Token] = []
+    pos = 0
+    pattern = re.compile(
+        r"<!--\s*(IF|ELSE|ENDIF|BEGIN|END|IMPORT)\b\s*(.*?)\s*-->|\[\[|\{([\w.:]+)\}"
+    )
+    while (m := pattern.search(source, pos)) is not None:
+        out.append(("text", source[pos : m.start()]))
+        pos = m.end()
+        word, rest, var = m.groups()
+        if m.group(0) == "[[":
+            end = _closing_brackets(source, m.start())
+            if end < 0:
+                out.append(("text", "[["))
+                continue
+            out.append(("bp", source[m.start() : end]))
+            pos = end
+        elif var is not None:
+            out.append(("var", var))
+        elif word == "IF":
+            out.append(("open:if", rest))
+        elif word == "ELSE":
+            out.append(("else", ""))
+        elif word == "BEGIN":
+            out.append(("open:loop", rest))
+        elif word in ("ENDIF", "END"):
+            out.append(("close", word))
+        else:
+            out.append(("include", rest))
+    out.append(("text", source[pos:]))
+    return out
+
+
 SYNTAXES: dict[str, Callable[[str], list[Token]]] = {
     "django": _tokens_django,
     "jinja": _tokens_django,
     "handlebars": _tokens_handlebars,
     "go": _tokens_go,
     "freemarker": _tokens_freemarker,
+    "benchpress": _tokens_benchpress,
 }
 
 
 # ---------------------------------------------------------------- parser
 
-Node = tuple  # ("text", s) | ("var", e) | ("lit", s) | ("tr", e) | ("msg", e) | ("if", branches, closed)
-# | ("loop", body) | ("with", body) | ("block", name, body) | ("define", name, body)
+Node = tuple  # ("text", s) | ("var", e) | ("lit", s) | ("tr", e) | ("msg", e) | ("bp", s)
+# | ("if", branches) | ("loop", expr, body) | ("with", body) | ("block", name, body) | ("define", name, body)
 # | ("call", name, body) | ("include", name) | ("extends", name) | ("nested",)
 
 
@@ -299,13 +361,13 @@ def _parse(tokens: list[Token]) -> list[Node]:
             if frame == "if":
                 parent.append(("if", done))
             elif frame == "loop":
-                parent.append(("loop", done[0]))
+                parent.append(("loop", arg, done[0]))
             elif frame in ("block", "define", "call"):
                 parent.append((frame, arg, done[0]))
             elif frame == "with":
                 parent.append(("with", done[0]))
             # skip: dropped
-        elif kind in ("text", "var", "lit", "tr", "msg", "include", "extends"):
+        elif kind in ("text", "var", "lit", "tr", "msg", "bp", "include", "extends"):
             body.append((kind, payload))
         elif kind == "nested":
             body.append(("nested",))
@@ -316,18 +378,6 @@ def _parse(tokens: list[Token]) -> list[Node]:
 
 
 # ---------------------------------------------------------------- renderer
-
-
-def _fill_printf(text: str, args: list[str], ctx: RenderContext) -> str:
-    """Go's fmt verbs (``%s``, ``%d``, ``%[2]s``) filled from typed values of `args`."""
-    values = [ctx.value(_name_of(a)) for a in args] or [ctx.value("value")]
-    counter = iter(range(1000))
-
-    def one(m: re.Match[str]) -> str:
-        index = int(m.group(1)) - 1 if m.group(1) else next(counter)
-        return values[index % len(values)]
-
-    return re.sub(r"%(?:\[(\d+)\])?[sdvq]", one, text)
 
 
 def _go_args(action: str) -> list[str]:
@@ -342,6 +392,30 @@ class _Renderer:
         self.blocks: dict[str, list[Node]] = {}
         self.defines: dict[str, list[Node]] = {}
         self.depth = 0
+        self.rows: list[str] = []
+        self.loops: dict[str, int] = {}
+
+    def value(self, name: str) -> str:
+        """A value for `name`, recorded with the loop iterations it is in."""
+        got = self.ctx.value(name)
+        if self.ctx.record is not None:
+            self.ctx.record(name, got, "/".join(self.rows))
+        return got
+
+    def _loop_label(self, expr: str) -> str:
+        """The loop's list name, numbered when the same loop is met again in this email."""
+        if self.syntax in ("django", "jinja"):
+            expr = expr.split(" in ", 1)[-1]
+        elif self.syntax == "handlebars":
+            expr = " ".join(expr.split()[1:2])
+        elif self.syntax == "go":
+            expr = expr.split(":=", 1)[-1]
+        elif self.syntax == "freemarker":
+            expr = expr.split(" as ", 1)[0]
+        name = _name_of(expr)
+        key = "/".join(self.rows) + "/" + name
+        self.loops[key] = self.loops.get(key, 0) + 1
+        return name if self.loops[key] == 1 else f"{name}~{self.loops[key]}"
 
     def template(self, source: str) -> str:
         nodes = _parse(SYNTAXES[self.syntax](source))
@@ -365,7 +439,7 @@ class _Renderer:
             elif n[0] == "define":
                 self.defines.setdefault(n[1], n[2])
                 self._collect(n[2], override=override)
-            elif n[0] in ("with", "loop", "call"):
+            elif n[0] in ("with", "loop", "call"):  # their body is last
                 self._collect(n[-1], override=override)
             elif n[0] == "if":
                 for branch in n[1]:
@@ -380,13 +454,15 @@ class _Renderer:
         if kind == "text":
             return n[1]
         if kind == "var":
-            return ctx.value(_name_of(n[1]))
+            return self.value(_name_of(n[1]))
         if kind == "lit":
             return self._literal(n[1])
         if kind == "tr":
             return self._translate_go(n[1])
         if kind == "msg":
             return self._translate_freemarker(n[1])
+        if kind == "bp":
+            return self._translate_benchpress(n[1])
         if kind == "if":
             branches = n[1]
             if len(branches) == 1:
@@ -395,7 +471,15 @@ class _Renderer:
             return self.nodes(ctx.rng.choice(branches), nested)
         if kind == "loop":
             times = ctx.rng.randint(1, ctx.choices.max_repeats)
-            return "".join(self.nodes(n[1], nested) for _ in range(times))
+            label = self._loop_label(n[1])
+            out = []
+            for i in range(times):
+                self.rows.append(f"{label}#{i + 1}")
+                try:
+                    out.append(self.nodes(n[2], nested))
+                finally:
+                    self.rows.pop()
+            return "".join(out)
         if kind == "with":
             return self.nodes(n[1], nested)
         if kind == "block":
@@ -429,8 +513,8 @@ class _Renderer:
 
     def _literal(self, text: str) -> str:
         """A literal from the tag: ``%(name)s`` and ``{name}`` placeholders filled."""
-        text = re.sub(r"%\((\w+)\)s", lambda m: self.ctx.value(m.group(1)), text)
-        return re.sub(r"\{(\w+)\}", lambda m: self.ctx.value(m.group(1)), text)
+        text = re.sub(r"%\((\w+)\)s", lambda m: self.value(m.group(1)), text)
+        return re.sub(r"\{(\w+)\}", lambda m: self.value(m.group(1)), text)
 
     def _translate_go(self, action: str) -> str:
         words = _go_args(action)
@@ -441,7 +525,22 @@ class _Renderer:
         key = keys[-1] if plural and len(keys) > 1 else keys[0]
         after = words[words.index(keys[-1]) + 1 :] if keys else []
         text = self.ctx.messages.get(key.strip('"'), "")
-        return _fill_printf(text, after, self.ctx)
+        return self._fill_printf(text, after)
+
+    def _fill_printf(self, text: str, args: list[str]) -> str:
+        """Go's fmt verbs (``%s``, ``%d``, ``%[2]s``) filled from typed values of `args`
+        (each drawn once; only those a verb inserts are recorded)."""
+        names = [_name_of(a) for a in args] or ["value"]
+        values = [self.ctx.value(name) for name in names]
+        counter = iter(range(1000))
+
+        def one(m: re.Match[str]) -> str:
+            index = (int(m.group(1)) - 1 if m.group(1) else next(counter)) % len(values)
+            if self.ctx.record is not None:
+                self.ctx.record(names[index], values[index], "/".join(self.rows))
+            return values[index]
+
+        return re.sub(r"%(?:\[(\d+)\])?[sdvq]", one, text)
 
     def _translate_freemarker(self, expr: str) -> str:
         m = re.search(r"msg\(\s*(\"[^\"]*\"|[\w.]+)\s*(.*?)\)\s*\)?", expr, re.S)
@@ -449,15 +548,42 @@ class _Renderer:
             return ""
         key = m.group(1)
         if not key.startswith('"'):
-            return self.ctx.value(_name_of(key))
+            return self.value(_name_of(key))
         text = self.ctx.messages.get(key.strip('"'), "")
         args = [a.strip() for a in re.split(r",(?![^(]*\))", m.group(2)) if a.strip()]
 
         def one(g: re.Match[str]) -> str:
             index = int(g.group(1))
-            return self.ctx.value(_name_of(args[index])) if index < len(args) else ""
+            return self.value(_name_of(args[index])) if index < len(args) else ""
 
         return re.sub(r"\{(\d+)\}", one, text).replace("''", "'")
+
+    def _translate_benchpress(self, text: str) -> str:
+        """``[[namespace:key, arg, …]]``: the catalogue's text, ``%1``… filled from the
+        args (``{value}``, a nested ``[[…]]`` or literal text)."""
+        inner = text[2:-2]
+        args, depth, start = [], 0, 0
+        for i, ch in enumerate(inner):
+            depth += (ch == "[") - (ch == "]")
+            if ch == "," and depth == 0:
+                args.append(inner[start:i].strip())
+                start = i + 1
+        args.append(inner[start:].strip())
+        key = self._benchpress_text(args[0]).split(":", 1)[-1]
+        filled = [self._benchpress_text(a) for a in args[1:]]
+        template = self.ctx.messages.get(key, "")
+        return re.sub(
+            r"%(\d+)",
+            lambda m: filled[int(m.group(1)) - 1] if int(m.group(1)) <= len(filled) else "",
+            template,
+        )
+
+    def _benchpress_text(self, arg: str) -> str:
+        return "".join(
+            self.node(n, None)
+            for n in _parse(_tokens_benchpress(arg))
+            if n[0] in ("text", "var", "bp")
+        )
 
 
 def render(source: str, syntax: str, ctx: RenderContext) -> str:
@@ -466,8 +592,9 @@ def render(source: str, syntax: str, ctx: RenderContext) -> str:
     Ghost's send-time replacements (``%%{name}%%``, filled per member by its mailer) are
     filled with values too.
     """
-    html = _Renderer(ctx, syntax).template(source)
-    return re.sub(r"%%\{(\w+)\}%%", lambda m: ctx.value(m.group(1)), html)
+    renderer = _Renderer(ctx, syntax)
+    html = renderer.template(source)
+    return re.sub(r"%%\{(\w+)\}%%", lambda m: renderer.value(m.group(1)), html)
 
 
 def constructs(source: str, syntax: str, files: Mapping[str, str]) -> set[str]:
