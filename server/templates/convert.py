@@ -14,9 +14,10 @@ from google.protobuf import timestamp_pb2
 from loom.v1 import templates_pb2
 
 from server.runtime.validation import Violations
-from server.templates.model import EmailIn, TemplateValue
+from server.templates.model import EmailIn, Extracted, FieldRuleValue, TemplateValue
 from server.templates.service import Annotation, split_template_id
 from server.templates.settings import TemplatesSettings
+from server.templates.spans import display
 
 __all__ = [
     "MAX_ID_BYTES",
@@ -166,6 +167,36 @@ def _ts(ms: int) -> timestamp_pb2.Timestamp:
     return ts
 
 
+_PLACEMENTS = (
+    templates_pb2.FIELD_PLACEMENT_STRETCH,
+    templates_pb2.FIELD_PLACEMENT_ROW,
+    templates_pb2.FIELD_PLACEMENT_AFTER_BLOCK,
+)
+
+
+def _rule(r: FieldRuleValue) -> templates_pb2.FieldRule:
+    if r.legacy:
+        return templates_pb2.FieldRule(xpath=r.xpath, type=r.type)
+    return templates_pb2.FieldRule(
+        xpath=r.xpath,
+        type=r.type,
+        label=r.label,
+        anchor=r.anchor,
+        path=r.path,
+        ordinal=r.ordinal,
+        placement=_PLACEMENTS[r.segment],
+        row_path=r.row_path,
+        block_label=r.block if r.row_path else "",
+        pattern=display(r.pattern),
+    )
+
+
+def _field(f: Extracted) -> templates_pb2.ExtractedField:
+    return templates_pb2.ExtractedField(
+        xpath=f.xpath, value=f.value, type=f.type, normalized=f.normalized, label=f.label
+    )
+
+
 def template_to_proto(t: TemplateValue) -> templates_pb2.Template:
     """A template: only what UDCAs derived (no email, no recipient)."""
     return templates_pb2.Template(
@@ -178,7 +209,7 @@ def template_to_proto(t: TemplateValue) -> templates_pb2.Template:
         fixed_text=list(t.fixed_text),
         created_at=_ts(t.created_at_ms),
         date_format=t.date_format,
-        field_rules=[templates_pb2.FieldRule(xpath=r.xpath, type=r.type) for r in t.field_rules],
+        field_rules=[_rule(r) for r in t.field_rules],
         scheme=t.scheme,
     )
 
@@ -192,10 +223,14 @@ def annotation_to_proto(a: Annotation) -> templates_pb2.AnnotateEmailResponse:
         out.vertical = t.vertical
         out.fixed_text.extend(t.fixed_text)
         out.date_format = t.date_format
-        out.fields.extend(
-            templates_pb2.ExtractedField(
-                xpath=f.xpath, value=f.value, type=f.type, normalized=f.normalized
+        out.fields.extend(_field(f) for f in a.fields)
+        # A 1.0 client reads `fields` alone: a repeated block's fields are there too.
+        out.fields.extend(_field(f) for b in a.blocks for row in b.rows for f in row)
+        out.blocks.extend(
+            templates_pb2.ExtractedBlock(
+                label=b.label,
+                rows=[templates_pb2.FieldRow(fields=[_field(f) for f in row]) for row in b.rows],
             )
-            for f in a.fields
+            for b in a.blocks
         )
     return out

@@ -32,6 +32,7 @@ __all__ = [
     "MAX_TEXTS",
     "MAX_TEXT_CHARS",
     "MINHASH_SEEDS",
+    "PIECE_SEP",
     "Structure",
     "minhash",
     "parse_structure",
@@ -53,6 +54,12 @@ few hundred to a few thousand tags."""
 MAX_DEPTH = 128
 """Elements deeper than this are not walked (paths would grow with the square of depth)."""
 
+PIECE_SEP = "\x1f"
+"""Joins the pieces of one element's direct text (``Ship to<br>Ines<br>Main St``): each piece
+is its own text item for extraction. It is whitespace to ``str.split()``, so word tokens and
+clustering shingles are exactly those of the pieces joined by a space, and it is no line
+break, so a text still never holds one (the I/O stage joins an email's texts one a line)."""
+
 _SKIP = frozenset({"head", "script", "style", "noscript", "template", "title", "meta", "link"})
 _EMPTY_MINHASH = 0xFFFFFFFFFFFFFFFF
 
@@ -66,7 +73,8 @@ class Structure:
     plain_paths: frozenset[str]
     """The same paths without indices (Loom's clustering set)."""
     texts: tuple[tuple[str, str], ...]
-    """(indexed XPath of an element, its own direct text joined), pre-order, one per element."""
+    """(indexed XPath of an element, its own direct text), pre-order, one per element; the
+    text's pieces (separated by child elements such as ``<br>``) joined by `PIECE_SEP`."""
 
 
 def minhash(items: frozenset[str], seeds: tuple[int, ...] = MINHASH_SEEDS) -> tuple[int, ...]:
@@ -82,6 +90,14 @@ def minhash(items: frozenset[str], seeds: tuple[int, ...] = MINHASH_SEEDS) -> tu
 
 def _collapse(text: str) -> str:
     return " ".join(text.split())[:MAX_TEXT_CHARS]
+
+
+def _pieces(own: list[str]) -> str:
+    """Direct text pieces, each whitespace-collapsed, joined by `PIECE_SEP`, cut as one."""
+    if len(own) == 1:
+        return _collapse(own[0])
+    pieces = [" ".join(p.split()) for p in own]
+    return PIECE_SEP.join(p for p in pieces if p)[:MAX_TEXT_CHARS].rstrip(PIECE_SEP)
 
 
 def _first_tags(html: str, limit: int) -> str:
@@ -128,7 +144,7 @@ def parse_structure(html: str | bytes) -> Structure:
                 counts[tag] = index + 1
                 children.append((child, f"{path}/{tag}[{index}]", f"{plain_path}/{tag}", depth + 1))
         if own and len(texts) < MAX_TEXTS:
-            text = _collapse(" ".join(own))
+            text = _pieces(own)
             if text:
                 texts.append((path, text))
         stack.extend(reversed(children))  # pre-order, document order for texts

@@ -18,9 +18,11 @@ import zstandard
 from server.runtime.errors import CorruptData
 
 __all__ = [
+    "TEMPLATES_VERSION",
     "ClusterEmail",
     "EmailIn",
     "Extracted",
+    "ExtractedBlock",
     "FieldRuleValue",
     "Parsed",
     "TemplateValue",
@@ -83,10 +85,54 @@ class ClusterEmail:
 
 @dataclass(frozen=True, slots=True)
 class FieldRuleValue:
-    """An extraction rule: the XPath whose text varies across the cluster, and its type."""
+    """An extraction rule: where one field of a template lies, its label and its type.
+
+    A field is a *hole* of a text slot's token pattern (``Invoice: {}``); the slot is the
+    `ordinal`-th text item with index-free `path` in the stretch of text after the fixed
+    `anchor` (before the next anchor, `until`), so a field is found whatever the count of
+    repetitions of a block before it. Only positions, fixed tokens and labels (text >= k
+    recipients hold) are recorded, never a value.
+
+    A version-1 rule (stored before spans) holds only `xpath` and `type` (`rank` -1): its
+    field is the whole text at that indexed XPath.
+    """
 
     xpath: str
+    """The indexed XPath of the slot's node in most of the cluster's emails (an example:
+    annotation locates the node by `anchor`, `path` and `ordinal`)."""
     type: str
+    label: str = ""
+    """The fixed text introducing the field (``Order #``, ``Total``), "" when none."""
+    anchor: str = ""
+    """The fixed text the slot follows ("" = the start of the body)."""
+    rank: int = -1
+    """The anchor's place in the template's anchor order (0 = the start); -1: a version-1 rule."""
+    until: str = ""
+    """The next anchor of that order ("" = none): the stretch after `anchor` ends there."""
+    path: str = ""
+    """Index-free path of the slot's node; in a row, relative to the row element."""
+    ordinal: int = 0
+    """Which item of that path in its segment (0 = the first)."""
+    segment: int = 0
+    """0: the stretch (before the repeated block, if any); 1: every row of the block; 2:
+    after the block."""
+    row_path: str = ""
+    """Index-free path of the repeated block's row element ("" = the stretch has none)."""
+    block: str = ""
+    """The repeated block's label (segment 1)."""
+    pattern: tuple[str | None, ...] = ()
+    """The slot's fixed tokens in order, None for each hole."""
+    hole: int = 0
+    """Which hole of `pattern` is this field."""
+    parts: tuple[str, ...] = ()
+    """Kinds of the typed values the hole holds (``("date", "text")``), () when one value."""
+    part: int = 0
+    """Which of `parts` is this field."""
+
+    @property
+    def legacy(self) -> bool:
+        """A version-1 rule: the whole text at `xpath`."""
+        return self.rank < 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +163,15 @@ class Extracted:
     value: str
     type: str
     normalized: str
+    label: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ExtractedBlock:
+    """One repeated block of one email: a row per repetition, each its fields in order."""
+
+    label: str
+    rows: tuple[tuple[Extracted, ...], ...]
 
 
 def recipient_hash(recipient_id: str, key: bytes) -> str:
@@ -141,6 +196,59 @@ def decode_cluster_email(data: bytes) -> ClusterEmail:
         raise CorruptData(f"bad stored email: {type(exc).__name__}") from exc
 
 
+TEMPLATES_VERSION = 2
+"""Stored templates' encoding: 1 = field rules as [xpath, type]; 2 = spans with their place
+(`FieldRuleValue`). Version 1 still decodes, its rules annotating as they did."""
+
+
+def _rule_doc(r: FieldRuleValue) -> list[object]:
+    if r.legacy:
+        return [r.xpath, r.type]
+    return [
+        r.xpath,
+        r.type,
+        r.label,
+        r.anchor,
+        r.rank,
+        r.until,
+        r.path,
+        r.ordinal,
+        r.segment,
+        r.row_path,
+        r.block,
+        list(r.pattern),
+        r.hole,
+        list(r.parts),
+        r.part,
+    ]
+
+
+def _rule(d: list[object]) -> FieldRuleValue:
+    if len(d) == 2:
+        return FieldRuleValue(str(d[0]), str(d[1]))
+    (xpath, kind, label, anchor, rank, until, path, ordinal, segment, row_path, block) = d[:11]
+    pattern, hole, parts, part = d[11:15]
+    if not isinstance(pattern, list) or not isinstance(parts, list):
+        raise ValueError("rule")
+    return FieldRuleValue(
+        xpath=str(xpath),
+        type=str(kind),
+        label=str(label),
+        anchor=str(anchor),
+        rank=int(str(rank)),
+        until=str(until),
+        path=str(path),
+        ordinal=int(str(ordinal)),
+        segment=int(str(segment)),
+        row_path=str(row_path),
+        block=str(block),
+        pattern=tuple(None if t is None else str(t) for t in pattern),
+        hole=int(str(hole)),
+        parts=tuple(str(x) for x in parts),
+        part=int(str(part)),
+    )
+
+
 def encode_templates(templates: list[TemplateValue]) -> bytes:
     """The stored form of a cluster row's templates."""
     doc = [
@@ -153,21 +261,21 @@ def encode_templates(templates: list[TemplateValue]) -> bytes:
             t.vertical,
             list(t.fixed_text),
             t.date_format,
-            [[r.xpath, r.type] for r in t.field_rules],
+            [_rule_doc(r) for r in t.field_rules],
             t.created_at_ms,
             t.scheme,
             list(t.signature),
         ]
         for t in templates
     ]
-    return _ZC.compress(_JSON.encode([1, doc]).encode())
+    return _ZC.compress(_JSON.encode([TEMPLATES_VERSION, doc]).encode())
 
 
 def decode_templates(data: bytes) -> list[TemplateValue]:
     """Inverse of `encode_templates`."""
     try:
         version, doc = json.loads(_ZD.decompress(data))
-        if version != 1:
+        if version not in (1, TEMPLATES_VERSION):
             raise ValueError(f"version {version}")
         return [
             TemplateValue(
@@ -179,7 +287,7 @@ def decode_templates(data: bytes) -> list[TemplateValue]:
                 vertical=str(d[5]),
                 fixed_text=tuple(str(x) for x in d[6]),
                 date_format=str(d[7]),
-                field_rules=tuple(FieldRuleValue(str(x), str(y)) for x, y in d[8]),
+                field_rules=tuple(_rule(r) for r in d[8]),
                 created_at_ms=int(d[9]),
                 scheme=str(d[10]),
                 signature=tuple(str(x) for x in d[11]),

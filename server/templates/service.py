@@ -2,7 +2,8 @@
 
 Annotation costs one CPU-stage parse and, at most, one store read for the row keys whose
 templates are not cached (`Pipeline.templates_of`); the field values are pulled from the
-email's own text nodes by the template's rules, so nothing else is fetched.
+email's own text nodes by the template's rules (`extraction.extract`: spans located after
+the template's fixed anchors, repeated blocks as rows), so nothing else is fetched.
 """
 
 from __future__ import annotations
@@ -10,14 +11,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from server.runtime.errors import NotFound, ResourceExhausted, Unavailable
-from server.templates.model import EmailIn, Extracted, TemplateValue, decode_templates
+from server.templates.fingerprint import PIECE_SEP
+from server.templates.model import (
+    EmailIn,
+    Extracted,
+    ExtractedBlock,
+    FieldRuleValue,
+    TemplateValue,
+    decode_templates,
+)
 from server.templates.pipeline import Counters, Pipeline
 from server.templates.schemes import match_template
+from server.templates.stretches import extract
 from server.templates.tokens import email_hashes
 from server.templates.values import normalize
 from storage.ports import TemplateStore
 
-__all__ = ["Annotation", "Submitted", "TemplateService", "split_template_id"]
+__all__ = ["Annotation", "Submitted", "TemplateService", "fields_of", "split_template_id"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +46,9 @@ class Annotation:
     fingerprints: tuple[int, ...]
     template: TemplateValue | None
     fields: tuple[Extracted, ...]
+    """Fields outside repeated blocks, in the email's order."""
+    blocks: tuple[ExtractedBlock, ...] = ()
+    """Repeated blocks: one row per repetition, each its fields in order."""
 
 
 def _order(date_format: str) -> str:
@@ -44,6 +57,30 @@ def _order(date_format: str) -> str:
     if date_format.startswith("MM"):
         return "MDY"
     return ""
+
+
+def _legacy(
+    rules: tuple[FieldRuleValue, ...], texts: tuple[tuple[str, str], ...], order: str
+) -> tuple[Extracted, ...]:
+    """Version-1 rules: the whole text at each rule's XPath."""
+    by_path = dict(texts)
+    out: list[Extracted] = []
+    for r in rules:
+        text = by_path.get(r.xpath)
+        if text is not None:
+            text = text.replace(PIECE_SEP, " ")
+            out.append(Extracted(r.xpath, text, r.type, normalize(text, r.type, order)))
+    return tuple(out)
+
+
+def fields_of(
+    rules: tuple[FieldRuleValue, ...], texts: tuple[tuple[str, str], ...], date_format: str
+) -> tuple[tuple[Extracted, ...], tuple[ExtractedBlock, ...]]:
+    """An email's fields and repeated blocks by a template's rules (of either version)."""
+    order = _order(date_format)
+    if rules and rules[0].legacy:
+        return _legacy(rules, texts, order), ()
+    return extract(rules, texts, order)
 
 
 def split_template_id(template_id: str) -> bytes | None:
@@ -102,16 +139,8 @@ class TemplateService:
             template, _ = match_template(rows.get(key, []), tokens, self._pipeline.params)
             if template is None:
                 continue
-            by_path = dict(parsed.texts)
-            order = _order(template.date_format)
-            fields = tuple(
-                Extracted(
-                    r.xpath, by_path[r.xpath], r.type, normalize(by_path[r.xpath], r.type, order)
-                )
-                for r in template.field_rules
-                if r.xpath in by_path
-            )
-            return Annotation(parsed.fingerprints, template, fields)
+            fields, blocks = fields_of(template.field_rules, parsed.texts, template.date_format)
+            return Annotation(parsed.fingerprints, template, fields, blocks)
         return Annotation(parsed.fingerprints, None, ())
 
     async def get_template(self, template_id: str) -> TemplateValue:

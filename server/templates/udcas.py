@@ -5,11 +5,14 @@ caller) to every UDCA; each returns one annotation that becomes part of the temp
 
 - `fixed_text`    text present in every email of the cluster (so seen by >= k recipients)
 - `date_format`   day/month order learned from the cluster's unambiguous dates
-- `vertical`      receipt, shipping, travel, bill, account, newsletter or other: a keyword
-                  classifier labels each email; the majority label wins when its share is
-                  at least `VERTICAL_THRESHOLD` (the paper: "most frequent ... above a
-                  predetermined threshold"), else ``other``
-- `field_rules`   XPaths present in most emails whose text varies, typed by their values
+- `vertical`      receipt, shipping, travel, bill, account, newsletter or other: a weighted
+                  keyword classifier labels each email by its subject and the fixed text;
+                  the majority label wins when its share is at least `VERTICAL_THRESHOLD`
+                  (the paper: "most frequent ... above a predetermined threshold"), else
+                  ``other``
+- `field_rules`   where the variable spans lie (after which fixed text, in which slot, in
+                  which hole of its token pattern; rows of repeated blocks), their labels
+                  and types (`extraction`)
 
 A new UDCA is one function of `Cluster` added to `UDCAS`; formation calls them all. They
 run in the CPU stage's worker processes and see only the cluster they are given.
@@ -23,8 +26,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from server.templates.extraction import form_field_rules
+from server.templates.fingerprint import PIECE_SEP
 from server.templates.model import ClusterEmail, FieldRuleValue
-from server.templates.values import classify, date_order
+from server.templates.values import date_order
 
 __all__ = [
     "UDCAS",
@@ -41,89 +46,132 @@ __all__ = [
 VERTICALS = ("receipt", "shipping", "travel", "bill", "account", "newsletter", "other")
 VERTICAL_THRESHOLD = 0.5
 _MAX_FIXED = 200
-_MAX_RULES = 64
-_KEYWORDS: dict[str, tuple[str, ...]] = {
+_KEYWORDS: dict[str, tuple[tuple[str, int], ...]] = {
+    # (keyword, weight): 3 names the vertical outright, 1 only leans towards it. A keyword
+    # matches at a word start (``bill`` in ``billing``, never in ``rebill``).
     "receipt": (
-        "receipt",
-        "your order",
-        "order confirm",
-        "thanks for your order",
-        "purchase",
-        "order details",
-        "subtotal",
-        "order number",
-        "order id",
-        "payment method",
+        ("receipt", 3),
+        ("your order", 2),
+        ("order confirm", 3),
+        ("thanks for your order", 3),
+        ("thank you for your order", 3),
+        ("thank you for your purchase", 3),
+        ("purchase", 2),
+        ("order summary", 2),
+        ("order details", 2),
+        ("order number", 2),
+        ("order total", 2),
+        ("order id", 2),
+        ("order #", 2),
+        ("subtotal", 1),
+        ("payment method", 1),
+        ("payment received", 2),
+        ("payment confirm", 2),
+        ("donation", 2),
+        ("gift card", 1),
+        ("qty", 1),
+        ("quantity", 1),
+        ("order", 1),
     ),
     "shipping": (
-        "shipped",
-        "shipping confirmation",
-        "tracking",
-        "on its way",
-        "delivered",
-        "out for delivery",
-        "carrier",
-        "package",
-        "dispatch",
+        ("shipped", 3),
+        ("shipping confirmation", 3),
+        ("tracking number", 3),
+        ("track your package", 2),
+        ("track your order", 2),
+        ("on its way", 3),
+        ("out for delivery", 3),
+        ("delivered", 2),
+        ("delivery", 1),
+        ("carrier", 2),
+        ("dispatch", 2),
+        ("parcel", 2),
+        ("shipment", 3),
     ),
     "travel": (
-        "flight",
-        "boarding",
-        "itinerary",
-        "hotel",
-        "reservation",
-        "check-in",
-        "check in",
-        "departure",
-        "arrival",
-        "booking",
+        ("flight", 3),
+        ("boarding", 3),
+        ("itinerary", 3),
+        ("hotel", 3),
+        ("reservation", 2),
+        ("check-in", 2),
+        ("departure", 2),
+        ("arrival", 1),
+        ("booking", 2),
+        ("trip", 2),
+        ("passenger", 2),
     ),
     "bill": (
-        "bill",
-        "invoice",
-        "amount due",
-        "due date",
-        "statement",
-        "balance",
-        "autopay",
-        "payment due",
-        "subscription",
-        "renewal",
-        "paid",
-        "donation",
+        ("invoice", 3),
+        ("bill", 2),
+        ("amount due", 3),
+        ("balance due", 3),
+        ("due date", 2),
+        ("payment due", 3),
+        ("statement", 2),
+        ("autopay", 2),
+        ("overdue", 3),
+        ("past due", 3),
+        ("subscription", 2),
+        ("renewal", 2),
+        ("renew", 2),
+        ("trial", 2),
+        ("your plan", 1),
+        ("payment failed", 3),
+        ("charge", 1),
     ),
     "account": (
-        "password",
-        "reset",
-        "verify",
-        "verification",
-        "sign in",
-        "sign-in",
-        "log in",
-        "security",
-        "confirm your email",
-        "invite",
-        "invitation",
-        "account",
-        "welcome",
+        ("password", 3),
+        ("reset", 2),
+        ("verify", 3),
+        ("verification", 3),
+        ("confirm your email", 3),
+        ("confirm your account", 3),
+        ("activate", 3),
+        ("sign in", 1),
+        ("sign-in", 1),
+        ("log in", 1),
+        ("login", 1),
+        ("security", 1),
+        ("invite", 2),
+        ("invitation", 2),
+        ("welcome", 2),
+        ("registration", 2),
+        ("two-factor", 3),
+        ("code", 1),
+        ("account", 1),
     ),
     "newsletter": (
-        "newsletter",
-        "% off",
-        "sale",
-        "offer",
-        "discount",
-        "promotion",
-        "deals",
-        "new post",
-        "new comment",
-        "read more",
-        "weekly",
-        "digest",
+        ("newsletter", 3),
+        ("digest", 3),
+        ("weekly", 2),
+        ("this week", 2),
+        ("monthly", 1),
+        ("new post", 3),
+        ("new comment", 2),
+        ("read more", 2),
+        ("latest", 2),
+        ("announc", 2),
+        ("top stories", 3),
+        ("articles", 2),
+        ("what's new", 2),
+        ("% off", 2),
+        ("sale", 1),
+        ("offer", 1),
+        ("discount", 1),
+        ("promotion", 2),
+        ("deals", 1),
     ),
 }
-_TYPE_SAMPLE = 16
-"""Values typed per field rule: the majority type of 16 values is the type of thousands."""
+_SPECIFIC = ("shipping", "travel", "bill", "receipt", "account", "newsletter")
+"""Tie-break: the more specific vertical wins (a shipping notice mentions the order; an
+invoice may say receipt; account and newsletter words appear in every vendor's footer)."""
+_PATTERNS = {
+    v: [(re.compile(r"(?<![a-z0-9])" + re.escape(kw)), w) for kw, w in words]
+    for v, words in _KEYWORDS.items()
+}
+_SUBJECT_WEIGHT = 2
+"""A subject names what an email is about; fixed text also holds the layout's boilerplate."""
 _NUMERIC = re.compile(r"\b\d{1,2}[/.\-]\d{1,2}[/.\-]\d{2,4}\b")
 _DIGITS = frozenset("0123456789")
 
@@ -144,17 +192,18 @@ Udca = Callable[[Cluster], Any]
 """A UDCA: a pure function of the cluster returning one template annotation."""
 
 
-def _text_sets(cluster: Cluster) -> list[set[str]]:
-    return [{t for _, t in e.texts} for e in cluster.emails]
+def _pieces(email: ClusterEmail) -> list[str]:
+    """An email's text pieces (an element's direct text cut at its child elements)."""
+    return [p for _, t in email.texts for p in (t.split(PIECE_SEP) if PIECE_SEP in t else (t,))]
 
 
 def fixed_text(cluster: Cluster) -> tuple[str, ...]:
-    """Texts present in every email of the cluster, in the first email's order."""
+    """Text pieces present in every email of the cluster, in the first email's order."""
     if not cluster.emails:
         return ()
-    common = set.intersection(*_text_sets(cluster))
+    common = set.intersection(*(set(_pieces(e)) for e in cluster.emails))
     out: list[str] = []
-    for _, text in cluster.emails[0].texts:
+    for text in _pieces(cluster.emails[0]):
         if text in common and text not in out:
             out.append(text)
             if len(out) == _MAX_FIXED:
@@ -181,62 +230,47 @@ def date_format(cluster: Cluster) -> str:
 
 
 def _scores(text: str) -> dict[str, int]:
-    lowered = " " + text.lower() + " "
-    return {v: sum(lowered.count(k) for k in words) for v, words in _KEYWORDS.items()}
+    """Each vertical's weight of the keywords `text` holds (each keyword counted once)."""
+    lowered = text.lower()
+    return {v: sum(w for pat, w in pats if pat.search(lowered)) for v, pats in _PATTERNS.items()}
 
 
 def _label(scores: dict[str, int]) -> str:
-    best = max(scores, key=lambda v: (scores[v], -VERTICALS.index(v)))
+    best = max(_SPECIFIC, key=lambda v: (scores[v], -_SPECIFIC.index(v)))
     return best if scores[best] > 0 else "other"
 
 
 def vertical(cluster: Cluster) -> str:
     """Majority per-email label over fixed text and subject, above `VERTICAL_THRESHOLD`.
 
-    Each email is labelled by its subject and the cluster's fixed text (the fixed text's
-    keyword counts are computed once; subjects repeat, so each distinct one once too).
+    Each email is labelled by its subject (weighing `_SUBJECT_WEIGHT`) and the cluster's
+    fixed text, each keyword counted once, the more specific vertical winning a tie. The
+    fixed text's scores are computed once; subjects repeat, so each distinct one once too.
     """
     if not cluster.emails:
         return "other"
-    fixed = _scores(" ".join(fixed_text(cluster)))
+    fixed = _scores("\n".join(fixed_text(cluster)))
     by_subject: dict[str, str] = {}
     labels: Counter[str] = Counter()
     for e in cluster.emails:
         label = by_subject.get(e.subject)
         if label is None:
             subject = _scores(e.subject)
-            label = by_subject[e.subject] = _label({v: fixed[v] + subject[v] for v in fixed})
+            label = by_subject[e.subject] = _label(
+                {v: fixed[v] + _SUBJECT_WEIGHT * subject[v] for v in fixed}
+            )
         labels[label] += 1
     label, count = labels.most_common(1)[0]
     return label if count / len(cluster.emails) >= VERTICAL_THRESHOLD else "other"
 
 
 def field_rules(cluster: Cluster) -> tuple[FieldRuleValue, ...]:
-    """XPaths in at least half the emails whose text varies, typed by majority of values.
+    """Where the cluster's variable spans lie, their labels and types (`extraction`).
 
-    Only positions are recorded, never values, so a rule reveals nothing of any recipient.
+    Only positions, fixed tokens and labels that >= k recipients' emails hold are recorded,
+    never values, so a rule reveals nothing of any recipient.
     """
-    n = len(cluster.emails)
-    if n == 0:
-        return ()
-    by_path: dict[str, list[str]] = {}
-    order: list[str] = []
-    for email in cluster.emails:
-        for path, text in email.texts:
-            if path not in by_path:
-                by_path[path] = []
-                order.append(path)
-            by_path[path].append(text)
-    rules: list[FieldRuleValue] = []
-    for path in order:
-        values = by_path[path]
-        if len(values) * 2 < n or len(set(values)) < 2:
-            continue
-        kind, _ = Counter(classify(v) for v in values[:_TYPE_SAMPLE]).most_common(1)[0]
-        rules.append(FieldRuleValue(path, kind))
-        if len(rules) == _MAX_RULES:
-            break
-    return tuple(rules)
+    return form_field_rules(cluster.emails, cluster.k)
 
 
 UDCAS: dict[str, Udca] = {

@@ -22,6 +22,63 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// Where a field lies relative to its stretch of text (the text after its anchor).
+type FieldPlacement int32
+
+const (
+	// Not set: a rule of a template formed before release 1.1 (by `xpath` only).
+	FieldPlacement_FIELD_PLACEMENT_UNSPECIFIED FieldPlacement = 0
+	// In the stretch after the anchor (before its repeated block, if any).
+	FieldPlacement_FIELD_PLACEMENT_STRETCH FieldPlacement = 1
+	// In every row of the stretch's repeated block.
+	FieldPlacement_FIELD_PLACEMENT_ROW FieldPlacement = 2
+	// After the stretch's repeated block, whatever its count of rows.
+	FieldPlacement_FIELD_PLACEMENT_AFTER_BLOCK FieldPlacement = 3
+)
+
+// Enum value maps for FieldPlacement.
+var (
+	FieldPlacement_name = map[int32]string{
+		0: "FIELD_PLACEMENT_UNSPECIFIED",
+		1: "FIELD_PLACEMENT_STRETCH",
+		2: "FIELD_PLACEMENT_ROW",
+		3: "FIELD_PLACEMENT_AFTER_BLOCK",
+	}
+	FieldPlacement_value = map[string]int32{
+		"FIELD_PLACEMENT_UNSPECIFIED": 0,
+		"FIELD_PLACEMENT_STRETCH":     1,
+		"FIELD_PLACEMENT_ROW":         2,
+		"FIELD_PLACEMENT_AFTER_BLOCK": 3,
+	}
+)
+
+func (x FieldPlacement) Enum() *FieldPlacement {
+	p := new(FieldPlacement)
+	*p = x
+	return p
+}
+
+func (x FieldPlacement) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (FieldPlacement) Descriptor() protoreflect.EnumDescriptor {
+	return file_loom_v1_templates_proto_enumTypes[0].Descriptor()
+}
+
+func (FieldPlacement) Type() protoreflect.EnumType {
+	return &file_loom_v1_templates_proto_enumTypes[0]
+}
+
+func (x FieldPlacement) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use FieldPlacement.Descriptor instead.
+func (FieldPlacement) EnumDescriptor() ([]byte, []int) {
+	return file_loom_v1_templates_proto_rawDescGZIP(), []int{0}
+}
+
 // One email. Its body is never logged, returned or counted by content.
 type Email struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -272,19 +329,25 @@ func (x *AnnotateEmailRequest) GetEmail() *Email {
 	return nil
 }
 
-// A field whose value varies between emails of one template.
+// A field whose value varies between emails of one template: the variable
+// span of a text (`Ines Müller` of "Hi Ines Müller,"), not the whole text.
 type ExtractedField struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The field's XPath in the template.
+	// The XPath (tag names with indices) of this email's node the value came from.
 	Xpath string `protobuf:"bytes,1,opt,name=xpath,proto3" json:"xpath,omitempty"`
-	// This email's value.
+	// This email's value: the span only, without the template's fixed words.
 	Value string `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
 	// The rule's type: date, money, number, id, url, email, name or text.
 	Type string `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
 	// The value normalised by type: ISO 8601 for a date (read with the
 	// template's date format when ambiguous), a plain decimal for money and
 	// numbers; empty when it does not parse.
-	Normalized    string `protobuf:"bytes,4,opt,name=normalized,proto3" json:"normalized,omitempty"`
+	Normalized string `protobuf:"bytes,4,opt,name=normalized,proto3" json:"normalized,omitempty"`
+	// The template's fixed text that introduces the field ("Order #", "Total",
+	// "Ship to"): its fixed words in the same node, else the nearest fixed text
+	// before it (a column header for a field of a repeated block); empty when
+	// none. Always text that at least k recipients' emails hold.
+	Label         string `protobuf:"bytes,5,opt,name=label,proto3" json:"label,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -347,6 +410,115 @@ func (x *ExtractedField) GetNormalized() string {
 	return ""
 }
 
+func (x *ExtractedField) GetLabel() string {
+	if x != nil {
+		return x.Label
+	}
+	return ""
+}
+
+// One repetition of a repeated block (a line item, an article).
+type FieldRow struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The repetition's fields, in the email's order.
+	Fields        []*ExtractedField `protobuf:"bytes,1,rep,name=fields,proto3" json:"fields,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FieldRow) Reset() {
+	*x = FieldRow{}
+	mi := &file_loom_v1_templates_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FieldRow) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FieldRow) ProtoMessage() {}
+
+func (x *FieldRow) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_templates_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FieldRow.ProtoReflect.Descriptor instead.
+func (*FieldRow) Descriptor() ([]byte, []int) {
+	return file_loom_v1_templates_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *FieldRow) GetFields() []*ExtractedField {
+	if x != nil {
+		return x.Fields
+	}
+	return nil
+}
+
+// A repeated block of one email (line items, articles): one row per repetition.
+type ExtractedBlock struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The fixed text that introduces the block (its first column header, or the
+	// fixed text before it); empty when none.
+	Label string `protobuf:"bytes,1,opt,name=label,proto3" json:"label,omitempty"`
+	// One row per repetition, in the email's order.
+	Rows          []*FieldRow `protobuf:"bytes,2,rep,name=rows,proto3" json:"rows,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExtractedBlock) Reset() {
+	*x = ExtractedBlock{}
+	mi := &file_loom_v1_templates_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExtractedBlock) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExtractedBlock) ProtoMessage() {}
+
+func (x *ExtractedBlock) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_templates_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExtractedBlock.ProtoReflect.Descriptor instead.
+func (*ExtractedBlock) Descriptor() ([]byte, []int) {
+	return file_loom_v1_templates_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ExtractedBlock) GetLabel() string {
+	if x != nil {
+		return x.Label
+	}
+	return ""
+}
+
+func (x *ExtractedBlock) GetRows() []*FieldRow {
+	if x != nil {
+		return x.Rows
+	}
+	return nil
+}
+
 // The response of AnnotateEmail.
 type AnnotateEmailResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -361,15 +533,20 @@ type AnnotateEmailResponse struct {
 	FixedText []string `protobuf:"bytes,4,rep,name=fixed_text,json=fixedText,proto3" json:"fixed_text,omitempty"`
 	// The date format the template uses (e.g. "DD/MM/YYYY"), when detected.
 	DateFormat string `protobuf:"bytes,5,opt,name=date_format,json=dateFormat,proto3" json:"date_format,omitempty"`
-	// Values of the template's variable fields in this email.
-	Fields        []*ExtractedField `protobuf:"bytes,6,rep,name=fields,proto3" json:"fields,omitempty"`
+	// Values of the template's variable fields in this email: first those outside
+	// repeated blocks, in the email's order, then every repeated block's fields,
+	// row by row (the same fields, grouped by row, are in `blocks`). A template
+	// formed before release 1.1 returns whole text nodes here.
+	Fields []*ExtractedField `protobuf:"bytes,6,rep,name=fields,proto3" json:"fields,omitempty"`
+	// The email's repeated blocks, each its rows (one per repetition).
+	Blocks        []*ExtractedBlock `protobuf:"bytes,7,rep,name=blocks,proto3" json:"blocks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AnnotateEmailResponse) Reset() {
 	*x = AnnotateEmailResponse{}
-	mi := &file_loom_v1_templates_proto_msgTypes[5]
+	mi := &file_loom_v1_templates_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -381,7 +558,7 @@ func (x *AnnotateEmailResponse) String() string {
 func (*AnnotateEmailResponse) ProtoMessage() {}
 
 func (x *AnnotateEmailResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_templates_proto_msgTypes[5]
+	mi := &file_loom_v1_templates_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -394,7 +571,7 @@ func (x *AnnotateEmailResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AnnotateEmailResponse.ProtoReflect.Descriptor instead.
 func (*AnnotateEmailResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_templates_proto_rawDescGZIP(), []int{5}
+	return file_loom_v1_templates_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *AnnotateEmailResponse) GetTemplateId() string {
@@ -439,20 +616,52 @@ func (x *AnnotateEmailResponse) GetFields() []*ExtractedField {
 	return nil
 }
 
-// Where a template's variable field is and what it holds.
+func (x *AnnotateEmailResponse) GetBlocks() []*ExtractedBlock {
+	if x != nil {
+		return x.Blocks
+	}
+	return nil
+}
+
+// Where a template's variable field is and what it holds: positions, fixed
+// text and labels only (text that at least k recipients' emails hold), never a
+// value. A field is found after the fixed `anchor`, in the `ordinal`-th node
+// of index-free `path` there (in a row, counted within the row), as a hole of
+// the node's `pattern`; so it is found whatever the count of repetitions of a
+// block before it.
 type FieldRule struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The field's XPath (tag names with indices).
+	// The field's node's XPath (tag names with indices) in most of the template's
+	// emails: an example; annotation locates the node as described above.
 	Xpath string `protobuf:"bytes,1,opt,name=xpath,proto3" json:"xpath,omitempty"`
 	// date, money, number, id, url, email, name or text.
-	Type          string `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
+	Type string `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
+	// The fixed text that introduces the field (see ExtractedField.label).
+	Label string `protobuf:"bytes,3,opt,name=label,proto3" json:"label,omitempty"`
+	// The fixed text the field's stretch follows; empty: the start of the body.
+	Anchor string `protobuf:"bytes,4,opt,name=anchor,proto3" json:"anchor,omitempty"`
+	// Index-free path of the field's node (relative to the row element in a row).
+	Path string `protobuf:"bytes,5,opt,name=path,proto3" json:"path,omitempty"`
+	// Which node of that path in its part of the stretch (0 = the first).
+	Ordinal int32 `protobuf:"varint,6,opt,name=ordinal,proto3" json:"ordinal,omitempty"`
+	// Where the node lies in the stretch: before, in or after its repeated block.
+	Placement FieldPlacement `protobuf:"varint,7,opt,name=placement,proto3,enum=loom.v1.FieldPlacement" json:"placement,omitempty"`
+	// Index-free path of the repeated block's row element; empty when the
+	// stretch has no repeated block.
+	RowPath string `protobuf:"bytes,8,opt,name=row_path,json=rowPath,proto3" json:"row_path,omitempty"`
+	// The repeated block's label (see ExtractedBlock.label).
+	BlockLabel string `protobuf:"bytes,9,opt,name=block_label,json=blockLabel,proto3" json:"block_label,omitempty"`
+	// The node's text pattern: its fixed words, "{}" for each variable span
+	// ("Invoice: {}"); a span holding several typed values (a date, then an id)
+	// is several fields, each with its own rule.
+	Pattern       string `protobuf:"bytes,10,opt,name=pattern,proto3" json:"pattern,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *FieldRule) Reset() {
 	*x = FieldRule{}
-	mi := &file_loom_v1_templates_proto_msgTypes[6]
+	mi := &file_loom_v1_templates_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -464,7 +673,7 @@ func (x *FieldRule) String() string {
 func (*FieldRule) ProtoMessage() {}
 
 func (x *FieldRule) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_templates_proto_msgTypes[6]
+	mi := &file_loom_v1_templates_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -477,7 +686,7 @@ func (x *FieldRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FieldRule.ProtoReflect.Descriptor instead.
 func (*FieldRule) Descriptor() ([]byte, []int) {
-	return file_loom_v1_templates_proto_rawDescGZIP(), []int{6}
+	return file_loom_v1_templates_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *FieldRule) GetXpath() string {
@@ -490,6 +699,62 @@ func (x *FieldRule) GetXpath() string {
 func (x *FieldRule) GetType() string {
 	if x != nil {
 		return x.Type
+	}
+	return ""
+}
+
+func (x *FieldRule) GetLabel() string {
+	if x != nil {
+		return x.Label
+	}
+	return ""
+}
+
+func (x *FieldRule) GetAnchor() string {
+	if x != nil {
+		return x.Anchor
+	}
+	return ""
+}
+
+func (x *FieldRule) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *FieldRule) GetOrdinal() int32 {
+	if x != nil {
+		return x.Ordinal
+	}
+	return 0
+}
+
+func (x *FieldRule) GetPlacement() FieldPlacement {
+	if x != nil {
+		return x.Placement
+	}
+	return FieldPlacement_FIELD_PLACEMENT_UNSPECIFIED
+}
+
+func (x *FieldRule) GetRowPath() string {
+	if x != nil {
+		return x.RowPath
+	}
+	return ""
+}
+
+func (x *FieldRule) GetBlockLabel() string {
+	if x != nil {
+		return x.BlockLabel
+	}
+	return ""
+}
+
+func (x *FieldRule) GetPattern() string {
+	if x != nil {
+		return x.Pattern
 	}
 	return ""
 }
@@ -525,7 +790,7 @@ type Template struct {
 
 func (x *Template) Reset() {
 	*x = Template{}
-	mi := &file_loom_v1_templates_proto_msgTypes[7]
+	mi := &file_loom_v1_templates_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -537,7 +802,7 @@ func (x *Template) String() string {
 func (*Template) ProtoMessage() {}
 
 func (x *Template) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_templates_proto_msgTypes[7]
+	mi := &file_loom_v1_templates_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -550,7 +815,7 @@ func (x *Template) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Template.ProtoReflect.Descriptor instead.
 func (*Template) Descriptor() ([]byte, []int) {
-	return file_loom_v1_templates_proto_rawDescGZIP(), []int{7}
+	return file_loom_v1_templates_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Template) GetTemplateId() string {
@@ -641,7 +906,7 @@ type GetTemplateRequest struct {
 
 func (x *GetTemplateRequest) Reset() {
 	*x = GetTemplateRequest{}
-	mi := &file_loom_v1_templates_proto_msgTypes[8]
+	mi := &file_loom_v1_templates_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -653,7 +918,7 @@ func (x *GetTemplateRequest) String() string {
 func (*GetTemplateRequest) ProtoMessage() {}
 
 func (x *GetTemplateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_templates_proto_msgTypes[8]
+	mi := &file_loom_v1_templates_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -666,7 +931,7 @@ func (x *GetTemplateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTemplateRequest.ProtoReflect.Descriptor instead.
 func (*GetTemplateRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_templates_proto_rawDescGZIP(), []int{8}
+	return file_loom_v1_templates_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetTemplateRequest) GetTemplateId() string {
@@ -691,7 +956,7 @@ type ListTemplatesRequest struct {
 
 func (x *ListTemplatesRequest) Reset() {
 	*x = ListTemplatesRequest{}
-	mi := &file_loom_v1_templates_proto_msgTypes[9]
+	mi := &file_loom_v1_templates_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -703,7 +968,7 @@ func (x *ListTemplatesRequest) String() string {
 func (*ListTemplatesRequest) ProtoMessage() {}
 
 func (x *ListTemplatesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_templates_proto_msgTypes[9]
+	mi := &file_loom_v1_templates_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -716,7 +981,7 @@ func (x *ListTemplatesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTemplatesRequest.ProtoReflect.Descriptor instead.
 func (*ListTemplatesRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_templates_proto_rawDescGZIP(), []int{9}
+	return file_loom_v1_templates_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListTemplatesRequest) GetSender() string {
@@ -753,7 +1018,7 @@ type ListTemplatesResponse struct {
 
 func (x *ListTemplatesResponse) Reset() {
 	*x = ListTemplatesResponse{}
-	mi := &file_loom_v1_templates_proto_msgTypes[10]
+	mi := &file_loom_v1_templates_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -765,7 +1030,7 @@ func (x *ListTemplatesResponse) String() string {
 func (*ListTemplatesResponse) ProtoMessage() {}
 
 func (x *ListTemplatesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_templates_proto_msgTypes[10]
+	mi := &file_loom_v1_templates_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -778,7 +1043,7 @@ func (x *ListTemplatesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTemplatesResponse.ProtoReflect.Descriptor instead.
 func (*ListTemplatesResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_templates_proto_rawDescGZIP(), []int{10}
+	return file_loom_v1_templates_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListTemplatesResponse) GetTemplates() []*Template {
@@ -804,7 +1069,7 @@ type GetInductionStatsRequest struct {
 
 func (x *GetInductionStatsRequest) Reset() {
 	*x = GetInductionStatsRequest{}
-	mi := &file_loom_v1_templates_proto_msgTypes[11]
+	mi := &file_loom_v1_templates_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -816,7 +1081,7 @@ func (x *GetInductionStatsRequest) String() string {
 func (*GetInductionStatsRequest) ProtoMessage() {}
 
 func (x *GetInductionStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_templates_proto_msgTypes[11]
+	mi := &file_loom_v1_templates_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -829,7 +1094,7 @@ func (x *GetInductionStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetInductionStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetInductionStatsRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_templates_proto_rawDescGZIP(), []int{11}
+	return file_loom_v1_templates_proto_rawDescGZIP(), []int{13}
 }
 
 // Counters since the server started (this process only).
@@ -867,7 +1132,7 @@ type InductionStats struct {
 
 func (x *InductionStats) Reset() {
 	*x = InductionStats{}
-	mi := &file_loom_v1_templates_proto_msgTypes[12]
+	mi := &file_loom_v1_templates_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -879,7 +1144,7 @@ func (x *InductionStats) String() string {
 func (*InductionStats) ProtoMessage() {}
 
 func (x *InductionStats) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_templates_proto_msgTypes[12]
+	mi := &file_loom_v1_templates_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -892,7 +1157,7 @@ func (x *InductionStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InductionStats.ProtoReflect.Descriptor instead.
 func (*InductionStats) Descriptor() ([]byte, []int) {
-	return file_loom_v1_templates_proto_rawDescGZIP(), []int{12}
+	return file_loom_v1_templates_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *InductionStats) GetAccepted() int64 {
@@ -1008,14 +1273,20 @@ const file_loom_v1_templates_proto_rawDesc = "" +
 	"duplicates\x18\x03 \x01(\x05R\n" +
 	"duplicates\"<\n" +
 	"\x14AnnotateEmailRequest\x12$\n" +
-	"\x05email\x18\x01 \x01(\v2\x0e.loom.v1.EmailR\x05email\"p\n" +
+	"\x05email\x18\x01 \x01(\v2\x0e.loom.v1.EmailR\x05email\"\x86\x01\n" +
 	"\x0eExtractedField\x12\x14\n" +
 	"\x05xpath\x18\x01 \x01(\tR\x05xpath\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\x12\x12\n" +
 	"\x04type\x18\x03 \x01(\tR\x04type\x12\x1e\n" +
 	"\n" +
 	"normalized\x18\x04 \x01(\tR\n" +
-	"normalized\"\xe9\x01\n" +
+	"normalized\x12\x14\n" +
+	"\x05label\x18\x05 \x01(\tR\x05label\";\n" +
+	"\bFieldRow\x12/\n" +
+	"\x06fields\x18\x01 \x03(\v2\x17.loom.v1.ExtractedFieldR\x06fields\"M\n" +
+	"\x0eExtractedBlock\x12\x14\n" +
+	"\x05label\x18\x01 \x01(\tR\x05label\x12%\n" +
+	"\x04rows\x18\x02 \x03(\v2\x11.loom.v1.FieldRowR\x04rows\"\x9a\x02\n" +
 	"\x15AnnotateEmailResponse\x12\x1f\n" +
 	"\vtemplate_id\x18\x01 \x01(\tR\n" +
 	"templateId\x12\"\n" +
@@ -1025,10 +1296,21 @@ const file_loom_v1_templates_proto_rawDesc = "" +
 	"fixed_text\x18\x04 \x03(\tR\tfixedText\x12\x1f\n" +
 	"\vdate_format\x18\x05 \x01(\tR\n" +
 	"dateFormat\x12/\n" +
-	"\x06fields\x18\x06 \x03(\v2\x17.loom.v1.ExtractedFieldR\x06fields\"5\n" +
+	"\x06fields\x18\x06 \x03(\v2\x17.loom.v1.ExtractedFieldR\x06fields\x12/\n" +
+	"\x06blocks\x18\a \x03(\v2\x17.loom.v1.ExtractedBlockR\x06blocks\"\x9e\x02\n" +
 	"\tFieldRule\x12\x14\n" +
 	"\x05xpath\x18\x01 \x01(\tR\x05xpath\x12\x12\n" +
-	"\x04type\x18\x02 \x01(\tR\x04type\"\x9d\x03\n" +
+	"\x04type\x18\x02 \x01(\tR\x04type\x12\x14\n" +
+	"\x05label\x18\x03 \x01(\tR\x05label\x12\x16\n" +
+	"\x06anchor\x18\x04 \x01(\tR\x06anchor\x12\x12\n" +
+	"\x04path\x18\x05 \x01(\tR\x04path\x12\x18\n" +
+	"\aordinal\x18\x06 \x01(\x05R\aordinal\x125\n" +
+	"\tplacement\x18\a \x01(\x0e2\x17.loom.v1.FieldPlacementR\tplacement\x12\x19\n" +
+	"\brow_path\x18\b \x01(\tR\arowPath\x12\x1f\n" +
+	"\vblock_label\x18\t \x01(\tR\n" +
+	"blockLabel\x12\x18\n" +
+	"\apattern\x18\n" +
+	" \x01(\tR\apattern\"\x9d\x03\n" +
 	"\bTemplate\x12\x1f\n" +
 	"\vtemplate_id\x18\x01 \x01(\tR\n" +
 	"templateId\x12\x16\n" +
@@ -1078,7 +1360,12 @@ const file_loom_v1_templates_proto_rawDesc = "" +
 	" \x01(\x03R\x06failed\x12&\n" +
 	"\x0fcpu_queue_depth\x18\v \x01(\x03R\rcpuQueueDepth\x12$\n" +
 	"\x0eio_queue_depth\x18\f \x01(\x03R\fioQueueDepth\x122\n" +
-	"\x15formation_queue_depth\x18\r \x01(\x03R\x13formationQueueDepth2\x90\x03\n" +
+	"\x15formation_queue_depth\x18\r \x01(\x03R\x13formationQueueDepth*\x88\x01\n" +
+	"\x0eFieldPlacement\x12\x1f\n" +
+	"\x1bFIELD_PLACEMENT_UNSPECIFIED\x10\x00\x12\x1b\n" +
+	"\x17FIELD_PLACEMENT_STRETCH\x10\x01\x12\x17\n" +
+	"\x13FIELD_PLACEMENT_ROW\x10\x02\x12\x1f\n" +
+	"\x1bFIELD_PLACEMENT_AFTER_BLOCK\x10\x032\x90\x03\n" +
 	"\x11TemplateInduction\x12K\n" +
 	"\fSubmitEmails\x12\x1c.loom.v1.SubmitEmailsRequest\x1a\x1d.loom.v1.SubmitEmailsResponse\x12N\n" +
 	"\rAnnotateEmail\x12\x1d.loom.v1.AnnotateEmailRequest\x1a\x1e.loom.v1.AnnotateEmailResponse\x12=\n" +
@@ -1098,46 +1385,54 @@ func file_loom_v1_templates_proto_rawDescGZIP() []byte {
 	return file_loom_v1_templates_proto_rawDescData
 }
 
-var file_loom_v1_templates_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_loom_v1_templates_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_loom_v1_templates_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_loom_v1_templates_proto_goTypes = []any{
-	(*Email)(nil),                    // 0: loom.v1.Email
-	(*SubmitEmailsRequest)(nil),      // 1: loom.v1.SubmitEmailsRequest
-	(*SubmitEmailsResponse)(nil),     // 2: loom.v1.SubmitEmailsResponse
-	(*AnnotateEmailRequest)(nil),     // 3: loom.v1.AnnotateEmailRequest
-	(*ExtractedField)(nil),           // 4: loom.v1.ExtractedField
-	(*AnnotateEmailResponse)(nil),    // 5: loom.v1.AnnotateEmailResponse
-	(*FieldRule)(nil),                // 6: loom.v1.FieldRule
-	(*Template)(nil),                 // 7: loom.v1.Template
-	(*GetTemplateRequest)(nil),       // 8: loom.v1.GetTemplateRequest
-	(*ListTemplatesRequest)(nil),     // 9: loom.v1.ListTemplatesRequest
-	(*ListTemplatesResponse)(nil),    // 10: loom.v1.ListTemplatesResponse
-	(*GetInductionStatsRequest)(nil), // 11: loom.v1.GetInductionStatsRequest
-	(*InductionStats)(nil),           // 12: loom.v1.InductionStats
-	(*timestamppb.Timestamp)(nil),    // 13: google.protobuf.Timestamp
+	(FieldPlacement)(0),              // 0: loom.v1.FieldPlacement
+	(*Email)(nil),                    // 1: loom.v1.Email
+	(*SubmitEmailsRequest)(nil),      // 2: loom.v1.SubmitEmailsRequest
+	(*SubmitEmailsResponse)(nil),     // 3: loom.v1.SubmitEmailsResponse
+	(*AnnotateEmailRequest)(nil),     // 4: loom.v1.AnnotateEmailRequest
+	(*ExtractedField)(nil),           // 5: loom.v1.ExtractedField
+	(*FieldRow)(nil),                 // 6: loom.v1.FieldRow
+	(*ExtractedBlock)(nil),           // 7: loom.v1.ExtractedBlock
+	(*AnnotateEmailResponse)(nil),    // 8: loom.v1.AnnotateEmailResponse
+	(*FieldRule)(nil),                // 9: loom.v1.FieldRule
+	(*Template)(nil),                 // 10: loom.v1.Template
+	(*GetTemplateRequest)(nil),       // 11: loom.v1.GetTemplateRequest
+	(*ListTemplatesRequest)(nil),     // 12: loom.v1.ListTemplatesRequest
+	(*ListTemplatesResponse)(nil),    // 13: loom.v1.ListTemplatesResponse
+	(*GetInductionStatsRequest)(nil), // 14: loom.v1.GetInductionStatsRequest
+	(*InductionStats)(nil),           // 15: loom.v1.InductionStats
+	(*timestamppb.Timestamp)(nil),    // 16: google.protobuf.Timestamp
 }
 var file_loom_v1_templates_proto_depIdxs = []int32{
-	13, // 0: loom.v1.Email.received_at:type_name -> google.protobuf.Timestamp
-	0,  // 1: loom.v1.SubmitEmailsRequest.emails:type_name -> loom.v1.Email
-	0,  // 2: loom.v1.AnnotateEmailRequest.email:type_name -> loom.v1.Email
-	4,  // 3: loom.v1.AnnotateEmailResponse.fields:type_name -> loom.v1.ExtractedField
-	13, // 4: loom.v1.Template.created_at:type_name -> google.protobuf.Timestamp
-	6,  // 5: loom.v1.Template.field_rules:type_name -> loom.v1.FieldRule
-	7,  // 6: loom.v1.ListTemplatesResponse.templates:type_name -> loom.v1.Template
-	1,  // 7: loom.v1.TemplateInduction.SubmitEmails:input_type -> loom.v1.SubmitEmailsRequest
-	3,  // 8: loom.v1.TemplateInduction.AnnotateEmail:input_type -> loom.v1.AnnotateEmailRequest
-	8,  // 9: loom.v1.TemplateInduction.GetTemplate:input_type -> loom.v1.GetTemplateRequest
-	9,  // 10: loom.v1.TemplateInduction.ListTemplates:input_type -> loom.v1.ListTemplatesRequest
-	11, // 11: loom.v1.TemplateInduction.GetInductionStats:input_type -> loom.v1.GetInductionStatsRequest
-	2,  // 12: loom.v1.TemplateInduction.SubmitEmails:output_type -> loom.v1.SubmitEmailsResponse
-	5,  // 13: loom.v1.TemplateInduction.AnnotateEmail:output_type -> loom.v1.AnnotateEmailResponse
-	7,  // 14: loom.v1.TemplateInduction.GetTemplate:output_type -> loom.v1.Template
-	10, // 15: loom.v1.TemplateInduction.ListTemplates:output_type -> loom.v1.ListTemplatesResponse
-	12, // 16: loom.v1.TemplateInduction.GetInductionStats:output_type -> loom.v1.InductionStats
-	12, // [12:17] is the sub-list for method output_type
-	7,  // [7:12] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	16, // 0: loom.v1.Email.received_at:type_name -> google.protobuf.Timestamp
+	1,  // 1: loom.v1.SubmitEmailsRequest.emails:type_name -> loom.v1.Email
+	1,  // 2: loom.v1.AnnotateEmailRequest.email:type_name -> loom.v1.Email
+	5,  // 3: loom.v1.FieldRow.fields:type_name -> loom.v1.ExtractedField
+	6,  // 4: loom.v1.ExtractedBlock.rows:type_name -> loom.v1.FieldRow
+	5,  // 5: loom.v1.AnnotateEmailResponse.fields:type_name -> loom.v1.ExtractedField
+	7,  // 6: loom.v1.AnnotateEmailResponse.blocks:type_name -> loom.v1.ExtractedBlock
+	0,  // 7: loom.v1.FieldRule.placement:type_name -> loom.v1.FieldPlacement
+	16, // 8: loom.v1.Template.created_at:type_name -> google.protobuf.Timestamp
+	9,  // 9: loom.v1.Template.field_rules:type_name -> loom.v1.FieldRule
+	10, // 10: loom.v1.ListTemplatesResponse.templates:type_name -> loom.v1.Template
+	2,  // 11: loom.v1.TemplateInduction.SubmitEmails:input_type -> loom.v1.SubmitEmailsRequest
+	4,  // 12: loom.v1.TemplateInduction.AnnotateEmail:input_type -> loom.v1.AnnotateEmailRequest
+	11, // 13: loom.v1.TemplateInduction.GetTemplate:input_type -> loom.v1.GetTemplateRequest
+	12, // 14: loom.v1.TemplateInduction.ListTemplates:input_type -> loom.v1.ListTemplatesRequest
+	14, // 15: loom.v1.TemplateInduction.GetInductionStats:input_type -> loom.v1.GetInductionStatsRequest
+	3,  // 16: loom.v1.TemplateInduction.SubmitEmails:output_type -> loom.v1.SubmitEmailsResponse
+	8,  // 17: loom.v1.TemplateInduction.AnnotateEmail:output_type -> loom.v1.AnnotateEmailResponse
+	10, // 18: loom.v1.TemplateInduction.GetTemplate:output_type -> loom.v1.Template
+	13, // 19: loom.v1.TemplateInduction.ListTemplates:output_type -> loom.v1.ListTemplatesResponse
+	15, // 20: loom.v1.TemplateInduction.GetInductionStats:output_type -> loom.v1.InductionStats
+	16, // [16:21] is the sub-list for method output_type
+	11, // [11:16] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_loom_v1_templates_proto_init() }
@@ -1150,13 +1445,14 @@ func file_loom_v1_templates_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loom_v1_templates_proto_rawDesc), len(file_loom_v1_templates_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   13,
+			NumEnums:      1,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_loom_v1_templates_proto_goTypes,
 		DependencyIndexes: file_loom_v1_templates_proto_depIdxs,
+		EnumInfos:         file_loom_v1_templates_proto_enumTypes,
 		MessageInfos:      file_loom_v1_templates_proto_msgTypes,
 	}.Build()
 	File_loom_v1_templates_proto = out.File

@@ -62,3 +62,70 @@ class TestEmailsFromProto:
             "emails[1].sender",
         }
         assert _fields() == {"emails"}
+
+
+class TestAnnotationToProto:
+    def test_labels_rows_and_rule_places(self) -> None:
+        """Fields carry their label, blocks their rows; rules their place and pattern; a
+        version-1 rule stays xpath and type only."""
+        from server.templates.model import (
+            Extracted,
+            ExtractedBlock,
+            FieldRuleValue,
+            TemplateValue,
+        )
+        from server.templates.service import Annotation
+
+        total = Extracted("/p[3]", "$12.50", "money", "12.5", "Amount Due")
+        row = (Extracted("/tr[1]/td[0]", "Lamp", "text", "Lamp", "Item"),)
+        span = FieldRuleValue(
+            "/p[3]",
+            "money",
+            "Amount Due",
+            "Questions?",
+            4,
+            "",
+            "/p",
+            0,
+            2,
+            "/tr",
+            "",
+            ("Amount", "Due", ":", None),
+            0,
+        )
+        t = TemplateValue(
+            "id",
+            "s",
+            (1,),
+            5,
+            6,
+            "bill",
+            ("Amount Due:",),
+            "",
+            (span, FieldRuleValue("/x", "id")),
+            9,
+            "loom",
+        )
+        got = convert.annotation_to_proto(
+            Annotation((1, 2, 3), t, (total,), (ExtractedBlock("Item", (row, row)),))
+        )
+        first = got.fields[0]
+        assert (first.label, first.value, first.normalized) == (
+            "Amount Due",
+            "$12.50",
+            "12.5",
+        )
+        # A 1.0 client reading `fields` alone still sees the rows' fields, after the rest.
+        assert [f.value for f in got.fields][1:] == ["Lamp", "Lamp"]
+        assert [[f.value for f in r.fields] for r in got.blocks[0].rows] == [["Lamp"], ["Lamp"]]
+        assert got.blocks[0].label == "Item"
+        rule, old = convert.template_to_proto(t).field_rules
+        assert rule.pattern == "Amount Due: {}"
+        assert rule.placement == pb.FIELD_PLACEMENT_AFTER_BLOCK
+        assert (rule.label, rule.anchor, rule.path, rule.row_path) == (
+            "Amount Due",
+            "Questions?",
+            "/p",
+            "/tr",
+        )
+        assert old == pb.FieldRule(xpath="/x", type="id")

@@ -22,3 +22,21 @@ class TestModel:
         assert decode_templates(encode_templates([t])) == [t]
         assert recipient_hash("bob", b"k1") != recipient_hash("bob", b"k2")
         assert "bob" not in recipient_hash("bob", b"k1")
+
+    def test_version_one_templates_still_decode(self) -> None:
+        """Templates stored by version 1 (rules [xpath, type]) decode to legacy rules; new
+        ones are written as version 2 with the spans' places."""
+        import json
+
+        import zstandard
+
+        from server.templates.model import TEMPLATES_VERSION, FieldRuleValue
+
+        v1 = [1, [["id", "s", [1], 5, 6, "other", ["a"], "", [["/p[0]", "date"]], 9, "loom", []]]]
+        (t,) = decode_templates(zstandard.ZstdCompressor().compress(json.dumps(v1).encode()))
+        assert t.field_rules == (FieldRuleValue("/p[0]", "date"),)
+        assert t.field_rules[0].legacy
+        assert TEMPLATES_VERSION == 2
+        stored = json.loads(zstandard.ZstdDecompressor().decompress(encode_templates([t])))
+        assert stored[0] == 2
+        assert decode_templates(encode_templates([t])) == [t]

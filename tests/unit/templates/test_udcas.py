@@ -31,3 +31,50 @@ class TestUdcas:
             cluster_emails([reset(rng, NAMES[i]) for i in range(6)], [f"u{i}" for i in range(6)]), 5
         )
         assert vertical(c) == "account"
+
+
+_FOOTER = (
+    "<p>Manage your account settings or unsubscribe.</p>"
+    "<p>You receive this because you have an account with us.</p>"
+)
+
+
+def _made(subject: str, body: str, n: int = 6) -> Cluster:
+    from server.templates.fingerprint import parse_structure
+    from server.templates.model import ClusterEmail
+
+    html = f"<html><body><table><tr><td>{body}{_FOOTER}</td></tr></table></body></html>"
+    texts = parse_structure(html).texts
+    return Cluster([ClusterEmail(f"u{i}", "s@x", subject, texts, 0) for i in range(n)], 5)
+
+
+class TestVertical:
+    def test_specific_verticals_over_footer_words(self) -> None:
+        """Receipts, invoices, shipping notices, newsletters and account mail, all in a
+        layout whose footer speaks of the account: each gets its own vertical."""
+        cases = {
+            "bill": ("Invoice INV-204 from Nordic", "<h1>Invoice</h1><p>Amount Due</p>"),
+            "receipt": (
+                "Your receipt from Nordic",
+                "<h1>Thank you for your purchase</h1><p>Order summary</p><p>Subtotal</p>",
+            ),
+            "shipping": (
+                "Your order has shipped",
+                "<h1>Your order is on its way</h1><p>Tracking number</p><p>Order summary</p>",
+            ),
+            "newsletter": (
+                "The Nordic weekly digest",
+                "<h1>Top stories this week</h1><p>Read more</p><p>Read more</p>",
+            ),
+            "account": (
+                "Welcome to Nordic",
+                "<h1>Welcome aboard</h1><p>Verify your email to activate your account.</p>",
+            ),
+        }
+        for want, (subject, body) in cases.items():
+            assert vertical(_made(subject, body)) == want, want
+
+    def test_a_bill_that_mentions_its_order_is_a_bill(self) -> None:
+        """An invoice for an order: bill outweighs the order words."""
+        c = _made("Invoice for your order 1234", "<p>Order number</p><p>Invoice</p><p>Due date</p>")
+        assert vertical(c) == "bill"

@@ -24,3 +24,12 @@ class TestValues:
         assert normalize("01/02/2025", "date", "MDY") == "2025-01-02"
         assert normalize("01/02/2025", "date", "") == ""
         assert normalize("25/12/2024", "date", "") == "2024-12-25"
+
+
+def test_word_dates_with_ordinal_days() -> None:
+    """``February 25th, 2026`` and ``3rd March 2026`` are dates of their day."""
+    from server.templates.values import classify, normalize
+
+    assert classify("February 25th, 2026") == "date"
+    assert normalize("February 25th, 2026", "date") == "2026-02-25"
+    assert normalize("3rd March 2026", "date") == "2026-03-03"

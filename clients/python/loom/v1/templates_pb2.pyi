@@ -8,6 +8,7 @@ from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -18,6 +19,34 @@ else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class _FieldPlacement:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _FieldPlacementEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_FieldPlacement.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    FIELD_PLACEMENT_UNSPECIFIED: _FieldPlacement.ValueType  # 0
+    """Not set: a rule of a template formed before release 1.1 (by `xpath` only)."""
+    FIELD_PLACEMENT_STRETCH: _FieldPlacement.ValueType  # 1
+    """In the stretch after the anchor (before its repeated block, if any)."""
+    FIELD_PLACEMENT_ROW: _FieldPlacement.ValueType  # 2
+    """In every row of the stretch's repeated block."""
+    FIELD_PLACEMENT_AFTER_BLOCK: _FieldPlacement.ValueType  # 3
+    """After the stretch's repeated block, whatever its count of rows."""
+
+class FieldPlacement(_FieldPlacement, metaclass=_FieldPlacementEnumTypeWrapper):
+    """Where a field lies relative to its stretch of text (the text after its anchor)."""
+
+FIELD_PLACEMENT_UNSPECIFIED: FieldPlacement.ValueType  # 0
+"""Not set: a rule of a template formed before release 1.1 (by `xpath` only)."""
+FIELD_PLACEMENT_STRETCH: FieldPlacement.ValueType  # 1
+"""In the stretch after the anchor (before its repeated block, if any)."""
+FIELD_PLACEMENT_ROW: FieldPlacement.ValueType  # 2
+"""In every row of the stretch's repeated block."""
+FIELD_PLACEMENT_AFTER_BLOCK: FieldPlacement.ValueType  # 3
+"""After the stretch's repeated block, whatever its count of rows."""
+Global___FieldPlacement: _TypeAlias = FieldPlacement  # noqa: Y015
 
 @_typing.final
 class Email(_message.Message):
@@ -148,7 +177,9 @@ Global___AnnotateEmailRequest: _TypeAlias = AnnotateEmailRequest  # noqa: Y015
 
 @_typing.final
 class ExtractedField(_message.Message):
-    """A field whose value varies between emails of one template."""
+    """A field whose value varies between emails of one template: the variable
+    span of a text (`Ines Müller` of "Hi Ines Müller,"), not the whole text.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -156,16 +187,23 @@ class ExtractedField(_message.Message):
     VALUE_FIELD_NUMBER: _builtins.int
     TYPE_FIELD_NUMBER: _builtins.int
     NORMALIZED_FIELD_NUMBER: _builtins.int
+    LABEL_FIELD_NUMBER: _builtins.int
     xpath: _builtins.str
-    """The field's XPath in the template."""
+    """The XPath (tag names with indices) of this email's node the value came from."""
     value: _builtins.str
-    """This email's value."""
+    """This email's value: the span only, without the template's fixed words."""
     type: _builtins.str
     """The rule's type: date, money, number, id, url, email, name or text."""
     normalized: _builtins.str
     """The value normalised by type: ISO 8601 for a date (read with the
     template's date format when ambiguous), a plain decimal for money and
     numbers; empty when it does not parse.
+    """
+    label: _builtins.str
+    """The template's fixed text that introduces the field ("Order #", "Total",
+    "Ship to"): its fixed words in the same node, else the nearest fixed text
+    before it (a column header for a field of a repeated block); empty when
+    none. Always text that at least k recipients' emails hold.
     """
     def __init__(
         self,
@@ -174,14 +212,69 @@ class ExtractedField(_message.Message):
         value: _builtins.str = ...,
         type: _builtins.str = ...,
         normalized: _builtins.str = ...,
+        label: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["normalized", b"normalized", "type", b"type", "value", b"value", "xpath", b"xpath"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["label", b"label", "normalized", b"normalized", "type", b"type", "value", b"value", "xpath", b"xpath"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ExtractedField: _TypeAlias = ExtractedField  # noqa: Y015
+
+@_typing.final
+class FieldRow(_message.Message):
+    """One repetition of a repeated block (a line item, an article)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FIELDS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def fields(self) -> _containers.RepeatedCompositeFieldContainer[Global___ExtractedField]:
+        """The repetition's fields, in the email's order."""
+
+    def __init__(
+        self,
+        *,
+        fields: _abc.Iterable[Global___ExtractedField] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fields", b"fields"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FieldRow: _TypeAlias = FieldRow  # noqa: Y015
+
+@_typing.final
+class ExtractedBlock(_message.Message):
+    """A repeated block of one email (line items, articles): one row per repetition."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LABEL_FIELD_NUMBER: _builtins.int
+    ROWS_FIELD_NUMBER: _builtins.int
+    label: _builtins.str
+    """The fixed text that introduces the block (its first column header, or the
+    fixed text before it); empty when none.
+    """
+    @_builtins.property
+    def rows(self) -> _containers.RepeatedCompositeFieldContainer[Global___FieldRow]:
+        """One row per repetition, in the email's order."""
+
+    def __init__(
+        self,
+        *,
+        label: _builtins.str = ...,
+        rows: _abc.Iterable[Global___FieldRow] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["label", b"label", "rows", b"rows"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExtractedBlock: _TypeAlias = ExtractedBlock  # noqa: Y015
 
 @_typing.final
 class AnnotateEmailResponse(_message.Message):
@@ -195,6 +288,7 @@ class AnnotateEmailResponse(_message.Message):
     FIXED_TEXT_FIELD_NUMBER: _builtins.int
     DATE_FORMAT_FIELD_NUMBER: _builtins.int
     FIELDS_FIELD_NUMBER: _builtins.int
+    BLOCKS_FIELD_NUMBER: _builtins.int
     template_id: _builtins.str
     """The matching template; empty when none has formed yet."""
     vertical: _builtins.str
@@ -213,7 +307,15 @@ class AnnotateEmailResponse(_message.Message):
 
     @_builtins.property
     def fields(self) -> _containers.RepeatedCompositeFieldContainer[Global___ExtractedField]:
-        """Values of the template's variable fields in this email."""
+        """Values of the template's variable fields in this email: first those outside
+        repeated blocks, in the email's order, then every repeated block's fields,
+        row by row (the same fields, grouped by row, are in `blocks`). A template
+        formed before release 1.1 returns whole text nodes here.
+        """
+
+    @_builtins.property
+    def blocks(self) -> _containers.RepeatedCompositeFieldContainer[Global___ExtractedBlock]:
+        """The email's repeated blocks, each its rows (one per repetition)."""
 
     def __init__(
         self,
@@ -224,10 +326,11 @@ class AnnotateEmailResponse(_message.Message):
         fixed_text: _abc.Iterable[_builtins.str] | None = ...,
         date_format: _builtins.str = ...,
         fields: _abc.Iterable[Global___ExtractedField] | None = ...,
+        blocks: _abc.Iterable[Global___ExtractedBlock] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["date_format", b"date_format", "fields", b"fields", "fingerprints", b"fingerprints", "fixed_text", b"fixed_text", "template_id", b"template_id", "vertical", b"vertical"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["blocks", b"blocks", "date_format", b"date_format", "fields", b"fields", "fingerprints", b"fingerprints", "fixed_text", b"fixed_text", "template_id", b"template_id", "vertical", b"vertical"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -235,25 +338,70 @@ Global___AnnotateEmailResponse: _TypeAlias = AnnotateEmailResponse  # noqa: Y015
 
 @_typing.final
 class FieldRule(_message.Message):
-    """Where a template's variable field is and what it holds."""
+    """Where a template's variable field is and what it holds: positions, fixed
+    text and labels only (text that at least k recipients' emails hold), never a
+    value. A field is found after the fixed `anchor`, in the `ordinal`-th node
+    of index-free `path` there (in a row, counted within the row), as a hole of
+    the node's `pattern`; so it is found whatever the count of repetitions of a
+    block before it.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
     XPATH_FIELD_NUMBER: _builtins.int
     TYPE_FIELD_NUMBER: _builtins.int
+    LABEL_FIELD_NUMBER: _builtins.int
+    ANCHOR_FIELD_NUMBER: _builtins.int
+    PATH_FIELD_NUMBER: _builtins.int
+    ORDINAL_FIELD_NUMBER: _builtins.int
+    PLACEMENT_FIELD_NUMBER: _builtins.int
+    ROW_PATH_FIELD_NUMBER: _builtins.int
+    BLOCK_LABEL_FIELD_NUMBER: _builtins.int
+    PATTERN_FIELD_NUMBER: _builtins.int
     xpath: _builtins.str
-    """The field's XPath (tag names with indices)."""
+    """The field's node's XPath (tag names with indices) in most of the template's
+    emails: an example; annotation locates the node as described above.
+    """
     type: _builtins.str
     """date, money, number, id, url, email, name or text."""
+    label: _builtins.str
+    """The fixed text that introduces the field (see ExtractedField.label)."""
+    anchor: _builtins.str
+    """The fixed text the field's stretch follows; empty: the start of the body."""
+    path: _builtins.str
+    """Index-free path of the field's node (relative to the row element in a row)."""
+    ordinal: _builtins.int
+    """Which node of that path in its part of the stretch (0 = the first)."""
+    placement: Global___FieldPlacement.ValueType
+    """Where the node lies in the stretch: before, in or after its repeated block."""
+    row_path: _builtins.str
+    """Index-free path of the repeated block's row element; empty when the
+    stretch has no repeated block.
+    """
+    block_label: _builtins.str
+    """The repeated block's label (see ExtractedBlock.label)."""
+    pattern: _builtins.str
+    """The node's text pattern: its fixed words, "{}" for each variable span
+    ("Invoice: {}"); a span holding several typed values (a date, then an id)
+    is several fields, each with its own rule.
+    """
     def __init__(
         self,
         *,
         xpath: _builtins.str = ...,
         type: _builtins.str = ...,
+        label: _builtins.str = ...,
+        anchor: _builtins.str = ...,
+        path: _builtins.str = ...,
+        ordinal: _builtins.int = ...,
+        placement: Global___FieldPlacement.ValueType = ...,
+        row_path: _builtins.str = ...,
+        block_label: _builtins.str = ...,
+        pattern: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["type", b"type", "xpath", b"xpath"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["anchor", b"anchor", "block_label", b"block_label", "label", b"label", "ordinal", b"ordinal", "path", b"path", "pattern", b"pattern", "placement", b"placement", "row_path", b"row_path", "type", b"type", "xpath", b"xpath"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

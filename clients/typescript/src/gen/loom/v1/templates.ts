@@ -24,6 +24,56 @@ export const protobufPackage = "loom.v1";
 
 export const protobufFileName = "loom/v1/templates.proto";
 
+/** Where a field lies relative to its stretch of text (the text after its anchor). */
+export enum FieldPlacement {
+  /** FIELD_PLACEMENT_UNSPECIFIED - Not set: a rule of a template formed before release 1.1 (by `xpath` only). */
+  FIELD_PLACEMENT_UNSPECIFIED = 0,
+  /** FIELD_PLACEMENT_STRETCH - In the stretch after the anchor (before its repeated block, if any). */
+  FIELD_PLACEMENT_STRETCH = 1,
+  /** FIELD_PLACEMENT_ROW - In every row of the stretch's repeated block. */
+  FIELD_PLACEMENT_ROW = 2,
+  /** FIELD_PLACEMENT_AFTER_BLOCK - After the stretch's repeated block, whatever its count of rows. */
+  FIELD_PLACEMENT_AFTER_BLOCK = 3,
+  UNRECOGNIZED = -1,
+}
+
+export function fieldPlacementFromJSON(object: any): FieldPlacement {
+  switch (object) {
+    case 0:
+    case "FIELD_PLACEMENT_UNSPECIFIED":
+      return FieldPlacement.FIELD_PLACEMENT_UNSPECIFIED;
+    case 1:
+    case "FIELD_PLACEMENT_STRETCH":
+      return FieldPlacement.FIELD_PLACEMENT_STRETCH;
+    case 2:
+    case "FIELD_PLACEMENT_ROW":
+      return FieldPlacement.FIELD_PLACEMENT_ROW;
+    case 3:
+    case "FIELD_PLACEMENT_AFTER_BLOCK":
+      return FieldPlacement.FIELD_PLACEMENT_AFTER_BLOCK;
+    case -1:
+    case "UNRECOGNIZED":
+    default:
+      return FieldPlacement.UNRECOGNIZED;
+  }
+}
+
+export function fieldPlacementToJSON(object: FieldPlacement): string {
+  switch (object) {
+    case FieldPlacement.FIELD_PLACEMENT_UNSPECIFIED:
+      return "FIELD_PLACEMENT_UNSPECIFIED";
+    case FieldPlacement.FIELD_PLACEMENT_STRETCH:
+      return "FIELD_PLACEMENT_STRETCH";
+    case FieldPlacement.FIELD_PLACEMENT_ROW:
+      return "FIELD_PLACEMENT_ROW";
+    case FieldPlacement.FIELD_PLACEMENT_AFTER_BLOCK:
+      return "FIELD_PLACEMENT_AFTER_BLOCK";
+    case FieldPlacement.UNRECOGNIZED:
+    default:
+      return "UNRECOGNIZED";
+  }
+}
+
 /** One email. Its body is never logged, returned or counted by content. */
 export interface Email {
   /** Caller's id of the email (1..512 bytes); resubmitting an id is idempotent. */
@@ -69,11 +119,14 @@ export interface AnnotateEmailRequest {
   email: Email | undefined;
 }
 
-/** A field whose value varies between emails of one template. */
+/**
+ * A field whose value varies between emails of one template: the variable
+ * span of a text (`Ines Müller` of "Hi Ines Müller,"), not the whole text.
+ */
 export interface ExtractedField {
-  /** The field's XPath in the template. */
+  /** The XPath (tag names with indices) of this email's node the value came from. */
   xpath: string;
-  /** This email's value. */
+  /** This email's value: the span only, without the template's fixed words. */
   value: string;
   /** The rule's type: date, money, number, id, url, email, name or text. */
   type: string;
@@ -83,6 +136,30 @@ export interface ExtractedField {
    * numbers; empty when it does not parse.
    */
   normalized: string;
+  /**
+   * The template's fixed text that introduces the field ("Order #", "Total",
+   * "Ship to"): its fixed words in the same node, else the nearest fixed text
+   * before it (a column header for a field of a repeated block); empty when
+   * none. Always text that at least k recipients' emails hold.
+   */
+  label: string;
+}
+
+/** One repetition of a repeated block (a line item, an article). */
+export interface FieldRow {
+  /** The repetition's fields, in the email's order. */
+  fields: ExtractedField[];
+}
+
+/** A repeated block of one email (line items, articles): one row per repetition. */
+export interface ExtractedBlock {
+  /**
+   * The fixed text that introduces the block (its first column header, or the
+   * fixed text before it); empty when none.
+   */
+  label: string;
+  /** One row per repetition, in the email's order. */
+  rows: FieldRow[];
 }
 
 /** The response of AnnotateEmail. */
@@ -100,16 +177,56 @@ export interface AnnotateEmailResponse {
   fixedText: string[];
   /** The date format the template uses (e.g. "DD/MM/YYYY"), when detected. */
   dateFormat: string;
-  /** Values of the template's variable fields in this email. */
+  /**
+   * Values of the template's variable fields in this email: first those outside
+   * repeated blocks, in the email's order, then every repeated block's fields,
+   * row by row (the same fields, grouped by row, are in `blocks`). A template
+   * formed before release 1.1 returns whole text nodes here.
+   */
   fields: ExtractedField[];
+  /** The email's repeated blocks, each its rows (one per repetition). */
+  blocks: ExtractedBlock[];
 }
 
-/** Where a template's variable field is and what it holds. */
+/**
+ * Where a template's variable field is and what it holds: positions, fixed
+ * text and labels only (text that at least k recipients' emails hold), never a
+ * value. A field is found after the fixed `anchor`, in the `ordinal`-th node
+ * of index-free `path` there (in a row, counted within the row), as a hole of
+ * the node's `pattern`; so it is found whatever the count of repetitions of a
+ * block before it.
+ */
 export interface FieldRule {
-  /** The field's XPath (tag names with indices). */
+  /**
+   * The field's node's XPath (tag names with indices) in most of the template's
+   * emails: an example; annotation locates the node as described above.
+   */
   xpath: string;
   /** date, money, number, id, url, email, name or text. */
   type: string;
+  /** The fixed text that introduces the field (see ExtractedField.label). */
+  label: string;
+  /** The fixed text the field's stretch follows; empty: the start of the body. */
+  anchor: string;
+  /** Index-free path of the field's node (relative to the row element in a row). */
+  path: string;
+  /** Which node of that path in its part of the stretch (0 = the first). */
+  ordinal: number;
+  /** Where the node lies in the stretch: before, in or after its repeated block. */
+  placement: FieldPlacement;
+  /**
+   * Index-free path of the repeated block's row element; empty when the
+   * stretch has no repeated block.
+   */
+  rowPath: string;
+  /** The repeated block's label (see ExtractedBlock.label). */
+  blockLabel: string;
+  /**
+   * The node's text pattern: its fixed words, "{}" for each variable span
+   * ("Invoice: {}"); a span holding several typed values (a date, then an id)
+   * is several fields, each with its own rule.
+   */
+  pattern: string;
 }
 
 /** An induced template: only what UDCAs derived from >= k recipients. */
@@ -599,7 +716,7 @@ export const AnnotateEmailRequest: MessageFns<AnnotateEmailRequest> = {
 };
 
 function createBaseExtractedField(): ExtractedField {
-  return { xpath: "", value: "", type: "", normalized: "" };
+  return { xpath: "", value: "", type: "", normalized: "", label: "" };
 }
 
 export const ExtractedField: MessageFns<ExtractedField> = {
@@ -615,6 +732,9 @@ export const ExtractedField: MessageFns<ExtractedField> = {
     }
     if (message.normalized !== "") {
       writer.uint32(34).string(message.normalized);
+    }
+    if (message.label !== "") {
+      writer.uint32(42).string(message.label);
     }
     return writer;
   },
@@ -664,6 +784,14 @@ export const ExtractedField: MessageFns<ExtractedField> = {
             message.normalized = reader.string();
             continue;
           }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.label = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -682,6 +810,7 @@ export const ExtractedField: MessageFns<ExtractedField> = {
       value: isSet(object.value) ? globalThis.String(object.value) : "",
       type: isSet(object.type) ? globalThis.String(object.type) : "",
       normalized: isSet(object.normalized) ? globalThis.String(object.normalized) : "",
+      label: isSet(object.label) ? globalThis.String(object.label) : "",
     };
   },
 
@@ -699,6 +828,9 @@ export const ExtractedField: MessageFns<ExtractedField> = {
     if (message.normalized !== "") {
       obj.normalized = message.normalized;
     }
+    if (message.label !== "") {
+      obj.label = message.label;
+    }
     return obj;
   },
 
@@ -711,12 +843,167 @@ export const ExtractedField: MessageFns<ExtractedField> = {
     message.value = object.value ?? "";
     message.type = object.type ?? "";
     message.normalized = object.normalized ?? "";
+    message.label = object.label ?? "";
+    return message;
+  },
+};
+
+function createBaseFieldRow(): FieldRow {
+  return { fields: [] };
+}
+
+export const FieldRow: MessageFns<FieldRow> = {
+  encode(message: FieldRow, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.fields) {
+      ExtractedField.encode(v!, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): FieldRow {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseFieldRow();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.fields.push(ExtractedField.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): FieldRow {
+    return {
+      fields: globalThis.Array.isArray(object?.fields) ? object.fields.map((e: any) => ExtractedField.fromJSON(e)) : [],
+    };
+  },
+
+  toJSON(message: FieldRow): unknown {
+    const obj: any = {};
+    if (message.fields?.length) {
+      obj.fields = message.fields.map((e) => ExtractedField.toJSON(e));
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<FieldRow>): FieldRow {
+    return FieldRow.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<FieldRow>): FieldRow {
+    const message = createBaseFieldRow();
+    message.fields = object.fields?.map((e) => ExtractedField.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseExtractedBlock(): ExtractedBlock {
+  return { label: "", rows: [] };
+}
+
+export const ExtractedBlock: MessageFns<ExtractedBlock> = {
+  encode(message: ExtractedBlock, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.label !== "") {
+      writer.uint32(10).string(message.label);
+    }
+    for (const v of message.rows) {
+      FieldRow.encode(v!, writer.uint32(18).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ExtractedBlock {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseExtractedBlock();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.label = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.rows.push(FieldRow.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ExtractedBlock {
+    return {
+      label: isSet(object.label) ? globalThis.String(object.label) : "",
+      rows: globalThis.Array.isArray(object?.rows) ? object.rows.map((e: any) => FieldRow.fromJSON(e)) : [],
+    };
+  },
+
+  toJSON(message: ExtractedBlock): unknown {
+    const obj: any = {};
+    if (message.label !== "") {
+      obj.label = message.label;
+    }
+    if (message.rows?.length) {
+      obj.rows = message.rows.map((e) => FieldRow.toJSON(e));
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ExtractedBlock>): ExtractedBlock {
+    return ExtractedBlock.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ExtractedBlock>): ExtractedBlock {
+    const message = createBaseExtractedBlock();
+    message.label = object.label ?? "";
+    message.rows = object.rows?.map((e) => FieldRow.fromPartial(e)) || [];
     return message;
   },
 };
 
 function createBaseAnnotateEmailResponse(): AnnotateEmailResponse {
-  return { templateId: "", fingerprints: [], vertical: "", fixedText: [], dateFormat: "", fields: [] };
+  return { templateId: "", fingerprints: [], vertical: "", fixedText: [], dateFormat: "", fields: [], blocks: [] };
 }
 
 export const AnnotateEmailResponse: MessageFns<AnnotateEmailResponse> = {
@@ -742,6 +1029,9 @@ export const AnnotateEmailResponse: MessageFns<AnnotateEmailResponse> = {
     }
     for (const v of message.fields) {
       ExtractedField.encode(v!, writer.uint32(50).fork()).join();
+    }
+    for (const v of message.blocks) {
+      ExtractedBlock.encode(v!, writer.uint32(58).fork()).join();
     }
     return writer;
   },
@@ -817,6 +1107,14 @@ export const AnnotateEmailResponse: MessageFns<AnnotateEmailResponse> = {
             message.fields.push(ExtractedField.decode(reader, reader.uint32()));
             continue;
           }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.blocks.push(ExtractedBlock.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -853,6 +1151,7 @@ export const AnnotateEmailResponse: MessageFns<AnnotateEmailResponse> = {
       fields: globalThis.Array.isArray(object?.fields)
         ? object.fields.map((e: any) => ExtractedField.fromJSON(e))
         : [],
+      blocks: globalThis.Array.isArray(object?.blocks) ? object.blocks.map((e: any) => ExtractedBlock.fromJSON(e)) : [],
     };
   },
 
@@ -876,6 +1175,9 @@ export const AnnotateEmailResponse: MessageFns<AnnotateEmailResponse> = {
     if (message.fields?.length) {
       obj.fields = message.fields.map((e) => ExtractedField.toJSON(e));
     }
+    if (message.blocks?.length) {
+      obj.blocks = message.blocks.map((e) => ExtractedBlock.toJSON(e));
+    }
     return obj;
   },
 
@@ -890,12 +1192,24 @@ export const AnnotateEmailResponse: MessageFns<AnnotateEmailResponse> = {
     message.fixedText = object.fixedText?.map((e) => e) || [];
     message.dateFormat = object.dateFormat ?? "";
     message.fields = object.fields?.map((e) => ExtractedField.fromPartial(e)) || [];
+    message.blocks = object.blocks?.map((e) => ExtractedBlock.fromPartial(e)) || [];
     return message;
   },
 };
 
 function createBaseFieldRule(): FieldRule {
-  return { xpath: "", type: "" };
+  return {
+    xpath: "",
+    type: "",
+    label: "",
+    anchor: "",
+    path: "",
+    ordinal: 0,
+    placement: 0,
+    rowPath: "",
+    blockLabel: "",
+    pattern: "",
+  };
 }
 
 export const FieldRule: MessageFns<FieldRule> = {
@@ -905,6 +1219,30 @@ export const FieldRule: MessageFns<FieldRule> = {
     }
     if (message.type !== "") {
       writer.uint32(18).string(message.type);
+    }
+    if (message.label !== "") {
+      writer.uint32(26).string(message.label);
+    }
+    if (message.anchor !== "") {
+      writer.uint32(34).string(message.anchor);
+    }
+    if (message.path !== "") {
+      writer.uint32(42).string(message.path);
+    }
+    if (message.ordinal !== 0) {
+      writer.uint32(48).int32(message.ordinal);
+    }
+    if (message.placement !== 0) {
+      writer.uint32(56).int32(message.placement);
+    }
+    if (message.rowPath !== "") {
+      writer.uint32(66).string(message.rowPath);
+    }
+    if (message.blockLabel !== "") {
+      writer.uint32(74).string(message.blockLabel);
+    }
+    if (message.pattern !== "") {
+      writer.uint32(82).string(message.pattern);
     }
     return writer;
   },
@@ -938,6 +1276,70 @@ export const FieldRule: MessageFns<FieldRule> = {
             message.type = reader.string();
             continue;
           }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.label = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.anchor = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.path = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.ordinal = reader.int32();
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.placement = reader.int32() as any;
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.rowPath = reader.string();
+            continue;
+          }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.blockLabel = reader.string();
+            continue;
+          }
+          case 10: {
+            if (tag !== 82) {
+              break;
+            }
+
+            message.pattern = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -954,6 +1356,22 @@ export const FieldRule: MessageFns<FieldRule> = {
     return {
       xpath: isSet(object.xpath) ? globalThis.String(object.xpath) : "",
       type: isSet(object.type) ? globalThis.String(object.type) : "",
+      label: isSet(object.label) ? globalThis.String(object.label) : "",
+      anchor: isSet(object.anchor) ? globalThis.String(object.anchor) : "",
+      path: isSet(object.path) ? globalThis.String(object.path) : "",
+      ordinal: isSet(object.ordinal) ? globalThis.Number(object.ordinal) : 0,
+      placement: isSet(object.placement) ? fieldPlacementFromJSON(object.placement) : 0,
+      rowPath: isSet(object.rowPath)
+        ? globalThis.String(object.rowPath)
+        : isSet(object.row_path)
+        ? globalThis.String(object.row_path)
+        : "",
+      blockLabel: isSet(object.blockLabel)
+        ? globalThis.String(object.blockLabel)
+        : isSet(object.block_label)
+        ? globalThis.String(object.block_label)
+        : "",
+      pattern: isSet(object.pattern) ? globalThis.String(object.pattern) : "",
     };
   },
 
@@ -965,6 +1383,30 @@ export const FieldRule: MessageFns<FieldRule> = {
     if (message.type !== "") {
       obj.type = message.type;
     }
+    if (message.label !== "") {
+      obj.label = message.label;
+    }
+    if (message.anchor !== "") {
+      obj.anchor = message.anchor;
+    }
+    if (message.path !== "") {
+      obj.path = message.path;
+    }
+    if (message.ordinal !== 0) {
+      obj.ordinal = Math.round(message.ordinal);
+    }
+    if (message.placement !== 0) {
+      obj.placement = fieldPlacementToJSON(message.placement);
+    }
+    if (message.rowPath !== "") {
+      obj.rowPath = message.rowPath;
+    }
+    if (message.blockLabel !== "") {
+      obj.blockLabel = message.blockLabel;
+    }
+    if (message.pattern !== "") {
+      obj.pattern = message.pattern;
+    }
     return obj;
   },
 
@@ -975,6 +1417,14 @@ export const FieldRule: MessageFns<FieldRule> = {
     const message = createBaseFieldRule();
     message.xpath = object.xpath ?? "";
     message.type = object.type ?? "";
+    message.label = object.label ?? "";
+    message.anchor = object.anchor ?? "";
+    message.path = object.path ?? "";
+    message.ordinal = object.ordinal ?? 0;
+    message.placement = object.placement ?? 0;
+    message.rowPath = object.rowPath ?? "";
+    message.blockLabel = object.blockLabel ?? "";
+    message.pattern = object.pattern ?? "";
     return message;
   },
 };

@@ -1,0 +1,213 @@
+"""TemplateInduction's extraction figures: annotated emails against the values put into them.
+
+Pure arithmetic over plain tuples (no corpus, no server import), one `Annotated` per
+annotated email: its source, the values its generator put into it, the true and returned
+vertical, the returned fields and rows (and fixed text). Per source (`by_source`):
+
+- ``inside``    non-constant generated values found inside some returned field (or row field)
+- ``whole``     ... found as some field's whole value (both stripped)
+- ``money``     generated money values returned as type ``money`` whose normalized amount
+                is the generated amount (a field holding the value)
+- ``dates``     generated dates returned as type ``date`` normalised to the generated day
+                (a field holding the value; a date whose day the string alone cannot tell,
+                ``01/02/2026``, counts only when its ISO day is given)
+- ``rows``      values of repeated blocks (row id not "") found in a returned row all of
+                whose values come from that same generated row
+- ``vertical``  emails whose returned vertical is the true one
+- ``personal_in_fixed``  (email, non-constant value) pairs whose value appears in the
+                returned fixed text (values of 4+ characters as a substring, shorter ones
+                as a whole fixed text): must be 0
+
+A share is None when nothing was there to count.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+__all__ = [
+    "Annotated",
+    "ExtractionFigures",
+    "Field",
+    "Generated",
+    "by_source",
+    "date_iso",
+    "figures",
+    "money_amount",
+    "worst",
+]
+
+Field = tuple[str, str, str, str]
+"""A returned field: (label, value, type, normalized)."""
+
+
+class Generated(NamedTuple):
+    """A value the generator put into an email."""
+
+    name: str
+    value: str
+    row: str = ""
+    """The generated row (repetition) it belongs to; "" outside repeated blocks."""
+    constant: bool = False
+    """The same in every email of its template (not a value a field should return)."""
+    iso: str = ""
+    """A date's true day (YYYY-MM-DD) when known; else read from `value` if unambiguous."""
+
+
+class Annotated(NamedTuple):
+    """One annotated email (plain tuples are accepted in this order)."""
+
+    source: str
+    generated: Sequence[tuple[str, str, str, bool] | Generated]
+    true_vertical: str
+    vertical: str
+    fields: Sequence[Field]
+    rows: Sequence[Sequence[Field]] = ()
+    fixed_text: Sequence[str] = ()
+
+
+@dataclass(frozen=True)
+class ExtractionFigures:
+    """One source's counts and shares (see the module)."""
+
+    source: str
+    emails: int
+    values: int
+    inside: float | None
+    whole: float | None
+    money_values: int
+    money: float | None
+    date_values: int
+    dates: float | None
+    row_values: int
+    rows: float | None
+    vertical: float | None
+    personal_in_fixed: int
+
+
+_MONEY = re.compile(r"^-?(?:[$€£¥]\s?-?\d|(?:USD|EUR|GBP)\s?\d)|\d\s?(?:USD|EUR|GBP|[$€£])$")
+_MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
+_ISO = re.compile(r"(?<!\d)(\d{4})-(\d{2})-(\d{2})(?!\d)")
+_WORD = re.compile(
+    r"\b(?:(\d{1,2})(?:st|nd|rd|th)?\s+([A-Za-z]{3})[a-z]*\.?,?\s+(\d{4})"
+    r"|([A-Za-z]{3})[a-z]*\.?\s+(\d{1,2})(?:st|nd|rd|th)?,?\s+(\d{4}))\b"
+)
+_NUMERIC = re.compile(r"\b(\d{1,2})[/.\-](\d{1,2})[/.\-](\d{4})\b")
+
+
+def money_amount(text: str) -> float | None:
+    """The amount of a money string (``$1,234.50``, ``12,50 €``), None when none."""
+    digits = re.sub(r"[^\d.,\-]", "", text)
+    if re.search(r",\d{2}$", digits) and "." not in digits:  # a decimal comma
+        digits = digits.replace(".", "").replace(",", ".")
+    digits = digits.replace(",", "")
+    try:
+        return float(digits)
+    except ValueError:
+        return None
+
+
+def date_iso(text: str) -> str:
+    """The day an unambiguous date string names (YYYY-MM-DD), "" when it cannot tell."""
+    if m := _ISO.search(text):
+        return m.group(0)
+    if m := _WORD.search(text):
+        day, mon, year = (m[1], m[2], m[3]) if m[1] else (m[5], m[4], m[6])
+        if mon.lower() in _MONTHS:
+            return f"{int(year):04d}-{_MONTHS.index(mon.lower()) + 1:02d}-{int(day):02d}"
+        return ""
+    if m := _NUMERIC.search(text):
+        a, b, year = int(m[1]), int(m[2]), int(m[3])
+        if a > 12 >= b:
+            return f"{year:04d}-{b:02d}-{a:02d}"
+        if b > 12 >= a:
+            return f"{year:04d}-{a:02d}-{b:02d}"
+    return ""
+
+
+def _share(hit: int, total: int) -> float | None:
+    return hit / total if total else None
+
+
+def _gen(g: tuple[str, str, str, bool] | Generated) -> Generated:
+    return g if isinstance(g, Generated) else Generated(*g)
+
+
+def _from_row(value: str, row_values: Sequence[str]) -> bool:
+    v = value.strip()
+    return bool(v) and any(v in g or g in v for g in row_values)
+
+
+def figures(source: str, emails: Sequence[Annotated]) -> ExtractionFigures:
+    """The figures of one source's annotated emails."""
+    values = inside = whole = money_n = money_ok = dates_n = dates_ok = 0
+    rows_n = rows_ok = vertical_ok = personal = 0
+    for e in emails:
+        vertical_ok += e.vertical == e.true_vertical
+        all_fields = [*e.fields, *(f for row in e.rows for f in row)]
+        gens = [_gen(g) for g in e.generated]
+        by_row: dict[str, list[str]] = {}
+        for g in gens:
+            if g.row and g.value.strip():
+                by_row.setdefault(g.row, []).append(g.value.strip())
+        for g in gens:
+            v = g.value.strip()
+            if g.constant or not v:
+                continue
+            values += 1
+            holding = [f for f in all_fields if v in f[1]]
+            inside += bool(holding)
+            whole += any(f[1].strip() == v for f in all_fields)
+            if _MONEY.search(v):
+                money_n += 1
+                amount = money_amount(v)
+                money_ok += any(
+                    f[2] == "money" and amount is not None and money_amount(f[3]) == amount
+                    for f in holding
+                )
+            else:
+                iso = g.iso or date_iso(v)
+                if iso:
+                    dates_n += 1
+                    dates_ok += any(f[2] == "date" and f[3] == iso for f in holding)
+            if g.row:
+                rows_n += 1
+                mates = by_row[g.row]
+                rows_ok += any(
+                    any(v in f[1] for f in row) and all(_from_row(f[1], mates) for f in row)
+                    for row in e.rows
+                )
+            personal += any((v in t) if len(v) >= 4 else (v == t.strip()) for t in e.fixed_text)
+    return ExtractionFigures(
+        source=source,
+        emails=len(emails),
+        values=values,
+        inside=_share(inside, values),
+        whole=_share(whole, values),
+        money_values=money_n,
+        money=_share(money_ok, money_n),
+        date_values=dates_n,
+        dates=_share(dates_ok, dates_n),
+        row_values=rows_n,
+        rows=_share(rows_ok, rows_n),
+        vertical=_share(vertical_ok, len(emails)),
+        personal_in_fixed=personal,
+    )
+
+
+def by_source(emails: Iterable[Annotated | tuple]) -> list[ExtractionFigures]:  # type: ignore[type-arg]
+    """Each source's figures, sources in name order."""
+    grouped: dict[str, list[Annotated]] = {}
+    for e in emails:
+        a = e if isinstance(e, Annotated) else Annotated(*e)
+        grouped.setdefault(a.source, []).append(a)
+    return [figures(s, grouped[s]) for s in sorted(grouped)]
+
+
+def worst(per_source: Sequence[ExtractionFigures], name: str) -> float | None:
+    """The lowest share `name` (``whole``, ``money``…) over the sources that have one."""
+    got = [v for f in per_source if (v := getattr(f, name)) is not None]
+    return min(got) if got else None

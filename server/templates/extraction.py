@@ -1,0 +1,315 @@
+"""Field extraction: the field rules a cluster forms (`form_field_rules`, the ``field_rules``
+UDCA); `stretches.extract` pulls an email's fields and rows by them.
+
+Each text piece of an email (an element's direct text, cut at child elements such as
+``<br>``) is one *item* (`stretches.items_of`). Formation:
+
+1. **Anchors**: texts that occur exactly once in an email, in at least `ANCHOR_SHARE` of the
+   cluster's emails (almost never twice), held by >= k distinct recipients. Their order is
+   their mean rank among an email's anchors; each email keeps the longest run of them in
+   that order (a longest increasing subsequence), the rest are plain items.
+2. **Stretches**: the items after each anchor up to the next kept one (the first stretch
+   starts the body). A field is placed by its stretch's anchor, never by absolute index,
+   so a block of 1 or 10 line items before it moves nothing.
+3. **Repeated blocks**: in a stretch, a row element (``tr``, ``li``, ``div``…) of which
+   emails hold varying counts of siblings (>= 2 in at least `ROW_SHARE` of them) makes the
+   stretch three segments: items before the block, one row per sibling, items after it.
+4. **Slots** (segment, index-free path, ordinal) gather their values across emails (and
+   rows); a slot of >= k recipients gets a token pattern (`spans.build_pattern`), each hole
+   a field (several when its values are consistently several typed values), typed by
+   majority and labelled by the fixed tokens before it in the node, else by the nearest
+   fixed text before it (a constant slot, a column header, the anchor).
+
+Annotation (`stretches.extract`) splits an email into items the same way, finds the rules'
+anchors, segments each stretch by its row element and reads every slot's holes by its
+pattern. Bounded: formation reads at most `MAX_FORM_EMAILS` emails and `MAX_ITEMS` items
+of each; every fixed text it records (anchor, label, pattern token) is held by >= k
+distinct recipients' emails.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import NamedTuple
+
+from server.templates.model import ClusterEmail, FieldRuleValue
+from server.templates.spans import (
+    HOLE,
+    build_pattern,
+    has_letter,
+    join_tokens,
+    label_text,
+    match,
+    tokenize,
+    typed_segments,
+)
+from server.templates.stretches import Item, Slot, items_of, segment, stretches
+from server.templates.values import classify
+
+__all__ = ["ANCHOR_SHARE", "MAX_FORM_EMAILS", "MAX_RULES", "ROW_SHARE", "form_field_rules"]
+
+ANCHOR_SHARE = 0.5
+"""An anchor is in at least this share of the cluster's emails, once."""
+_ANCHOR_REPEAT = 0.05
+"""...and more than once in at most this share of the emails holding it."""
+ROW_SHARE = 0.25
+"""A repeated block has >= 2 rows in at least this share of the emails holding it."""
+_ROW_TAGS = frozenset(
+    {"tr", "tbody", "table", "td", "li", "ul", "ol", "div", "section", "article", "dl", "dd"}
+)
+MAX_FORM_EMAILS = 120
+"""Emails formation reads for field rules (spread over the cluster)."""
+_MAX_ANCHORS = 250
+MAX_RULES = 128
+"""Field rules per template."""
+_SAMPLE = 24
+"""Values a slot's pattern is folded over (one per recipient first, at least k)."""
+_TYPE_SAMPLE = 16
+_PART_SHARE = 0.8
+
+
+def _spread(emails: Sequence[ClusterEmail], limit: int) -> list[ClusterEmail]:
+    if len(emails) <= limit:
+        return list(emails)
+    step = len(emails) / limit
+    return [emails[int(i * step)] for i in range(limit)]
+
+
+def _anchors(docs: Sequence[tuple[str, list[Item]]], k: int) -> list[str]:
+    """The cluster's anchors in their order (see the module's step 1)."""
+    once: Counter[str] = Counter()
+    more: Counter[str] = Counter()
+    users: dict[str, set[str]] = defaultdict(set)
+    for user, items in docs:
+        counts = Counter(it.text for it in items)
+        for text, c in counts.items():
+            if c == 1:
+                once[text] += 1
+                users[text].add(user)
+            else:
+                more[text] += 1
+    n = len(docs)
+    chosen = [
+        t
+        for t, c in once.most_common()
+        if c >= ANCHOR_SHARE * n
+        and more[t] <= _ANCHOR_REPEAT * (c + more[t])
+        and len(users[t]) >= k
+    ][:_MAX_ANCHORS]
+    wanted = set(chosen)
+    rank_sum: Counter[str] = Counter()
+    for _, items in docs:
+        present = [it.text for it in items if it.text in wanted]
+        for r, text in enumerate(present):
+            rank_sum[text] += r
+    return sorted(chosen, key=lambda t: (rank_sum[t] / once[t], t))
+
+
+def _row_path(stretch_list: Sequence[tuple[str, list[Item]]]) -> str:
+    """The row element's index-free path of a stretch's repeated block ("" when none)."""
+    counts: dict[str, list[int]] = defaultdict(list)
+    for _, items in stretch_list:
+        seen: dict[str, tuple[str, set[str]]] = {}
+        for xpath in dict.fromkeys(it.xpath for it in items):
+            steps = xpath.split("/")[1:]
+            indexed = plain = ""
+            for step in steps:
+                parent = indexed
+                indexed += "/" + step
+                tag = step.split("[", 1)[0]
+                plain += "/" + tag
+                if tag not in _ROW_TAGS:
+                    continue
+                entry = seen.get(plain)
+                if entry is None:
+                    seen[plain] = (parent, {indexed})
+                elif entry[0] == parent:
+                    entry[1].add(indexed)
+        for plain, (_, groups) in seen.items():
+            counts[plain].append(len(groups))
+    best = ""
+    for plain, got in counts.items():
+        if len(set(got)) < 2 or sum(c >= 2 for c in got) < ROW_SHARE * len(got):
+            continue
+        if len(got) * 2 < len(stretch_list):
+            continue
+        if not best or plain.count("/") < best.count("/"):
+            best = plain
+    return best
+
+
+def _collect(
+    slots: dict[Slot, list[tuple[str, Item, int]]],
+    seg: int,
+    items: Sequence[Item],
+    user: str,
+    cut: int,
+) -> None:
+    seen: dict[str, int] = {}
+    for pos, it in enumerate(items):
+        path = it.plain[cut:]
+        o = seen.get(path, 0)
+        seen[path] = o + 1
+        slots.setdefault(Slot(seg, path, o), []).append((user, it, pos))
+
+
+def _sample(values: Sequence[tuple[str, Item, int]], k: int) -> list[str]:
+    """Values to fold a pattern over: one per recipient first (so >= k hold every fixed
+    token whenever the slot has >= k recipients), then others, `_SAMPLE` or k at most."""
+    limit = max(_SAMPLE, k)
+    out: list[str] = []
+    users: set[str] = set()
+    for user, it, _ in values:
+        if user not in users:
+            users.add(user)
+            out.append(it.text)
+            if len(out) == limit:
+                return out
+    for _, it, _ in values:
+        if len(out) == limit:
+            break
+        out.append(it.text)
+    return out
+
+
+def _majority_type(values: Sequence[str]) -> str:
+    return Counter(classify(v) for v in values[:_TYPE_SAMPLE]).most_common(1)[0][0]
+
+
+def _parts(values: Sequence[str]) -> tuple[str, ...]:
+    sigs = Counter(tuple(kind for kind, _ in typed_segments(v)) for v in values[:_SAMPLE])
+    top, count = sigs.most_common(1)[0]
+    return top if len(top) >= 2 and count >= _PART_SHARE * sum(sigs.values()) else ()
+
+
+class _Stretch(NamedTuple):
+    anchor: str
+    rank: int
+    until: str
+    header: tuple[str, ...]
+    """Anchors right before this stretch with nothing between them (column headers)."""
+
+
+def _slot_rules(
+    st: _Stretch, slot: Slot, values: list[tuple[str, Item, int]], k: int, context: str
+) -> tuple[list[FieldRuleValue], str]:
+    """The rules of one slot and the fixed text a later slot's label may take."""
+    if len({u for u, _, _ in values}) < k:
+        return [], context
+    pattern = build_pattern([tokenize(t) for t in _sample(values, k)])
+    if HOLE not in pattern:
+        text = label_text(join_tokens([t for t in pattern if t is not None]))
+        return [], text if has_letter(text) else context
+    example = Counter(it.xpath for _, it, _ in values).most_common(1)[0][0]
+    matched = [m for m in (match(pattern, it.text) for _, it, _ in values[:200]) if m]
+    rules: list[FieldRuleValue] = []
+    hole = -1
+    prefix: list[str] = []
+    for token in pattern:
+        if token is not None:
+            prefix.append(token)
+            continue
+        hole += 1
+        label = label_text(join_tokens(prefix))
+        prefix = []
+        if not has_letter(label):
+            label = f"{context} {label}".strip() if context else label
+        found = [m[hole] for m in matched if m[hole]]
+        if not found:
+            continue
+        parts = _parts(found)
+        kinds: list[str] = []
+        if parts:
+            for p, kind in enumerate(parts):
+                vals = [s[p][1] for v in found if len(s := typed_segments(v)) == len(parts)]
+                kinds.append(kind if kind in ("date", "money") else _majority_type(vals))
+        else:
+            kinds.append(_majority_type(found))
+        for p, kind in enumerate(kinds):
+            rules.append(
+                FieldRuleValue(
+                    xpath=example,
+                    type=kind,
+                    label=label,
+                    anchor=st.anchor,
+                    rank=st.rank,
+                    until=st.until,
+                    path=slot.path,
+                    ordinal=slot.ordinal,
+                    segment=slot.segment,
+                    pattern=pattern,
+                    hole=hole,
+                    parts=parts,
+                    part=p,
+                )
+            )
+    return rules, context
+
+
+def _stretch_rules(
+    st: _Stretch, stretch_list: list[tuple[str, list[Item]]], k: int
+) -> list[FieldRuleValue]:
+    if len({u for u, _ in stretch_list}) < k:
+        return []
+    row_path = _row_path(stretch_list)
+    slots: dict[Slot, list[tuple[str, Item, int]]] = {}
+    cut = len(row_path)
+    for user, items in stretch_list:
+        before, rows, after = segment(items, row_path)
+        _collect(slots, 0, before, user, 0)
+        for row in rows:
+            _collect(slots, 1, row, user, cut)
+        _collect(slots, 2, after, user, 0)
+    order = sorted(
+        slots, key=lambda s: (s.segment, sum(p for _, _, p in slots[s]) / len(slots[s]), s)
+    )
+    start = label_text(st.anchor) if has_letter(st.anchor) else ""
+    block = label_text(st.header[0]) if len(st.header) >= 2 else start
+    rules: list[FieldRuleValue] = []
+    row_rules: list[FieldRuleValue] = []
+    context, row_context = start, block  # the nearest fixed text so far (rows: in the row)
+    for slot in order:
+        if slot.segment == 1:
+            got, row_context = _slot_rules(st, slot, slots[slot], k, row_context)
+            row_rules.extend(got)
+        else:
+            got, context = _slot_rules(st, slot, slots[slot], k, context)
+            rules.extend(got)
+    if len(st.header) >= 2 and len(st.header) == len(row_rules):  # a column header each
+        row_rules = [
+            r if r.label not in ("", block) else replace(r, label=label_text(h))
+            for r, h in zip(row_rules, st.header, strict=True)
+        ]
+    out = [replace(r, row_path=row_path) for r in rules]
+    out += [replace(r, row_path=row_path, block=block) for r in row_rules]
+    return sorted(out, key=lambda r: r.segment)  # before the block, its rows, after it
+
+
+def form_field_rules(emails: Sequence[ClusterEmail], k: int) -> tuple[FieldRuleValue, ...]:
+    """The field rules of a cluster (>= k distinct recipients; see the module's steps)."""
+    docs = [(e.user, items_of(e.texts)) for e in _spread(emails, MAX_FORM_EMAILS)]
+    if not docs:
+        return ()
+    anchors = _anchors(docs, k)
+    rank = {a: i + 1 for i, a in enumerate(anchors)}
+    by_rank: dict[int, list[tuple[str, list[Item]]]] = defaultdict(list)
+    for user, items in docs:
+        for r, stretch in stretches(items, rank).items():
+            by_rank[r].append((user, stretch))
+    empty = {r for r, got in by_rank.items() if sum(map(len, (s for _, s in got))) < len(got) / 2}
+    rules: list[FieldRuleValue] = []
+    for r in sorted(by_rank):
+        header = [anchors[r - 1]] if r else []
+        j = r - 1
+        while j >= 1 and j in empty:
+            header.insert(0, anchors[j - 1])
+            j -= 1
+        st = _Stretch(
+            anchors[r - 1] if r else "", r, anchors[r] if r < len(anchors) else "", tuple(header)
+        )
+        rules.extend(_stretch_rules(st, by_rank[r], k))
+        if len(rules) >= MAX_RULES:
+            break
+    return tuple(rules[:MAX_RULES])

@@ -1,0 +1,191 @@
+"""An email as a template's field rules read it: text items, stretches after anchors, rows.
+
+Each text piece of an email (an element's direct text, cut at child elements such as
+``<br>``: `fingerprint.PIECE_SEP`) is one *item*. A template's anchors (fixed texts, see
+`extraction`) cut the items into *stretches*, one after each anchor; the longest run of
+anchors in the template's order is kept (a longest increasing subsequence), so a fixed
+text that also turns up elsewhere moves nothing. A stretch with a repeated block is three
+segments: items before the block, one row per repetition of its row element, items after.
+
+`extract` (annotation) reads an email's fields and rows by a template's version-2 rules:
+the same items, stretches and segments as formation saw, each slot's holes by its pattern.
+Pure and bounded (`MAX_ITEMS` items per email); it runs on the event loop per AnnotateEmail.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
+
+from server.templates.fingerprint import PIECE_SEP
+from server.templates.model import Extracted, ExtractedBlock, FieldRuleValue
+from server.templates.spans import HOLE, match, typed_segments
+from server.templates.values import normalize
+
+__all__ = ["MAX_ITEMS", "Item", "Slot", "extract", "items_of", "segment", "stretches"]
+
+MAX_ITEMS = 1_500
+"""Items read per email."""
+_INDEX = re.compile(r"\[\d+\]")
+
+
+class Item(NamedTuple):
+    """One text piece of an email: its node's indexed XPath, index-free path and text."""
+
+    xpath: str
+    plain: str
+    text: str
+
+
+def items_of(texts: Iterable[tuple[str, str]]) -> list[Item]:
+    """An email's text nodes as items, each direct-text piece its own (at most `MAX_ITEMS`)."""
+    out: list[Item] = []
+    for xpath, text in texts:
+        plain = _INDEX.sub("", xpath)
+        for piece in text.split(PIECE_SEP) if PIECE_SEP in text else (text,):
+            out.append(Item(xpath, plain, piece))
+        if len(out) >= MAX_ITEMS:
+            return out[:MAX_ITEMS]
+    return out
+
+
+def _lis(ranks: Sequence[int]) -> list[int]:
+    """Indices of a longest strictly increasing subsequence of `ranks` (patience sorting)."""
+    tails: list[int] = []  # index of the least tail of each length
+    prev = [-1] * len(ranks)
+    for i, r in enumerate(ranks):
+        lo, hi = 0, len(tails)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if ranks[tails[mid]] < r:
+                lo = mid + 1
+            else:
+                hi = mid
+        prev[i] = tails[lo - 1] if lo else -1
+        if lo == len(tails):
+            tails.append(i)
+        else:
+            tails[lo] = i
+    out: list[int] = []
+    i = tails[-1] if tails else -1
+    while i >= 0:
+        out.append(i)
+        i = prev[i]
+    return out[::-1]
+
+
+def stretches(items: Sequence[Item], rank: dict[str, int]) -> dict[int, list[Item]]:
+    """The items after each anchor (by rank; 0 = before the first) up to the next anchor."""
+    found = [(i, rank[it.text]) for i, it in enumerate(items) if it.text in rank]
+    kept = [found[j] for j in _lis([r for _, r in found])]
+    out: dict[int, list[Item]] = {}
+    start, current = 0, 0
+    for i, r in kept:
+        out[current] = list(items[start:i])
+        start, current = i + 1, r
+    out[current] = list(items[start:])
+    return out
+
+
+def segment(
+    items: Sequence[Item], row_path: str
+) -> tuple[list[Item], list[list[Item]], list[Item]]:
+    """A stretch as (items before the block, its rows, items after it)."""
+    if not row_path:
+        return list(items), [], []
+    depth = row_path.count("/")
+    prefix = row_path + "/"
+    rows: dict[str, list[Item]] = {}
+    parent: str | None = None
+    first = last = -1
+    for i, it in enumerate(items):
+        if it.plain != row_path and not it.plain.startswith(prefix):
+            continue
+        steps = it.xpath.split("/", depth + 1)
+        par = "/".join(steps[:depth])
+        if parent is None:
+            parent = par
+        if par == parent:
+            rows.setdefault("/".join(steps[: depth + 1]), []).append(it)
+            first = i if first < 0 else first
+            last = i
+    if first < 0:
+        return list(items), [], []
+    return list(items[:first]), list(rows.values()), list(items[last + 1 :])
+
+
+class Slot(NamedTuple):
+    """A text slot of a stretch: its segment (0 before the block, 1 a row, 2 after it),
+    index-free path (in a row: relative to the row element) and ordinal on that path."""
+
+    segment: int
+    path: str
+    ordinal: int
+
+
+def _read(rules: Sequence[FieldRuleValue], it: Item, order: str, out: list[Extracted]) -> None:
+    """The fields of one slot's item, by the slot's pattern."""
+    holes = match(rules[0].pattern, it.text)
+    if holes is None:
+        if rules[0].pattern.count(HOLE) != 1:
+            return
+        holes = [it.text.strip()]  # the fixed words changed: the whole text is the value
+    for r in rules:
+        value = holes[r.hole] if r.hole < len(holes) else ""
+        if value and r.parts:
+            segs = typed_segments(value)
+            if tuple(kind for kind, _ in segs) == r.parts:
+                value = segs[r.part][1]
+            elif r.part:
+                value = ""
+        if value:
+            out.append(Extracted(it.xpath, value, r.type, normalize(value, r.type, order), r.label))
+
+
+def _apply(
+    index: dict[Slot, list[FieldRuleValue]], seg: int, items: Sequence[Item], cut: int, order: str
+) -> list[Extracted]:
+    out: list[Extracted] = []
+    seen: dict[str, int] = {}
+    for it in items:
+        path = it.plain[cut:]
+        o = seen.get(path, 0)
+        seen[path] = o + 1
+        rules = index.get(Slot(seg, path, o))
+        if rules:
+            _read(rules, it, order, out)
+    return out
+
+
+def extract(
+    rules: Sequence[FieldRuleValue], texts: Sequence[tuple[str, str]], order: str
+) -> tuple[tuple[Extracted, ...], tuple[ExtractedBlock, ...]]:
+    """An email's fields and repeated blocks by a template's (version-2) rules."""
+    by_rank: dict[int, dict[Slot, list[FieldRuleValue]]] = {}
+    rank: dict[str, int] = {}
+    for rule in rules:
+        slot = Slot(rule.segment, rule.path, rule.ordinal)
+        by_rank.setdefault(rule.rank, {}).setdefault(slot, []).append(rule)
+        if rule.rank:
+            rank[rule.anchor] = rule.rank
+        if rule.until:
+            rank.setdefault(rule.until, rule.rank + 1)
+    found = stretches(items_of(texts), rank)
+    fields: list[Extracted] = []
+    blocks: list[ExtractedBlock] = []
+    for r in sorted(by_rank):
+        stretch = found.get(r)
+        if stretch is None:
+            continue
+        index = by_rank[r]
+        first = next(iter(index.values()))[0]
+        before, rows, after = segment(stretch, first.row_path)
+        fields.extend(_apply(index, 0, before, 0, order))
+        if any(s.segment == 1 for s in index):
+            cut = len(first.row_path)
+            got = [row for row in (_apply(index, 1, row, cut, order) for row in rows) if row]
+            if got:
+                blocks.append(ExtractedBlock(first.block, tuple(tuple(row) for row in got)))
+        fields.extend(_apply(index, 2, after, 0, order))
+    return tuple(fields), tuple(blocks)

@@ -1,0 +1,77 @@
+"""The extraction figures' arithmetic on hand-made annotations."""
+
+from __future__ import annotations
+
+import pytest
+
+from loadtest.figures.templates_extraction import (
+    Annotated,
+    Generated,
+    by_source,
+    date_iso,
+    money_amount,
+    worst,
+)
+
+GEN = [
+    ("name", "Ines Müller", "", False),
+    ("brand", "Nordic Home", "", True),
+    ("total", "$1,234.50", "", False),
+    ("date", "February 25, 2026", "", False),
+    ("item", "Desk Lamp", "r1", False),
+    ("price", "$12.00", "r1", False),
+    ("item", "Oak Desk", "r2", False),
+    ("price", "$40.00", "r2", False),
+]
+FIELDS = [
+    ("Hi", "Ines Müller", "name", "Ines Müller"),
+    ("Amount Due", "$1,234.50", "money", "1234.5"),
+    ("", "February 25, 2026 #U1", "date", "2026-02-25"),
+]
+ROWS = [
+    [("Item", "Desk Lamp", "text", "Desk Lamp"), ("Price", "$12.00", "money", "12.0")],
+    # a row mixing two generated rows: its values are not "in their own row"
+    [("Item", "Oak Desk", "text", "Oak Desk"), ("Price", "$12.00", "money", "12.0")],
+]
+
+
+class TestExtractionFigures:
+    def test_shares_per_source(self) -> None:
+        """Inside, whole, money, dates, rows, vertical and personal text, per source."""
+        a = Annotated("packs", GEN, "bill", "bill", FIELDS, ROWS, ("Nordic Home", "Total"))
+        b = ("other", [("code", "AB12CD", "", False)], "account", "other", [], [], ["AB12CD"])
+        (fa, fb) = by_source([b, a])
+        assert (fa.source, fb.source) == ("other", "packs")
+        fa, fb = fb, fa
+        assert fa.values == 7  # the constant brand left out
+        # all but "$40.00" are inside a field; the date is not a whole value
+        assert fa.inside == pytest.approx(6 / 7)
+        assert fa.whole == pytest.approx(5 / 7)
+        assert (fa.money_values, fa.money) == (3, pytest.approx(2 / 3))
+        assert (fa.date_values, fa.dates) == (1, 1.0)
+        # Desk Lamp and $12.00 in row 1 (all from r1); Oak Desk's row mixes r1 and r2
+        assert (fa.row_values, fa.rows) == (4, pytest.approx(2 / 4))
+        assert fa.vertical == 1.0
+        assert fa.personal_in_fixed == 0
+        assert fb.vertical == 0.0
+        assert fb.personal_in_fixed == 1
+        assert fb.money is None
+        assert worst([fa, fb], "vertical") == 0.0
+        assert worst([fa, fb], "money") == pytest.approx(2 / 3)
+
+    def test_money_and_dates_parse(self) -> None:
+        """Amounts with digit groups or a decimal comma; only unambiguous dates by string."""
+        assert money_amount("$1,234.50") == 1234.5
+        assert money_amount("12,50 €") == 12.5
+        assert money_amount("free") is None
+        assert date_iso("Tuesday, 3 March 2026") == "2026-03-03"
+        assert date_iso("25/02/2026") == "2026-02-25"
+        assert date_iso("01/02/2026") == ""
+        assert date_iso("2026-02-25T10:00") == "2026-02-25"
+
+    def test_an_ambiguous_date_counts_with_its_iso_day(self) -> None:
+        """A generated ISO day makes an ambiguous date count (returned right here)."""
+        gen = [Generated("date", "01/02/2026", iso="2026-02-01")]
+        fields = [("Date", "01/02/2026", "date", "2026-02-01")]
+        (f,) = by_source([Annotated("s", gen, "bill", "bill", fields)])
+        assert (f.date_values, f.dates, f.whole) == (1, 1.0, 1.0)

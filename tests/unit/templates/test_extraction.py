@@ -1,0 +1,209 @@
+"""Field extraction: variable spans with labels, rows of repeated blocks, fields after them."""
+
+from __future__ import annotations
+
+import random
+
+from server.templates.extraction import form_field_rules
+from server.templates.fingerprint import parse_structure
+from server.templates.model import (
+    ClusterEmail,
+    Extracted,
+    FieldRuleValue,
+    decode_templates,
+    encode_templates,
+)
+from server.templates.service import fields_of
+from server.templates.spans import build_pattern, match, tokenize
+from server.templates.stretches import items_of
+
+K = 5
+FIRST = ["Ines", "Bob", "Chen", "Dana", "Emil", "Fatima", "Grace", "Hiro", "Jonas", "Lena"]
+LAST = ["Müller", "Garcia", "Okafor", "Nguyen", "Rossi", "Tanaka", "Silva", "Novak", "Berg"]
+STREETS = ["12 Oak Lane", "7 Elm Road", "301 Pine Street", "9 Birch Way", "44 Lake View"]
+CITIES = ["Springfield 10115", "Riverton 22041", "Lakeside 90210", "Hillview 30301"]
+MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August"]
+ITEMS = ["Desk Lamp", "Office Chair", "Oak Desk", "Wool Rug", "Glass Vase", "Bookshelf"]
+
+
+def _name(rng: random.Random) -> str:
+    return f"{rng.choice(FIRST)} {rng.choice(LAST)}"
+
+
+def invoice(rng: random.Random, n_items: int | None = None, *, gift: bool | None = None) -> dict:
+    """One invoice of a vendor: its HTML and the values put into it (the ground truth)."""
+    n = rng.randint(1, 10) if n_items is None else n_items
+    gift = rng.random() < 0.4 if gift is None else gift
+    name, street, city = _name(rng), rng.choice(STREETS), rng.choice(CITIES)
+    number = str(rng.randint(100000, 999999))
+    day, month = rng.randint(1, 28), rng.randrange(8)
+    order = f"U{rng.randint(1000000, 9999999)}"
+    items = [
+        (
+            rng.choice(ITEMS),
+            str(rng.randint(1, 9)),
+            f"${rng.randint(2, 400)}.{rng.randint(0, 99):02d}",
+        )
+        for _ in range(n)
+    ]
+    total = f"${rng.randint(10, 3000)}.{rng.randint(0, 99):02d}"
+    rows = "".join(
+        f'<tr class="item"><td>{i}</td><td>{q}</td><td>{p}</td></tr>' for i, q, p in items
+    )
+    optional = "<p>Gift wrapping included.</p><p>A gift note is enclosed.</p>" if gift else ""
+    html = f"""<html><body><table><tr><td>
+<h1>Nordic Home</h1><p>Hi {name}</p><p>Invoice: {number}</p>
+<p>{MONTHS[month]} {day}, 2026 #{order}</p>
+<div class="addr">Ship to<br>{name}<br>{street}<br>{city}<br>Germany</div>
+{optional}
+<table class="items"><tr><th>Item</th><th>Qty</th><th>Price</th></tr>{rows}</table>
+<p>Amount Due: {total}</p>
+<p>Questions? Reply to this email.</p>
+</td></tr></table></body></html>"""
+    truth = {
+        "name": name,
+        "number": number,
+        "date": f"2026-{month + 1:02d}-{day:02d}",
+        "order": order,
+        "street": street,
+        "city": city,
+        "items": items,
+        "total": total,
+    }
+    return {"html": html, "truth": truth, "subject": f"Your Nordic Home invoice {number}"}
+
+
+def _cluster(n: int, seed: int = 1, users: int | None = None) -> tuple[list[ClusterEmail], list]:
+    rng = random.Random(seed)
+    made = [invoice(rng) for _ in range(n)]
+    emails = [
+        ClusterEmail(
+            f"user-{i % (users or n)}",
+            "billing@nordic.example",
+            m["subject"],
+            parse_structure(m["html"]).texts,
+            0,
+        )
+        for i, m in enumerate(made)
+    ]
+    return emails, made
+
+
+def _by_label(fields: tuple[Extracted, ...]) -> dict[str, list[Extracted]]:
+    out: dict[str, list[Extracted]] = {}
+    for f in fields:
+        out.setdefault(f.label, []).append(f)
+    return out
+
+
+class TestSpans:
+    def test_patterns_keep_typed_values_whole(self) -> None:
+        """Fixed tokens are common to every value; a date is one token, never cut at 2026."""
+        p = build_pattern([tokenize(v) for v in ("Hi Ines Müller,", "Hi Bob,", "Hi Ann Lee,")])
+        assert p == ("Hi", None, ",")
+        assert match(p, "Hi Zoe Quinn,") == ["Zoe Quinn"]
+        dates = ["February 25, 2026 #U6689717", "March 3, 2026 #U1", "May 1, 2025 #X9"]
+        p = build_pattern([tokenize(v) for v in dates])
+        assert p == (None, "#", None)
+        assert match(p, "June 2, 2026 #AB12") == ["June 2, 2026", "AB12"]
+        assert match(("Invoice", ":", None), "Receipt 12") is None
+
+    def test_address_block_pieces_are_items(self) -> None:
+        """An element's <br>-separated pieces are separate items (one text node, one path)."""
+        texts = parse_structure("<div>Ship to<br>Ines Müller<br>12 Oak Lane</div>").texts
+        assert [it.text for it in items_of(texts)] == ["Ship to", "Ines Müller", "12 Oak Lane"]
+        assert len(texts) == 1
+
+
+class TestExtraction:
+    def test_spans_labels_types_rows_and_fields_after_the_block(self) -> None:
+        """Each value is its span, labelled by the fixed text introducing it; line items are
+        rows; the amount due after 1..10 rows and after an optional block is found."""
+        emails, _ = _cluster(40)
+        rules = form_field_rules(emails, K)
+        rng = random.Random(99)
+        for n_items, gift in ((1, False), (10, True), (4, True), (7, False)):
+            probe = invoice(rng, n_items, gift=gift)
+            texts = parse_structure(probe["html"]).texts
+            fields, blocks = fields_of(rules, texts, "")
+            truth = probe["truth"]
+            got = _by_label(fields)
+            assert [f.value for f in got["Hi"]] == [truth["name"]]
+            assert got["Hi"][0].type == "name"
+            assert [(f.value, f.type) for f in got["Invoice"]] == [(truth["number"], "number")]
+            assert "" not in got  # every field has a label
+            dated = [f for f in fields if f.type == "date"]
+            assert [(f.value.split(" ")[0], f.normalized) for f in dated] == [
+                (MONTHS[int(truth["date"][5:7]) - 1], truth["date"])
+            ]
+            # No fixed words before the date in its node: the nearest fixed text node.
+            assert dated[0].label == "Nordic Home"
+            ids = [f for f in fields if f.value == truth["order"]]
+            assert len(ids) == 1
+            assert (ids[0].type, ids[0].label) == ("id", "Nordic Home #")
+            ship = got["Ship to"]
+            assert [f.value for f in ship] == [truth["name"], truth["street"], truth["city"]]
+            due = got["Amount Due"]
+            assert [(f.value, f.type, f.normalized) for f in due] == [
+                (truth["total"], "money", str(float(truth["total"][1:])))
+            ]
+            assert len(blocks) == 1
+            assert blocks[0].label == "Item"
+            rows = [[(f.label, f.value) for f in row] for row in blocks[0].rows]
+            assert rows == [[("Item", i), ("Qty", q), ("Price", p)] for i, q, p in truth["items"]]
+            prices = [row[2] for row in blocks[0].rows]
+            assert all(p.type == "money" for p in prices)
+            assert not any("Gift" in f.value for f in fields)
+
+    def test_rules_hold_only_text_of_k_recipients(self) -> None:
+        """Every fixed string a rule records (anchor, label, pattern token) is held by >= k
+        distinct recipients' emails; no value of fewer recipients is in any rule."""
+        emails, made = _cluster(24, seed=3, users=6)
+        rules = form_field_rules(emails, K)
+        assert rules
+        holders: dict[str, set[str]] = {}
+        for e in emails:
+            text = " ".join(t.replace("\x1f", " ") for _, t in e.texts)
+            for r in rules:
+                for s in (r.anchor, r.label, r.until, *(t for t in r.pattern if t)):
+                    if s and all(w in text for w in s.split()):
+                        holders.setdefault(s, set()).add(e.user)
+        for r in rules:
+            for s in (r.anchor, r.label, r.until, *(t for t in r.pattern if t)):
+                assert not s or len(holders.get(s, ())) >= K, s
+        values = {m["truth"]["name"] for m in made} | {m["truth"]["order"] for m in made}
+        blob = repr(rules)
+        assert not any(v in blob for v in values)
+
+    def test_fewer_than_k_recipients_form_no_rules(self) -> None:
+        """A cluster of 20 emails from 4 recipients forms no field rule (k = 5)."""
+        emails, _ = _cluster(20, seed=4, users=4)
+        assert form_field_rules(emails, K) == ()
+
+    def test_rules_round_trip_and_version_one_still_annotates(self) -> None:
+        """Version-2 rules survive the stored form; a version-1 template (rules [xpath,
+        type]) still decodes and annotates the whole text node as before."""
+        import json
+
+        import zstandard
+
+        from server.templates.model import TemplateValue
+
+        emails, _ = _cluster(30, seed=5)
+        rules = form_field_rules(emails, K)
+        t = TemplateValue("t", "s", (1,), 5, 30, "bill", ("a",), "", rules, 9, "loom", ("a",))
+        assert decode_templates(encode_templates([t])) == [t]
+        xpath = "/html[0]/body[0]/table[0]/tbody[0]/tr[0]/td[0]/div[0]"
+        v1 = [1, [["t", "s", [1], 5, 30, "bill", ["a"], "", [[xpath, "text"]], 9, "loom", []]]]
+        data = zstandard.ZstdCompressor().compress(json.dumps(v1).encode())
+        (old,) = decode_templates(data)
+        assert old.field_rules == (FieldRuleValue(xpath, "text"),)
+        assert old.field_rules[0].legacy
+        probe = invoice(random.Random(6), 2)
+        fields, blocks = fields_of(old.field_rules, parse_structure(probe["html"]).texts, "")
+        assert blocks == ()
+        (f,) = fields
+        assert f.xpath == xpath
+        assert f.value.startswith("Ship to ")
+        assert probe["truth"]["street"] in f.value
+        assert "\x1f" not in f.value
