@@ -28,7 +28,9 @@ __all__ = [
     "juicer_batch",
     "owns",
     "pairwise_quality",
+    "per_source",
     "templates_reaching_k",
+    "worst_source",
 ]
 
 
@@ -100,6 +102,47 @@ def held_out_quality(
         least_recipients=min((n for _, n in formed), default=0),
         recall_repeated=recall_within(repeated),
         recall_optional=recall_within(optional),
+    )
+
+
+Row = tuple[str, str, bool]
+"""(true label, annotated template id or "", is noise) of one email."""
+
+
+def per_source(
+    train: Sequence[Row],
+    fresh: Sequence[Row],
+    formed: Sequence[tuple[str, int, str]],
+    repeated: set[str],
+    optional: set[str],
+    source_of: dict[str, str],
+) -> dict[str, HeldOut]:
+    """The held-out figures of each source alone (leave-one-source-out's measure).
+
+    `formed` is (template id, distinct recipients, sender) of every formed template and
+    `source_of` maps a true label and a sender to its source; human emails are in every
+    source's rows (a source's figures count the human emails it templated: none may be).
+    A source's pairs never meet another's (senders differ), so its precision and recall are
+    those of its own emails.
+    """
+    out: dict[str, HeldOut] = {}
+    for source in sorted(set(source_of.values())):
+
+        def mine(rows: Sequence[Row], source: str = source) -> list[Row]:
+            return [r for r in rows if r[2] or source_of.get(r[0]) == source]
+
+        own = [(tid, n) for tid, n, sender in formed if source_of.get(sender) == source]
+        rows = mine(fresh)
+        if any(not noise for _, _, noise in rows):
+            out[source] = held_out_quality(mine(train), rows, own, repeated, optional)
+    return out
+
+
+def worst_source(figures: dict[str, HeldOut]) -> str:
+    """The source whose weaker of precision and recall is lowest (ties: more unformed)."""
+    return min(
+        figures,
+        key=lambda s: (min(figures[s].precision, figures[s].recall), -len(figures[s].unformed)),
     )
 
 

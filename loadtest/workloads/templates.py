@@ -50,11 +50,14 @@ from loom.v1 import templates_pb2, templates_pb2_grpc
 from loadtest.baselines.fingerprint_floor import cpu_floor
 from loadtest.corpora.email_corpus import LabeledEmail, build_corpus, describe, real_templates
 from loadtest.corpora.synthetic_emails import SyntheticEmail, ZipfStream, instantiate
+from loadtest.figures.templates_extraction import Annotated, by_source
 from loadtest.figures.templates_quality import (
     held_out_quality,
     juicer_batch,
     owns,
+    per_source,
     templates_reaching_k,
+    worst_source,
 )
 from loadtest.harness import Harness
 from loadtest.recorder import LatencyRecorder
@@ -117,6 +120,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seda-emails", type=int, default=6_000)
     parser.add_argument(
         "--per-template", type=int, default=25, help="quality: training emails per template"
+    )
+    parser.add_argument(
+        "--subjects",
+        choices=("name", "real", "sender"),
+        default="sender",
+        help="quality: the emails' subjects: from the template's name, the source's own, or "
+        "one per sender (the subject then tells no template from another)",
     )
     parser.add_argument(
         "--cpu-batch",
@@ -428,22 +438,28 @@ async def _annotate(
     stub: templates_pb2_grpc.TemplateInductionStub,
     emails: Sequence[LabeledEmail],
     protos: Sequence[templates_pb2.Email],
+    replies: list[templates_pb2.AnnotateEmailResponse] | None = None,
 ) -> list[tuple[str, str, bool]]:
     rows = []
     for e, proto in zip(emails, protos, strict=True):
         reply = await stub.AnnotateEmail(templates_pb2.AnnotateEmailRequest(email=proto))
         rows.append((e.label, reply.template_id, e.noise))
+        if replies is not None:
+            replies.append(reply)
     return rows
 
 
-async def _list_all(stub: templates_pb2_grpc.TemplateInductionStub) -> list[tuple[str, int]]:
-    out: list[tuple[str, int]] = []
+async def _list_all(
+    stub: templates_pb2_grpc.TemplateInductionStub,
+) -> list[tuple[str, int, str]]:
+    """(id, distinct recipients, sender) of every template."""
+    out: list[tuple[str, int, str]] = []
     token = ""
     while True:
         page = await stub.ListTemplates(
             templates_pb2.ListTemplatesRequest(page_size=1000, page_token=token)
         )
-        out.extend((t.template_id, t.distinct_recipients) for t in page.templates)
+        out.extend((t.template_id, t.distinct_recipients, t.sender) for t in page.templates)
         token = page.next_page_token
         if not token:
             return out
@@ -455,8 +471,13 @@ async def _quality(harness: Harness, args: argparse.Namespace) -> None:
     then annotate `--fresh` new instances of every template (and fresh human emails)."""
     sources = real_templates()
     corpus = build_corpus(
-        sources, per_template=args.per_template, fresh=args.fresh, humans=args.humans
+        sources,
+        per_template=args.per_template,
+        fresh=args.fresh,
+        humans=args.humans,
+        subjects=args.subjects,
     )
+    source_of = {t.label: t.package for t in sources} | {t.sender: t.package for t in sources}
     train = [e for e in corpus if not e.held_out]
     fresh = [e for e in corpus if e.held_out]
     kinds = {t.label: describe(t) for t in sources}
@@ -493,10 +514,50 @@ async def _quality(harness: Harness, args: argparse.Namespace) -> None:
             await submit_all(stub, protos(train), batch=args.batch, concurrency=2)
             await settle(stub)
             train_rows = await _annotate(stub, train, protos(train))
-            fresh_rows = await _annotate(stub, fresh, protos(fresh))
+            replies: list[templates_pb2.AnnotateEmailResponse] = []
+            fresh_rows = await _annotate(stub, fresh, protos(fresh), replies)
             formed = await _list_all(stub)
-        q = held_out_quality(train_rows, fresh_rows, formed, repeated, optional)
+        q = held_out_quality(
+            train_rows, fresh_rows, [(t, n) for t, n, _ in formed], repeated, optional
+        )
         harness.report.add_figure(f"quality.{scheme}", dataclasses.asdict(q))
+        sourced = per_source(train_rows, fresh_rows, formed, repeated, optional, source_of)
+        harness.report.add_figure(
+            f"quality.{scheme}.per_source",
+            {name: dataclasses.asdict(figures) for name, figures in sourced.items()},
+        )
+        harness.report.add_figure(f"quality.{scheme}.worst_source", worst_source(sourced))
+        if scheme == "loom":
+            _extraction_figures(harness, fresh, replies)
+
+
+def _fields(fields: Sequence[templates_pb2.ExtractedField]) -> list[tuple[str, str, str, str]]:
+    return [(f.label, f.value, f.type, f.normalized) for f in fields]
+
+
+def _extraction_figures(
+    harness: Harness,
+    fresh: Sequence[LabeledEmail],
+    replies: Sequence[templates_pb2.AnnotateEmailResponse],
+) -> None:
+    """What the held-out template instances' fields held, against what their generator put
+    in, per source (`loadtest.figures.templates_extraction`)."""
+    annotated = [
+        Annotated(
+            e.package,
+            [(v.name, v.value, v.row, v.constant) for v in e.values],
+            e.vertical,
+            reply.vertical,
+            _fields(reply.fields),
+            [_fields(row.fields) for block in reply.blocks for row in block.rows],
+            list(reply.fixed_text),
+        )
+        for e, reply in zip(fresh, replies, strict=True)
+        if not e.noise and reply.template_id
+    ]
+    harness.report.add_figure(
+        "extraction.per_source", {f.source: dataclasses.asdict(f) for f in by_source(annotated)}
+    )
 
 
 async def run(args: argparse.Namespace, harness: Harness) -> None:

@@ -1,0 +1,151 @@
+"""Leave one source out: ``python -m loadtest.benches.templates_loso [--json OUT]``.
+
+The clustering's thresholds (annotation's match share, the split rules' presence and own
+text share) are chosen on the real-template corpus's other sources and measured on the
+source left out, for every source in turn; the report gives each source's figures under
+the thresholds chosen without it, and the worst source. A threshold that only holds on
+the material it was chosen on shows up here as a bad left-out figure.
+
+The online service is replayed in one process, with its own functions: the training
+emails arrive in the corpus's order, each row forms at k distinct recipients and re-forms
+each time its recipients grow by `rows.GROWTH` (Algorithm 2 with Loom's growth rule, as
+`server/templates/rows.py` decides), and the held-out instances are annotated with
+`schemes.match_template` against the row's last templates. `python -m loadtest templates
+--phases quality` runs the same protocol through a real server with the defaults.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from loadtest.corpora.email_corpus import LabeledEmail, build_corpus, real_templates
+from loadtest.figures.templates_quality import pairwise_quality
+from server.templates.grouping import GroupingParams
+from server.templates.model import ClusterEmail, EmailIn, Parsed, TemplateValue
+from server.templates.rows import GROWTH
+from server.templates.schemes import SchemeParams, form_templates, match_template
+from server.templates.tokens import email_hashes
+from server.templates.work import fingerprint_batch
+
+__all__ = ["GRID", "SourceFigures", "choose", "main", "replay"]
+
+GRID = tuple(
+    SchemeParams(match=m, grouping=GroupingParams(present=pr, min_own_share=share))
+    for m, pr, share in itertools.product((0.7, 0.8, 0.9), (0.85, 0.9), (0.05, 0.1, 0.2))
+)
+"""The thresholds a fold chooses among (the service's defaults are one of them)."""
+
+
+@dataclass(frozen=True)
+class SourceFigures:
+    """One source's held-out figures under one choice of thresholds."""
+
+    precision: float
+    recall: float
+    templates_per_true: float
+    unformed: int
+    true_templates: int
+
+    @property
+    def floor(self) -> float:
+        """The weaker of precision and recall: what a fold maximises the worst of."""
+        return min(self.precision, self.recall)
+
+
+def replay(
+    emails: Sequence[LabeledEmail], parsed: Sequence[Parsed | None], p: SchemeParams, k: int
+) -> dict[str, SourceFigures]:
+    """The online service replayed over `emails` (training, then held-out): per source."""
+    rows: dict[bytes, list[ClusterEmail]] = defaultdict(list)
+    users: dict[bytes, set[str]] = defaultdict(set)
+    formed: dict[bytes, list[TemplateValue]] = {}
+    formed_users: dict[bytes, int] = {}
+    for e, pr in zip(emails, parsed, strict=True):
+        if e.held_out or pr is None:
+            continue
+        key = pr.keys[0]
+        rows[key].append(ClusterEmail(e.recipient, e.sender, e.subject, pr.texts, 0))
+        users[key].add(e.recipient)
+        n, last = len(users[key]), formed_users.get(key, 0)
+        if (not last and n >= k) or (last and n >= max(last + k, GROWTH * last)):
+            formed[key] = form_templates(key, rows[key], k, 0, p, None, formed.get(key, ()))
+            formed_users[key] = n
+    fresh: dict[str, list[tuple[str, str, bool]]] = defaultdict(list)
+    for e, pr in zip(emails, parsed, strict=True):
+        if not e.held_out or pr is None or e.noise:
+            continue
+        match, _ = match_template(formed.get(pr.keys[0], []), email_hashes(e.subject, pr.texts), p)
+        fresh[e.package].append((e.label, match.template_id if match else "", False))
+    out = {}
+    for source, got in fresh.items():
+        q = pairwise_quality(got)
+        labels = {label for label, _, _ in got}
+        owner: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        for label, tid, _ in got:
+            if tid:
+                owner[tid][label] += 1
+        owned = {max(c, key=lambda x: c[x]) for c in owner.values()}
+        out[source] = SourceFigures(
+            round(q.precision, 3),
+            round(q.recall, 3),
+            round(len(owner) / len(labels), 3),
+            len(labels - owned),
+            len(labels),
+        )
+    return out
+
+
+def choose(table: dict[int, dict[str, SourceFigures]], left_out: str) -> int:
+    """The grid index whose worst source, the left-out one excluded, is best."""
+    return max(
+        table,
+        key=lambda i: (
+            min(f.floor for s, f in table[i].items() if s != left_out),
+            -sum(f.unformed for s, f in table[i].items() if s != left_out),
+            i == GRID.index(SchemeParams()),
+        ),
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Runs every grid point over the corpus, then every fold; prints and writes the report."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--subjects", choices=("name", "real", "sender"), default="sender")
+    parser.add_argument("--k", type=int, default=5)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    corpus = build_corpus(real_templates(), subjects=args.subjects)
+    parsed = fingerprint_batch(
+        [EmailIn("", e.sender, "", e.subject, e.html, 0) for e in corpus], SchemeParams()
+    )
+    table = {i: replay(corpus, parsed, p, args.k) for i, p in enumerate(GRID)}
+    default = GRID.index(SchemeParams())
+    folds = {}
+    for source in sorted(table[default]):
+        i = choose(table, source)
+        folds[source] = {
+            "chosen": {
+                "match": GRID[i].match,
+                "present": GRID[i].grouping.present,
+                "min_own_share": GRID[i].grouping.min_own_share,
+            },
+            "held_out": vars(table[i][source]),
+            "defaults": vars(table[default][source]),
+        }
+    worst = min(folds, key=lambda s: SourceFigures(**folds[s]["held_out"]).floor)
+    report = {"subjects": args.subjects, "k": args.k, "folds": folds, "worst_source": worst}
+    for source, fold in folds.items():
+        print(f"{source:40s} chosen {fold['chosen']} held out {fold['held_out']}")
+    print("worst source:", worst, folds[worst]["held_out"])
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
