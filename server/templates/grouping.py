@@ -25,7 +25,9 @@ from one template's variants:
    those out rather than folding them in keeps the formed template's core its own.
 
 Candidate sides are the email sets of the row's tokens (a template's own text, an optional
-block, a subject's words). The best split (the most own text on its weaker side) is taken
+block, a subject's words); a side inside a bigger candidate that splits off itself waits
+for it (an optional block inside its template), one inside text that splits nothing off
+(a footer line most templates of the row share) does not. The best split (the most own text on its weaker side) is taken
 and each side divided again until none divides; a part with >= k distinct recipients is a
 template, the others wait. Tokens are counted by class (tokens found in exactly the same
 emails) with emails as the bits of an int, so hundreds of emails with thousands of tokens
@@ -199,12 +201,26 @@ class _Divider:
     def _best_split(self, g: int) -> int | None:
         """The side A of the best valid split of `g` into A and g - A, or None."""
         classes = self._local(g)
-        # Text found in a strict superset of A (and not everywhere) makes A a part of a
-        # bigger side: an optional block inside its template, a template inside a family
-        # of templates sharing a paragraph. Only maximal sides are candidates.
+        # Text found in a strict superset W of A (and not everywhere) makes A a part of a
+        # bigger side when W is a side itself: an optional block inside its template, a
+        # template inside a family of templates sharing a paragraph; W splits first. Text
+        # in a W that is no side of its own (a footer line most templates of the row have,
+        # a sentence one sibling has in some emails) makes A part of nothing.
         wider = [c.mask for c in classes if c.kind == "text" and c.weight >= self.p.min_own]
         best: tuple[float, int] | None = None
         tried: set[int] = set()
+        sides: dict[int, bool] = {}
+
+        def is_side(w: int) -> bool:
+            """Whether W would split from the rest of `g` itself (cached)."""
+            if w not in sides:
+                sides[w] = (
+                    w.bit_count() >= self.k
+                    and self._score(classes, w, g & ~w) > 0
+                    and self.recipients(w) >= self.k
+                )
+            return sides[w]
+
         for candidate in classes:
             a = candidate.mask
             # A side is a template's own text (several tokens in exactly its emails) or its
@@ -215,7 +231,7 @@ class _Divider:
             if a == g or a in tried or a.bit_count() < self.k:
                 continue
             tried.add(a)
-            if any(w not in (a, g) and w & a == a for w in wider):
+            if any(w not in (a, g) and w & a == a and is_side(w) for w in wider):
                 continue
             score = self._score(classes, a, g & ~a)
             if score and (best is None or score > best[0]) and self.recipients(a) >= self.k:

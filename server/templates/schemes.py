@@ -247,27 +247,56 @@ def match_template(
 
     The score is the share of the template's signature the email contains (1.0 for a
     paper-scheme row, which holds one template). None when no template reaches `p.match`.
-    Among the templates that reach it, the one with the most of its signature in the email
-    wins: a template of the row's shared layout (a signature the others all contain) holds
-    all of its few tokens in every email of the row, while the email's own template, which
-    it may match at 0.9 for a missing optional block, holds many more.
+    Among the templates that reach it, the one whose *own* tokens (its signature less every
+    other template's of the row) the email holds most of wins, then the one with the most
+    of its signature in the email. A sibling sharing the row's layout may reach the
+    threshold on the layout alone (its own sentences are a fifth of its signature), and a
+    template of the shared layout alone (no own tokens) holds all of its few tokens in every
+    email of the row; the email's own template holds its own sentences.
     """
     if not templates:
         return None, 0.0
     if p.scheme == "paper":
         return templates[0], 1.0
     best: TemplateValue | None = None
-    best_rank = (0, 0.0)
+    best_rank = (0.0, 0, 0.0)
     top = 0.0
-    for t in templates:
+    own = _own_hashes(templates)
+    for t, mine in zip(templates, own, strict=True):
         size = len(t.signature)
         if not size:  # no k-anonymous text to recognise it by
             continue
         found = len(signature_hashes(t.signature) & tokens)
         score = found / size
         top = max(top, score)
-        if score >= p.match and (found, score) > best_rank:
-            best, best_rank = t, (found, score)
+        if score < p.match:
+            continue
+        rank = (len(mine & tokens) / len(mine) if mine else 0.0, found, score)
+        if rank > best_rank:
+            best, best_rank = t, rank
     if best is None:
         return None, top
-    return best, best_rank[1]
+    return best, best_rank[2]
+
+
+_OWN: dict[tuple[tuple[str, int], ...], list[frozenset[int]]] = {}
+_OWN_CACHE = 4096
+
+
+def _own_hashes(templates: Sequence[TemplateValue]) -> list[frozenset[int]]:
+    """Each template's own tokens: its signature less every other template's of the row.
+
+    Cached per row formation (ids and formation times), so annotation pays for it once.
+    """
+    key = tuple((t.template_id, t.created_at_ms) for t in templates)
+    found = _OWN.get(key)
+    if found is None:
+        sigs = [signature_hashes(t.signature) for t in templates]
+        found = []
+        for i, sig in enumerate(sigs):
+            others = frozenset().union(*(x for j, x in enumerate(sigs) if j != i))
+            found.append(sig - others)
+        if len(_OWN) >= _OWN_CACHE:
+            _OWN.clear()
+        _OWN[key] = found
+    return found

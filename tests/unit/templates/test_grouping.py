@@ -159,3 +159,30 @@ class TestSplitRules:
         loose = GroupingParams(min_own=1, min_own_share=0.0)
         groups = group_emails(self._sigs(texts), [f"u{i}" for i in range(20)], K, loose)
         assert len(groups) == 2
+
+
+class TestWiderText:
+    def test_a_footer_most_siblings_share_keeps_none_together(self) -> None:
+        """Four siblings end with a footer line the fifth lacks, and the fifth holds no text
+        of its own that k recipients share. The footer splits nothing off by itself (two
+        tokens, less than a tenth of the layout), so it must not hold the four siblings it
+        covers together: each of them still splits from the rest. Gitea's notifications were
+        one template this way."""
+        layout = [f"layout {i} words" for i in range(40)]
+        footer = ["^ --- .", "--- . $"]
+        sigs: list[frozenset[str]] = []
+        users: list[str] = []
+        labels: list[int] = []
+        for t in range(5):
+            for n in range(10):
+                own = [f"own{t} sentence {i}" for i in range(5)]
+                if t == 4:  # the fifth's text is personal: no token k recipients share
+                    own = []
+                sigs.append(frozenset(layout + own + (footer if t < 4 else [])))
+                users.append(f"u{t}-{n}")
+                labels.append(t)
+        groups = group_emails(sigs, users, K)
+        # No group holds two of the four siblings (the fifth, with no text of its own to
+        # tell it by, may stay with one of them).
+        assert all(len({labels[i] for i in g} - {4}) == 1 for g in groups)
+        assert len(groups) >= 4

@@ -148,3 +148,21 @@ class TestMatching:
         assert found is not None
         assert found.template_id == "own"
         assert score == 0.9
+
+    def test_a_sibling_matched_on_the_layout_alone_loses(self) -> None:
+        """A sibling whose signature is mostly the shared layout reaches the threshold on an
+        email of the other template (32 of its 40 tokens); the email's own template, smaller,
+        holds its own sentences and wins."""
+        p = SchemeParams()
+        layout = tuple(f"l{i} m{i} n{i}" for i in range(32))
+        mine = (*layout[:16], *(f"x{i} y{i} z{i}" for i in range(4)))
+        sibling = (*layout, *(f"s{i} t{i} u{i}" for i in range(8)))
+        templates = [
+            TemplateValue(
+                "sib", "s", (1,), 5, 5, "other", (), "", (), 0, "loom", signature=sibling
+            ),
+            TemplateValue("own", "s", (1,), 5, 5, "other", (), "", (), 0, "loom", signature=mine),
+        ]
+        found, _ = match_template(templates, signature_hashes((*layout, *mine)), p)
+        assert found is not None
+        assert found.template_id == "own"
