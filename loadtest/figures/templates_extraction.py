@@ -5,7 +5,8 @@ annotated email: its source, the values its generator put into it, the true and 
 vertical, the returned fields and rows (and fixed text). Per source (`by_source`):
 
 - ``inside``    non-constant generated values found inside some returned field (or row field)
-- ``whole``     ... found as some field's whole value (both stripped)
+- ``whole``     ... found as some field's whole value (both stripped of space and of
+                sentence punctuation around them: ``orbit stone.`` is ``orbit stone``)
 - ``money``     generated money values returned as type ``money`` whose normalized amount
                 is the generated amount (a field holding the value)
 - ``dates``     generated dates returned as type ``date`` normalised to the generated day
@@ -14,6 +15,8 @@ vertical, the returned fields and rows (and fixed text). Per source (`by_source`
 - ``rows``      values of repeated blocks (row id not "") found in a returned row all of
                 whose values come from that same generated row
 - ``vertical``  emails whose returned vertical is the true one
+- ``invisible``  generated values the email's visible text does not hold (a link's address):
+                not counted in the shares above, since no text field can return them
 - ``personal_in_fixed``  (email, non-constant value) pairs whose value appears in the
                 returned fixed text (values of 4+ characters as a substring, shorter ones
                 as a whole fixed text): must be 0
@@ -67,6 +70,9 @@ class Annotated(NamedTuple):
     fields: Sequence[Field]
     rows: Sequence[Sequence[Field]] = ()
     fixed_text: Sequence[str] = ()
+    text: str = ""
+    """The email's visible text (its text nodes); when given, a generated value it does not
+    hold (a link's address, an attribute) is not counted: no text field can return it."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +92,8 @@ class ExtractionFigures:
     rows: float | None
     vertical: float | None
     personal_in_fixed: int
+    invisible: int = 0
+    """Generated values not in the email's visible text (not counted above)."""
 
 
 _MONEY = re.compile(r"^-?(?:[$€£¥]\s?-?\d|(?:USD|EUR|GBP)\s?\d)|\d\s?(?:USD|EUR|GBP|[$€£])$")
@@ -136,6 +144,12 @@ def _gen(g: tuple[str, str, str, bool] | Generated) -> Generated:
     return g if isinstance(g, Generated) else Generated(*g)
 
 
+def _bare(value: str) -> str:
+    """A value without surrounding space and sentence punctuation: a generated sentence's
+    closing full stop is the template's fixed text as much as the value's."""
+    return " ".join(value.split()).strip(".,;:!? ")
+
+
 def _from_row(value: str, row_values: Sequence[str]) -> bool:
     v = value.strip()
     return bool(v) and any(v in g or g in v for g in row_values)
@@ -143,7 +157,7 @@ def _from_row(value: str, row_values: Sequence[str]) -> bool:
 
 def figures(source: str, emails: Sequence[Annotated]) -> ExtractionFigures:
     """The figures of one source's annotated emails."""
-    values = inside = whole = money_n = money_ok = dates_n = dates_ok = 0
+    values = inside = whole = money_n = money_ok = dates_n = dates_ok = invisible = 0
     rows_n = rows_ok = vertical_ok = personal = 0
     for e in emails:
         vertical_ok += e.vertical == e.true_vertical
@@ -153,14 +167,19 @@ def figures(source: str, emails: Sequence[Annotated]) -> ExtractionFigures:
         for g in gens:
             if g.row and g.value.strip():
                 by_row.setdefault(g.row, []).append(g.value.strip())
+        visible = " ".join(e.text.split())
         for g in gens:
-            v = g.value.strip()
+            v = " ".join(g.value.split())
             if g.constant or not v:
                 continue
+            if visible and v not in visible:
+                invisible += 1
+                continue
             values += 1
-            holding = [f for f in all_fields if v in f[1]]
+            bare = _bare(v)
+            holding = [f for f in all_fields if bare in f[1]]
             inside += bool(holding)
-            whole += any(f[1].strip() == v for f in all_fields)
+            whole += any(_bare(f[1]) == bare for f in all_fields)
             if _MONEY.search(v):
                 money_n += 1
                 amount = money_amount(v)
@@ -177,7 +196,7 @@ def figures(source: str, emails: Sequence[Annotated]) -> ExtractionFigures:
                 rows_n += 1
                 mates = by_row[g.row]
                 rows_ok += any(
-                    any(v in f[1] for f in row) and all(_from_row(f[1], mates) for f in row)
+                    any(bare in f[1] for f in row) and all(_from_row(f[1], mates) for f in row)
                     for row in e.rows
                 )
             personal += any((v in t) if len(v) >= 4 else (v == t.strip()) for t in e.fixed_text)
@@ -195,6 +214,7 @@ def figures(source: str, emails: Sequence[Annotated]) -> ExtractionFigures:
         rows=_share(rows_ok, rows_n),
         vertical=_share(vertical_ok, len(emails)),
         personal_in_fixed=personal,
+        invisible=invisible,
     )
 
 

@@ -72,6 +72,7 @@ from loadtest.traffic.templates_calls import (
     to_proto,
     until_processed,
 )
+from server.templates.fingerprint import PIECE_SEP, parse_structure
 from server.templates.schemes import SchemeParams
 from storage.engines import TEMPLATE_STORES
 
@@ -535,6 +536,11 @@ def _fields(fields: Sequence[templates_pb2.ExtractedField]) -> list[tuple[str, s
     return [(f.label, f.value, f.type, f.normalized) for f in fields]
 
 
+def _visible(html: str) -> str:
+    """An email's visible text (what a text field could hold)."""
+    return " ".join(text for _, text in parse_structure(html).texts).replace(PIECE_SEP, " ")
+
+
 def _extraction_figures(
     harness: Harness,
     fresh: Sequence[LabeledEmail],
@@ -551,6 +557,7 @@ def _extraction_figures(
             _fields(reply.fields),
             [_fields(row.fields) for block in reply.blocks for row in block.rows],
             list(reply.fixed_text),
+            _visible(e.html),
         )
         for e, reply in zip(fresh, replies, strict=True)
         if not e.noise and reply.template_id

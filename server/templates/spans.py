@@ -58,11 +58,11 @@ _TIME = r"\d{1,2}:\d{2}(?::\d{2})?(?:\s?(?i:[ap]\.?m\.?)(?!\w))?"
 _TOKEN = re.compile(
     rf"(?P<date>{_DATE})"
     rf"|(?P<money>{_MONEY})"
-    r"|(?P<url>(?:https?://|www\.)\S+)"
+    r"|(?P<url>(?:https?://|www\.)\S*[^\s.,!?;:)\]\"”])"
     rf"|(?P<time>{_TIME})"
     r"|(?P<number>-?\d{1,3}(?:,\d{3})+(?:\.\d+)?)"
-    r"|(?P<word>[^\s#:;,()\[\]|\"“”]+)"
-    r"|(?P<punct>[#:;,()\[\]|\"“”])"
+    r"|(?P<word>[^\s#:;,()\[\]|\"“”]*[^\s#:;,()\[\]|\"“”.!?])"
+    r"|(?P<punct>[#:;,()\[\]|\"“”.!?])"
 )
 _TYPED = frozenset({"date", "money", "time", "url"})
 _NO_SPACE_BEFORE = frozenset(',.:;)]!?”"')

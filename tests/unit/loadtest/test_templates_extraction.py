@@ -75,3 +75,19 @@ class TestExtractionFigures:
         fields = [("Date", "01/02/2026", "date", "2026-02-01")]
         (f,) = by_source([Annotated("s", gen, "bill", "bill", fields)])
         assert (f.date_values, f.dates, f.whole) == (1, 1.0, 1.0)
+
+    def test_invisible_values_and_closing_stops(self) -> None:
+        """A value the email's text does not hold (a link's address) is not counted; a
+        generated sentence's closing stop does not make a field's value another."""
+        e = Annotated(
+            "s",
+            [("link", "https://x.example/1", "", False), ("within", "orbit stone.", "", False)],
+            "account",
+            "account",
+            [("This link will expire in", "orbit stone", "text", "")],
+            text="Use this link. This link will expire in orbit stone.",
+        )
+        (f,) = by_source([e])
+        assert f.invisible == 1
+        assert f.values == 1
+        assert f.whole == 1.0

@@ -108,6 +108,24 @@ class TestSpans:
         assert match(p, "June 2, 2026 #AB12") == ["June 2, 2026", "AB12"]
         assert match(("Invoice", ":", None), "Receipt 12") is None
 
+    def test_a_closing_stop_is_fixed_text_not_the_value(self) -> None:
+        """A sentence's closing punctuation is its own token, so the fixed full stop after a
+        value stays out of it; a full stop inside a word or an address is kept."""
+        values = ("This link expires in 2 days.", "This link expires in one hour.")
+        p = build_pattern([tokenize(v) for v in values])
+        assert p == ("This", "link", "expires", "in", None, ".")
+        assert match(p, "This link expires in orbit stone.") == ["orbit stone"]
+        assert [t.text for t in tokenize("Welcome ines.578@mail.example!")] == [
+            "Welcome",
+            "ines.578@mail.example",
+            "!",
+        ]
+        assert [t.text for t in tokenize("Visit https://a.example/x.")] == [
+            "Visit",
+            "https://a.example/x",
+            ".",
+        ]
+
     def test_address_block_pieces_are_items(self) -> None:
         """An element's <br>-separated pieces are separate items (one text node, one path)."""
         texts = parse_structure("<div>Ship to<br>Ines Müller<br>12 Oak Lane</div>").texts
