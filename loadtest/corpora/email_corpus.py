@@ -244,6 +244,7 @@ def value_for(name: str, rng: random.Random, constants: dict[str, str], order: s
     return " ".join(rng.choice(_WORDS) for _ in range(rng.randint(1, 3)))
 
 
+_DIGIT_RUN = re.compile(r"(?<![\w@.])\(?\d(?:[\d\-.()/ ]*\d)?(?![\w@])")
 _ROW_RUN = re.compile(r"((<tr>\s*(?:<td>[^<]*</td>\s*)+</tr>)\s*)(?:\2\s*)+")
 _DIGITS = re.compile(r">([^<]*\d[^<]*)<")
 _EMAIL = re.compile(r"[\w.]+@[\w.]+\.\w+")
@@ -324,7 +325,10 @@ def _static(source: str, rng: random.Random, choices: Choices, record: Record) -
         if m.group(1) in kept or any(k in m.group(1) for k in kept if "@" in k):
             return m.group(0)
         text = re.sub(r"\d", lambda _: str(rng.randint(0, 9)), m.group(1))
-        found.append(("text", html_lib.unescape(text).strip(), ""))
+        # The values are the redrawn digit runs (a phone number, a postcode), not the text
+        # around them, which every instance shares.
+        for run in _DIGIT_RUN.findall(html_lib.unescape(text)):
+            found.append(("number", run, ""))
         return f">{text}<"
 
     html = _DIGITS.sub(digits, html)

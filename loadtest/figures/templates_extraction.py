@@ -13,7 +13,8 @@ vertical, the returned fields and rows (and fixed text). Per source (`by_source`
                 (a field holding the value; a date whose day the string alone cannot tell,
                 ``01/02/2026``, counts only when its ISO day is given)
 - ``rows``      values of repeated blocks (row id not "") found in a returned row all of
-                whose values come from that same generated row
+                whose values come from that same generated row (its outermost repetition,
+                for a block nested in another)
 - ``vertical``  emails whose returned vertical is the true one
 - ``invisible``  generated values the email's visible text does not hold (a link's address):
                 not counted in the shares above, since no text field can return them
@@ -144,6 +145,13 @@ def _gen(g: tuple[str, str, str, bool] | Generated) -> Generated:
     return g if isinstance(g, Generated) else Generated(*g)
 
 
+def _outer(row: str) -> str:
+    """The outermost repetition of a generated row (``comments#2/replies#1`` ->
+    ``comments#2``): a returned row is one repetition of the outer block, holding its inner
+    block's values too."""
+    return row.split("/", 1)[0]
+
+
 def _bare(value: str) -> str:
     """A value without surrounding space and sentence punctuation: a generated sentence's
     closing full stop is the template's fixed text as much as the value's."""
@@ -163,10 +171,10 @@ def figures(source: str, emails: Sequence[Annotated]) -> ExtractionFigures:
         vertical_ok += e.vertical == e.true_vertical
         all_fields = [*e.fields, *(f for row in e.rows for f in row)]
         gens = [_gen(g) for g in e.generated]
-        by_row: dict[str, list[str]] = {}
+        by_row: dict[str, list[str]] = {}  # by outermost repetition
         for g in gens:
             if g.row and g.value.strip():
-                by_row.setdefault(g.row, []).append(g.value.strip())
+                by_row.setdefault(_outer(g.row), []).append(g.value.strip())
         visible = " ".join(e.text.split())
         for g in gens:
             v = " ".join(g.value.split())
@@ -194,7 +202,7 @@ def figures(source: str, emails: Sequence[Annotated]) -> ExtractionFigures:
                     dates_ok += any(f[2] == "date" and f[3] == iso for f in holding)
             if g.row:
                 rows_n += 1
-                mates = by_row[g.row]
+                mates = by_row[_outer(g.row)]
                 rows_ok += any(
                     any(bare in f[1] for f in row) and all(_from_row(f[1], mates) for f in row)
                     for row in e.rows

@@ -60,9 +60,10 @@ _TOKEN = re.compile(
     rf"|(?P<money>{_MONEY})"
     r"|(?P<url>(?:https?://|www\.)\S*[^\s.,!?;:)\]\"”])"
     rf"|(?P<time>{_TIME})"
-    r"|(?P<number>-?\d{1,3}(?:,\d{3})+(?:\.\d+)?)"
-    r"|(?P<word>[^\s#:;,()\[\]|\"“”]*[^\s#:;,()\[\]|\"“”.!?])"
-    r"|(?P<punct>[#:;,()\[\]|\"“”.!?])"
+    r"|(?P<number>-?\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?=[-\u2013][^\W\d]))"
+    r"|(?P<word>[^\s#:;,()\[\]|\"“”•·\u2013\u2014@]*[^\s#:;,()\[\]|\"“”•·\u2013\u2014.!?@]"
+    r"(?:@[^\s#:;,()\[\]|\"“”•·@]*[^\s#:;,()\[\]|\"“”•·@.!?])?)"
+    r"|(?P<punct>[#:;,()\[\]|\"“”.!?•·\u2013\u2014@-])"
 )
 _TYPED = frozenset({"date", "money", "time", "url"})
 _NO_SPACE_BEFORE = frozenset(',.:;)]!?”"')
@@ -215,8 +216,9 @@ def has_letter(text: str) -> bool:
 
 
 def label_text(text: str) -> str:
-    """`text` as a label: trailing ``:``/``-`` dropped, at most its last ~60 characters."""
-    text = text.strip().rstrip(":;,-\u2013|=>").strip()
+    """`text` as a label: trailing ``:``/``-`` and an opening quote dropped, at most its
+    last ~60 characters."""
+    text = text.strip().rstrip(":;,-\u2013|=>\"'“\u2018«(").strip()
     if len(text) > _LABEL_CHARS:
         cut = text[-_LABEL_CHARS:]
         text = cut.split(" ", 1)[1] if " " in cut else cut

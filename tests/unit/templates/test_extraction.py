@@ -120,6 +120,15 @@ class TestSpans:
             "ines.578@mail.example",
             "!",
         ]
+        assert [t.text for t in tokenize("@Ava Kim • 12-year member")] == [
+            "@",
+            "Ava",
+            "Kim",
+            "•",
+            "12",
+            "-year",
+            "member",
+        ]
         assert [t.text for t in tokenize("Visit https://a.example/x.")] == [
             "Visit",
             "https://a.example/x",
