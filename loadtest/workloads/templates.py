@@ -27,7 +27,11 @@ Every server is a real ``loom serve`` (SQLite, or ``--store bigtable``) configur
   (paper, loom): train on `--per-template` instances of every template and one-off human
   emails, then annotate `--fresh` new instances; pairwise precision/recall, templates
   formed per true template, true templates never formed, noise templated, the fewest
-  recipients of a formed template, recall within templates with repeated / optional blocks.
+  recipients of a formed template, recall within templates with repeated / optional blocks;
+  each source's figures and the worst source; the extraction table per source.
+- ``annotate``: AnnotateEmail with the field extraction, `--callers` concurrent callers over
+  the held-out instances of a server trained on the real-template corpus, against the
+  in-process floor of the same work (parse, match, read the fields), interleaved per round.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 
 import grpc
+import numpy as np
 from grpc_health.v1 import health_pb2_grpc
 from loom.v1 import templates_pb2, templates_pb2_grpc
 
@@ -73,7 +78,11 @@ from loadtest.traffic.templates_calls import (
     until_processed,
 )
 from server.templates.fingerprint import PIECE_SEP, parse_structure
-from server.templates.schemes import SchemeParams
+from server.templates.model import ClusterEmail, EmailIn
+from server.templates.schemes import SchemeParams, form_templates, match_template
+from server.templates.service import fields_of
+from server.templates.tokens import email_hashes
+from server.templates.work import fingerprint_batch
 from storage.engines import TEMPLATE_STORES
 
 __all__ = ["add_arguments", "run"]
@@ -567,10 +576,115 @@ def _extraction_figures(
     )
 
 
+def _annotation_floor(
+    train: Sequence[LabeledEmail], fresh: Sequence[LabeledEmail], k: int, repeats: int
+) -> float:
+    """Emails/s of what annotating one email takes, in one process, no server: parse and
+    fingerprint, match the row's templates, read the fields. The templates are formed from
+    the same training emails by the same functions (each row's emails at once)."""
+    params = SchemeParams()
+    rows: dict[bytes, list[ClusterEmail]] = {}
+    for e, parsed in zip(train, fingerprint_batch(_inputs(train), params), strict=True):
+        if parsed is not None:
+            rows.setdefault(parsed.keys[0], []).append(
+                ClusterEmail(e.recipient, e.sender, e.subject, parsed.texts, 0)
+            )
+    formed = {key: form_templates(key, row, k, 0, params) for key, row in rows.items()}
+    inputs = _inputs(fresh)
+    best = 0.0
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for one in inputs:
+            (parsed,) = fingerprint_batch([one], params)
+            if parsed is None:
+                continue
+            tokens = email_hashes(one.subject, parsed.texts)
+            template, _ = match_template(formed.get(parsed.keys[0], []), tokens, params)
+            if template is not None:
+                fields_of(template.field_rules, parsed.texts, template.date_format)
+        best = max(best, len(inputs) / (time.perf_counter() - t0))
+    return best
+
+
+def _inputs(emails: Sequence[LabeledEmail]) -> list[EmailIn]:
+    return [EmailIn(e.email_id, e.sender, "", e.subject, e.html, 0) for e in emails]
+
+
+async def _annotate_rate(
+    stub: templates_pb2_grpc.TemplateInductionStub,
+    protos: Sequence[templates_pb2.Email],
+    callers: int,
+) -> tuple[float, LatencyRecorder]:
+    rec = LatencyRecorder()
+    queue = list(protos)
+
+    async def caller() -> None:
+        while queue:
+            proto = queue.pop()
+            t0 = time.perf_counter()
+            await stub.AnnotateEmail(templates_pb2.AnnotateEmailRequest(email=proto))
+            rec.record(time.perf_counter() - t0)
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(caller() for _ in range(callers)))
+    return len(protos) / (time.perf_counter() - t0), rec
+
+
+async def _annotation(harness: Harness, args: argparse.Namespace) -> None:
+    """AnnotateEmail's rate with the extraction, against the in-process floor of the same
+    work, interleaved round by round (`--repeats`): calls/s, p50/p99, ratio per round."""
+    corpus = build_corpus(real_templates(), per_template=args.per_template, fresh=args.fresh)
+    train = [e for e in corpus if not e.held_out]
+    fresh = [e for e in corpus if e.held_out and not e.noise]
+    protos = [to_proto(e.email_id, e.sender, e.recipient, e.subject, e.html) for e in fresh]
+    rounds = []
+    async with (
+        harness.server(
+            extra_args=["--templates-store", args.store], env=_env(args, _TUNED)
+        ) as target,
+        harness.channel(target, options=[("grpc.max_send_message_length", 64 << 20)]) as channel,
+    ):
+        stub = templates_pb2_grpc.TemplateInductionStub(channel)
+        await submit_all(stub, _protos_of(train), batch=args.batch, concurrency=2)
+        await settle(stub)
+        await _annotate_rate(stub, protos[:200], args.callers)  # warm
+        for _ in range(args.repeats):
+            floor = _annotation_floor(train, fresh, args.k, 1)
+            rate, rec = await _annotate_rate(stub, protos, args.callers)
+            ms = rec.samples_ms()
+            rounds.append(
+                {
+                    "floor_per_s": round(floor, 1),
+                    "calls_per_s": round(rate, 1),
+                    "ratio": round(rate / floor, 3),
+                    "p50_ms": round(float(np.percentile(ms, 50)), 2),
+                    "p99_ms": round(float(np.percentile(ms, 99)), 2),
+                }
+            )
+    harness.report.add_figure("annotate.rounds", rounds)
+    ratios = [r["ratio"] for r in rounds]
+    harness.report.add_figure(
+        "annotate.summary",
+        {
+            "emails": len(protos),
+            "callers": args.callers,
+            "ratio_median": round(statistics.median(ratios), 3),
+            "ratio_worst": min(ratios),
+            "calls_per_s_median": statistics.median(r["calls_per_s"] for r in rounds),
+            "p99_ms_median": statistics.median(r["p99_ms"] for r in rounds),
+        },
+    )
+
+
+def _protos_of(emails: Sequence[LabeledEmail]) -> list[templates_pb2.Email]:
+    return [to_proto(e.email_id, e.sender, e.recipient, e.subject, e.html) for e in emails]
+
+
 async def run(args: argparse.Namespace, harness: Harness) -> None:
     """Runs the chosen phases in order."""
     phases = {
         "quality": _quality,
+        "annotate": _annotation,
         "throughput": _throughput,
         "delay": _delay,
         "juicer": _juicer,
