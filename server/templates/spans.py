@@ -13,6 +13,7 @@ value, patterns folded over at most a sample of values.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -80,8 +81,12 @@ class Token(NamedTuple):
     end: int
 
 
-def tokenize(text: str) -> list[Token]:
-    """The tokens of `text` (at most `MAX_TOKENS`), whitespace between them dropped."""
+@functools.lru_cache(maxsize=65_536)
+def tokenize(text: str) -> tuple[Token, ...]:
+    """The tokens of `text` (at most `MAX_TOKENS`), whitespace between them dropped.
+
+    Cached: a template's fixed texts recur in every email of a cluster and of annotation.
+    """
     out: list[Token] = []
     for m in _TOKEN.finditer(text):
         kind = m.lastgroup or "word"
@@ -90,7 +95,7 @@ def tokenize(text: str) -> list[Token]:
         out.append(Token(m.group(), kind, m.start(), m.end()))
         if len(out) == MAX_TOKENS:
             break
-    return out
+    return tuple(out)
 
 
 def _lcs(a: Sequence[str], b: Sequence[str]) -> list[str]:
