@@ -6,7 +6,7 @@ import statistics
 from collections import Counter
 
 from loadtest.corpora.synthetic_emails import ZipfStream
-from loadtest.figures.templates_quality import pairwise_quality
+from loadtest.figures.templates_quality import pairwise_quality, per_source, worst_source
 
 
 class TestZipfStream:
@@ -38,3 +38,27 @@ class TestPairwiseQuality:
         assert q.recall == 1 / 3
         assert q.noise_templated == 1
         assert q.templates == 2
+
+
+class TestPerSource:
+    def test_each_source_alone_and_the_worst(self) -> None:
+        """A source's figures count its own emails (and the human ones): one source's
+        merged siblings do not lower another's precision; the worst is the lowest floor."""
+        source_of = {"a/x": "A", "a/y": "A", "b/z": "B", "sa": "A", "sb": "B"}
+        train = [("a/x", "t1", False), ("a/y", "t1", False), ("b/z", "t2", False)] * 3
+        fresh = [
+            ("a/x", "t1", False),
+            ("a/x", "t1", False),
+            ("a/y", "t1", False),
+            ("a/y", "t1", False),
+            ("b/z", "t2", False),
+            ("b/z", "t2", False),
+            ("h/1", "", True),
+        ]
+        formed = [("t1", 5, "sa"), ("t2", 6, "sb")]
+        got = per_source(train, fresh, formed, set(), set(), source_of)
+        assert got["B"].precision == 1.0
+        assert got["A"].precision == 0.333  # x-x, y-y true of the six pairs predicted (rounded)
+        assert got["A"].unformed == ["a/y"]
+        assert got["A"].least_recipients == 5
+        assert worst_source(got) == "A"
