@@ -1,0 +1,26 @@
+"""Leave one source out: a fold's thresholds are chosen without the source it measures."""
+
+from __future__ import annotations
+
+from loadtest.benches.templates_loso import GRID, SourceFigures, choose
+from server.templates.schemes import SchemeParams
+
+
+def _f(p: float, r: float) -> SourceFigures:
+    return SourceFigures(p, r, 1.0, 0, 5)
+
+
+class TestChoose:
+    def test_the_left_out_source_plays_no_part(self) -> None:
+        """Grid point 0 is best for A alone, 1 for the others: leaving A out chooses 1, and
+        leaving B out chooses by the worst of A and C."""
+        table = {
+            0: {"A": _f(1.0, 1.0), "B": _f(0.5, 1.0), "C": _f(0.9, 0.9)},
+            1: {"A": _f(0.2, 1.0), "B": _f(0.9, 1.0), "C": _f(0.95, 0.95)},
+        }
+        assert choose(table, "A") == 1
+        assert choose(table, "B") == 0  # worst of A, C: 0.9 at 0 against 0.2 at 1
+
+    def test_the_service_defaults_are_a_grid_point(self) -> None:
+        """The defaults the server runs with are among the choices every fold weighs."""
+        assert SchemeParams() in GRID
