@@ -27,11 +27,11 @@ from one template's variants:
 Candidate sides are the email sets of the row's tokens (a template's own text, an optional
 block, a subject's words); a side inside a bigger candidate that splits off itself waits
 for it (an optional block inside its template), one inside text that splits nothing off
-(a footer line most templates of the row share) does not. The best split (the most own text on its weaker side) is taken
-and each side divided again until none divides; a part with >= k distinct recipients is a
-template, the others wait. Tokens are counted by class (tokens found in exactly the same
-emails) with emails as the bits of an int, so hundreds of emails with thousands of tokens
-divide in milliseconds.
+(a footer line most templates of the row share) does not. The best split (the most own
+text on its weaker side) is taken and each side divided again until none divides; a part
+with >= k distinct recipients is a template, the others wait. Tokens are counted by class
+(tokens found in exactly the same emails) with emails as the bits of an int: a real row of
+450 emails and 19 templates divides in about 0.1 s.
 """
 
 from __future__ import annotations
