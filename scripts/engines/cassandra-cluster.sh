@@ -221,7 +221,7 @@ node_ready() {
 # ca.pem and its address against the certificate's IP SANs, and talks to one node alone.
 # setup: logs in as loom (a cluster set up before) or else as the default superuser
 # cassandra/cassandra, which a node creates only a moment after it joins, so both are retried
-# until the timeout; replicates system_auth to AUTH_RF nodes of dc1; creates the role loom; reads
+# until the timeout; creates the role loom; replicates system_auth to AUTH_RF nodes of dc1; reads
 # every system_auth table at ALL, whose read repair copies the rows written while system_auth had
 # one replica (the default superuser) to every replica; then logs in as loom on every node.
 # Each step is skipped or harmless when already done, so a restart may run it again.
@@ -289,14 +289,19 @@ def login():
 name, cluster, session = retried("logging in", login)
 try:
     say(f"logged in as {name}")
+    # The role first, while system_auth may still have its one replica: right after the
+    # ALTER, the default superuser's own role is read at QUORUM from replicas not yet
+    # repaired, and a statement may be refused as Unauthorized until a read repairs it.
+    retried(f"creating the role {user}", lambda: session.execute(
+        f"CREATE ROLE IF NOT EXISTS {user} WITH PASSWORD = %s AND LOGIN = true "
+        "AND SUPERUSER = true", (password,)))
     replication = session.execute("SELECT replication FROM system_schema.keyspaces "
                                   "WHERE keyspace_name = 'system_auth'").one().replication
     if dict(replication) != {"class": "org.apache.cassandra.locator.NetworkTopologyStrategy", dc: rf}:
-        session.execute("ALTER KEYSPACE system_auth WITH replication = "
-                        f"{{'class': 'NetworkTopologyStrategy', '{dc}': {rf}}}")
+        retried("replicating system_auth", lambda: session.execute(
+            "ALTER KEYSPACE system_auth WITH replication = "
+            f"{{'class': 'NetworkTopologyStrategy', '{dc}': {rf}}}"))
         say(f"system_auth replicated to {rf} nodes of {dc} (was {dict(replication)})")
-    session.execute(f"CREATE ROLE IF NOT EXISTS {user} WITH PASSWORD = %s AND LOGIN = true "
-                    "AND SUPERUSER = true", (password,))
     tables = session.execute("SELECT table_name FROM system_schema.tables "
                              "WHERE keyspace_name = 'system_auth'")
     for table in [row.table_name for row in tables]:
