@@ -163,7 +163,7 @@ def _env(args: argparse.Namespace, extra: Mapping[str, str]) -> dict[str, str]:
     return env
 
 
-def _protos(emails: Sequence[SyntheticEmail]) -> list[templates_pb2.Email]:
+def _protos(emails: Sequence[SyntheticEmail | LabeledEmail]) -> list[templates_pb2.Email]:
     return [to_proto(e.email_id, e.sender, e.recipient, e.subject, e.html) for e in emails]
 
 
@@ -507,9 +507,6 @@ async def _quality(harness: Harness, args: argparse.Namespace) -> None:
         },
     )
 
-    def protos(emails: Sequence[LabeledEmail]) -> list[templates_pb2.Email]:
-        return [to_proto(e.email_id, e.sender, e.recipient, e.subject, e.html) for e in emails]
-
     for scheme in ("paper", "loom"):
         async with (
             harness.server(
@@ -521,11 +518,11 @@ async def _quality(harness: Harness, args: argparse.Namespace) -> None:
             ) as channel,
         ):
             stub = templates_pb2_grpc.TemplateInductionStub(channel)
-            await submit_all(stub, protos(train), batch=args.batch, concurrency=2)
+            await submit_all(stub, _protos(train), batch=args.batch, concurrency=2)
             await settle(stub)
-            train_rows = await _annotate(stub, train, protos(train))
+            train_rows = await _annotate(stub, train, _protos(train))
             replies: list[templates_pb2.AnnotateEmailResponse] = []
-            fresh_rows = await _annotate(stub, fresh, protos(fresh), replies)
+            fresh_rows = await _annotate(stub, fresh, _protos(fresh), replies)
             formed = await _list_all(stub)
         q = held_out_quality(
             train_rows, fresh_rows, [(t, n) for t, n, _ in formed], repeated, optional
@@ -636,7 +633,7 @@ async def _annotation(harness: Harness, args: argparse.Namespace) -> None:
     corpus = build_corpus(real_templates(), per_template=args.per_template, fresh=args.fresh)
     train = [e for e in corpus if not e.held_out]
     fresh = [e for e in corpus if e.held_out and not e.noise]
-    protos = [to_proto(e.email_id, e.sender, e.recipient, e.subject, e.html) for e in fresh]
+    protos = _protos(fresh)
     rounds = []
     async with (
         harness.server(
@@ -645,7 +642,7 @@ async def _annotation(harness: Harness, args: argparse.Namespace) -> None:
         harness.channel(target, options=[("grpc.max_send_message_length", 64 << 20)]) as channel,
     ):
         stub = templates_pb2_grpc.TemplateInductionStub(channel)
-        await submit_all(stub, _protos_of(train), batch=args.batch, concurrency=2)
+        await submit_all(stub, _protos(train), batch=args.batch, concurrency=2)
         await settle(stub)
         await _annotate_rate(stub, protos[:200], args.callers)  # warm
         for _ in range(args.repeats):
@@ -674,10 +671,6 @@ async def _annotation(harness: Harness, args: argparse.Namespace) -> None:
             "p99_ms_median": statistics.median(r["p99_ms"] for r in rounds),
         },
     )
-
-
-def _protos_of(emails: Sequence[LabeledEmail]) -> list[templates_pb2.Email]:
-    return [to_proto(e.email_id, e.sender, e.recipient, e.subject, e.html) for e in emails]
 
 
 async def run(args: argparse.Namespace, harness: Harness) -> None:
