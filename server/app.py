@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import importlib
 import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from types import ModuleType
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from server.config import ConfigError, MethodPolicy, Settings
+from server import registry
+from server.config import ConfigError, Settings
 from server.runtime.auth import Authenticator
 from server.runtime.health import Health, HealthMonitor
 from server.runtime.interceptor import RpcInterceptor
@@ -26,29 +25,12 @@ from server.runtime.policies import PolicyTable
 from server.runtime.reflection import enable_reflection
 from server.runtime.tls import CertificateReloader, check_tls, is_loopback, server_credentials
 
-__all__ = ["SERVICE_NAMES", "LoomServer", "build_server", "check_startup", "serve"]
+__all__ = ["LoomServer", "build_server", "check_startup", "serve"]
 
 METADATA_LIMIT = 16 * 1024
 """Request metadata (headers, the bearer token among them) accepted per call, bytes."""
 
 _log = get_logger("server")
-
-# The services: each module has SERVICE, POLICIES and mount() (server.runtime.mounting).
-MOUNTS = (
-    "server.threadweaver.mount",
-    "server.summary.mount",
-    "server.inbox.mount",
-    "server.iterator.mount",
-    "server.templates.mount",
-)
-
-SERVICE_NAMES = (
-    "loom.v1.ThreadWeaver",
-    "loom.v1.Iterator",
-    "loom.v1.TemplateInduction",
-    "loom.v1.Inbox",
-    "loom.v1.Summary",
-)
 
 
 DRAIN_REFUSE_S = 0.25
@@ -111,7 +93,7 @@ def _tune_runtime(settings: Settings) -> None:
 
 
 async def _mount_all(
-    server: grpc.aio.Server, settings: Settings, resources: Resources, modules: list[ModuleType]
+    server: grpc.aio.Server, settings: Settings, resources: Resources
 ) -> list[Callable[[], Awaitable[None]]]:
     """Mounts every service (closing what was opened if one fails).
 
@@ -121,9 +103,9 @@ async def _mount_all(
     """
     closers: list[Callable[[], Awaitable[None]]] = []
     try:
-        for module in modules:
-            view = resources.for_service(module.SERVICE)
-            closers += (await module.mount(server, settings, view)).closers
+        for service in registry.SERVICES:
+            view = resources.for_service(service.proto)
+            closers += (await service.mount(server, settings, view)).closers
     except BaseException as exc:
         for close in reversed(closers):
             await close()
@@ -156,12 +138,9 @@ async def build_server(settings: Settings) -> LoomServer:
             host=settings.server.host,
         )
     _tune_runtime(settings)
-    modules: list[ModuleType] = [importlib.import_module(name) for name in MOUNTS]
-    defaults: dict[str, MethodPolicy] = {}
-    for module in modules:
-        defaults.update(module.POLICIES)
     metrics = Metrics()
-    interceptor = RpcInterceptor(PolicyTable(defaults, settings.policies), auth, metrics)
+    policies = PolicyTable(registry.default_policies(), settings.policies)
+    interceptor = RpcInterceptor(policies, auth, metrics)
     server = grpc.aio.server(
         interceptors=[interceptor],
         options=[
@@ -175,11 +154,11 @@ async def build_server(settings: Settings) -> LoomServer:
         ],
     )
     resources = Resources(settings.breaker, metrics)
-    closers = await _mount_all(server, settings, resources, modules)
+    closers = await _mount_all(server, settings, resources)
     health = Health()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     health_name = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
-    enable_reflection(server, (*SERVICE_NAMES, health_name))
+    enable_reflection(server, (*registry.proto_names(), health_name))
     address = f"{settings.server.host}:{settings.server.port}"
     port = server.add_secure_port(address, tls[0]) if tls else server.add_insecure_port(address)
     if port == 0:
@@ -190,7 +169,7 @@ async def build_server(settings: Settings) -> LoomServer:
     if settings.server.metrics_port:
         metrics_port = metrics.serve(settings.server.metrics_host, settings.server.metrics_port)
     await server.start()
-    for name in ("", *SERVICE_NAMES):
+    for name in ("", *registry.proto_names()):
         await health.set(name, health_pb2.HealthCheckResponse.SERVING)
     monitor = HealthMonitor(
         health,

@@ -12,23 +12,20 @@ from typing import Any
 
 import structlog
 
-from server import probe
+from server import probe, registry
 from server.app import check_startup, serve
 from server.config import ConfigError, Settings, load_settings
 from server.portable import cli as data_commands
 from server.processes import serve_workers
 from server.runtime.auth import mint_token
 from server.runtime.logs import configure_logging
-from storage.engines import INBOX_STORES, SUMMARY_STORES, TEMPLATE_STORES, THREAD_STORES, Port
+from storage.engines import Port
 
 __all__ = ["main"]
 
 
-_STORE_FLAGS: tuple[tuple[Port[Any], str], ...] = (
-    (THREAD_STORES, "ThreadWeaver's state"),
-    (SUMMARY_STORES, "Summary's state"),
-    (INBOX_STORES, "Inbox's state"),
-    (TEMPLATE_STORES, "TemplateInduction's state"),
+_STORE_FLAGS: tuple[tuple[Port[Any], str], ...] = tuple(
+    (s.data.port, f"{s.proto.rsplit('.', 1)[-1]}'s state") for s in registry.SERVICES
 )
 """The ports `loom serve` takes an engine flag for (``--inbox-store`` sets
 ``storage.inbox_store``), each offering its port's engines (`storage.engines`)."""

@@ -35,6 +35,7 @@ from typing import Any, Literal, TypeVar
 
 from server.inbox.settings import InboxSettings
 from server.iterator.settings import IteratorSettings
+from server.runtime.policies import MethodPolicy
 from server.summary.settings import SummarySettings
 from server.templates.settings import TemplatesSettings
 from server.threadweaver.settings import ThreadWeaverSettings
@@ -52,7 +53,6 @@ __all__ = [
     "AuthSettings",
     "BreakerSettings",
     "ConfigError",
-    "MethodPolicy",
     "ServerSettings",
     "Settings",
     "load_settings",
@@ -62,23 +62,6 @@ __all__ = [
 class ConfigError(ValueError):
     """A setting that cannot work (a missing file, a key that does not match): the message
     names the setting, and `loom serve` exits non-zero before listening."""
-
-
-@dataclass(frozen=True, slots=True)
-class MethodPolicy:
-    """How one RPC method is bounded."""
-
-    max_concurrency: int = 64
-    """Calls of this method running at once."""
-    max_waiting: int = 64
-    """Calls allowed to wait for a slot; beyond that RESOURCE_EXHAUSTED at once."""
-    max_wait_s: float = 0.5
-    """Longest wait for a slot before RESOURCE_EXHAUSTED."""
-    deadline_s: float = 5.0
-    """Default deadline; a shorter client deadline wins."""
-    scope: str = ""
-    """Token scope the method requires when auth is on (empty: derived from its name,
-    `server.runtime.auth.method_scope`)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,7 +33,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from server.app import SERVICE_NAMES
+from server import registry
 
 __all__ = ["Answer", "add_command", "check", "run"]
 
@@ -78,7 +78,7 @@ def add_command(sub: Any) -> None:
         "--service",
         action="append",
         default=[],
-        help=f"with --ready: only this service (repeat for several; one of {', '.join(SERVICE_NAMES)})",
+        help=f"with --ready: only this service (repeat for several; one of {', '.join(registry.proto_names())})",
     )
     p.add_argument(
         "--target",
@@ -122,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     if args.timeout <= 0:
         print("loom probe: --timeout must be positive", file=sys.stderr)
         return 2
-    services = [""] if args.live else ["", *(args.service or SERVICE_NAMES)]
+    services = [""] if args.live else ["", *(args.service or registry.proto_names())]
     try:
         credentials = _credentials(args)
     except OSError as exc:

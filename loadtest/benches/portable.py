@@ -44,7 +44,7 @@ from server.config import Settings, load_settings
 from server.portable import transfer
 from server.portable.backup import backup
 from server.threadweaver.model import Message
-from server.threadweaver.weaver import ThreadWeaver
+from server.threadweaver.service import ThreadWeaverService
 from storage import factory
 from storage.ports import ThreadKey
 
@@ -157,7 +157,7 @@ async def _threadweaver(args: argparse.Namespace) -> dict[str, Any]:
     corpus = generate(CorpusParams(discussions=args.discussions))
     source = _settings(root / "source")
     store = await factory.open_thread_store(source)
-    weaver = ThreadWeaver(store)
+    weaver = ThreadWeaverService(store)
     messages = [
         Message(ThreadKey(m.gid, m.thread_id), m.rfc_message_id, m.sent_at_ms)
         for m in corpus.messages

@@ -13,10 +13,10 @@ import functools
 import grpc
 from loom.v1 import inbox_pb2, inbox_pb2_grpc
 
-from server.config import MethodPolicy
 from server.inbox import convert
 from server.inbox.service import InboxService
 from server.inbox.settings import InboxSettings
+from server.runtime.policies import MethodPolicy
 
 __all__ = ["POLICIES", "InboxHandler"]
 

@@ -8,14 +8,15 @@ from loom.v1 import inbox_pb2_grpc
 
 from server.config import Settings
 from server.inbox.handler import POLICIES, InboxHandler
+from server.inbox.portable import InboxData
 from server.inbox.service import InboxService
+from server.portable.records import PortableService, ServiceData
 from server.runtime.guard import guard_store
 from server.runtime.mounting import Mounted, Resources
 from storage import factory
+from storage.engines import INBOX_STORES
 
-__all__ = ["POLICIES", "SERVICE", "mount"]
-
-SERVICE = "loom.v1.Inbox"
+__all__ = ["DATA", "POLICIES", "mount"]
 
 
 async def mount(server: grpc.aio.Server, settings: Settings, resources: Resources) -> Mounted:
@@ -41,3 +42,11 @@ async def mount(server: grpc.aio.Server, settings: Settings, resources: Resource
     )
     inbox_pb2_grpc.add_InboxServicer_to_server(InboxHandler(service, settings.inbox), server)
     return Mounted(closers=[store.close, service.stop])
+
+
+async def _open_data(settings: Settings) -> ServiceData:
+    return InboxData(await factory.open_inbox_store(settings), settings.inbox)
+
+
+DATA = PortableService(INBOX_STORES, "inbox.sqlite3", InboxData.kinds, _open_data)
+"""inbox's store as portable records, for `loom dump`, `load` and `diff`."""

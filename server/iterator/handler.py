@@ -12,10 +12,10 @@ from collections.abc import AsyncIterator, Sequence
 import grpc
 from loom.v1 import iterator_pb2, iterator_pb2_grpc
 
-from server.config import MethodPolicy
 from server.iterator import convert
 from server.iterator.service import IteratorService
 from server.iterator.settings import IteratorLevel, IteratorSettings
+from server.runtime.policies import MethodPolicy
 
 __all__ = ["POLICIES", "IteratorHandler"]
 

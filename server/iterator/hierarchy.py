@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterable, Sequence
 
 from server.iterator.settings import IteratorLevel
-from storage.errors import StorageRejected
+from server.runtime.errors import EngineRejected
 from storage.ports import IterationSource, SchemaFacts, SourceLevel
 
 __all__ = ["HierarchyError", "check_levels", "check_reads", "check_schema", "source_levels"]
@@ -145,17 +145,19 @@ def check_schema(levels: Sequence[IteratorLevel], facts: SchemaFacts) -> list[st
 async def check_reads(levels: Sequence[IteratorLevel], source: IterationSource) -> None:
     """Runs every level's reads once (no rows); raises HierarchyError naming the level's
     ``where`` and quoting the database when the database refuses one. Call it after
-    `check_schema`: the names are right by then, so what fails is the condition."""
+    `check_schema`: the names are right by then, so what fails is the condition. `source` is
+    the guarded one (`server.runtime.guard`): a refusal arrives as `EngineRejected`."""
     problems = []
     for i, level in enumerate(levels):
         try:
             await source.check_read(i)
-        except StorageRejected as exc:
+        except EngineRejected as exc:
             if level.where:
                 problems.append(
-                    f"iterator.levels[{i}].where = {level.where!r} fails on the source: {exc}"
+                    f"iterator.levels[{i}].where = {level.where!r} fails on the source: "
+                    f"{exc.reason}"
                 )
             else:
-                problems.append(f"iterator.levels[{i}]: its read fails on the source: {exc}")
+                problems.append(f"iterator.levels[{i}]: its read fails on the source: {exc.reason}")
     if problems:
         raise HierarchyError("; ".join(problems))

@@ -12,18 +12,20 @@ from server.iterator.delivery import Delivery
 from server.iterator.handler import POLICIES, IteratorHandler
 from server.iterator.hierarchy import check_levels, check_reads, check_schema, source_levels
 from server.iterator.jobcache import JobCache
+from server.iterator.portable import JobData
 from server.iterator.queues import LevelQueues
 from server.iterator.service import IteratorService
 from server.iterator.telemetry import register
 from server.iterator.worker import StepWorkers
+from server.portable.records import PortableService, ServiceData
 from server.runtime.guard import guard_store
 from server.runtime.logs import get_logger
 from server.runtime.mounting import Mounted, Resources
 from storage import factory
+from storage.engines import JOB_STORES
 
-__all__ = ["POLICIES", "SERVICE", "mount"]
+__all__ = ["DATA", "POLICIES", "mount"]
 
-SERVICE = "loom.v1.Iterator"
 _log = get_logger("iterator")
 
 
@@ -43,11 +45,12 @@ async def mount(server: grpc.aio.Server, settings: Settings, resources: Resource
         s.source_url, source_levels(s.levels), settings=settings
     )
     closers = [raw_source.close]
+    source = guard_store(raw_source, resources.breaker("iterator-source"))
     try:
         warnings = check_schema(s.levels, await raw_source.schema())
         for warning in warnings:
             _log.warning("iterator hierarchy", warning=warning)
-        await check_reads(s.levels, raw_source)
+        await check_reads(s.levels, source)
         raw_queue = await factory.open_work_queue(settings, [lv.name for lv in s.levels])
         closers.append(raw_queue.close)
         raw_store = await factory.open_job_store(settings)
@@ -56,7 +59,6 @@ async def mount(server: grpc.aio.Server, settings: Settings, resources: Resource
         for close in reversed(closers):
             await close()
         raise
-    source = guard_store(raw_source, resources.breaker("iterator-source"))
     queue = guard_store(raw_queue, resources.breaker(settings.storage.iterator_queue))
     store = guard_store(raw_store, resources.breaker(settings.storage.iterator_state))
     jobs = JobCache(store)
@@ -83,3 +85,11 @@ async def mount(server: grpc.aio.Server, settings: Settings, resources: Resource
     service.start()
     iterator_pb2_grpc.add_IteratorServicer_to_server(IteratorHandler(service, s.levels, s), server)
     return Mounted(closers=[*closers, workers.stop, service.stop])
+
+
+async def _open_data(settings: Settings) -> ServiceData:
+    return JobData(await factory.open_job_store(settings), settings.iterator)
+
+
+DATA = PortableService(JOB_STORES, "iterator-state.sqlite3", JobData.kinds, _open_data)
+"""iterator's store as portable records, for `loom dump`, `load` and `diff`."""

@@ -14,11 +14,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from server import registry
 from server.config import Settings, load_settings
 from server.portable import transfer
 from server.portable.backup import BackupError, backup, restore
 from server.portable.format import MANIFEST, DumpError
-from server.portable.services import SERVICES, ActiveJobs, engine_of
+from server.portable.records import ActiveJobs
 
 __all__ = ["add_commands", "run"]
 
@@ -27,7 +28,7 @@ ALL = "all"
 
 def add_commands(sub: Any) -> None:
     """Adds the data commands to `loom`'s subcommand parser."""
-    services = [*SERVICES, ALL]
+    services = [*registry.portable(), ALL]
     d = sub.add_parser("dump", help="write a service's store (or all) into a portable dump")
     d.add_argument("--service", required=True, choices=services)
     d.add_argument("--out", required=True, type=Path, help="new directory for the dump")
@@ -82,14 +83,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _chosen(service: str) -> list[str]:
-    return list(SERVICES) if service == ALL else [service]
+    return list(registry.portable()) if service == ALL else [service]
 
 
 def _present(service: str, settings: Settings) -> bool:
     """Whether there is a store to read: an embedded one exists only once written."""
-    if engine_of(service, settings) != "sqlite":
+    if registry.by_name(service).data.engine(settings) != "sqlite":
         return True
-    return (Path(settings.sqlite.data_dir) / SERVICES[service].sqlite_file).exists()
+    return (Path(settings.sqlite.data_dir) / registry.by_name(service).data.sqlite_file).exists()
 
 
 def _dump(args: argparse.Namespace) -> int:
@@ -133,7 +134,7 @@ def _migrate(args: argparse.Namespace) -> int:
         moved = asyncio.run(transfer.migrate(service, source, target, verify=not args.no_verify))
         verified = "" if args.no_verify else ", target verified equal"
         print(
-            f"migrated {service} {engine_of(service, source)} -> {engine_of(service, target)}: "
+            f"migrated {service} {registry.by_name(service).data.engine(source)} -> {registry.by_name(service).data.engine(target)}: "
             f"{moved.records} records in {moved.seconds:.1f} s{verified}"
         )
     return 0

@@ -10,7 +10,7 @@ deployment and into another, through a dump directory or directly.
   batch, recording after each batch how far it got in a state file beside the dump, so a
   load killed at any point and run again resumes there (the batch in flight is written
   again, which changes nothing). Loading into a store that already holds data merges, the
-  way each service's data model does (`server.portable.services`).
+  way each service's data model does (``server/<service>/portable.py``).
 - A migration streams from one store into the other with no file between them, then
   compares the two semantically and fails unless they agree.
 """
@@ -27,11 +27,12 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from server import registry
 from server.config import Settings
 from server.portable.backup import snapshot
 from server.portable.format import DumpWriter, OpenedDump, open_dump, read_records
 from server.portable.progress import Progress
-from server.portable.services import PAGE, SERVICES, ServiceData, engine_of, open_service
+from server.portable.records import PAGE, ServiceData
 
 __all__ = ["MigrationDiffers", "Moved", "dump", "load", "migrate"]
 
@@ -53,20 +54,20 @@ class Moved:
 async def _source(service: str, settings: Settings) -> AsyncIterator[tuple[ServiceData, str]]:
     """The store to read, and whether it is a snapshot or a scan: an embedded store is read
     from an online copy (one consistent point in time, the live store keeps serving)."""
-    if engine_of(service, settings) != "sqlite":
-        data = await open_service(service, settings)
+    if registry.by_name(service).data.engine(settings) != "sqlite":
+        data = await registry.by_name(service).data.open(settings)
         try:
             yield data, "scan"
         finally:
             await data.close()
         return
-    live = Path(settings.sqlite.data_dir) / SERVICES[service].sqlite_file
+    live = Path(settings.sqlite.data_dir) / registry.by_name(service).data.sqlite_file
     if not live.exists():
         raise FileNotFoundError(f"{live}: no {service} store (is --data-dir the server's?)")
     with tempfile.TemporaryDirectory(prefix="loom-snapshot-", dir=live.parent) as tmp:
         snapshot(live, Path(tmp) / live.name)
         copy = replace(settings, sqlite=replace(settings.sqlite, data_dir=tmp))
-        data = await open_service(service, copy)
+        data = await registry.by_name(service).data.open(copy)
         try:
             yield data, "snapshot"
         finally:
@@ -86,7 +87,7 @@ async def dump(service: str, settings: Settings, out: Path) -> OpenedDump:
         writer = DumpWriter(
             out,
             service=service,
-            source_engine=engine_of(service, settings),
+            source_engine=registry.by_name(service).data.engine(settings),
             consistency=consistency,
         )
         for kind in data.kinds:
@@ -103,7 +104,7 @@ def check(directory: Path, service: str | None = None) -> OpenedDump:
     """The dump in `directory`, checked whole (see `open_dump`), of `service` when given."""
     kinds = {
         name: {k.name: k.message.DESCRIPTOR.full_name for k in entry.kinds}
-        for name, entry in SERVICES.items()
+        for name, entry in registry.portable().items()
     }
     return open_dump(directory, service=service, kinds=kinds)
 
@@ -111,7 +112,7 @@ def check(directory: Path, service: str | None = None) -> OpenedDump:
 def _state_file(opened: OpenedDump, service: str, settings: Settings) -> Path:
     """Where a load into this target records its progress: beside the dump, one file per
     target (its engine and where it is), so two targets never share one."""
-    engine = engine_of(service, settings)
+    engine = registry.by_name(service).data.engine(settings)
     where = {
         "sqlite": str(Path(settings.sqlite.data_dir).resolve()),
         "cassandra": f"{','.join(settings.cassandra.contact_points)}/{settings.cassandra.keyspace}",
@@ -134,8 +135,8 @@ async def load(opened: OpenedDump, settings: Settings) -> Moved:
         done: dict[str, int] = json.loads(state_path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         done = {}
-    messages = {k.name: k.message for k in SERVICES[service].kinds}
-    data = await open_service(service, settings)
+    messages = {k.name: k.message for k in registry.by_name(service).data.kinds}
+    data = await registry.by_name(service).data.open(settings)
     started = time.monotonic()
     try:
         with Progress(f"load {service}", opened.total) as progress:
@@ -168,7 +169,7 @@ async def migrate(
     """Streams `service`'s store from `source`'s deployment into `target`'s, then compares
     them; `MigrationDiffers` when the target does not answer as the source does."""
     async with _source(service, source) as (data, _):
-        into = await open_service(service, target)
+        into = await registry.by_name(service).data.open(target)
         started = time.monotonic()
         try:
             total = await _count(data)

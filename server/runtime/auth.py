@@ -42,13 +42,6 @@ from server.runtime.errors import PermissionDenied, Unauthenticated
 
 __all__ = ["Authenticator", "method_scope", "mint_token"]
 
-SERVICE_SCOPES = {
-    "loom.v1.ThreadWeaver": "threadweaver",
-    "loom.v1.Iterator": "iterator",
-    "loom.v1.TemplateInduction": "templates",
-    "loom.v1.Inbox": "inbox",
-    "loom.v1.Summary": "summary",
-}
 _LEVELS = ("read", "write", "admin")
 _READ_VERBS = ("Get", "List", "Stream", "Resolve", "Annotate")
 _ADMIN_VERBS = ("Start", "Cancel", "Pause", "Resume", "Update")
@@ -74,12 +67,14 @@ _NIST_CURVES = {
 }
 
 
-def method_scope(method: str, declared: str = "") -> str:
-    """The scope `method` (``loom.v1.Service/Method``) requires."""
+def method_scope(method: str, declared: str = "", prefix: str = "") -> str:
+    """The scope `method` (``loom.v1.Service/Method``) requires: `declared` if set, else
+    ``<prefix>:<level>``, the level from the method's verb. The prefix is the service's short
+    name (`server.registry`); without one, the proto service's name in lower case."""
     if declared:
         return declared
     service, _, name = method.partition("/")
-    prefix = SERVICE_SCOPES.get(service, service.rsplit(".", 1)[-1].lower())
+    prefix = prefix or service.rsplit(".", 1)[-1].lower()
     if name.startswith(_READ_VERBS):
         return f"{prefix}:read"
     if name.startswith(_ADMIN_VERBS):

@@ -3,11 +3,28 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, replace
 
-from server.config import MethodPolicy
 from server.runtime.bulkhead import Bulkhead
 
-__all__ = ["PolicyTable"]
+__all__ = ["MethodPolicy", "PolicyTable"]
+
+
+@dataclass(frozen=True, slots=True)
+class MethodPolicy:
+    """How one RPC method is bounded."""
+
+    max_concurrency: int = 64
+    """Calls of this method running at once."""
+    max_waiting: int = 64
+    """Calls allowed to wait for a slot; beyond that RESOURCE_EXHAUSTED at once."""
+    max_wait_s: float = 0.5
+    """Longest wait for a slot before RESOURCE_EXHAUSTED."""
+    deadline_s: float = 5.0
+    """Default deadline; a shorter client deadline wins."""
+    scope: str = ""
+    """Token scope the method requires when auth is on (empty: derived from its name,
+    `server.runtime.auth.method_scope`)."""
 
 
 class PolicyTable:
@@ -26,10 +43,14 @@ class PolicyTable:
         fallback: MethodPolicy | None = None,
     ) -> None:
         self._defaults = dict(defaults)
-        self._overrides = dict(overrides or {})
-        unknown = set(self._overrides) - set(self._defaults)
+        unknown = set(overrides or {}) - set(self._defaults)
         if unknown:
             raise ValueError(f"policies for unknown methods: {sorted(unknown)}")
+        # An override that names no scope keeps the method's own.
+        self._overrides = {
+            method: p if p.scope else replace(p, scope=self._defaults[method].scope)
+            for method, p in (overrides or {}).items()
+        }
         self._fallback = fallback or MethodPolicy()
         self._bulkheads: dict[str, Bulkhead] = {}
 

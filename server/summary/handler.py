@@ -5,11 +5,11 @@ from __future__ import annotations
 import grpc
 from loom.v1 import summary_pb2, summary_pb2_grpc
 
-from server.config import MethodPolicy
+from server.runtime.policies import MethodPolicy
 from server.summary import convert
 from server.summary.service import SummaryService
 
-__all__ = ["POLICIES", "SummaryServicer"]
+__all__ = ["POLICIES", "SummaryHandler"]
 
 _S = "loom.v1.Summary/"
 # A 10,000-event batch costs a few ms of CPU plus two engine round trips (more under
@@ -20,7 +20,7 @@ POLICIES: dict[str, MethodPolicy] = {
 }
 
 
-class SummaryServicer(summary_pb2_grpc.SummaryServicer):
+class SummaryHandler(summary_pb2_grpc.SummaryServicer):
     """Serves `loom.v1.Summary` from a `SummaryService`."""
 
     def __init__(self, service: SummaryService) -> None:

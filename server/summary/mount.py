@@ -6,16 +6,17 @@ import grpc
 from loom.v1 import summary_pb2_grpc
 
 from server.config import Settings
+from server.portable.records import PortableService, ServiceData
 from server.runtime.guard import guard_store
 from server.runtime.mounting import Mounted, Resources
-from server.summary.handler import POLICIES, SummaryServicer
+from server.summary.handler import POLICIES, SummaryHandler
+from server.summary.portable import SummaryData
 from server.summary.recipients import SketchParams
 from server.summary.service import SummaryService
 from storage import factory
+from storage.engines import SUMMARY_STORES
 
-__all__ = ["POLICIES", "SERVICE", "mount"]
-
-SERVICE = "loom.v1.Summary"
+__all__ = ["DATA", "POLICIES", "mount"]
 
 
 async def mount(server: grpc.aio.Server, settings: Settings, resources: Resources) -> Mounted:
@@ -34,5 +35,13 @@ async def mount(server: grpc.aio.Server, settings: Settings, resources: Resource
         retry_base_s=s.retry_base_s,
         retry_max_s=s.retry_max_s,
     )
-    summary_pb2_grpc.add_SummaryServicer_to_server(SummaryServicer(service), server)
+    summary_pb2_grpc.add_SummaryServicer_to_server(SummaryHandler(service), server)
     return Mounted(closers=[store.close])
+
+
+async def _open_data(settings: Settings) -> ServiceData:
+    return SummaryData(await factory.open_summary_store(settings), settings.summary)
+
+
+DATA = PortableService(SUMMARY_STORES, "summary.sqlite3", SummaryData.kinds, _open_data)
+"""summary's store as portable records, for `loom dump`, `load` and `diff`."""

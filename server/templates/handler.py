@@ -5,9 +5,9 @@ from __future__ import annotations
 import grpc
 from loom.v1 import templates_pb2, templates_pb2_grpc
 
-from server.config import MethodPolicy
+from server.runtime.policies import MethodPolicy
 from server.templates import convert
-from server.templates.service import TemplateService
+from server.templates.service import TemplateInductionService
 from server.templates.settings import TemplatesSettings
 
 __all__ = ["POLICIES", "TemplateInductionHandler"]
@@ -24,9 +24,9 @@ POLICIES: dict[str, MethodPolicy] = {
 
 
 class TemplateInductionHandler(templates_pb2_grpc.TemplateInductionServicer):
-    """Serves `loom.v1.TemplateInduction` from a `TemplateService`."""
+    """Serves `loom.v1.TemplateInduction` from a `TemplateInductionService`."""
 
-    def __init__(self, service: TemplateService, limits: TemplatesSettings) -> None:
+    def __init__(self, service: TemplateInductionService, limits: TemplatesSettings) -> None:
         self._service = service
         self._limits = limits
 

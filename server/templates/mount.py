@@ -16,19 +16,20 @@ import grpc
 from loom.v1 import templates_pb2_grpc
 
 from server.config import Settings
+from server.portable.records import PortableService, ServiceData
 from server.runtime.guard import guard_store
 from server.runtime.mounting import Mounted, Resources
 from server.templates.grouping import GroupingParams
 from server.templates.handler import POLICIES, TemplateInductionHandler
 from server.templates.pipeline import Pipeline
+from server.templates.portable import TemplateData
 from server.templates.schemes import SchemeParams
-from server.templates.service import TemplateService
+from server.templates.service import TemplateInductionService
 from server.templates.work import warm_up
 from storage import factory
+from storage.engines import TEMPLATE_STORES
 
-__all__ = ["POLICIES", "SERVICE", "mount"]
-
-SERVICE = "loom.v1.TemplateInduction"
+__all__ = ["DATA", "POLICIES", "mount"]
 
 
 async def mount(server: grpc.aio.Server, settings: Settings, resources: Resources) -> Mounted:
@@ -54,10 +55,21 @@ async def mount(server: grpc.aio.Server, settings: Settings, resources: Resource
     pipeline = Pipeline(guarded, t, executor, params)
     pipeline.start()
     templates_pb2_grpc.add_TemplateInductionServicer_to_server(
-        TemplateInductionHandler(TemplateService(guarded, pipeline), t), server
+        TemplateInductionHandler(TemplateInductionService(guarded, pipeline), t), server
     )
 
     async def stop_pool() -> None:
         await asyncio.to_thread(executor.shutdown, wait=True, cancel_futures=True)
 
     return Mounted(closers=[store.close, stop_pool, pipeline.stop])
+
+
+async def _open_data(settings: Settings) -> ServiceData:
+    return TemplateData(
+        await factory.open_template_store(settings, email_ttl_s=settings.templates.email_ttl_s),
+        settings.templates,
+    )
+
+
+DATA = PortableService(TEMPLATE_STORES, "templates.sqlite3", TemplateData.kinds, _open_data)
+"""templates's store as portable records, for `loom dump`, `load` and `diff`."""

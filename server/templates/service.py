@@ -27,7 +27,7 @@ from server.templates.tokens import email_hashes
 from server.templates.values import normalize
 from storage.ports import TemplateStore
 
-__all__ = ["Annotation", "Submitted", "TemplateService", "fields_of", "split_template_id"]
+__all__ = ["Annotation", "Submitted", "TemplateInductionService", "fields_of", "split_template_id"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +93,7 @@ def split_template_id(template_id: str) -> bytes | None:
     return key or None
 
 
-class TemplateService:
+class TemplateInductionService:
     """The service behind the gRPC handler."""
 
     def __init__(self, store: TemplateStore, pipeline: Pipeline) -> None:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import grpc
 from loom.v1 import common_pb2, threadweaver_pb2, threadweaver_pb2_grpc
 
-from server.config import MethodPolicy
+from server.runtime.policies import MethodPolicy
 from server.threadweaver import convert
+from server.threadweaver.service import ThreadWeaverService
 from server.threadweaver.settings import ThreadWeaverSettings
-from server.threadweaver.weaver import ThreadWeaver
 
-__all__ = ["POLICIES", "ThreadWeaverService"]
+__all__ = ["POLICIES", "ThreadWeaverHandler"]
 
 _S = "loom.v1.ThreadWeaver/"
 POLICIES: dict[str, MethodPolicy] = {
@@ -21,10 +21,10 @@ POLICIES: dict[str, MethodPolicy] = {
 }
 
 
-class ThreadWeaverService(threadweaver_pb2_grpc.ThreadWeaverServicer):
+class ThreadWeaverHandler(threadweaver_pb2_grpc.ThreadWeaverServicer):
     """Serves `loom.v1.ThreadWeaver` from a `ThreadWeaver`."""
 
-    def __init__(self, weaver: ThreadWeaver, limits: ThreadWeaverSettings) -> None:
+    def __init__(self, weaver: ThreadWeaverService, limits: ThreadWeaverSettings) -> None:
         self._weaver = weaver
         self._limits = limits
 

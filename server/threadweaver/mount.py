@@ -6,25 +6,34 @@ import grpc
 from loom.v1 import threadweaver_pb2_grpc
 
 from server.config import Settings
+from server.portable.records import PortableService, ServiceData
 from server.runtime.guard import guard_store
 from server.runtime.mounting import Mounted, Resources
-from server.threadweaver.handler import POLICIES, ThreadWeaverService
-from server.threadweaver.weaver import ThreadWeaver
+from server.threadweaver.handler import POLICIES, ThreadWeaverHandler
+from server.threadweaver.portable import ThreadData
+from server.threadweaver.service import ThreadWeaverService
 from storage import factory
+from storage.engines import THREAD_STORES
 
-__all__ = ["POLICIES", "SERVICE", "mount"]
-
-SERVICE = "loom.v1.ThreadWeaver"
+__all__ = ["DATA", "POLICIES", "mount"]
 
 
 async def mount(server: grpc.aio.Server, settings: Settings, resources: Resources) -> Mounted:
     """Opens the ThreadStore (behind its engine's breaker) and registers the servicer."""
     store = await factory.open_thread_store(settings)
     engine = settings.storage.threadweaver_store
-    weaver = ThreadWeaver(
+    weaver = ThreadWeaverService(
         guard_store(store, resources.breaker(engine)), max_closure=settings.threadweaver.max_closure
     )
     threadweaver_pb2_grpc.add_ThreadWeaverServicer_to_server(
-        ThreadWeaverService(weaver, settings.threadweaver), server
+        ThreadWeaverHandler(weaver, settings.threadweaver), server
     )
     return Mounted(closers=[store.close])
+
+
+async def _open_data(settings: Settings) -> ServiceData:
+    return ThreadData(await factory.open_thread_store(settings), settings.threadweaver)
+
+
+DATA = PortableService(THREAD_STORES, "threadweaver.sqlite3", ThreadData.kinds, _open_data)
+"""threadweaver's store as portable records, for `loom dump`, `load` and `diff`."""

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from server.threadweaver.model import Message
-from server.threadweaver.weaver import ThreadWeaver
+from server.threadweaver.service import ThreadWeaverService
 from storage.ports import ThreadKey, ThreadStore
 
 
@@ -50,11 +50,13 @@ def store(thread_store: ThreadStore) -> CountingStore:
     return CountingStore(thread_store)
 
 
-def weaver(store: CountingStore) -> ThreadWeaver:
-    return ThreadWeaver(store)  # type: ignore[arg-type]  # a transparent proxy of one
+def weaver(store: CountingStore) -> ThreadWeaverService:
+    return ThreadWeaverService(store)  # type: ignore[arg-type]  # a transparent proxy of one
 
 
-async def chain(w: ThreadWeaver, name: str, length: int, *, concurrent: bool) -> list[ThreadKey]:
+async def chain(
+    w: ThreadWeaverService, name: str, length: int, *, concurrent: bool
+) -> list[ThreadKey]:
     """`length` unified threads, one thread each, then the merges chaining them (shuffled)."""
     threads = [ThreadKey(f"{name}-{i:03d}", "t") for i in range(length)]
     for i, t in enumerate(threads):

@@ -13,7 +13,7 @@ import pytest_asyncio
 from google.protobuf.timestamp_pb2 import Timestamp
 from loom.v1 import inbox_pb2, inbox_pb2_grpc, threadweaver_pb2, threadweaver_pb2_grpc
 
-from server.config import MethodPolicy
+from server.runtime.policies import MethodPolicy
 from tests.engines import settings_for
 from tests.serving import Running, free_port, running_server, scrape_metrics
 

@@ -24,10 +24,10 @@ from pathlib import Path
 import pytest
 from loom.v1 import dump_pb2
 
+from server import registry
 from server.config import Settings, load_settings
 from server.portable import transfer
 from server.portable.format import DumpWriter
-from server.portable.services import SERVICES, open_service
 from tests.engines import server_env, settings_for
 from tests.portable_data import build_everything, store_files
 from tests.serving import run_loom, running_server
@@ -59,7 +59,10 @@ def original(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
 
 
 async def _differences(service: str, a: Settings, b: Settings) -> list[str]:
-    left, right = await open_service(service, a), await open_service(service, b)
+    left, right = (
+        await registry.by_name(service).data.open(a),
+        await registry.by_name(service).data.open(b),
+    )
     try:
         return await left.differences(right, limit=5)
     finally:
@@ -82,7 +85,7 @@ async def test_dump_then_load_gives_equal_stores_and_another_process_reads_the_d
         run_loom, "dump", "--service", "all", "--out", str(tmp_path / "d"), env=_env(data_dir)
     )
     assert dumped.returncode == 0, dumped.stderr
-    for service in SERVICES:
+    for service in registry.portable():
         manifest = json.loads((tmp_path / "d" / service / "manifest.json").read_text())
         assert manifest["consistency"] == "snapshot"
         assert manifest["formatVersion"] == 1
@@ -100,7 +103,7 @@ async def test_dump_then_load_gives_equal_stores_and_another_process_reads_the_d
     )
     assert loaded.returncode == 0, loaded.stderr
     target = replace(original, sqlite=replace(original.sqlite, data_dir=str(fresh)))
-    for service in SERVICES:
+    for service in registry.portable():
         assert await _differences(service, original, target) == [], service
 
 
@@ -136,7 +139,7 @@ async def test_migrate_to_each_distributed_engine_and_back_keeps_every_answer(
 ) -> None:
     """SQLite -> the engine -> a fresh SQLite with `loom migrate`'s streaming and its
     verification at each hop; what comes back answers as the original does."""
-    field = SERVICES[service].port.field
+    field = registry.by_name(service).data.port.field
     remote = settings_for("sqlite", tmp_path, **{field: engine})
     back = settings_for("sqlite", tmp_path)
     there = await transfer.migrate(service, original, remote)
@@ -156,7 +159,7 @@ async def test_migrate_cli_shows_progress_and_verifies(original: Settings, tmp_p
         run_loom, "migrate", "--from", str(a), "--to", str(b), "--service", "all"
     )
     assert done.returncode == 0, done.stderr
-    for service in SERVICES:
+    for service in registry.portable():
         assert f"migrated {service} sqlite -> sqlite" in done.stdout, done.stdout
         assert "target verified equal" in done.stdout
     assert "records" in done.stderr, done.stderr
@@ -185,7 +188,7 @@ def _inbox_dump(directory: Path, rows: int) -> set[tuple[str, str, int, bool]]:
 
 
 async def _inbox_rows(settings: Settings) -> set[tuple[str, str, int, bool]]:
-    store = await open_service("inbox", settings)
+    store = await registry.by_name("inbox").data.open(settings)
     rows: set[tuple[str, str, int, bool]] = set()
     try:
         async for _, page in store.scan():
@@ -233,7 +236,7 @@ async def test_a_load_killed_with_sigkill_resumes_where_it_stopped(
     assert again.returncode == 0, again.stderr
     assert not state.exists()
     assert await _inbox_rows(target) == made
-    store = await open_service("inbox", target)
+    store = await registry.by_name("inbox").data.open(target)
     try:
         inbox_store = store.store  # type: ignore[attr-defined]
         unread = {inbox for inbox, _, _, read in made if not read}
@@ -370,7 +373,7 @@ async def test_an_online_backup_mid_write_load_keeps_every_write_acknowledged_be
         )  # fmt: skip
         assert check.stdout.strip() == "ok", name
     back = replace(settings, sqlite=replace(settings.sqlite, data_dir=str(fresh)))
-    store = await open_service("inbox", back)
+    store = await registry.by_name("inbox").data.open(back)
     try:
         inbox_store = store.store  # type: ignore[attr-defined]
         newest: dict[tuple[str, str], int] = {}

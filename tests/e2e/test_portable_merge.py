@@ -1,5 +1,5 @@
 """Loading a dump into a store that already holds data merges, the way each service's data
-model does: ThreadWeaver unions conversations, Summary merges sketches, an inbox row keeps
+model does: ThreadWeaverService unions conversations, Summary merges sketches, an inbox row keeps
 its newest message, a row's templates keep their newest formation, a job present stays."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from pathlib import Path
 
 from loom.v1 import dump_pb2
 
-from server.portable.services import open_service
+from server import registry
 from server.summary.model import DeliveryEvent, DeliveryStatus, MessageSummary
-from server.threadweaver.weaver import ThreadWeaver
+from server.threadweaver.service import ThreadWeaverService
 from storage import factory
 from storage.ports import JobRecord, TaskRecord, ThreadKey
 from tests.engines import settings_for
@@ -24,7 +24,7 @@ async def test_threadweaver_unions_a_thread_mapped_elsewhere(tmp_path: Path) -> 
     """The target maps thread x to one conversation, the dump maps x and y to another: after
     the load x and y read as one unified thread holding both conversations' threads."""
     settings = settings_for("sqlite", tmp_path)
-    data = await open_service("threadweaver", settings)
+    data = await registry.by_name("threadweaver").data.open(settings)
     try:
         store = data.store  # type: ignore[attr-defined]
         await store.put_thread_uts_if_absent(
@@ -34,7 +34,7 @@ async def test_threadweaver_unions_a_thread_mapped_elsewhere(tmp_path: Path) -> 
             dump_pb2.ThreadUtRecord(gid="g", thread_id="x", ut="ut-b"),
             dump_pb2.ThreadUtRecord(gid="h", thread_id="y", ut="ut-b"),
         ])  # fmt: skip
-        weaver = ThreadWeaver(store)
+        weaver = ThreadWeaverService(store)
         read = await weaver.unified_thread(ThreadKey("h", "y"), team_gids=None, max_threads=100)
         assert set(read.threads) == {ThreadKey("g", "x"), ThreadKey("g", "w"), ThreadKey("h", "y")}
     finally:
@@ -45,7 +45,7 @@ async def test_summary_merges_sketches_as_if_both_event_sets_were_recorded(tmp_p
     """The target counted a and b delivered, the dump a and c: after the load, 3 delivered,
     and loading the same dump again changes nothing."""
     settings = settings_for("sqlite", tmp_path)
-    data = await open_service("summary", settings)
+    data = await registry.by_name("summary").data.open(settings)
 
     def summary(ids: list[str]) -> bytes:
         s = MessageSummary()
@@ -70,7 +70,7 @@ async def test_an_inbox_row_keeps_its_newest_message(tmp_path: Path) -> None:
     """A dumped row older than the target's leaves it (and its unread state) alone; a newer
     one replaces it, read flag and unread count included."""
     settings = settings_for("sqlite", tmp_path)
-    data = await open_service("inbox", settings)
+    data = await registry.by_name("inbox").data.open(settings)
     try:
         store = data.store  # type: ignore[attr-defined]
         await store.deliver("t1", 5, unread=["i"])
@@ -94,7 +94,7 @@ async def test_templates_keep_the_newest_formation_and_emails_their_remaining_li
     """A row's dumped templates older than the target's are ignored, newer ones replace them;
     an email whose expiry has passed is not resurrected."""
     settings = settings_for("sqlite", tmp_path)
-    data = await open_service("templates", settings)
+    data = await registry.by_name("templates").data.open(settings)
     now = int(time.time() * 1000)
     try:
         store = data.store  # type: ignore[attr-defined]
@@ -118,7 +118,7 @@ async def test_a_job_already_present_is_left_alone(tmp_path: Path) -> None:
     """A finished job whose id the target already has keeps the target's record."""
     settings = settings_for("sqlite", tmp_path)
     await finished_jobs(settings, count=1)
-    data = await open_service("iterator", settings)
+    data = await registry.by_name("iterator").data.open(settings)
     try:
         store = data.store  # type: ignore[attr-defined]
         before = await store.get_job("job-0")

@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from server.app import SERVICE_NAMES
+from server import registry
 from tests.pki import Authority
 from tests.serving import Served, eventually, free_port, loom_process, run_loom
 
@@ -84,7 +84,9 @@ async def test_ready_fails_naming_the_service_whose_engine_is_down(tmp_path: Pat
         ready = await probe("--ready", "--target", served.target)
         assert ready.returncode == 1
         assert ready.stderr.splitlines() == ["loom probe: loom.v1.Iterator: NOT_SERVING"]
-        others = [a for s in SERVICE_NAMES if s != "loom.v1.Iterator" for a in ("--service", s)]
+        others = [
+            a for s in registry.proto_names() if s != "loom.v1.Iterator" for a in ("--service", s)
+        ]
         assert (await probe("--ready", *others, "--target", served.target)).returncode == 0
         live = await probe("--live", "--target", served.target)
         assert (live.returncode, live.stderr) == (0, "")

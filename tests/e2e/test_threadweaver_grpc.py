@@ -12,7 +12,8 @@ import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 from loom.v1 import common_pb2, threadweaver_pb2, threadweaver_pb2_grpc
 
-from server.config import MethodPolicy, Settings
+from server.config import Settings
+from server.runtime.policies import MethodPolicy
 from tests.engines import settings_for
 from tests.serving import Running, running_server, violations
 

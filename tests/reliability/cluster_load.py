@@ -23,10 +23,12 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from loom.v1 import common_pb2, inbox_pb2, inbox_pb2_grpc, threadweaver_pb2, threadweaver_pb2_grpc
 
 from loadtest.corpora.unionfind import UnionFind
-from server.inbox.mount import SERVICE as INBOX
-from server.threadweaver.mount import SERVICE as THREADWEAVER
+from server import registry
 
 __all__ = ["Call", "MixedLoad"]
+
+INBOX = registry.by_name("inbox").proto
+THREADWEAVER = registry.by_name("threadweaver").proto
 
 INBOXES = [f"c-i{k}" for k in range(30)]
 ANNOUNCED = 20_000

@@ -173,3 +173,16 @@ def test_the_engine_rule_sees_an_engine_in_domain_code(tmp_path: Path) -> None:
     )
     expected = ["2: 'sqlite'", "2: 'cassandra'", "3: .sqlite"]
     assert expected == _engine_mentions(sample, set(engine_names()))
+
+
+def test_only_a_mount_reads_the_whole_settings() -> None:
+    """`server.config` gathers every service's settings, so a service module importing it
+    would be an arrow back up out of its package: handlers and domain code take their own
+    section (and `MethodPolicy` from `server.runtime.policies`); only the mount, which wires
+    the service from the whole `Settings`, imports it."""
+    offenders = sorted(
+        module
+        for module, path in _domain_modules()
+        if any(_within(n, "server.config") for n in _imports(path, module))
+    )
+    assert offenders == []

@@ -14,6 +14,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
 from server.config import AuthSettings, ConfigError
+from server import registry
 from server.runtime.auth import Authenticator, method_scope, mint_token
 from server.runtime.errors import PermissionDenied, Unauthenticated
 from tests.pki import jwt_key_pair
@@ -59,8 +60,14 @@ class TestMethodScope:
         ],
     )
     def test_derived_from_the_method_name(self, method: str, scope: str) -> None:
-        """Reads need read, job control admin, everything else write."""
-        assert method_scope(method) == scope
+        """Reads need read, job control admin, everything else write; the prefix is the
+        service's short name in the registry, as the server resolves every policy."""
+        assert registry.default_policies()[method].scope == scope
+
+    def test_without_a_prefix_the_proto_name_is_used(self) -> None:
+        """A method no policy names (none today) still needs a scope of its own service."""
+        assert method_scope("loom.v1.Future/GetThing") == "future:read"
+        assert method_scope("loom.v1.Future/GetThing", prefix="fut") == "fut:read"
 
     def test_a_declared_scope_wins(self) -> None:
         """A policy's scope overrides the derivation."""

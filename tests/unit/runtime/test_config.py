@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from server import cli, config
-from server.config import MethodPolicy, Settings, load_settings
+from server.config import Settings, load_settings
+from server.runtime.policies import MethodPolicy
 
 ROOT = Path(__file__).resolve().parents[3]
 SERVICES = ("threadweaver", "summary", "inbox", "iterator", "templates")

@@ -96,9 +96,8 @@ async def test_an_engine_that_outlasts_its_deadline_is_named_with_the_time_it_ha
 
 
 def test_only_the_guard_lets_storage_errors_into_the_server() -> None:
-    """Storage errors cross into server/ at one door, the guard; the only other reader is
-    the Iterator's start-up check, which runs each level's reads on the bare source before
-    any breaker exists (a refusal there is a configuration error naming the setting)."""
+    """Storage errors cross into server/ at one door, the guard: even the Iterator's start-up
+    check runs each level's reads through it, and reads the refusal as `EngineRejected`."""
     root = Path(__file__).resolve().parents[3]
     readers = set()
     for path in sorted((root / "server").rglob("*.py")):
@@ -108,4 +107,4 @@ def test_only_the_guard_lets_storage_errors_into_the_server() -> None:
             for node in ast.walk(tree)
         ):
             readers.add(path.relative_to(root).as_posix())
-    assert readers == {"server/iterator/hierarchy.py", "server/runtime/guard.py"}
+    assert readers == {"server/runtime/guard.py"}

@@ -36,12 +36,12 @@ from server.threadweaver.model import Message, UnifiedThread, WeaveResult, defau
 from server.threadweaver.union import unite
 from storage.ports import MessageMapping, ThreadKey, ThreadStore
 
-__all__ = ["ThreadWeaver"]
+__all__ = ["ThreadWeaverService"]
 
 _log = get_logger("threadweaver")
 
 
-class ThreadWeaver:
+class ThreadWeaverService:
     """The threadweaver algorithm over any `ThreadStore`."""
 
     def __init__(self, store: ThreadStore, *, max_closure: int = 10_000) -> None:

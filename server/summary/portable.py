@@ -1,0 +1,78 @@
+"""Summary's store as portable records (`server.portable`): one sketch per message; a load
+merges a sketch with the stored one, as if both event sets had been recorded."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+
+from google.protobuf.message import Message
+from loom.v1 import dump_pb2
+
+from server.portable.records import PAGE, Kind, ServiceData, as_record, same_service
+from server.summary.model import MessageSummary
+from storage.ports import (
+    SummaryStore,
+)
+
+__all__ = ["SummaryData"]
+
+
+class SummaryData:
+    """summary's opened store, as `ServiceData`."""
+
+    kinds: tuple[Kind, ...] = (Kind("summaries", dump_pb2.SummaryRecord),)
+
+    def __init__(self, store: SummaryStore, settings: object) -> None:
+        self.store = store
+
+    async def scan(self) -> AsyncIterator[tuple[str, list[Message]]]:
+        async for rows in self.store.scan(PAGE):
+            yield (
+                "summaries",
+                [
+                    dump_pb2.SummaryRecord(message_id=m, data=s.data, version=s.version)
+                    for m, s in rows
+                ],
+            )
+
+    async def load(self, kind: str, records: Sequence[Message]) -> None:
+        await asyncio.gather(*(self._merge(as_record(r, dump_pb2.SummaryRecord)) for r in records))
+
+    async def _merge(self, record: dump_pb2.SummaryRecord) -> None:
+        """Stores the summary, or the union of it and the stored one (a sketch merge, as if
+        both event sets were recorded), by compare-and-set."""
+        while True:
+            stored = await self.store.get(record.message_id)
+            if stored is None:
+                data = record.data
+            elif stored.data == record.data:
+                return
+            else:
+                try:
+                    merged = MessageSummary.decode(stored.data).merge(
+                        MessageSummary.decode(record.data)
+                    )
+                except ValueError as exc:
+                    raise ValueError(f"summary of {record.message_id!r}: {exc}") from exc
+                data = merged.encode()
+                if data == stored.data:
+                    return
+            expected = None if stored is None else stored.version
+            if await self.store.put_if_version(record.message_id, data, expected):
+                return
+
+    async def differences(self, other: ServiceData, limit: int) -> list[str]:
+        target = same_service(self, other)
+        found: list[str] = []
+        async for rows in self.store.scan(PAGE):
+            for message_id, summary in rows:
+                theirs = await target.store.get(message_id)
+                if theirs is None or theirs.data != summary.data:
+                    found.append(f"summary of {message_id}: bytes differ")
+                    if len(found) >= limit:
+                        return found
+        return found
+
+    async def close(self) -> None:
+        await self.store.close()
