@@ -115,6 +115,35 @@ async def _mount_all(
     return closers
 
 
+def _server_options(settings: Settings) -> list[tuple[str, int]]:
+    """The grpc channel arguments of the listening server."""
+    return [
+        ("grpc.max_receive_message_length", settings.server.max_message_bytes),
+        ("grpc.max_send_message_length", settings.server.max_message_bytes),
+        ("grpc.so_reuseport", 1 if settings.server.reuse_port else 0),
+        # grpc refuses metadata between its soft (8 KiB) and hard (16 KiB) limits at
+        # random; one limit makes a large token's fate the same on every call.
+        ("grpc.max_metadata_size", METADATA_LIMIT),
+        ("grpc.absolute_max_metadata_size", METADATA_LIMIT),
+    ]
+
+
+async def _serving(health: Health, resources: Resources) -> HealthMonitor:
+    """Marks the server and every service SERVING, and starts following each service's
+    engine breakers (the ones its mount took) with its health status."""
+    for name in ("", *registry.proto_names()):
+        await health.set(name, health_pb2.HealthCheckResponse.SERVING)
+    monitor = HealthMonitor(
+        health,
+        {
+            service: [resources.breaker(engine) for engine in sorted(engines)]
+            for service, engines in resources.engines_of.items()
+        },
+    )
+    monitor.start()
+    return monitor
+
+
 def check_startup(settings: Settings) -> None:
     """Raises `ConfigError` for unusable TLS or auth settings, creating no gRPC object (so a
     parent can check before it forks its workers)."""
@@ -141,18 +170,7 @@ async def build_server(settings: Settings) -> LoomServer:
     metrics = Metrics()
     policies = PolicyTable(registry.default_policies(), settings.policies)
     interceptor = RpcInterceptor(policies, auth, metrics)
-    server = grpc.aio.server(
-        interceptors=[interceptor],
-        options=[
-            ("grpc.max_receive_message_length", settings.server.max_message_bytes),
-            ("grpc.max_send_message_length", settings.server.max_message_bytes),
-            ("grpc.so_reuseport", 1 if settings.server.reuse_port else 0),
-            # grpc refuses metadata between its soft (8 KiB) and hard (16 KiB) limits at
-            # random; one limit makes a large token's fate the same on every call.
-            ("grpc.max_metadata_size", METADATA_LIMIT),
-            ("grpc.absolute_max_metadata_size", METADATA_LIMIT),
-        ],
-    )
+    server = grpc.aio.server(interceptors=[interceptor], options=_server_options(settings))
     resources = Resources(settings.breaker, metrics)
     closers = await _mount_all(server, settings, resources)
     health = Health()
@@ -169,16 +187,7 @@ async def build_server(settings: Settings) -> LoomServer:
     if settings.server.metrics_port:
         metrics_port = metrics.serve(settings.server.metrics_host, settings.server.metrics_port)
     await server.start()
-    for name in ("", *registry.proto_names()):
-        await health.set(name, health_pb2.HealthCheckResponse.SERVING)
-    monitor = HealthMonitor(
-        health,
-        {
-            service: [resources.breaker(engine) for engine in sorted(engines)]
-            for service, engines in resources.engines_of.items()
-        },
-    )
-    monitor.start()
+    monitor = await _serving(health, resources)
     return LoomServer(
         server,
         port,
