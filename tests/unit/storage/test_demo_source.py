@@ -3,6 +3,7 @@ machine, written once, never over an operator's rows, and where the server looks
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import subprocess
 from contextlib import closing
@@ -93,10 +94,12 @@ class TestWriteDemoSource:
 
 def test_make_run_writes_the_demo_before_serving() -> None:
     """`make run`'s recipe (dry run) calls the demo command on its data directory, then
-    serves that directory: what the README's examples rely on."""
+    serves that directory: what the README's examples rely on. The flags of a `make test`
+    this runs under are not passed on (the dry run must print, not inherit a mode)."""
     out = subprocess.run(
         ["make", "-n", "run", "DATA_DIR=/tmp/loom-demo-x", "PORT=50999"],
         cwd=REPO,
+        env={k: v for k, v in os.environ.items() if k not in {"MAKEFLAGS", "MFLAGS", "MAKELEVEL"}},
         capture_output=True,
         text=True,
         check=True,
