@@ -1,5 +1,6 @@
-# The same commands locally and in CI. `make run` serves on the embedded engine;
-# `make test` installs everything, starts every engine, runs the whole suite.
+# The same commands locally and in CI. `make run` serves on the embedded engine (with a small
+# demo hierarchy for the Iterator); `make test-unit` is the fast loop; `make test` installs
+# everything, starts every engine, runs the whole suite.
 SHELL := /bin/bash
 PY ?= python3
 VENV := .venv
@@ -14,7 +15,7 @@ PY_CLIENT := clients/python
 # Go lives here on these machines; harmless where it is already on PATH.
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: image image-test compose-images compose-test install run test test-unit lint protos buf-lint contract contract-baseline engines-up engines-down tools clients bench lock clean
+.PHONY: image image-test compose-images compose-test install run demo-data test test-unit lint protos buf-lint contract contract-baseline engines-up engines-down tools clients bench lock clean
 
 # Two distributions, both editable: loom-client (clients/python) and the server, which needs it.
 $(STAMP): pyproject.toml $(PY_CLIENT)/pyproject.toml
@@ -25,8 +26,14 @@ $(STAMP): pyproject.toml $(PY_CLIENT)/pyproject.toml
 
 install: $(STAMP)
 
-run: install
+run: demo-data
 	$(BIN)/loom serve --port $(PORT) --data-dir $(DATA_DIR)
+
+# The embedded Iterator source starts with tables and no rows: fill an empty one with a small
+# generated hierarchy (enterprises 1..20; storage/sqlite/demo_source.py), so the README's
+# examples have something to iterate. A source holding any enterprise is left alone.
+demo-data: install
+	$(BIN)/python -m storage.sqlite.demo_source --data-dir $(DATA_DIR)
 
 tools:
 	scripts/tools/install.sh
