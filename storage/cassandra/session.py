@@ -149,6 +149,10 @@ class _Routed(BoundStatement):  # type: ignore[misc]
         return self._explicit_routing_key
 
 
+_CONNECT_ATTEMPTS = 3
+"""Connections tried per protocol version when the driver reports a CRC mismatch at connect."""
+
+
 class CassandraSession:
     """A connected driver session plus a prepared-statement cache, shared by stores."""
 
@@ -174,26 +178,31 @@ class CassandraSession:
         tls = tls_context(settings)
         last: BaseException | None = None
         for version in (ProtocolVersion.V5, ProtocolVersion.V4):
-            cluster = build_cluster(settings, version, tls)
-            try:
-                session = await asyncio.to_thread(cluster.connect)
-            except Exception as exc:  # translated below
-                last = exc
+            for attempt in range(1, _CONNECT_ATTEMPTS + 1):
+                cluster = build_cluster(settings, version, tls)
                 try:
-                    refused_setting(settings, exc)
-                    # Reached the cluster, yet no node to use: a local_dc it lacks?
+                    session = await asyncio.to_thread(cluster.connect)
+                except Exception as exc:  # translated below
+                    last = exc
+                    try:
+                        refused_setting(settings, exc)
+                        # Reached the cluster, yet no node to use: a local_dc it lacks?
+                        check_datacentres(settings, cluster)
+                    finally:
+                        await asyncio.to_thread(cluster.shutdown)
+                    # The driver's v5 framing can lose a race with the handshake on a loaded
+                    # machine ("CRC mismatch on header"): a new connection is the cure.
+                    if "crc mismatch" in str(exc).lower() and attempt < _CONNECT_ATTEMPTS:
+                        continue
+                    if "protocol" in str(exc).lower():
+                        break
+                    raise errors.error(exc, "connect") from exc
+                try:
                     check_datacentres(settings, cluster)
-                finally:
+                except StorageMisconfigured:
                     await asyncio.to_thread(cluster.shutdown)
-                if "protocol" in str(exc).lower():
-                    continue
-                raise errors.error(exc, "connect") from exc
-            try:
-                check_datacentres(settings, cluster)
-            except StorageMisconfigured:
-                await asyncio.to_thread(cluster.shutdown)
-                raise
-            return cls(cluster, session, settings)
+                    raise
+                return cls(cluster, session, settings)
         assert last is not None
         raise errors.error(last, "connect") from last
 
