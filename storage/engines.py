@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
 if TYPE_CHECKING:
     from storage.ports import (
-        InboxStore,
         IterationSource,
         JobStore,
+        PortableInboxStore,
+        PortableSummaryStore,
+        PortableTemplateStore,
+        PortableThreadStore,
         SourceLevel,
-        SummaryStore,
-        TemplateStore,
-        ThreadStore,
         WorkQueue,
     )
     from storage.settings import EngineSettings, StorageSettings
@@ -55,7 +55,7 @@ OpenStore = Callable[["EngineSettings"], Awaitable[StoreT]]
 """How most stores open: from the settings alone."""
 OpenQueue = Callable[["EngineSettings", Sequence[str]], Awaitable["WorkQueue"]]
 """The Iterator's work queues: the settings and the names of the queues (one per level)."""
-OpenTemplates = Callable[["EngineSettings", float], Awaitable["TemplateStore"]]
+OpenTemplates = Callable[["EngineSettings", float], Awaitable["PortableTemplateStore"]]
 """The TemplateStore: the settings and TemplateInduction's email TTL in seconds."""
 OpenSource = Callable[
     [str, Sequence["SourceLevel"], "EngineSettings | None"], Awaitable["IterationSource"]
@@ -160,7 +160,7 @@ def _sqlite_file(settings: EngineSettings, name: str) -> Path:
     return Path(settings.sqlite.data_dir) / name
 
 
-async def _sqlite_threads(settings: EngineSettings) -> ThreadStore:
+async def _sqlite_threads(settings: EngineSettings) -> PortableThreadStore:
     from storage.sqlite.threads import SqliteThreadStore
 
     return await SqliteThreadStore.open(
@@ -170,7 +170,7 @@ async def _sqlite_threads(settings: EngineSettings) -> ThreadStore:
     )
 
 
-async def _sqlite_summaries(settings: EngineSettings) -> SummaryStore:
+async def _sqlite_summaries(settings: EngineSettings) -> PortableSummaryStore:
     from storage.sqlite.summaries import SqliteSummaryStore
 
     return await SqliteSummaryStore.open(
@@ -180,7 +180,7 @@ async def _sqlite_summaries(settings: EngineSettings) -> SummaryStore:
     )
 
 
-async def _sqlite_inbox(settings: EngineSettings) -> InboxStore:
+async def _sqlite_inbox(settings: EngineSettings) -> PortableInboxStore:
     from storage.sqlite.inbox import SqliteInboxStore
 
     return await SqliteInboxStore.open(
@@ -190,7 +190,7 @@ async def _sqlite_inbox(settings: EngineSettings) -> InboxStore:
     )
 
 
-async def _sqlite_templates(settings: EngineSettings, email_ttl_s: float) -> TemplateStore:
+async def _sqlite_templates(settings: EngineSettings, email_ttl_s: float) -> PortableTemplateStore:
     from storage.sqlite.templates import SqliteTemplateStore
 
     # NORMAL, whatever [sqlite] synchronous says: Crusher tolerates losing emails (any sample
@@ -227,31 +227,33 @@ async def _sqlite_jobs(settings: EngineSettings) -> JobStore:
 # The distributed engines.
 
 
-async def _bigtable_threads(settings: EngineSettings) -> ThreadStore:
+async def _bigtable_threads(settings: EngineSettings) -> PortableThreadStore:
     from storage.bigtable.threads import BigtableThreadStore
 
     return await BigtableThreadStore.open(settings.bigtable)
 
 
-async def _cassandra_threads(settings: EngineSettings) -> ThreadStore:
+async def _cassandra_threads(settings: EngineSettings) -> PortableThreadStore:
     from storage.cassandra.threads import CassandraThreadStore
 
     return await CassandraThreadStore.open(settings.cassandra)
 
 
-async def _dynamodb_summaries(settings: EngineSettings) -> SummaryStore:
+async def _dynamodb_summaries(settings: EngineSettings) -> PortableSummaryStore:
     from storage.dynamodb.summaries import DynamoDBSummaryStore
 
     return await DynamoDBSummaryStore.open(settings.dynamodb)
 
 
-async def _cassandra_inbox(settings: EngineSettings) -> InboxStore:
+async def _cassandra_inbox(settings: EngineSettings) -> PortableInboxStore:
     from storage.cassandra.inbox import CassandraInboxStore
 
     return await CassandraInboxStore.open(settings.cassandra)
 
 
-async def _bigtable_templates(settings: EngineSettings, email_ttl_s: float) -> TemplateStore:
+async def _bigtable_templates(
+    settings: EngineSettings, email_ttl_s: float
+) -> PortableTemplateStore:
     from storage.bigtable.templates import BigtableTemplateStore
 
     return await BigtableTemplateStore.open(settings.bigtable, email_ttl_s=email_ttl_s)
@@ -314,7 +316,7 @@ async def _sql_source(
 # ---------------------------------------------------------------------------------------------
 # The tables.
 
-THREAD_STORES: Final[Port[OpenStore[ThreadStore]]] = Port(
+THREAD_STORES: Final[Port[OpenStore[PortableThreadStore]]] = Port(
     port="ThreadStore",
     section="storage",
     field="threadweaver_store",
@@ -325,7 +327,7 @@ THREAD_STORES: Final[Port[OpenStore[ThreadStore]]] = Port(
     ),
 )
 
-SUMMARY_STORES: Final[Port[OpenStore[SummaryStore]]] = Port(
+SUMMARY_STORES: Final[Port[OpenStore[PortableSummaryStore]]] = Port(
     port="SummaryStore",
     section="storage",
     field="summary_store",
@@ -335,7 +337,7 @@ SUMMARY_STORES: Final[Port[OpenStore[SummaryStore]]] = Port(
     ),
 )
 
-INBOX_STORES: Final[Port[OpenStore[InboxStore]]] = Port(
+INBOX_STORES: Final[Port[OpenStore[PortableInboxStore]]] = Port(
     port="InboxStore",
     section="storage",
     field="inbox_store",

@@ -1,6 +1,8 @@
 """Settings -> opened storage adapters, through the engine tables of `storage.engines`.
 
-One function per port, so callers get the port's type; which engine serves it, and how that
+One function per port, so callers get the port's type: for a store ``loom dump`` copies,
+its `Portable...` Protocol (serving and portability), which serving code takes as the
+serving Protocol and its service's dump code as both. Which engine serves it, and how that
 engine opens, is the table's business. An engine the port does not have raises
 `storage.engines.UnsupportedEngine` naming the setting (settings loaded by `server.config`
 were already checked, so this only catches settings built by hand).
@@ -20,13 +22,13 @@ from storage.engines import (
     WORK_QUEUES,
 )
 from storage.ports import (
-    InboxStore,
     IterationSource,
     JobStore,
+    PortableInboxStore,
+    PortableSummaryStore,
+    PortableTemplateStore,
+    PortableThreadStore,
     SourceLevel,
-    SummaryStore,
-    TemplateStore,
-    ThreadStore,
     WorkQueue,
 )
 from storage.settings import EngineSettings
@@ -42,17 +44,17 @@ __all__ = [
 ]
 
 
-async def open_thread_store(settings: EngineSettings) -> ThreadStore:
+async def open_thread_store(settings: EngineSettings) -> PortableThreadStore:
     """The ThreadStore named by ``storage.threadweaver_store``."""
     return await THREAD_STORES.chosen(settings.storage).open(settings)
 
 
-async def open_summary_store(settings: EngineSettings) -> SummaryStore:
+async def open_summary_store(settings: EngineSettings) -> PortableSummaryStore:
     """The SummaryStore named by ``storage.summary_store``."""
     return await SUMMARY_STORES.chosen(settings.storage).open(settings)
 
 
-async def open_inbox_store(settings: EngineSettings) -> InboxStore:
+async def open_inbox_store(settings: EngineSettings) -> PortableInboxStore:
     """The InboxStore named by ``storage.inbox_store``."""
     return await INBOX_STORES.chosen(settings.storage).open(settings)
 
@@ -80,7 +82,9 @@ async def open_job_store(settings: EngineSettings) -> JobStore:
     return await JOB_STORES.chosen(settings.storage).open(settings)
 
 
-async def open_template_store(settings: EngineSettings, *, email_ttl_s: float) -> TemplateStore:
+async def open_template_store(
+    settings: EngineSettings, *, email_ttl_s: float
+) -> PortableTemplateStore:
     """The TemplateStore named by ``storage.templates_store``.
 
     `email_ttl_s` is the TemplateInduction email TTL: Bigtable's max-age GC on the `email`

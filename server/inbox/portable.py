@@ -14,6 +14,7 @@ from server.portable.records import PAGE, Kind, ServiceData, as_record, same_ser
 from storage.ports import (
     DeliveryRecord,
     InboxStore,
+    PortableInboxStore,
 )
 
 __all__ = ["InboxData"]
@@ -27,7 +28,7 @@ class InboxData:
         Kind("deliveries", dump_pb2.DeliveryDumpRecord),
     )
 
-    def __init__(self, store: InboxStore, settings: InboxSettings) -> None:
+    def __init__(self, store: PortableInboxStore, settings: InboxSettings) -> None:
         self.store = store
         self._listing_limit = max(settings.max_entries * 4, 10_000)
 

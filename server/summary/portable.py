@@ -12,7 +12,7 @@ from loom.v1 import dump_pb2
 from server.portable.records import PAGE, Kind, ServiceData, as_record, same_service
 from server.summary.model import MessageSummary
 from storage.ports import (
-    SummaryStore,
+    PortableSummaryStore,
 )
 
 __all__ = ["SummaryData"]
@@ -23,7 +23,7 @@ class SummaryData:
 
     kinds: tuple[Kind, ...] = (Kind("summaries", dump_pb2.SummaryRecord),)
 
-    def __init__(self, store: SummaryStore, settings: object) -> None:
+    def __init__(self, store: PortableSummaryStore, settings: object) -> None:
         self.store = store
 
     async def scan(self) -> AsyncIterator[tuple[str, list[Message]]]:

@@ -10,10 +10,10 @@ from loom.v1 import dump_pb2
 
 from server.portable.records import PAGE, Kind, ServiceData, as_record, same_service
 from storage.ports import (
+    PortableTemplateStore,
     StoredEmail,
     StoredTemplates,
     StoredUser,
-    TemplateStore,
 )
 
 __all__ = ["TemplateData"]
@@ -28,7 +28,7 @@ class TemplateData:
         Kind("templates", dump_pb2.TemplatesRecord),
     )
 
-    def __init__(self, store: TemplateStore, settings: object) -> None:
+    def __init__(self, store: PortableTemplateStore, settings: object) -> None:
         self.store = store
 
     async def scan(self) -> AsyncIterator[tuple[str, list[Message]]]:

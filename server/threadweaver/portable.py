@@ -15,8 +15,8 @@ from server.threadweaver.service import ThreadWeaverService
 from server.threadweaver.settings import ThreadWeaverSettings
 from storage.ports import (
     MessageMapping,
+    PortableThreadStore,
     ThreadKey,
-    ThreadStore,
 )
 
 __all__ = ["ThreadData"]
@@ -31,7 +31,7 @@ class ThreadData:
         Kind("links", dump_pb2.LinkRecord),
     )
 
-    def __init__(self, store: ThreadStore, settings: ThreadWeaverSettings) -> None:
+    def __init__(self, store: PortableThreadStore, settings: ThreadWeaverSettings) -> None:
         self.store = store
         self._weaver = ThreadWeaverService(store, max_closure=settings.max_closure)
 

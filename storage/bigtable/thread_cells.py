@@ -13,6 +13,9 @@ then a retry that grouped differently); readers take the union, so nothing count
 Many small cells (messages woven one call at a time) are re-packed by the reader that finds
 them (`needs_repack`): one atomic row mutation sets the full cells and deletes the cells it
 read, so every entry stays in some cell whatever runs concurrently.
+
+Reading cells back (a row's cells, a message row, a UT's bytes, the filters that read only
+what is needed) is here too, because serving and the scans (`threads_scan.py`) both do it.
 """
 
 from __future__ import annotations
@@ -20,22 +23,32 @@ from __future__ import annotations
 import hashlib
 import struct
 from collections.abc import Iterable, Iterator
+from typing import Any
+
+from google.cloud.bigtable.data import row_filters as rf
 
 from storage.errors import StorageCorrupt
 from storage.ports import ThreadKey
 
 __all__ = [
     "CELL_BYTES",
+    "LATEST",
+    "LINKS",
     "LONGEST_UT",
     "RECORD_WIDTH",
     "WIDEST_CELL",
+    "StoredMessage",
     "cells_per_response",
     "decode_thread",
     "encode_thread",
     "latest",
+    "links_only",
+    "message_row",
     "needs_repack",
     "pack",
     "record",
+    "row_cells",
+    "text",
     "unpack",
 ]
 
@@ -145,3 +158,38 @@ def unpack(value: bytes, into: set[bytes], width: int | None = None) -> None:
 def needs_repack(cells: int, cell_bytes: int) -> bool:
     """True when a row holds far more packed cells than their bytes need (many small ones)."""
     return cells > cell_bytes // CELL_BYTES + 8
+
+
+LINKS = "n"
+"""The UT table's family of links: linked UT -> b""."""
+LATEST = rf.CellsColumnLimitFilter(1)  # single-family tables: no (per-cell regex) family filter
+StoredMessage = tuple[str, int, bool]  # a message row: (UT, sent_at, recorded in its UT)
+
+
+def links_only(limit: int) -> rf.RowFilter:
+    """Links only, without a regex: the emulator would compile a family regex for every cell."""
+    return rf.RowFilterChain(
+        [
+            rf.ColumnRangeFilter(LINKS),
+            rf.StripValueTransformerFilter(True),
+            rf.CellsRowLimitFilter(limit),
+        ]
+    )
+
+
+def text(data: bytes) -> str:
+    try:
+        return data.decode()
+    except UnicodeDecodeError as exc:
+        raise StorageCorrupt(f"bad UT bytes {data!r}") from exc
+
+
+def row_cells(row: Any) -> dict[bytes, bytes]:
+    return {} if row is None else {c.qualifier: c.value for c in row.cells}
+
+
+def message_row(row: Any) -> StoredMessage | None:
+    stored = row_cells(row)
+    if b"u" not in stored or len(stored.get(b"s", b"")) != _SENT.size:
+        return None
+    return text(stored[b"u"]), _SENT.unpack(stored[b"s"])[0], b"r" in stored

@@ -29,26 +29,20 @@ response (a cell-count limit, sized for the longest UT id, keeps each under the 
 4 MiB) is the rare huge unified thread (or one whose many small cells were never re-packed),
 read again page by page; such a read stops as soon as it has the threads it was asked for.
 
-Scans (`loom dump`) page by keyset on the row key, each page one short request starting
-after the last row (or cell) of the page before: mappings from the forward tables (one row
-each, whether or not its `r` flag is set yet), links from the `n` cells of UT rows, streamed
-and cut after a page's worth of cells (a wide row is finished cell range by cell range),
-each undirected link kept once, from the row of its smaller UT. UT rows without links are
-skipped by the engine, but still scanned by it.
+Scans (`loom dump`) are `storage.bigtable.threads_scan`'s.
 """
 
 from __future__ import annotations
 
 import contextlib
 import struct
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from google.cloud.bigtable.data import (
     DeleteRangeFromColumn,
     ReadRowsQuery,
     RowMutationEntry,
-    RowRange,
     SetCell,
 )
 from google.cloud.bigtable.data import row_filters as rf
@@ -63,18 +57,26 @@ from storage.bigtable.client import (
     read_row_cells,
 )
 from storage.bigtable.thread_cells import (
+    LATEST,
+    LINKS,
     LONGEST_UT,
     RECORD_WIDTH,
     WIDEST_CELL,
+    StoredMessage,
     cells_per_response,
     decode_thread,
     encode_thread,
     latest,
+    links_only,
+    message_row,
     needs_repack,
     pack,
     record,
+    row_cells,
+    text,
     unpack,
 )
+from storage.bigtable.threads_scan import ThreadScans
 from storage.clock import now_ms
 from storage.errors import StorageCorrupt, StorageError
 from storage.ports import MessageMapping, ThreadKey, UnifiedStats, UtRows
@@ -85,7 +87,7 @@ __all__ = ["BigtableThreadStore"]
 
 
 _THREAD_UT, _MESSAGE_UT, _UT = "thread_ut", "message_ut", "ut"
-_FAM_U, _FAM_M, _FAM_Q, _FAM_P, _FAM_N = "u", "m", "q", "p", "n"
+_FAM_U, _FAM_M, _FAM_Q, _FAM_P, _FAM_N = "u", "m", "q", "p", LINKS
 _ONE = gc_rule(max_versions=1)
 _TABLES = {
     _THREAD_UT: {_FAM_U: _ONE},
@@ -95,48 +97,16 @@ _TABLES = {
 _READ_KEYS = 500  # row keys per ReadRows request
 _REPACK_CELLS = 2_000  # packed cells merged by one atomic row mutation
 _SENT = struct.Struct(">q")
-_LATEST = rf.CellsColumnLimitFilter(1)  # single-family tables: no (per-cell regex) family filter
 _WIDTHS: dict[str, int | None] = {_FAM_Q: None, _FAM_P: RECORD_WIDTH}  # fixed entry sizes
-_Stored = tuple[str, int, bool]  # a message row: (UT, sent_at, recorded in its UT)
-_LINK_ROW_CELLS = cells_per_response([b"\0" * LONGEST_UT], LONGEST_UT)  # per row per response
-T = TypeVar("T")
-
-
-def _links_only(limit: int) -> rf.RowFilter:
-    """Links only, without a regex: the emulator would compile a family regex for every cell."""
-    return rf.RowFilterChain(
-        [
-            rf.ColumnRangeFilter(_FAM_N),
-            rf.StripValueTransformerFilter(True),
-            rf.CellsRowLimitFilter(limit),
-        ]
-    )
-
-
-def _text(data: bytes) -> str:
-    try:
-        return data.decode()
-    except UnicodeDecodeError as exc:
-        raise StorageCorrupt(f"bad UT bytes {data!r}") from exc
 
 
 def _now_micros() -> int:
     return now_ms() * 1000  # Bigtable wants whole milliseconds
 
 
-def _cells(row: Any) -> dict[bytes, bytes]:
-    return {} if row is None else {c.qualifier: c.value for c in row.cells}
-
-
-def _message_row(row: Any) -> _Stored | None:
-    stored = _cells(row)
-    if b"u" not in stored or len(stored.get(b"s", b"")) != _SENT.size:
-        return None
-    return _text(stored[b"u"]), _SENT.unpack(stored[b"s"])[0], b"r" in stored
-
-
-class BigtableThreadStore:
-    """`storage.ports.ThreadStore` on Cloud Bigtable (or its emulator)."""
+class BigtableThreadStore(ThreadScans):
+    """`storage.ports.PortableThreadStore` on Cloud Bigtable (or its emulator); its scans
+    are `ThreadScans`'."""
 
     def __init__(self, handle: BigtableHandle) -> None:
         self._handle = handle
@@ -167,12 +137,12 @@ class BigtableThreadStore:
     async def _thread_rows(self, threads: Iterable[ThreadKey]) -> dict[ThreadKey, tuple[str, bool]]:
         """(UT, recorded) of each mapped thread."""
         keys = {encode_thread(t): t for t in dict.fromkeys(threads)}
-        rows = await self._read_rows(self._thread_ut, list(keys), _LATEST)
+        rows = await self._read_rows(self._thread_ut, list(keys), LATEST)
         found: dict[ThreadKey, tuple[str, bool]] = {}
         for row_key, row in rows.items():
-            cells = _cells(row)
+            cells = row_cells(row)
             if b"u" in cells and row_key in keys:
-                found[keys[row_key]] = (_text(cells[b"u"]), b"r" in cells)
+                found[keys[row_key]] = (text(cells[b"u"]), b"r" in cells)
         return found
 
     async def get_thread_uts(self, threads: Sequence[ThreadKey]) -> dict[ThreadKey, str]:
@@ -195,11 +165,11 @@ class BigtableThreadStore:
                 )
                 if not taken:
                     return ut, False
-                row = await self._thread_ut.read_row(row_key, row_filter=_LATEST)
-            cells = _cells(row)
+                row = await self._thread_ut.read_row(row_key, row_filter=LATEST)
+            cells = row_cells(row)
             if b"u" not in cells:
                 raise StorageCorrupt(f"thread row {row_key!r} matched but holds no UT")
-            return _text(cells[b"u"]), b"r" in cells
+            return text(cells[b"u"]), b"r" in cells
 
         winners = await self._thread_rows(proposals)  # most keys exist: 1 bulk read
         missing = [(k, ut) for k, ut in proposals.items() if k not in winners]
@@ -223,7 +193,7 @@ class BigtableThreadStore:
             proposals.setdefault(mapping.rfc_key, mapping)
         predicate = family_has_cells(_FAM_M)
 
-        async def put(mapping: MessageMapping) -> _Stored:
+        async def put(mapping: MessageMapping) -> StoredMessage:
             stamp = _now_micros()
             cells = [
                 SetCell(_FAM_M, b"u", mapping.ut.encode(), timestamp_micros=stamp),
@@ -235,15 +205,15 @@ class BigtableThreadStore:
                 )
                 if not taken:
                     return mapping.ut, mapping.sent_at_ms, False
-                row = await self._message_ut.read_row(mapping.rfc_key, row_filter=_LATEST)
-            stored = _message_row(row)
+                row = await self._message_ut.read_row(mapping.rfc_key, row_filter=LATEST)
+            stored = message_row(row)
             if stored is None:
                 raise StorageCorrupt(f"message row {mapping.rfc_key.hex()} is incomplete")
             return stored
 
-        winners: dict[bytes, _Stored] = {}
-        for rfc, row in (await self._read_rows(self._message_ut, list(proposals), _LATEST)).items():
-            stored = _message_row(row)
+        winners: dict[bytes, StoredMessage] = {}
+        for rfc, row in (await self._read_rows(self._message_ut, list(proposals), LATEST)).items():
+            stored = message_row(row)
             if stored is not None:
                 winners[rfc] = stored
         missing = [m for rfc, m in proposals.items() if rfc not in winners]
@@ -308,7 +278,7 @@ class BigtableThreadStore:
     async def get_links(self, uts: Sequence[str]) -> dict[str, frozenset[str]]:
         keys = [ut.encode() for ut in dict.fromkeys(uts)]
         limit = cells_per_response(keys, LONGEST_UT)
-        rows = await self._read_rows(self._ut, keys, _links_only(limit))
+        rows = await self._read_rows(self._ut, keys, links_only(limit))
         found: dict[str, frozenset[str]] = {}
         for key, row in rows.items():
             cells = [c.qualifier for c in row.cells]
@@ -318,7 +288,7 @@ class BigtableThreadStore:
                 )
                 cells = [q async for q, _ in pages]
             if cells:
-                found[_text(key)] = frozenset(_text(q) for q in cells)
+                found[text(key)] = frozenset(text(q) for q in cells)
         return found
 
     async def read_uts(
@@ -344,7 +314,7 @@ class BigtableThreadStore:
                 for cell in row.cells:
                     cells[cell.family][cell.qualifier] = cell.value
             if cells[_FAM_N]:
-                links[_text(row_key)] = frozenset(_text(q) for q in cells[_FAM_N])
+                links[text(row_key)] = frozenset(text(q) for q in cells[_FAM_N])
             records |= await self._entries(row_key, _FAM_P, cells[_FAM_P])
             if thread_limit > len(threads):
                 if wide:
@@ -410,114 +380,5 @@ class BigtableThreadStore:
                 with contextlib.suppress(StorageError), errors("repack"):
                     await self._ut.mutate_row(row_key, mutations)
 
-    async def scan_thread_uts(self, page: int) -> AsyncIterator[list[tuple[ThreadKey, str]]]:
-        def mapping(row: Any) -> tuple[ThreadKey, str] | None:
-            cells = _cells(row)
-            return (decode_thread(row.row_key), _text(cells[b"u"])) if b"u" in cells else None
-
-        async with contextlib.aclosing(self._scan_rows(self._thread_ut, mapping, page)) as scan:
-            async for items in scan:
-                yield items
-
-    async def scan_message_uts(self, page: int) -> AsyncIterator[list[MessageMapping]]:
-        def mapping(row: Any) -> MessageMapping | None:
-            stored = _message_row(row)
-            if stored is None:  # no mapping: as absent, as a put reads it
-                return None
-            return MessageMapping(rfc_key=row.row_key, ut=stored[0], sent_at_ms=stored[1])
-
-        async with contextlib.aclosing(self._scan_rows(self._message_ut, mapping, page)) as scan:
-            async for items in scan:
-                yield items
-
-    async def _scan_rows(
-        self, table: Any, mapping: Callable[[Any], T | None], page: int
-    ) -> AsyncGenerator[list[T], None]:
-        """`mapping` of every row of a forward table (rows it maps to None left out), in
-        pages of `page`: one ReadRows of up to `page` rows per page, after the last key."""
-        _check_page(page)
-        held: list[T] = []
-        after: bytes | None = None
-        while True:
-            ranges = [] if after is None else [RowRange(start_key=after, start_is_inclusive=False)]
-            with errors("scan rows"):
-                rows = await table.read_rows(
-                    ReadRowsQuery(row_ranges=ranges, limit=page, row_filter=_LATEST)
-                )
-            held += [item for item in map(mapping, rows) if item is not None]
-            if len(held) >= page:
-                yield held[:page]
-                held = held[page:]
-            if len(rows) < page:
-                if held:
-                    yield held
-                return
-            after = rows[-1].row_key
-
-    async def scan_links(self, page: int) -> AsyncIterator[list[tuple[str, str]]]:
-        held: list[tuple[str, str]] = []
-        async with contextlib.aclosing(self._link_cells(page)) as scan:
-            async for cells in scan:
-                # Each link is two cells, one in each UT's row: keep the smaller UT's.
-                held += [(_text(row), _text(q)) for row, q in cells if row < q]
-                if len(held) >= page:
-                    yield held[:page]
-                    held = held[page:]
-        if held:
-            yield held
-
-    async def _link_cells(self, page: int) -> AsyncGenerator[list[tuple[bytes, bytes]], None]:
-        """Every link cell of the UT table as (row key, qualifier), in key then qualifier
-        order, in lists of at most `page`: each one short request that resumes after the
-        last cell of the list before (none held open while the caller works)."""
-        _check_page(page)
-        per_row = max(1, min(page, _LINK_ROW_CELLS))
-        row: bytes | None = None  # the last row a list reached
-        after: bytes | None = None  # its last qualifier read, when it may hold more links
-        while True:
-            if row is not None and after is not None:  # finish the row, a range at a time
-                chain = rf.RowFilterChain(
-                    [
-                        rf.ColumnRangeFilter(_FAM_N, start_qualifier=after, inclusive_start=False),
-                        rf.StripValueTransformerFilter(True),
-                        rf.CellsRowLimitFilter(per_row),
-                    ]
-                )
-                with errors("scan links"):
-                    found = await self._ut.read_row(row, row_filter=chain)
-                rest = [] if found is None else [c.qualifier for c in found.cells]
-                if rest:
-                    yield [(row, q) for q in rest]
-                after = rest[-1] if len(rest) >= per_row else None
-                continue
-            # Rows after `row`, streamed until a list's worth of cells; a row cut short (by
-            # the list's end or the per-row limit that keeps a response small) is resumed.
-            taken: list[tuple[bytes, bytes]] = []
-            ended = True
-            ranges = [] if row is None else [RowRange(start_key=row, start_is_inclusive=False)]
-            query = ReadRowsQuery(row_ranges=ranges, row_filter=_links_only(per_row))
-            with errors("scan links"):
-                stream = await self._ut.read_rows_stream(query)
-                async with contextlib.aclosing(stream):
-                    async for found in stream:
-                        cells = [c.qualifier for c in found.cells]
-                        room = page - len(taken)
-                        taken += [(found.row_key, q) for q in cells[:room]]
-                        row = found.row_key
-                        if len(cells) > room or len(cells) >= per_row:
-                            after = taken[-1][1]
-                        if len(taken) >= page or after is not None:
-                            ended = False
-                            break
-            if taken:
-                yield taken
-            if ended:
-                return
-
     async def close(self) -> None:
         await self._handle.close()
-
-
-def _check_page(page: int) -> None:
-    if page < 1:
-        raise ValueError(f"page must be at least 1, not {page}")

@@ -44,10 +44,10 @@ from cassandra.query import BatchStatement, BatchType, PreparedStatement
 from storage.cassandra import inbox_clock as clock
 from storage.cassandra import inbox_rows as ir
 from storage.cassandra.session import CassandraSession, Row, gather
+from storage.cassandra.store import CassandraStore
 from storage.errors import StorageCorrupt
 from storage.idlists import decode_parts, encode_parts
 from storage.ports import DeliveryRecord, InboxEntry
-from storage.settings import CassandraSettings
 from storage.slices import slices
 
 __all__ = ["CassandraInboxStore"]
@@ -65,24 +65,12 @@ _BATCH_BYTES = 4 * 1024
 inbox): under Cassandra's 5 KiB batch-size warn threshold."""
 
 
-class CassandraInboxStore:
-    """`storage.ports.InboxStore` on one Cassandra keyspace."""
+class CassandraInboxStore(CassandraStore):
+    """`storage.ports.PortableInboxStore` on one Cassandra keyspace."""
 
     def __init__(self, session: CassandraSession, *, owns_session: bool) -> None:
-        self._s = session
-        self._owns = owns_session
-        self._ks = session.keyspace
+        super().__init__(session, owns_session=owns_session)
         self._deliveries = asyncio.Semaphore(DELIVERY_GROUPS_IN_FLIGHT)
-
-    @classmethod
-    async def open(cls, settings: CassandraSettings) -> CassandraInboxStore:
-        """Connects its own session (closed with the store), creating the schema if asked."""
-        session = await CassandraSession.open(settings)
-        try:
-            return await cls.on_session(session, owns_session=True)
-        except BaseException:
-            await session.close()
-            raise
 
     @classmethod
     async def on_session(
@@ -99,12 +87,6 @@ class CassandraInboxStore:
                 "keyspace, or drop those tables once their inboxes are no longer wanted"
             )
         return cls(session, owns_session=owns_session)
-
-    async def _stmt(self, cql: str) -> PreparedStatement:
-        return await self._s.prepare(cql.replace("{ks}", self._ks))
-
-    async def _q(self, cql: str, params: Sequence[object], *, all_pages: bool = False) -> list[Row]:
-        return await self._s.run(await self._stmt(cql), params, all_pages=all_pages)
 
     # --- deliveries into inboxes ------------------------------------------------------
 
@@ -238,22 +220,6 @@ class CassandraInboxStore:
         return ir.integer(rows[0], "n") if rows else 0
 
     # --- whole-table scans (loom dump) --------------------------------------------------
-
-    async def _pages(self, cql: str, page: int) -> AsyncIterator[list[Row]]:
-        """Every row `cql` selects, in non-empty pages of at most `page`, one request each:
-        the driver's paging state carries the position from one request to the next, so
-        memory holds one page and no coordinator holds anything between pages. Rows come in
-        token order, which is no snapshot: a row written meanwhile may or may not appear."""
-        if page < 1:
-            raise ValueError(f"scan page must be at least 1, not {page}")
-        stmt = await self._stmt(cql)
-        state: bytes | None = None
-        while True:
-            rows, state = await self._s.run_page(stmt, (), fetch_size=page, paging_state=state)
-            if rows:
-                yield rows
-            if state is None:
-                return
 
     async def scan_entries(self, page: int) -> AsyncIterator[list[tuple[str, InboxEntry]]]:
         # The entries only: unread markers are derived from them. ``kind`` is the first
@@ -426,7 +392,3 @@ class CassandraInboxStore:
         if not rows:
             raise StorageCorrupt("cassandra: LWT returned no row")
         return bool(rows[0]["[applied]"])
-
-    async def close(self) -> None:
-        if self._owns:
-            await self._s.close()

@@ -11,6 +11,7 @@ max_hint_window, so a hinted write can never resurrect a purged row.
 from __future__ import annotations
 
 from storage.cassandra.session import Row
+from storage.cassandra.store import integer, text
 from storage.errors import StorageCorrupt
 from storage.ports import DeliveryRecord
 
@@ -82,17 +83,3 @@ def delivery_record(row: Row) -> DeliveryRecord:
         error=text(row, "error"),
         updated_at_ms=integer(row, "updated_at_ms"),
     )
-
-
-def text(row: Row, column: str) -> str:
-    value = row.get(column)
-    if not isinstance(value, str):
-        raise StorageCorrupt(f"cassandra: column {column} holds {value!r}")
-    return value
-
-
-def integer(row: Row, column: str) -> int:
-    value = row.get(column)
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise StorageCorrupt(f"cassandra: column {column} holds {value!r}")
-    return value

@@ -18,33 +18,24 @@ every writer learns the winner without a second read, as in the seed. Reads of m
 are IN queries on the partition key, chunked: one round trip per read level, with the
 count and latest send time aggregated by Cassandra itself.
 
-Scans (`loom dump`) read the forward tables (`thread_ut`, `rfc_ut`) and `ut_merges` (each
-link from its smaller UT's partition) in token order, `page` rows per request: each request
-starts after the last token read, so no paging state is held between pages. Where a request
-stopped, the rest of its last partition is read by clustering key, and the partitions that
-share its token (a Murmur3 collision, rare but real at a billion keys) are read by key, so
-no row is skipped or read twice.
+Scans (`loom dump`) are `storage.cassandra.threads_scan`'s.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Sequence
-from typing import TypeVar
+from collections.abc import Iterable, Sequence
 
 from cassandra.query import BatchStatement, BatchType
 
 from storage.cassandra.session import CassandraSession, Row, gather
+from storage.cassandra.store import text
+from storage.cassandra.threads_scan import ThreadScans
 from storage.errors import StorageCorrupt
 from storage.ports import MessageMapping, ThreadKey, UnifiedStats, UtRows
-from storage.settings import CassandraSettings
 from storage.slices import slices
 
 __all__ = ["CassandraThreadStore"]
-
-T = TypeVar("T")
-
 
 # Rows are written once (a thread row once more, to flag it recorded), so size-tiered
 # compaction is right: leveled compaction only pays for its write amplification when a
@@ -71,23 +62,8 @@ _GIDS_PER_IN = 100  # clustering IN lists stay small: one slice per gid on the r
 _KEYS_PER_IN = 100  # partition keys per IN query: a bounded fan-out on the coordinator
 
 
-class CassandraThreadStore:
-    """`storage.ports.ThreadStore` on one Cassandra keyspace."""
-
-    def __init__(self, session: CassandraSession, *, owns_session: bool) -> None:
-        self._s = session
-        self._owns = owns_session
-        self._ks = session.keyspace
-
-    @classmethod
-    async def open(cls, settings: CassandraSettings) -> CassandraThreadStore:
-        """Connects its own session (closed with the store), creating the schema if asked."""
-        session = await CassandraSession.open(settings)
-        try:
-            return await cls.on_session(session, owns_session=True)
-        except BaseException:
-            await session.close()
-            raise
+class CassandraThreadStore(ThreadScans):
+    """`storage.ports.PortableThreadStore` on one Cassandra keyspace (scans: `ThreadScans`)."""
 
     @classmethod
     async def on_session(
@@ -96,10 +72,6 @@ class CassandraThreadStore:
         """A store on a session shared with other Cassandra stores (which it won't close)."""
         await session.ensure_schema(_TABLES)
         return cls(session, owns_session=owns_session)
-
-    async def _q(self, cql: str, params: Sequence[object], *, all_pages: bool = False) -> list[Row]:
-        stmt = await self._s.prepare(cql.replace("{ks}", self._ks))
-        return await self._s.run(stmt, params, all_pages=all_pages)
 
     async def _thread_rows(self, threads: Iterable[ThreadKey]) -> dict[ThreadKey, tuple[str, bool]]:
         """(UT, recorded) of each mapped thread: one IN query per owner (and 100 threads)."""
@@ -119,8 +91,8 @@ class CassandraThreadStore:
             one(gid, chunk) for gid, ids in by_gid.items() for chunk in slices(ids, _KEYS_PER_IN)
         )
         return {
-            ThreadKey(_text(r, "gid"), _text(r, "thread_id")): (
-                _text(r, "ut"),
+            ThreadKey(text(r, "gid"), text(r, "thread_id")): (
+                text(r, "ut"),
                 r["recorded"] is True,
             )
             for rows in found
@@ -193,7 +165,7 @@ class CassandraThreadStore:
             for r in rows:
                 key = r.get("rfc_key")
                 if isinstance(key, bytes):
-                    won[key] = (_text(r, "ut"), key, _sent(r.get("sent_at")))
+                    won[key] = (text(r, "ut"), key, _sent(r.get("sent_at")))
         missing = [m for key, m in proposals.items() if key not in won]
         for winner in await gather(one(m) for m in missing):
             won[winner[1]] = winner
@@ -212,7 +184,7 @@ class CassandraThreadStore:
         than a statement per row, with none of a logged batch's batchlog. Chunks stay under
         Cassandra's 5 KiB batch-size warning so even 512-byte ids never near its fail limit.
         """
-        stmt = await self._s.prepare(cql.replace("{ks}", self._ks))
+        stmt = await self._stmt(cql)
         batches: list[BatchStatement] = []
         open_batch: dict[str, tuple[BatchStatement, int]] = {}
         for row in rows:
@@ -244,7 +216,7 @@ class CassandraThreadStore:
         found: dict[str, set[str]] = {}
         for rows in await gather(one(c) for c in slices(list(dict.fromkeys(uts)), _KEYS_PER_IN)):
             for r in rows:
-                found.setdefault(_text(r, "ut"), set()).add(_text(r, "neighbour"))
+                found.setdefault(text(r, "ut"), set()).add(text(r, "neighbour"))
         return {ut: frozenset(linked) for ut, linked in found.items()}
 
     async def read_uts(
@@ -287,7 +259,7 @@ class CassandraThreadStore:
             gather(stats_of(c) for c in ut_chunks),
         )
         threads = [
-            ThreadKey(_text(r, "gid"), _text(r, "thread_id")) for rows in thread_rows for r in rows
+            ThreadKey(text(r, "gid"), text(r, "thread_id")) for rows in thread_rows for r in rows
         ]
         count, lasts = 0, []
         for rows in stat_rows:
@@ -301,149 +273,6 @@ class CassandraThreadStore:
             stats=UnifiedStats(message_count=count, last_message_at_ms=max(lasts, default=None)),
         )
 
-    async def scan_thread_uts(self, page: int) -> AsyncIterator[list[tuple[ThreadKey, str]]]:
-        def mapping(r: Row) -> tuple[ThreadKey, str]:
-            return ThreadKey(_text(r, "gid"), _text(r, "thread_id")), _text(r, "ut")
-
-        rows = self._scan_rows("thread_ut", ("gid", "thread_id"), None, ("ut",), page)
-        async with contextlib.aclosing(_pages(rows, mapping, page)) as pages:
-            async for items in pages:
-                yield items
-
-    async def scan_message_uts(self, page: int) -> AsyncIterator[list[MessageMapping]]:
-        def mapping(r: Row) -> MessageMapping:
-            key = r.get("rfc_key")
-            if not isinstance(key, bytes):
-                raise StorageCorrupt(f"cassandra: rfc_ut.rfc_key is {key!r}")
-            return MessageMapping(rfc_key=key, ut=_text(r, "ut"), sent_at_ms=_sent(r["sent_at"]))
-
-        rows = self._scan_rows("rfc_ut", ("rfc_key",), None, ("ut", "sent_at"), page)
-        async with contextlib.aclosing(_pages(rows, mapping, page)) as pages:
-            async for items in pages:
-                yield items
-
-    async def scan_links(self, page: int) -> AsyncIterator[list[tuple[str, str]]]:
-        def mapping(r: Row) -> tuple[str, str] | None:
-            ut, neighbour = _text(r, "ut"), _text(r, "neighbour")
-            return (ut, neighbour) if ut < neighbour else None  # the reverse row: skipped
-
-        rows = self._scan_rows("ut_merges", ("ut",), "neighbour", (), page)
-        async with contextlib.aclosing(_pages(rows, mapping, page)) as pages:
-            async for items in pages:
-                yield items
-
-    async def _scan_rows(
-        self,
-        table: str,
-        key: tuple[str, ...],
-        clustering: str | None,
-        columns: tuple[str, ...],
-        page: int,
-    ) -> AsyncGenerator[list[Row], None]:
-        """Every row of `table` exactly once, in lists of at most `page` rows, each read by
-        one request (a partition key `key`, at most one `clustering` column)."""
-        if page < 1:
-            raise ValueError(f"page must be at least 1, not {page}")
-        keys = ", ".join(key)
-        token = f"token({keys})"
-        wanted = ", ".join((*key, *((clustering,) if clustering else ()), *columns))
-        select = f"SELECT {token} AS tok, {wanted} FROM {{ks}}.{table}"
-        after: int | None = None
-        while True:
-            if after is None:
-                rows = await self._q(f"{select} LIMIT ?", (page,), all_pages=True)
-            else:
-                rows = await self._q(
-                    f"{select} WHERE {token} > ? LIMIT ?", (after, page), all_pages=True
-                )
-            if rows:
-                yield rows
-            if len(rows) < page:
-                return
-            last = rows[-1]
-            after = int(last["tok"])
-            # The request stopped at token `after`: maybe inside its last partition, maybe
-            # before other partitions with that token. Read both before going past it.
-            done = {tuple(r[k] for k in key) for r in rows if r["tok"] == after}
-            if clustering is not None:
-                partition = self._partition_rows(
-                    select,
-                    key,
-                    tuple(last[k] for k in key),
-                    clustering=clustering,
-                    after=last[clustering],
-                    page=page,
-                )
-                async with contextlib.aclosing(partition) as more:
-                    async for part in more:
-                        yield part
-            sharing = await self._q(
-                f"SELECT DISTINCT {keys} FROM {{ks}}.{table} WHERE {token} >= ? AND {token} <= ?",
-                (after, after),
-                all_pages=True,
-            )
-            for other in sharing:
-                values = tuple(other[k] for k in key)
-                if values in done:
-                    continue
-                partition = self._partition_rows(
-                    select, key, values, clustering=clustering, after=None, page=page
-                )
-                async with contextlib.aclosing(partition) as more:
-                    async for part in more:
-                        yield part
-
-    async def _partition_rows(
-        self,
-        select: str,
-        key: tuple[str, ...],
-        values: tuple[object, ...],
-        *,
-        clustering: str | None,
-        after: object,
-        page: int,
-    ) -> AsyncGenerator[list[Row], None]:
-        """The rows of one partition after clustering value `after` (all when None), in
-        lists of at most `page` rows, one request each."""
-        where = " AND ".join(f"{k} = ?" for k in key)
-        while True:
-            if clustering is None:
-                rows = await self._q(f"{select} WHERE {where}", values)
-                if rows:
-                    yield rows
-                return
-            if after is None:
-                cql, params = f"{select} WHERE {where} LIMIT ?", (*values, page)
-            else:
-                cql = f"{select} WHERE {where} AND {clustering} > ? LIMIT ?"
-                params = (*values, after, page)
-            rows = await self._q(cql, params, all_pages=True)
-            if rows:
-                yield rows
-            if len(rows) < page:
-                return
-            after = rows[-1][clustering]
-
-    async def close(self) -> None:
-        if self._owns:
-            await self._s.close()
-
-
-async def _pages(
-    rows: AsyncGenerator[list[Row], None], item: Callable[[Row], T | None], page: int
-) -> AsyncGenerator[list[T], None]:
-    """`item` of each row of `rows` (lists of at most `page` rows; rows it maps to None left
-    out), regrouped into pages of `page` items, the last one shorter, none empty."""
-    held: list[T] = []
-    async with contextlib.aclosing(rows):
-        async for chunk in rows:
-            held += [x for x in map(item, chunk) if x is not None]
-            if len(held) >= page:
-                yield held[:page]
-                held = held[page:]
-    if held:
-        yield held
-
 
 def _winner(rows: list[Row], proposed: str) -> str:
     """The UT that owns the key after an `INSERT ... IF NOT EXISTS`."""
@@ -451,17 +280,10 @@ def _winner(rows: list[Row], proposed: str) -> str:
         raise StorageCorrupt("cassandra: LWT returned no row")
     if rows[0]["[applied]"]:
         return proposed
-    return _text(rows[0], "ut")
+    return text(rows[0], "ut")
 
 
 def _sent(value: object) -> int:
     if not isinstance(value, int):
         raise StorageCorrupt(f"cassandra: rfc_ut.sent_at is {value!r}")
-    return value
-
-
-def _text(row: Row, column: str) -> str:
-    value = row.get(column)
-    if not isinstance(value, str):
-        raise StorageCorrupt(f"cassandra: column {column} holds {value!r}")
     return value

@@ -16,6 +16,12 @@ rules: they store, fetch and compare-and-set, and translate their driver's error
     jobs               JobStore          Iterator's jobs, tasks, counters, chunk ledger, pace
     templates          TemplateStore     TemplateInduction's templates table
 
+A port whose data ``loom dump`` copies has two Protocols: the serving one above, and its
+portability one (`ThreadPortability`, `SummaryPortability`, `InboxPortability`,
+`TemplatePortability`: whole-store scans, and the templates' restore). Serving code sees
+only the first; every adapter implements both, which `PortableThreadStore` & co. name, and
+`storage.factory` opens those, so the dump code of each service gets both.
+
 Each port's records live beside its Protocol; a record of three fields or more is
 keyword-only, built by name. Batch-shaped methods are deliberate: a WeaveMessages call of
 1,000 messages must cost a handful of round trips to the engine, not thousands.
@@ -23,7 +29,14 @@ keyword-only, built by name. Batch-shaped methods are deliberate: a WeaveMessage
 
 from __future__ import annotations
 
-from storage.ports.inbox import DeliveryRecord, DeliveryState, InboxEntry, InboxStore
+from storage.ports.inbox import (
+    DeliveryRecord,
+    DeliveryState,
+    InboxEntry,
+    InboxPortability,
+    InboxStore,
+    PortableInboxStore,
+)
 from storage.ports.iteration_source import (
     IterationSource,
     Key,
@@ -41,16 +54,31 @@ from storage.ports.jobs import (
     Step,
     TaskRecord,
 )
-from storage.ports.summaries import StoredSummary, SummaryStore
+from storage.ports.summaries import (
+    PortableSummaryStore,
+    StoredSummary,
+    SummaryPortability,
+    SummaryStore,
+)
 from storage.ports.templates import (
     ClusterCounts,
     ClusterWrite,
+    PortableTemplateStore,
     StoredEmail,
     StoredTemplates,
     StoredUser,
+    TemplatePortability,
     TemplateStore,
 )
-from storage.ports.threads import MessageMapping, ThreadKey, ThreadStore, UnifiedStats, UtRows
+from storage.ports.threads import (
+    MessageMapping,
+    PortableThreadStore,
+    ThreadKey,
+    ThreadPortability,
+    ThreadStore,
+    UnifiedStats,
+    UtRows,
+)
 from storage.ports.work_queue import QueuedMessage, WorkQueue
 
 __all__ = [
@@ -61,6 +89,7 @@ __all__ = [
     "DeliveryRecord",
     "DeliveryState",
     "InboxEntry",
+    "InboxPortability",
     "InboxStore",
     "IterationSource",
     "JobRecord",
@@ -69,6 +98,10 @@ __all__ = [
     "Key",
     "LedgerSummary",
     "MessageMapping",
+    "PortableInboxStore",
+    "PortableSummaryStore",
+    "PortableTemplateStore",
+    "PortableThreadStore",
     "Positions",
     "QueuedMessage",
     "SchemaFacts",
@@ -78,10 +111,13 @@ __all__ = [
     "StoredSummary",
     "StoredTemplates",
     "StoredUser",
+    "SummaryPortability",
     "SummaryStore",
     "TaskRecord",
+    "TemplatePortability",
     "TemplateStore",
     "ThreadKey",
+    "ThreadPortability",
     "ThreadStore",
     "UnifiedStats",
     "UtRows",

@@ -2,6 +2,9 @@
 
 The records are the rows themselves (an inbox's thread, a background fan-out's progress);
 ordering, filtering and trimming policy are the domain's.
+
+`InboxStore` is what serving needs; `InboxPortability` the scans only ``loom dump`` reads;
+every adapter is both, a `PortableInboxStore`.
 """
 
 from __future__ import annotations
@@ -10,7 +13,14 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-__all__ = ["DeliveryRecord", "DeliveryState", "InboxEntry", "InboxStore"]
+__all__ = [
+    "DeliveryRecord",
+    "DeliveryState",
+    "InboxEntry",
+    "InboxPortability",
+    "InboxStore",
+    "PortableInboxStore",
+]
 
 
 DeliveryState = Literal["running", "done", "failed"]
@@ -166,6 +176,19 @@ class InboxStore(Protocol):
         of several servers adopting one stalled delivery, exactly one wins (True)."""
         ...
 
+    async def close(self) -> None:
+        """Releases connections and threads."""
+        ...
+
+
+class InboxPortability(Protocol):
+    """The InboxStore's whole-store scans: what ``loom dump`` streams, nothing serves.
+
+    Kept apart from `InboxStore` so only the data-portability code (`server.inbox.portable`)
+    sees them. A scan is no coroutine method: `server.runtime.guard` does not put it behind
+    the engine's breaker.
+    """
+
     def scan_entries(self, page: int) -> AsyncIterator[list[tuple[str, InboxEntry]]]:
         """Every inbox row exactly once as (inbox_id, entry), in pages of 1..`page` (any order).
 
@@ -194,6 +217,6 @@ class InboxStore(Protocol):
         """
         ...
 
-    async def close(self) -> None:
-        """Releases connections and threads."""
-        ...
+
+class PortableInboxStore(InboxStore, InboxPortability, Protocol):
+    """An InboxStore with its scans: what every adapter is, and what `storage.factory` opens."""

@@ -2,6 +2,9 @@
 
 The store never looks inside a summary, so the encoding (exact ids, then a sketch) stays the
 domain's and one conditional write is all an engine has to offer.
+
+`SummaryStore` is what serving needs; `SummaryPortability` the scan only ``loom dump``
+reads; every adapter is both, a `PortableSummaryStore`.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Protocol
 
-__all__ = ["StoredSummary", "SummaryStore"]
+__all__ = ["PortableSummaryStore", "StoredSummary", "SummaryPortability", "SummaryStore"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +48,19 @@ class SummaryStore(Protocol):
         """
         ...
 
+    async def close(self) -> None:
+        """Releases connections and threads."""
+        ...
+
+
+class SummaryPortability(Protocol):
+    """The SummaryStore's whole-store scan: what ``loom dump`` streams, nothing serves.
+
+    Kept apart from `SummaryStore` so only the data-portability code
+    (`server.summary.portable`) sees it. A scan is no coroutine method:
+    `server.runtime.guard` does not put it behind the engine's breaker.
+    """
+
     def scan(self, page: int) -> AsyncIterator[list[tuple[str, StoredSummary]]]:
         """Every stored summary exactly once as (message_id, summary), data byte for byte, in pages.
 
@@ -63,6 +79,6 @@ class SummaryStore(Protocol):
         """
         ...
 
-    async def close(self) -> None:
-        """Releases connections and threads."""
-        ...
+
+class PortableSummaryStore(SummaryStore, SummaryPortability, Protocol):
+    """A SummaryStore with its scan: what every adapter is, and what `storage.factory` opens."""

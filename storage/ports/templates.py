@@ -2,6 +2,9 @@
 
 The store keeps emails, recipients (hashed) and templates and counts them; k, the row cap
 and re-formation are the domain's.
+
+`TemplateStore` is what serving needs; `TemplatePortability` the scans and the restore only
+``loom dump`` and ``loom load`` use; every adapter is both, a `PortableTemplateStore`.
 """
 
 from __future__ import annotations
@@ -13,9 +16,11 @@ from typing import Protocol
 __all__ = [
     "ClusterCounts",
     "ClusterWrite",
+    "PortableTemplateStore",
     "StoredEmail",
     "StoredTemplates",
     "StoredUser",
+    "TemplatePortability",
     "TemplateStore",
 ]
 
@@ -127,6 +132,20 @@ class TemplateStore(Protocol):
         """
         ...
 
+    async def close(self) -> None:
+        """Releases connections and threads."""
+        ...
+
+
+class TemplatePortability(Protocol):
+    """The TemplateStore's scans and restore: what ``loom dump`` and ``loom load`` use,
+    nothing serves.
+
+    Kept apart from `TemplateStore` so only the data-portability code
+    (`server.templates.portable`) sees them. A scan is no coroutine method:
+    `server.runtime.guard` does not put it behind the engine's breaker.
+    """
+
     def scan_emails(self, page: int) -> AsyncIterator[list[StoredEmail]]:
         """Every live email cell exactly once, in pages of 1..`page` (any order).
 
@@ -182,6 +201,7 @@ class TemplateStore(Protocol):
         """
         ...
 
-    async def close(self) -> None:
-        """Releases connections and threads."""
-        ...
+
+class PortableTemplateStore(TemplateStore, TemplatePortability, Protocol):
+    """A TemplateStore with its scans and restore: what every adapter is, and what
+    `storage.factory` opens."""

@@ -3,6 +3,9 @@
 Both relations are written only if absent, atomically, whoever writes: that conditional write
 is the whole of threadweaver's correctness, so every engine must provide it natively
 (SQLite's INSERT OR IGNORE, Bigtable's checkAndMutate, Cassandra's LWT).
+
+`ThreadStore` is what serving needs; `ThreadPortability` the scans only ``loom dump`` reads;
+every adapter is both, a `PortableThreadStore`.
 """
 
 from __future__ import annotations
@@ -11,7 +14,15 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-__all__ = ["MessageMapping", "ThreadKey", "ThreadStore", "UnifiedStats", "UtRows"]
+__all__ = [
+    "MessageMapping",
+    "PortableThreadStore",
+    "ThreadKey",
+    "ThreadPortability",
+    "ThreadStore",
+    "UnifiedStats",
+    "UtRows",
+]
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -129,16 +140,28 @@ class ThreadStore(Protocol):
         """
         ...
 
-    # Streaming scans (`loom dump`): every record of the store, in pages, with bounded memory.
-    # Each is an async generator: memory is bounded by `page` (a scan holds about a page and
-    # reads the engine one short request at a time, a few per page, never a whole relation);
-    # an empty store yields nothing (never an empty page); `page` < 1 is a ValueError. Pages
-    # hold 1..`page` items, in whatever order the engine keeps them. On a distributed engine
-    # a scan is not a point-in-time snapshot: a row written or removed while the scan runs
-    # may or may not appear (a row present from the scan's start to its end appears exactly
-    # once); SQLite reads one snapshot per page. Reads fail with `StorageError`s as the other
-    # methods do, but a scan is no coroutine method: `server.runtime.guard` does not put it
-    # behind the engine's breaker or a request's deadline.
+    async def close(self) -> None:
+        """Releases connections and threads."""
+        ...
+
+
+class ThreadPortability(Protocol):
+    """The ThreadStore's whole-store scans: what ``loom dump`` streams, nothing serves.
+
+    Kept apart from `ThreadStore` so the serving contract stays what requests need, and only
+    the data-portability code (`server.threadweaver.portable`) sees these.
+
+    Every record of the store, in pages, with bounded memory. Each scan is an async
+    generator: memory is bounded by `page` (a scan holds about a page and reads the engine
+    one short request at a time, a few per page, never a whole relation); an empty store
+    yields nothing (never an empty page); `page` < 1 is a ValueError. Pages hold 1..`page`
+    items, in whatever order the engine keeps them. On a distributed engine a scan is not a
+    point-in-time snapshot: a row written or removed while the scan runs may or may not
+    appear (a row present from the scan's start to its end appears exactly once); SQLite
+    reads one snapshot per page. Reads fail with `StorageError`s as the serving methods do,
+    but a scan is no coroutine method: `server.runtime.guard` does not put it behind the
+    engine's breaker or a request's deadline.
+    """
 
     def scan_thread_uts(self, page: int) -> AsyncIterator[list[tuple[ThreadKey, str]]]:
         """Every thread -> UT mapping exactly once, in pages of 1..`page` items (any order).
@@ -169,6 +192,6 @@ class ThreadStore(Protocol):
         """
         ...
 
-    async def close(self) -> None:
-        """Releases connections and threads."""
-        ...
+
+class PortableThreadStore(ThreadStore, ThreadPortability, Protocol):
+    """A ThreadStore with its scans: what every adapter is, and what `storage.factory` opens."""

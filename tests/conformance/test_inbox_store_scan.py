@@ -12,7 +12,7 @@ from typing import TypeVar
 
 import pytest
 
-from storage.ports import DeliveryRecord, InboxEntry, InboxStore
+from storage.ports import DeliveryRecord, InboxEntry, PortableInboxStore
 
 T = TypeVar("T")
 
@@ -34,7 +34,9 @@ def once(pages: list[list[T]]) -> list[T]:
     return items
 
 
-async def held_entries(store: InboxStore, inboxes: list[str]) -> set[tuple[str, InboxEntry]]:
+async def held_entries(
+    store: PortableInboxStore, inboxes: list[str]
+) -> set[tuple[str, InboxEntry]]:
     """What the store holds, read inbox by inbox through scan_inbox."""
     return {(i, e) for i in inboxes for e in await store.scan_inbox(i, 10_000)}
 
@@ -55,14 +57,14 @@ def delivery(delivery_id: str, **changes: object) -> DeliveryRecord:
     return DeliveryRecord(**base)  # type: ignore[arg-type]
 
 
-async def test_empty_store_scans_to_no_pages(inbox_store: InboxStore) -> None:
+async def test_empty_store_scans_to_no_pages(inbox_store: PortableInboxStore) -> None:
     """A dump of an empty inbox store holds nothing: no entry, no delivery, no empty page."""
     assert [p async for p in inbox_store.scan_entries(PAGE)] == []
     assert [p async for p in inbox_store.scan_deliveries(PAGE)] == []
 
 
 async def test_entries_scan_returns_every_row_once_with_its_newest_state(
-    inbox_store: InboxStore,
+    inbox_store: PortableInboxStore,
 ) -> None:
     """A dump holds every inbox row exactly once, across several pages, with the newest
     message and read flag of each row; trimmed rows are gone and unread markers are not rows."""
@@ -122,7 +124,9 @@ async def test_entries_scan_returns_every_row_once_with_its_newest_state(
     assert len(pages) >= len(expected) // PAGE  # really paged, not one big page
 
 
-async def test_entries_scan_spans_inboxes_larger_than_a_page(inbox_store: InboxStore) -> None:
+async def test_entries_scan_spans_inboxes_larger_than_a_page(
+    inbox_store: PortableInboxStore,
+) -> None:
     """One inbox holding many pages' worth of rows, between smaller ones, is dumped whole:
     no row is lost or repeated where a page ends inside an inbox."""
     big = [f"t{n:03}" for n in range(25)]
@@ -135,7 +139,7 @@ async def test_entries_scan_spans_inboxes_larger_than_a_page(inbox_store: InboxS
     assert Counter(i for i, _ in scanned) == {"big": 25, "small": 20}
 
 
-async def test_entries_scan_with_one_row_pages(inbox_store: InboxStore) -> None:
+async def test_entries_scan_with_one_row_pages(inbox_store: PortableInboxStore) -> None:
     """The smallest page still dumps every row, one at a time."""
     await inbox_store.deliver("t", 1, unread=["a", "b", "c"], read=["d"])
     pages = await pages_of(inbox_store.scan_entries(1), 1)
@@ -144,7 +148,7 @@ async def test_entries_scan_with_one_row_pages(inbox_store: InboxStore) -> None:
 
 
 async def test_deliveries_scan_returns_every_record_once_in_its_stored_state(
-    inbox_store: InboxStore,
+    inbox_store: PortableInboxStore,
 ) -> None:
     """A dump holds every delivery exactly once, across several pages, as last stored:
     running, done and failed alike, claimed ones with their claimer's progress."""
@@ -182,7 +186,7 @@ async def test_deliveries_scan_returns_every_record_once_in_its_stored_state(
 
 
 @pytest.mark.parametrize("page", [0, -1])
-async def test_a_page_below_one_is_refused(inbox_store: InboxStore, page: int) -> None:
+async def test_a_page_below_one_is_refused(inbox_store: PortableInboxStore, page: int) -> None:
     """Asking for pages of no rows is a caller's mistake, reported at once."""
     with pytest.raises(ValueError, match="at least 1"):
         await anext(inbox_store.scan_entries(page))

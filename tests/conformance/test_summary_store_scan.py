@@ -12,12 +12,12 @@ from collections import Counter
 
 import pytest
 
-from storage.ports import StoredSummary, SummaryStore
+from storage.ports import PortableSummaryStore, StoredSummary
 
 PAGE = 3
 
 
-async def scanned(store: SummaryStore, page: int) -> list[list[tuple[str, StoredSummary]]]:
+async def scanned(store: PortableSummaryStore, page: int) -> list[list[tuple[str, StoredSummary]]]:
     """Every page of a scan, after checking each holds 1..`page` summaries."""
     pages = [p async for p in store.scan(page)]
     assert all(1 <= len(p) <= page for p in pages), [len(p) for p in pages]
@@ -31,12 +31,14 @@ def once(pages: list[list[tuple[str, StoredSummary]]]) -> dict[str, StoredSummar
     return {m: s for p in pages for m, s in p}
 
 
-async def test_empty_store_scans_to_no_pages(summary_store: SummaryStore) -> None:
+async def test_empty_store_scans_to_no_pages(summary_store: PortableSummaryStore) -> None:
     """A dump of an empty summary store holds nothing, not even an empty page."""
     assert [p async for p in summary_store.scan(PAGE)] == []
 
 
-async def test_scan_returns_every_summary_once_byte_for_byte(summary_store: SummaryStore) -> None:
+async def test_scan_returns_every_summary_once_byte_for_byte(
+    summary_store: PortableSummaryStore,
+) -> None:
     """A dump holds every summary exactly once, across several pages, with its latest bytes
     (NUL and 0xff bytes included) and version; lost writes leave no trace."""
     store = summary_store
@@ -74,7 +76,7 @@ async def test_scan_returns_every_summary_once_byte_for_byte(summary_store: Summ
     assert len(pages) >= len(expected) // PAGE  # really paged, not one big page
 
 
-async def test_many_summaries_in_small_pages(summary_store: SummaryStore) -> None:
+async def test_many_summaries_in_small_pages(summary_store: PortableSummaryStore) -> None:
     """Forty summaries dumped three at a time all come back once with their own bytes."""
     expected = {
         f"msg-{n:02}": StoredSummary(bytes([n, 0, 255 - n]) * (n + 1), 1) for n in range(40)
@@ -86,7 +88,7 @@ async def test_many_summaries_in_small_pages(summary_store: SummaryStore) -> Non
     assert len(pages) >= 40 // PAGE
 
 
-async def test_one_summary_pages(summary_store: SummaryStore) -> None:
+async def test_one_summary_pages(summary_store: PortableSummaryStore) -> None:
     """The smallest page still dumps every summary, one at a time."""
     for n in range(4):
         assert await summary_store.put_if_version(f"m{n}", bytes([n]), None)
@@ -96,7 +98,7 @@ async def test_one_summary_pages(summary_store: SummaryStore) -> None:
 
 
 @pytest.mark.parametrize("page", [0, -1])
-async def test_a_page_below_one_is_refused(summary_store: SummaryStore, page: int) -> None:
+async def test_a_page_below_one_is_refused(summary_store: PortableSummaryStore, page: int) -> None:
     """Asking for pages of no summaries is a caller's mistake, reported at once."""
     with pytest.raises(ValueError, match="at least 1"):
         await anext(summary_store.scan(page))

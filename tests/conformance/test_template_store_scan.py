@@ -20,10 +20,10 @@ from storage.clock import now_ms
 from storage.ports import (
     ClusterCounts,
     ClusterWrite,
+    PortableTemplateStore,
     StoredEmail,
     StoredTemplates,
     StoredUser,
-    TemplateStore,
 )
 from tests.engines import settings_for
 from tests.serving import eventually
@@ -34,15 +34,15 @@ LONG_TTL_S = 120.0
 SLACK_MS = 2
 """How far a copied expiry may drift (the engines keep milliseconds: it should not)."""
 
-OpenStore = Callable[[float], Awaitable[TemplateStore]]
+OpenStore = Callable[[float], Awaitable[PortableTemplateStore]]
 
 
 @pytest.fixture
 async def open_store(template_engine: str, tmp_path: Path) -> AsyncIterator[OpenStore]:
     """Opens fresh, empty TemplateStores on `template_engine` with a given email TTL (s)."""
-    opened: list[TemplateStore] = []
+    opened: list[PortableTemplateStore] = []
 
-    async def open_(email_ttl_s: float) -> TemplateStore:
+    async def open_(email_ttl_s: float) -> PortableTemplateStore:
         settings = settings_for(template_engine, tmp_path, templates_store=template_engine)
         store = await factory.open_template_store(settings, email_ttl_s=email_ttl_s)
         opened.append(store)
@@ -64,7 +64,7 @@ class Dump:
     templates: dict[bytes, StoredTemplates] = field(default_factory=dict)
 
 
-async def dump(store: TemplateStore, page: int = PAGE) -> Dump:
+async def dump(store: PortableTemplateStore, page: int = PAGE) -> Dump:
     """Every page of the three scans, after checking each holds 1..`page` cells and no cell
     comes twice."""
     emails = [p async for p in store.scan_emails(page)]
@@ -84,7 +84,7 @@ async def dump(store: TemplateStore, page: int = PAGE) -> Dump:
     )
 
 
-async def load(store: TemplateStore, d: Dump, page: int = PAGE) -> None:
+async def load(store: PortableTemplateStore, d: Dump, page: int = PAGE) -> None:
     """Restores `d` a page of each kind per call, as a load would."""
     emails, users, templates = (
         list(d.emails.values()),

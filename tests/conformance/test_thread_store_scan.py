@@ -11,7 +11,7 @@ import hashlib
 from collections.abc import AsyncIterator
 from typing import TypeVar
 
-from storage.ports import MessageMapping, ThreadKey, ThreadStore
+from storage.ports import MessageMapping, PortableThreadStore, ThreadKey
 
 T = TypeVar("T")
 
@@ -43,14 +43,14 @@ same in the engine as in Python."""
 
 
 class TestScans:
-    async def test_an_empty_store_yields_no_page(self, thread_store: ThreadStore) -> None:
+    async def test_an_empty_store_yields_no_page(self, thread_store: PortableThreadStore) -> None:
         """A dump of a fresh store holds nothing: every scan ends without a page."""
         assert await pages_of(thread_store.scan_thread_uts(3), 3) == []
         assert await pages_of(thread_store.scan_message_uts(3), 3) == []
         assert await pages_of(thread_store.scan_links(3), 3) == []
 
     async def test_scans_return_exactly_what_was_written(
-        self, thread_store: ThreadStore, thread_store_twin: ThreadStore
+        self, thread_store: PortableThreadStore, thread_store_twin: PortableThreadStore
     ) -> None:
         """Every winning thread and Message-ID mapping (with its sent_at) and every link is
         dumped once, across several pages of 3, also by another client; losers, removed
@@ -104,7 +104,7 @@ class TestScans:
             assert dumped == links
 
     async def test_links_of_a_hub_wider_than_a_page_come_whole(
-        self, thread_store: ThreadStore
+        self, thread_store: PortableThreadStore
     ) -> None:
         """A component's smallest UT linked to 1,200 members (more than one page, and more
         than one engine response holds): each link dumped once, in small and large pages."""
@@ -118,7 +118,7 @@ class TestScans:
             assert exactly_once(await items_of(thread_store.scan_links(page), page)) == expected
 
     async def test_pages_of_one_and_pages_larger_than_the_store(
-        self, thread_store: ThreadStore
+        self, thread_store: PortableThreadStore
     ) -> None:
         """Page sizes are honoured at both ends: one item per page, or everything in one."""
         pairs = [(ThreadKey("g", f"t{i}"), f"u{i}") for i in range(4)]
@@ -138,7 +138,7 @@ class TestScans:
         assert set(all_links) == {("u0", "u1"), ("u0", "u2"), ("u2", "u3")}
 
     async def test_a_scan_abandoned_early_leaves_the_store_usable(
-        self, thread_store: ThreadStore
+        self, thread_store: PortableThreadStore
     ) -> None:
         """A dump that stops after its first page (an error downstream) leaves the store
         serving reads, and a new scan starts again from the beginning."""
