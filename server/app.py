@@ -25,6 +25,8 @@ from server.runtime.mounting import Resources
 from server.runtime.policies import PolicyTable
 from server.runtime.reflection import enable_reflection
 from server.runtime.tls import CertificateReloader, check_tls, is_loopback, server_credentials
+from storage.upgrades import check_stores
+from storage.versions import StoreTooNew
 
 __all__ = ["SERVICE_NAMES", "LoomServer", "build_server", "check_startup", "serve"]
 
@@ -175,6 +177,10 @@ async def build_server(settings: Settings) -> LoomServer:
         ],
     )
     resources = Resources(settings.breaker, metrics)
+    try:  # the data directory's files, all checked before any store opens (or is created)
+        await check_stores(settings, only=("sqlite",))
+    except StoreTooNew as exc:
+        raise ConfigError(str(exc)) from exc
     closers = await _mount_all(server, settings, resources, modules)
     health = Health()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)

@@ -43,6 +43,7 @@ from cassandra.query import BatchStatement, BatchType, PreparedStatement
 
 from storage.cassandra import inbox_clock as clock
 from storage.cassandra import inbox_rows as ir
+from storage.cassandra import versions
 from storage.cassandra.session import CassandraSession, Row, gather
 from storage.errors import StorageCorrupt
 from storage.idlists import decode_parts, encode_parts
@@ -89,7 +90,7 @@ class CassandraInboxStore:
         cls, session: CassandraSession, *, owns_session: bool = False
     ) -> CassandraInboxStore:
         """A store on a session shared with other Cassandra stores (which it won't close)."""
-        await session.ensure_schema(ir.TABLES)
+        await versions.upgrade(session, ir.TABLES, versions.INBOX)
         legacy = session.tables_present(ir.LEGACY_TABLES)
         if legacy:
             raise ValueError(

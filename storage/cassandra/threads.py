@@ -35,6 +35,7 @@ from typing import TypeVar
 
 from cassandra.query import BatchStatement, BatchType
 
+from storage.cassandra import versions
 from storage.cassandra.session import CassandraSession, Row, gather
 from storage.errors import StorageCorrupt
 from storage.ports import MessageMapping, ThreadKey, UnifiedStats, UtRows
@@ -53,7 +54,7 @@ T = TypeVar("T")
 # replica missed its delete is harmless (it still joins UTs of one conversation).
 _COMPACTION = "WITH compaction = {'class': 'SizeTieredCompactionStrategy'}"
 
-_TABLES = (
+TABLES = (
     "CREATE TABLE IF NOT EXISTS {ks}.thread_ut (gid text, thread_id text, ut text, "
     "recorded boolean, PRIMARY KEY ((gid, thread_id))) " + _COMPACTION,
     "CREATE TABLE IF NOT EXISTS {ks}.rfc_ut (rfc_key blob PRIMARY KEY, ut text, sent_at bigint) "
@@ -94,7 +95,7 @@ class CassandraThreadStore:
         cls, session: CassandraSession, *, owns_session: bool = False
     ) -> CassandraThreadStore:
         """A store on a session shared with other Cassandra stores (which it won't close)."""
-        await session.ensure_schema(_TABLES)
+        await versions.upgrade(session, TABLES, versions.THREADS)
         return cls(session, owns_session=owns_session)
 
     async def _q(self, cql: str, params: Sequence[object], *, all_pages: bool = False) -> list[Row]:
