@@ -29,7 +29,10 @@ SQLITE_FILES: tuple[tuple[str, str, sqlite_versions.SqliteLayout], ...] = (
 )
 """Each SQLite store: its ``storage.*`` setting, its file (`storage.engines`), its layout."""
 
-_CASSANDRA_STORES = ("threadweaver_store", "inbox_store")
+_NOT_VERSIONED = {
+    "sqs": "its queues hold work in flight (message bodies unchanged since 1.0.0), "
+    "no layout to record",
+}
 
 
 async def check_stores(
@@ -37,37 +40,69 @@ async def check_stores(
 ) -> list[str]:
     """One line per store the settings choose (on the engines `only` names, when given): its
     version and what opening it would do."""
-    lines: list[str] = []
     chosen = {field: str(getattr(settings.storage, field)) for field, _, _ in SQLITE_FILES}
     if only is not None:
         chosen = {field: engine for field, engine in chosen.items() if engine in only}
+    lines: list[str] = []
     for field, name, layout in SQLITE_FILES:
         if chosen.get(field) == "sqlite":
             path = Path(settings.sqlite.data_dir) / name
             lines.append(sqlite_versions.inspect(path, layout).describe())
-    on_cassandra = [f for f in _CASSANDRA_STORES if chosen.get(f) == "cassandra"]
-    if on_cassandra:
-        lines += await _cassandra(settings, on_cassandra)
-    for field, engine in chosen.items():
-        if engine not in ("sqlite", "cassandra"):
-            lines.append(f"{engine} ({field}): records no schema version yet; opened as it is")
+    on = {engine: [f for f, e in chosen.items() if e == engine] for engine in set(chosen.values())}
+    if on.get("cassandra"):
+        lines += await _cassandra(settings, on["cassandra"])
+    if on.get("bigtable"):
+        lines += await _bigtable(settings, on["bigtable"])
+    if on.get("dynamodb"):
+        lines += await _dynamodb(settings, on["dynamodb"])
+    for engine, why in _NOT_VERSIONED.items():
+        lines += [f"{engine} ({field}): {why}" for field in on.get(engine, [])]
     return lines
 
 
 async def _cassandra(settings: EngineSettings, fields: list[str]) -> list[str]:
     from storage.cassandra import inbox_rows, versions
     from storage.cassandra.session import CassandraSession
-    from storage.cassandra.threads import TABLES as THREAD_TABLES
+    from storage.cassandra.threads import TABLES
 
     session = await CassandraSession.open(settings.cassandra)
     try:
         lines = []
         if "threadweaver_store" in fields:
-            plan = await versions.inspect(session, THREAD_TABLES, versions.THREADS)
-            lines.append(plan.describe())
+            lines.append((await versions.inspect(session, TABLES, versions.THREADS)).describe())
         if "inbox_store" in fields:
             plan = await versions.inspect(session, inbox_rows.TABLES, versions.INBOX)
             lines.append(plan.describe())
         return lines
     finally:
         await session.close()
+
+
+async def _bigtable(settings: EngineSettings, fields: list[str]) -> list[str]:
+    from storage.bigtable import templates, threads, versions
+
+    found = []
+    if "threadweaver_store" in fields:
+        found.append(await versions.inspect(settings.bigtable, threads.TABLES, versions.THREADS))
+    if "templates_store" in fields:
+        tables = dict.fromkeys(templates.TABLES)
+        found.append(await versions.inspect(settings.bigtable, tables, versions.TEMPLATES))
+    return [plan.describe() for plan in found]
+
+
+async def _dynamodb(settings: EngineSettings, fields: list[str]) -> list[str]:
+    from storage.dynamodb import jobs, summaries, versions
+    from storage.dynamodb.client import DynamoDBClient
+
+    client = await DynamoDBClient.open(settings.dynamodb)
+    try:
+        found = []
+        if "summary_store" in fields:
+            table = client.table_name(summaries.TABLE_SUFFIX)
+            found.append(await versions.inspect(client, table, versions.SUMMARIES))
+        if "iterator_state" in fields:
+            table = client.table_name(jobs.TABLE_SUFFIX)
+            found.append(await versions.inspect(client, table, versions.JOBS))
+        return [plan.describe() for plan in found]
+    finally:
+        await client.close()

@@ -23,12 +23,13 @@ At open, each store runs the same sequence (`plan`, then its engine's runner):
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 import structlog
 
-__all__ = ["Layout", "Plan", "Step", "StoreTooNew", "plan"]
+__all__ = ["Layout", "Plan", "Step", "StoreTooNew", "apply", "plan"]
 
 RunT = TypeVar("RunT")
 
@@ -158,3 +159,38 @@ def plan(layout: Layout[RunT], where: str, *, recorded: int | None, has_data: bo
         steps=steps,
         new=new,
     )
+
+
+async def apply(
+    found: Plan[RunT],
+    *,
+    create: Callable[[], Awaitable[None]],
+    recordable: Callable[[], Awaitable[bool]],
+    run_step: Callable[[RunT], Awaitable[None]],
+    record: Callable[[int], Awaitable[None]],
+) -> Plan[RunT]:
+    """Carries out `found` on an engine reached over the network (SQLite's runner is
+    synchronous, in one transaction per step: `storage.sqlite.versions`).
+
+    `create` makes what the current layout lacks (a no-op when the settings forbid schema
+    changes); `recordable` says whether the version record's table exists now. Without it
+    (an operator-owned schema) a store whose layout is current is served unrecorded, and one
+    that needs a step stops start-up with a `ValueError` saying so.
+    """
+    await create()
+    if not await recordable():
+        if found.steps:
+            raise ValueError(
+                f"{found.where} needs migrating to version {found.target}, but the settings "
+                "forbid schema changes and its version table is missing: start once with "
+                "them allowed, or create this release's tables"
+            )
+        return found
+    for step in found.steps:
+        await run_step(step.run)
+        await record(step.to)
+        found.log_step(step)
+    if found.writes:
+        await record(found.target)
+    found.log_done()
+    return found

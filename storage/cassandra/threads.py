@@ -42,7 +42,7 @@ from storage.ports import MessageMapping, ThreadKey, UnifiedStats, UtRows
 from storage.settings import CassandraSettings
 from storage.slices import slices
 
-__all__ = ["CassandraThreadStore"]
+__all__ = ["TABLES", "CassandraThreadStore"]
 
 T = TypeVar("T")
 

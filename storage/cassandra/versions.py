@@ -9,9 +9,8 @@ same time: steps are idempotent, and the record they write is the same value, so
 write wins harmlessly. A replica of a release that records no versions (1.0.0) neither
 reads nor writes the table; `docs/operations/upgrades.md` says what holds while both serve.
 
-When the settings forbid DDL (``create_schema = false``) the operator owns the schema: an
-unrecorded store whose layout is current is served as it is (unrecorded), and a store that
-needs a step stops start-up naming what to create.
+When the settings forbid DDL (``create_schema = false``) the operator owns the schema
+(`storage.versions.apply` says what then holds).
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Final
 
 from storage.clock import now_ms
-from storage.versions import Layout, Plan, plan
+from storage.versions import Layout, Plan, apply, plan
 
 if TYPE_CHECKING:
     from storage.cassandra.session import CassandraSession
@@ -82,21 +81,20 @@ async def upgrade(
 
     Raises `storage.versions.StoreTooNew` before any DDL or write.
     """
+
+    async def create() -> None:
+        await session.ensure_schema([*tables, _META_DDL])  # no-op unless create_schema
+
+    async def recordable() -> bool:
+        return bool(session.tables_present([META_TABLE]))
+
+    async def run_step(step: CassandraStep) -> None:
+        await step(session)
+
+    async def record(version: int) -> None:
+        await _record(session, layout.store, version)
+
     found = await inspect(session, tables, layout)
-    await session.ensure_schema([*tables, _META_DDL])  # no-op unless create_schema
-    if not session.tables_present([META_TABLE]):
-        if found.steps:
-            raise ValueError(
-                f"{found.where} needs {META_TABLE} and its schema steps, but "
-                "cassandra.create_schema is false: create the tables of this release "
-                f"(with {session.keyspace}.{META_TABLE}), or start once with create_schema"
-            )
-        return found
-    for step in found.steps:
-        await step.run(session)
-        await _record(session, layout.store, step.to)
-        found.log_step(step)
-    if found.writes:
-        await _record(session, layout.store, found.target)
-    found.log_done()
-    return found
+    return await apply(
+        found, create=create, recordable=recordable, run_step=run_step, record=record
+    )

@@ -20,7 +20,7 @@ from loadtest.corpora.iterator import CorpusShape, generate, write_url
 from storage.upgrades import SQLITE_FILES
 from tests.conftest import selected_engines
 from tests.engines import server_env
-from tests.serving import loom_process
+from tests.serving import loom_process, run_loom
 from tests.upgrade import release, workload
 
 SETUPS: dict[str, dict[str, str]] = {
@@ -90,6 +90,11 @@ async def test_data_written_by_1_0_0_opens(setup: str, tmp_path: Path) -> None:
     assert _versions(data) == {}  # 1.0.0 records no version
     old_layout_keys = _keys_in_old_column(data) if "iterator_state" not in stores else 0
 
+    checked = run_loom("serve", "--check-only", "--data-dir", str(data), env=env)
+    assert checked.returncode == 0, checked.stderr
+    _assert_check_lines(checked.stdout, stores)
+    assert _versions(data) == {}  # the check wrote nothing
+
     async with loom_process(tmp_path, env=env, data_dir=data) as new:
         async with grpc.aio.insecure_channel(new.target) as channel:
             after = await workload.read(channel, job_id)
@@ -97,6 +102,10 @@ async def test_data_written_by_1_0_0_opens(setup: str, tmp_path: Path) -> None:
         migrated = [line for line in new.log_lines() if line.get("event") == "store migrated"]
 
     assert after == before
+    rechecked = run_loom("serve", "--check-only", "--data-dir", str(data), env=env)
+    recorded = [line for line in rechecked.stdout.splitlines() if not line.startswith("sqs")]
+    assert recorded, rechecked.stdout
+    assert all(line.endswith("up to date") for line in recorded), rechecked.stdout
     sqlite_stores = {
         layout.store: layout.current for field, _, layout in SQLITE_FILES if field not in stores
     }
@@ -105,3 +114,22 @@ async def test_data_written_by_1_0_0_opens(setup: str, tmp_path: Path) -> None:
         assert old_layout_keys > 0, "1.0.0 kept no chunk keys in iter_chunk: nothing migrated"
         assert _keys_in_old_column(data) == 0
         assert {(m["version_before"], m["version_after"]) for m in migrated} >= {(1, 2)}
+
+
+def _assert_check_lines(out: str, stores: dict[str, str]) -> None:
+    """``--check-only`` on 1.0.0's stores: every store unrecorded at version 1, and the
+    steps of the layouts that changed since."""
+    lines = out.splitlines()
+    assert len(lines) == len(SQLITE_FILES), out
+    for field, name, layout in SQLITE_FILES:
+        engine = stores.get(field, "sqlite")
+        if engine == "sqs":
+            assert any(line.startswith(f"sqs ({field})") for line in lines), out
+            continue
+        mine = [line for line in lines if f"({layout.store})" in line and engine in line]
+        assert len(mine) == 1, (field, out)
+        if engine == "sqlite":
+            assert name in mine[0]
+        assert "version 1 (unrecorded)" in mine[0], mine[0]
+        want = "would migrate to 2" if layout.current == 2 and engine != "dynamodb" else ""
+        assert want in mine[0], mine[0]
