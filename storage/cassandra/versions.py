@@ -25,7 +25,7 @@ from storage.versions import Layout, Plan, apply, plan
 if TYPE_CHECKING:
     from storage.cassandra.session import CassandraSession
 
-__all__ = ["INBOX", "META_TABLE", "THREADS", "CassandraLayout", "inspect", "upgrade"]
+__all__ = ["INBOX", "META_TABLE", "THREADS", "CassandraLayout", "inspect", "table_names", "upgrade"]
 
 CassandraStep = Callable[["CassandraSession"], Awaitable[None]]
 CassandraLayout = Layout[CassandraStep]
@@ -40,7 +40,8 @@ THREADS: Final[CassandraLayout] = Layout(store="threads", current=1)
 INBOX: Final[CassandraLayout] = Layout(store="inbox", current=1)
 
 
-def _table_names(ddl: Sequence[str]) -> list[str]:
+def table_names(ddl: Sequence[str]) -> list[str]:
+    """The tables `ddl` (CQL with ``{ks}``) creates."""
     return [m.group(1) for d in ddl if (m := re.search(r"\{ks\}\.(\w+)", d))]
 
 
@@ -62,7 +63,7 @@ async def inspect(
         layout,
         f"cassandra keyspace {session.keyspace} ({layout.store})",
         recorded=await _recorded(session, layout.store),
-        has_data=bool(session.tables_present(_table_names(tables))),
+        has_data=bool(session.tables_present(table_names(tables))),
     )
 
 

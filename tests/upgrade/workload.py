@@ -146,31 +146,13 @@ async def drain(it: iterator_pb2_grpc.IteratorStub, job_id: str) -> list[int]:
 
 async def read(channel: grpc.aio.Channel, job_id: str) -> dict[str, Any]:
     """The answers of every read RPC over what `write` stored."""
-    tw = threadweaver_pb2_grpc.ThreadWeaverStub(channel)
     sm = summary_pb2_grpc.SummaryStub(channel)
-    ib = inbox_pb2_grpc.InboxStub(channel)
     tp = templates_pb2_grpc.TemplateInductionStub(channel)
     it = iterator_pb2_grpc.IteratorStub(channel)
-    out: dict[str, Any] = {}
-    for gid, thread in (("alice", "a1"), ("carol", "c1"), ("carol", "c9")):
-        out[f"thread {gid}/{thread}"] = await _answer(
-            tw.GetUnifiedThread(threadweaver_pb2.GetUnifiedThreadRequest(gid=gid, thread_id=thread))
-        )
-    refs = [("alice", "a1"), ("bob", "b2"), ("carol", "c9"), ("nobody", "x")]
-    resolved = await tw.ResolveThreads(
-        threadweaver_pb2.ResolveThreadsRequest(
-            threads=[common_pb2.ThreadRef(gid=g, thread_id=t) for g, t in refs]
-        )
-    )
-    out["resolve"] = _doc(resolved)
+    out = await read_shared(channel)
     for message in ("small", "large", "never"):
         out[f"summary {message}"] = await _answer(
             sm.GetMessageSummary(summary_pb2.GetMessageSummaryRequest(message_id=message))
-        )
-    for inbox in ("i1", "i2", "nobody"):
-        out[f"inbox {inbox}"] = (
-            await _answer(ib.ListInbox(inbox_pb2.ListInboxRequest(inbox_id=inbox, page_size=10))),
-            await _answer(ib.GetUnreadCount(inbox_pb2.GetUnreadCountRequest(inbox_id=inbox))),
         )
     templates = await tp.ListTemplates(templates_pb2.ListTemplatesRequest(sender=SENDER))
     out["templates"] = _doc(templates)
@@ -184,6 +166,31 @@ async def read(channel: grpc.aio.Channel, job_id: str) -> dict[str, Any]:
     out["job"] = job
     jobs = await it.ListJobs(iterator_pb2.ListJobsRequest())
     out["jobs"] = sorted(j.job_id for j in jobs.jobs)
+    return out
+
+
+async def read_shared(channel: grpc.aio.Channel) -> dict[str, Any]:
+    """The answers of ThreadWeaver's and Inbox's reads: the services a rolling upgrade's
+    replicas share on Cassandra."""
+    tw = threadweaver_pb2_grpc.ThreadWeaverStub(channel)
+    ib = inbox_pb2_grpc.InboxStub(channel)
+    out: dict[str, Any] = {}
+    for gid, thread in (("alice", "a1"), ("carol", "c1"), ("carol", "c9")):
+        out[f"thread {gid}/{thread}"] = await _answer(
+            tw.GetUnifiedThread(threadweaver_pb2.GetUnifiedThreadRequest(gid=gid, thread_id=thread))
+        )
+    refs = [("alice", "a1"), ("bob", "b2"), ("carol", "c9"), ("nobody", "x")]
+    resolved = await tw.ResolveThreads(
+        threadweaver_pb2.ResolveThreadsRequest(
+            threads=[common_pb2.ThreadRef(gid=g, thread_id=t) for g, t in refs]
+        )
+    )
+    out["resolve"] = _doc(resolved)
+    for inbox in ("i1", "i2", "nobody"):
+        out[f"inbox {inbox}"] = (
+            await _answer(ib.ListInbox(inbox_pb2.ListInboxRequest(inbox_id=inbox, page_size=10))),
+            await _answer(ib.GetUnreadCount(inbox_pb2.GetUnreadCountRequest(inbox_id=inbox))),
+        )
     return out
 
 

@@ -1,0 +1,209 @@
+"""The version mechanism's promises, on real engines: a newer store stops start-up and is
+not written, a migration killed mid-step resumes where it stopped, steps are idempotent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from storage.cassandra import versions as cassandra_versions
+from storage.cassandra.inbox import CassandraInboxStore
+from storage.cassandra.session import CassandraSession
+from storage.cassandra.threads import TABLES as THREAD_TABLES
+from storage.cassandra.threads import CassandraThreadStore
+from storage.ports import ChunkRecord, Positions
+from storage.sqlite import versions as sqlite_versions
+from storage.sqlite.database import SqliteDatabase
+from storage.sqlite.inbox import SqliteInboxStore
+from storage.sqlite.job_rows import CHUNK_FIELDS, chunk_params, insert_sql
+from storage.sqlite.jobs import SqliteJobStore
+from storage.versions import Layout, Step, StoreTooNew
+from tests.engines import settings_for
+from tests.serving import run_loom
+
+
+def _dump(path: Path) -> list[str]:
+    with sqlite3.connect(path) as conn:
+        return list(conn.iterdump())
+
+
+def _files(data: Path) -> list[str]:
+    return sorted(p.name for p in data.iterdir())
+
+
+def _set_version(path: Path, store: str, version: int) -> None:
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE loom_schema SET version = ? WHERE store = ?", (version, store))
+
+
+async def _newer_inbox(data: Path) -> Path:
+    """A data directory holding one inbox file that records version 99."""
+    path = data / "inbox.sqlite3"
+    store = await SqliteInboxStore.open(path)
+    await store.close()
+    _set_version(path, "inbox", 99)
+    return path
+
+
+class TestNewerStore:
+    """A store written by a later release."""
+
+    async def test_serve_stops_naming_the_store_and_both_versions(self, tmp_path: Path) -> None:
+        """Exit 2 (as for any unusable setting), the file and both versions in the message,
+        and nothing written: not the file, nor any other store's."""
+        path = await _newer_inbox(tmp_path)
+        files, dump = _files(tmp_path), _dump(path)
+        done = await asyncio.to_thread(
+            run_loom, "serve", "--port", "0", "--data-dir", str(tmp_path)
+        )
+        assert done.returncode == 2, done.stderr
+        assert str(path) in done.stderr
+        assert "schema version 99" in done.stderr
+        assert f"(version {sqlite_versions.INBOX.current})" in done.stderr
+        assert _files(tmp_path) == files
+        assert _dump(path) == dump
+
+    async def test_check_only_says_the_same(self, tmp_path: Path) -> None:
+        """``--check-only`` refuses it the same way (exit 2), and writes nothing."""
+        path = await _newer_inbox(tmp_path)
+        dump = _dump(path)
+        done = await asyncio.to_thread(
+            run_loom, "serve", "--check-only", "--data-dir", str(tmp_path)
+        )
+        assert done.returncode == 2, done.stderr
+        assert "schema version 99" in done.stderr
+        assert _dump(path) == dump
+
+    @pytest.mark.engine("cassandra")
+    async def test_a_newer_cassandra_store_is_refused_before_any_ddl(self, tmp_path: Path) -> None:
+        """The keyspace records threads at 99: opening ThreadStore raises, naming the
+        keyspace and both versions, and creates none of its tables."""
+        settings = settings_for("cassandra", tmp_path, threadweaver_store="cassandra").cassandra
+        inbox = await CassandraInboxStore.open(settings)  # the keyspace and its version table
+        await inbox.close()
+        session = await CassandraSession.open(settings)
+        try:
+            stmt = await session.prepare(
+                f"INSERT INTO {settings.keyspace}.loom_schema (store, version) VALUES (?, ?)"
+            )
+            await session.run(stmt, ["threads", 99])
+            with pytest.raises(StoreTooNew) as refused:
+                await CassandraThreadStore.open(settings)
+            assert settings.keyspace in str(refused.value)
+            assert "schema version 99" in str(refused.value)
+            assert "(version 1)" in str(refused.value)
+            assert session.tables_present(cassandra_versions.table_names(THREAD_TABLES)) == []
+        finally:
+            await session.close()
+
+
+_KILLED_STEP = textwrap.dedent(
+    """
+    import asyncio, os, signal, sys
+    from pathlib import Path
+    from storage.sqlite.database import SqliteDatabase
+    from tests.upgrade.test_store_versions import SCRIPT, layout
+
+    def die(conn):
+        conn.execute("INSERT INTO probe (step) VALUES (3)")
+        os.kill(os.getpid(), signal.SIGKILL)  # mid-step, its transaction open
+
+    async def main():
+        await SqliteDatabase(Path(sys.argv[1])).migrate(SCRIPT, layout(die))
+
+    asyncio.run(main())
+    """
+)
+
+SCRIPT = "CREATE TABLE IF NOT EXISTS probe (step INTEGER NOT NULL);"
+
+
+def layout(third: sqlite_versions.SqliteStep) -> sqlite_versions.SqliteLayout:
+    """A three-version store whose steps each leave a row in `probe` (the third is given)."""
+
+    def second(conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO probe (step) VALUES (2)")
+
+    return Layout(
+        store="probe",
+        current=3,
+        steps=(Step(to=2, does="second", run=second), Step(to=3, does="third", run=third)),
+    )
+
+
+class TestResume:
+    """A migration killed part-way."""
+
+    async def test_a_kill_mid_step_resumes_at_that_step(self, tmp_path: Path) -> None:
+        """Killed (SIGKILL) inside step 3: the file is left at version 2 with step 2's work
+        once and none of step 3's; the next open runs step 3 only."""
+        path = tmp_path / "probe.sqlite3"
+        with sqlite3.connect(path) as conn:  # an unversioned store of version 1
+            conn.execute(SCRIPT)
+        killed = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-c", _KILLED_STEP, str(path)],
+            check=False,
+            capture_output=True,
+        )
+        assert killed.returncode == -9, killed.stderr
+        with sqlite3.connect(path) as conn:
+            assert conn.execute("SELECT version FROM loom_schema").fetchall() == [(2,)]
+            assert conn.execute("SELECT step FROM probe").fetchall() == [(2,)]
+
+        def third(conn: sqlite3.Connection) -> None:
+            conn.execute("INSERT INTO probe (step) VALUES (3)")
+
+        db = SqliteDatabase(path)
+        try:
+            await db.migrate(SCRIPT, layout(third))
+        finally:
+            await db.close()
+        with sqlite3.connect(path) as conn:
+            assert conn.execute("SELECT version FROM loom_schema").fetchall() == [(3,)]
+            assert conn.execute("SELECT step FROM probe ORDER BY step").fetchall() == [(2,), (3,)]
+
+
+class TestJobsStep:
+    """SQLite jobs, version 1 to 2: chunk keys leave the state row."""
+
+    async def test_moves_keys_once_however_often_it_runs(self, tmp_path: Path) -> None:
+        """Run twice over a 1.0.0-layout chunk: its keys are in iter_chunk_keys, once, and
+        the old column is empty; the store leases the chunk with those keys."""
+        path = tmp_path / "iterator-state.sqlite3"
+        store = await SqliteJobStore.open(path)
+        await store.close()
+        keys = Positions.of(1, [(7,), (8,)]).tobytes()
+        chunk = ChunkRecord(
+            chunk_id="r/0",
+            width=1,
+            keys=keys,
+            count=2,
+            state="ready",
+            lease_until_ms=0,
+            sends=0,
+            acked_keys=b"",
+            version=1,
+        )
+        step = sqlite_versions.JOBS.steps[0]
+        with sqlite3.connect(path) as conn:  # as 1.0.0 wrote it: keys in the state row
+            conn.execute(insert_sql("iter_chunk", CHUNK_FIELDS), chunk_params("j", chunk))
+            step.run(conn)
+            step.run(conn)
+            assert conn.execute("SELECT keys FROM iter_chunk_keys").fetchall() == [(keys,)]
+            assert conn.execute("SELECT length(keys) FROM iter_chunk").fetchall() == [(0,)]
+        store = await SqliteJobStore.open(path)
+        try:
+            leased = await store.lease_chunks(
+                "j", now_ms=1, lease_ms=1000, max_objects=10, max_chunks=10
+            )
+            assert [c.keys for c in leased] == [keys]
+        finally:
+            await store.close()
