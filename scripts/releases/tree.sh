@@ -5,10 +5,15 @@
 # of it. It runs on today's virtualenv: its dependencies are a subset of today's, and its
 # packages (server, storage, loom.v1) are put first on PYTHONPATH by the caller.
 #
-#   scripts/releases/tree.sh v1.0.0 <commit>   # the commit is used when the tag is missing
+#   scripts/releases/tree.sh v1.0.0
+#
+# A clone without tags still works: each release's commit is written here too.
 set -euo pipefail
-tag=${1:?usage: tree.sh TAG [FALLBACK_COMMIT]}
-fallback=${2:-}
+tag=${1:?usage: tree.sh TAG}
+declare -A COMMITS=(
+  [v1.0.0]=b4f69f76220dbb50e88b32f1f8ff5e1414b7a4ae  # loom.v1 is versioned: protos/VERSION 1.0.0
+)
+fallback=${COMMITS[$tag]:-}
 root=$(cd "$(dirname "$0")/../.." && pwd)
 dest="$root/build/releases/$tag"
 if [[ -f "$dest/.extracted" ]]; then

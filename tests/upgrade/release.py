@@ -1,7 +1,7 @@
 """Release 1.0.0 as a process: its own tree, extracted from git, served on today's virtualenv.
 
-`tree()` runs ``scripts/releases/tree.sh`` (the tag ``v1.0.0``, or the commit that recorded
-contract 1.0.0 when a clone has no tags) once per run; `env()` puts that tree's packages
+`tree()` runs ``scripts/releases/tree.sh`` (``make release-tree``: the tag ``v1.0.0``, or
+the commit it names when a clone has no tags) once per run; `env()` puts that tree's packages
 (``server``, ``storage``, and the generated ``loom.v1`` of its client) first on PYTHONPATH,
 so ``python -m server.cli serve`` is 1.0.0's code, not today's.
 """
@@ -15,18 +15,18 @@ from pathlib import Path
 
 from tests.engines import REPO
 
-__all__ = ["RELEASE_COMMIT", "RELEASE_TAG", "env", "program", "tree"]
+__all__ = ["RELEASE_TAG", "env", "program", "tree"]
 
 RELEASE_TAG = "v1.0.0"
-RELEASE_COMMIT = "b4f69f76220dbb50e88b32f1f8ff5e1414b7a4ae"
-"""The commit that recorded contract 1.0.0 (``protos/VERSION``), which the tag names."""
+"""The tag of the commit that recorded contract 1.0.0 (``protos/VERSION``); the script
+falls back to that commit in a clone without tags."""
 
 
 @functools.cache
 def tree() -> Path:
     """The release's source tree (extracted on first use, reused after)."""
     done = subprocess.run(
-        [str(REPO / "scripts/releases/tree.sh"), RELEASE_TAG, RELEASE_COMMIT],
+        [str(REPO / "scripts/releases/tree.sh"), RELEASE_TAG],
         capture_output=True,
         text=True,
         check=True,
