@@ -129,6 +129,8 @@ class Plan(Generic[RunT]):
         """The log line once a store that needed writing is at its target."""
         if self.new:
             _log.info("store created", store=self.where, version=self.target)
+        elif self.writes and self.start == self.target:
+            _log.info("store version recorded", store=self.where, version=self.target)
         elif self.writes:
             _log.info(
                 "store upgraded",

@@ -85,7 +85,7 @@ async def test_a_1_0_0_replica_and_a_new_one_share_a_keyspace(tmp_path: Path) ->
             upgraded = {
                 str(x["store"]).rsplit(" ", 1)[-1]
                 for x in new.log_lines()
-                if x.get("event") == "store upgraded" and "cassandra" in str(x["store"])
+                if x.get("event") == "store version recorded" and "cassandra" in str(x["store"])
             }
             assert upgraded == {"(threads)", "(inbox)"}  # unrecorded 1.0.0 tables, recorded
             assert await _resolve(b, "bob", "b1") == before == await _resolve(a, "alice", "a1")
