@@ -13,12 +13,21 @@ from pathlib import Path
 
 import pytest
 
+from storage.bigtable import versions as bigtable_versions
+from storage.bigtable.client import admin_client
+from storage.bigtable.templates import BigtableTemplateStore
+from storage.bigtable.threads import BigtableThreadStore
 from storage.cassandra import versions as cassandra_versions
 from storage.cassandra.inbox import CassandraInboxStore
 from storage.cassandra.session import CassandraSession
 from storage.cassandra.threads import TABLES as THREAD_TABLES
 from storage.cassandra.threads import CassandraThreadStore
+from storage.dynamodb import summaries
+from storage.dynamodb.client import DynamoDBClient
+from storage.dynamodb.jobs import DynamoDBJobStore
+from storage.dynamodb.summaries import DynamoDBSummaryStore
 from storage.ports import ChunkRecord, Positions
+from storage.settings import BigtableSettings
 from storage.sqlite import versions as sqlite_versions
 from storage.sqlite.database import SqliteDatabase
 from storage.sqlite.inbox import SqliteInboxStore
@@ -102,6 +111,57 @@ class TestNewerStore:
             assert session.tables_present(cassandra_versions.table_names(THREAD_TABLES)) == []
         finally:
             await session.close()
+
+    @pytest.mark.engine("dynamodb")
+    async def test_a_newer_dynamodb_store_is_refused_before_any_write(self, tmp_path: Path) -> None:
+        """Summaries recorded at 99: opening SummaryStore raises naming its table and both
+        versions, and does not create the table."""
+        settings = settings_for("dynamodb", tmp_path, summary_store="dynamodb").dynamodb
+        jobs = await DynamoDBJobStore.open(settings)  # the version table exists
+        await jobs.close()
+        client = await DynamoDBClient.open(settings)
+        try:
+            await client.raw.put_item(
+                TableName=client.table_name("loom_schema"),
+                Item={"store": {"S": "summaries"}, "version": {"N": "99"}},
+            )
+            with pytest.raises(StoreTooNew) as refused:
+                await DynamoDBSummaryStore.open(settings)
+            table = client.table_name(summaries.TABLE_SUFFIX)
+            assert f"dynamodb table {table}" in str(refused.value)
+            assert "schema version 99" in str(refused.value)
+            assert "(version 1)" in str(refused.value)
+            listed = await client.raw.list_tables()
+            assert table not in listed["TableNames"]
+        finally:
+            await client.close()
+
+    @pytest.mark.engine("bigtable")
+    async def test_a_newer_bigtable_store_is_refused_before_any_write(self, tmp_path: Path) -> None:
+        """Templates recorded at 99: opening TemplateStore raises naming its tables and both
+        versions, and does not create its table."""
+        settings = settings_for("bigtable", tmp_path, templates_store="bigtable").bigtable
+        threads = await BigtableThreadStore.open(settings)  # the version table exists
+        await threads.close()
+        await asyncio.to_thread(_bigtable_version, settings, b"templates", b"99")
+        with pytest.raises(StoreTooNew) as refused:
+            await BigtableTemplateStore.open(settings, email_ttl_s=60.0)
+        assert f"bigtable tables {settings.table_prefix}" in str(refused.value)
+        assert "schema version 99" in str(refused.value)
+        assert f"(version {bigtable_versions.TEMPLATES.current})" in str(refused.value)
+        assert not await asyncio.to_thread(_bigtable_exists, settings, "templates")
+
+
+def _bigtable_version(settings: BigtableSettings, store: bytes, version: bytes) -> None:
+    with admin_client(settings) as instance:
+        row = instance.table(settings.table_prefix + "loom_schema").direct_row(store)
+        row.set_cell("v", b"version", version)
+        row.commit()
+
+
+def _bigtable_exists(settings: BigtableSettings, table: str) -> bool:
+    with admin_client(settings) as instance:
+        return bool(instance.table(settings.table_prefix + table).exists())
 
 
 _KILLED_STEP = textwrap.dedent(

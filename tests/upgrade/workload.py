@@ -119,20 +119,26 @@ async def write(channel: grpc.aio.Channel) -> tuple[str, list[int]]:
             inbox_id="i1", threads=inbox_pb2.ThreadIdList(thread_ids=["t2"]), read=True
         )
     )
-    tp = templates_pb2_grpc.TemplateInductionStub(channel)
-    rng = random.Random(7)
-    emails = [_email(f"e{i}", f"user-{i}", rng, NAMES[i]) for i in range(K)]
-    await tp.SubmitEmails(templates_pb2.SubmitEmailsRequest(emails=emails))
-    await eventually(
-        lambda: tp.ListTemplates(templates_pb2.ListTemplatesRequest(sender=SENDER)),
-        lambda r: len(r.templates) == 1,
-        timeout_s=60,
-    )
+    await form_template(channel)
     it = iterator_pb2_grpc.IteratorStub(channel)
     job = await it.StartIteration(
         iterator_pb2.StartIterationRequest(enterprise_id=1, level="file", require_ack=False)
     )
     return str(job.job_id), await drain(it, job.job_id)
+
+
+async def form_template(channel: grpc.aio.Channel) -> str:
+    """Submits k receipts from one sender to k recipients; the template they form."""
+    tp = templates_pb2_grpc.TemplateInductionStub(channel)
+    rng = random.Random(7)
+    emails = [_email(f"e{i}", f"user-{i}", rng, NAMES[i]) for i in range(K)]
+    await tp.SubmitEmails(templates_pb2.SubmitEmailsRequest(emails=emails))
+    listed = await eventually(
+        lambda: tp.ListTemplates(templates_pb2.ListTemplatesRequest(sender=SENDER)),
+        lambda r: len(r.templates) == 1,
+        timeout_s=60,
+    )
+    return str(listed.templates[0].template_id)
 
 
 async def drain(it: iterator_pb2_grpc.IteratorStub, job_id: str) -> list[int]:

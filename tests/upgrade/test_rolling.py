@@ -1,4 +1,5 @@
-"""A rolling upgrade on one Cassandra keyspace: a 1.0.0 replica and today's serve it together.
+"""Rolling upgrades: a 1.0.0 replica and today's serving one Cassandra keyspace together, and
+the one case the docs warn against (TemplateInduction on Bigtable).
 
 What `docs/operations/upgrades.md` promises for ThreadWeaver and Inbox on Cassandra: the new
 replica migrates the keyspace at start-up (it records the stores' versions in
@@ -18,6 +19,8 @@ from loom.v1 import (
     common_pb2,
     inbox_pb2,
     inbox_pb2_grpc,
+    templates_pb2,
+    templates_pb2_grpc,
     threadweaver_pb2,
     threadweaver_pb2_grpc,
 )
@@ -25,8 +28,6 @@ from loom.v1 import (
 from tests.engines import server_env
 from tests.serving import loom_process
 from tests.upgrade import release, workload
-
-pytestmark = pytest.mark.engine("cassandra")
 
 
 async def _resolve(channel: grpc.aio.Channel, gid: str, thread: str) -> str:
@@ -64,6 +65,7 @@ async def _unread(channel: grpc.aio.Channel, inbox: str) -> int:
     return int(reply.unread_count)
 
 
+@pytest.mark.engine("cassandra")
 async def test_a_1_0_0_replica_and_a_new_one_share_a_keyspace(tmp_path: Path) -> None:
     """Through the new replica's migration, both replicas answer alike and see each other's
     writes; a 1.0.0 replica started afterwards still serves the migrated keyspace."""
@@ -106,3 +108,31 @@ async def test_a_1_0_0_replica_and_a_new_one_share_a_keyspace(tmp_path: Path) ->
         assert await workload.read_shared(c) == both[0]
         await _post(c, "t4", 4, "i1")
         assert await _unread(c, "i1") == 4
+
+
+@pytest.mark.engine("bigtable")
+async def test_templates_formed_by_the_new_release_are_unreadable_by_1_0_0(
+    tmp_path: Path,
+) -> None:
+    """What the docs warn of: TemplateInduction on one Bigtable namespace cannot run both
+    releases, because a template the new release forms is encoded v2, which 1.0.0 answers
+    UNAVAILABLE for (if this starts to pass, the warning can go)."""
+    env = {
+        **server_env(templates_store="bigtable"),
+        "LOOM_TEMPLATES__K_ANONYMITY": str(workload.K),
+    }
+    async with (
+        loom_process(tmp_path, env=env, data_dir=tmp_path / "new") as new,
+        grpc.aio.insecure_channel(new.target) as b,
+    ):
+        template_id = await workload.form_template(b)
+    old_env = {**env, **release.env()}
+    old_server = loom_process(
+        tmp_path, env=old_env, data_dir=tmp_path / "old", program=release.program()
+    )
+    async with old_server as old, grpc.aio.insecure_channel(old.target) as a:
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await templates_pb2_grpc.TemplateInductionStub(a).GetTemplate(
+                templates_pb2.GetTemplateRequest(template_id=template_id)
+            )
+        assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
