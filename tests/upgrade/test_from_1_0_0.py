@@ -16,43 +16,43 @@ from pathlib import Path
 import grpc
 import pytest
 
-from loadtest.corpora.iterator import CorpusShape, generate, write_url
+from loadtest.corpora.iterator import CorpusShape, generate, private_database, write_url
 from storage.upgrades import SQLITE_FILES
 from tests.conftest import selected_engines
-from tests.engines import server_env
+from tests.engines import server_env, source_url
 from tests.serving import loom_process, run_loom
 from tests.upgrade import release, workload
 
-SETUPS: dict[str, dict[str, str]] = {
-    "sqlite": {},
-    "cassandra": {"threadweaver_store": "cassandra", "inbox_store": "cassandra"},
-    "bigtable": {"threadweaver_store": "bigtable", "templates_store": "bigtable"},
-    "dynamodb-sqs": {
-        "summary_store": "dynamodb",
-        "iterator_state": "dynamodb",
-        "iterator_queue": "sqs",
-    },
+SETUPS: dict[str, tuple[str, dict[str, str]]] = {
+    "sqlite": ("sqlite", {}),
+    "cassandra-postgres": (
+        "postgres",
+        {"threadweaver_store": "cassandra", "inbox_store": "cassandra"},
+    ),
+    "bigtable-mariadb": (
+        "mariadb",
+        {"threadweaver_store": "bigtable", "templates_store": "bigtable"},
+    ),
+    "dynamodb-sqs": (
+        "sqlite",
+        {"summary_store": "dynamodb", "iterator_state": "dynamodb", "iterator_queue": "sqs"},
+    ),
 }
-"""Each distributed engine under the stores it serves; every other store on SQLite."""
+"""Each distributed engine under the stores it serves, and PostgreSQL and MariaDB as the
+Iterator's source (the operator's database, not a Loom store: a setup each, beside stores on
+other engines, to keep the run short); every other store on SQLite."""
 
 SHAPE = CorpusShape(enterprises=2, users_per_enterprise=6, large_users=0, max_files_per_user=20)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "setup" in metafunc.fixturenames:
-        wanted = [
-            name
-            for name, stores in SETUPS.items()
-            if set(selected_engines(metafunc.config, ("sqlite", *stores.values())))
-            == {"sqlite", *stores.values()}
-        ]
+        wanted = []
+        for name, (source, stores) in SETUPS.items():
+            needed = {"sqlite", source, *stores.values()}
+            if set(selected_engines(metafunc.config, tuple(needed))) == needed:
+                wanted.append(name)
         metafunc.parametrize("setup", wanted, ids=wanted)
-
-
-async def _source(tmp_path: Path) -> str:
-    url = f"sqlite+aiosqlite:///{tmp_path / 'source.sqlite3'}"
-    await write_url(url, generate(SHAPE))
-    return url
 
 
 def _versions(data: Path) -> dict[str, int]:
@@ -74,12 +74,19 @@ def _keys_in_old_column(data: Path) -> int:
 async def test_data_written_by_1_0_0_opens(setup: str, tmp_path: Path) -> None:
     """Every read answers as 1.0.0 answered it, after today's server migrated the stores;
     new writes land on top and agree with the old data."""
-    stores = SETUPS[setup]
-    env = {
-        **server_env(**stores),
-        "LOOM_ITERATOR__SOURCE_URL": await _source(tmp_path),
-        "LOOM_TEMPLATES__K_ANONYMITY": str(workload.K),
-    }
+    source, stores = SETUPS[setup]
+    async with private_database(source_url(source, tmp_path)) as url:
+        await write_url(url, generate(SHAPE))
+        env = {
+            **server_env(**stores),
+            "LOOM_ITERATOR__SOURCE_URL": url,
+            "LOOM_TEMPLATES__K_ANONYMITY": str(workload.K),
+        }
+        await _upgrade(tmp_path, env, stores)
+
+
+async def _upgrade(tmp_path: Path, env: dict[str, str], stores: dict[str, str]) -> None:
+    """1.0.0 writes and answers, today's server answers the same and writes on top."""
     data = tmp_path / "data"
     old_env = {**env, **release.env()}
     old_server = loom_process(tmp_path, env=old_env, data_dir=data, program=release.program())
