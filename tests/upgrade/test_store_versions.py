@@ -33,9 +33,10 @@ from storage.sqlite.database import SqliteDatabase
 from storage.sqlite.inbox import SqliteInboxStore
 from storage.sqlite.job_rows import CHUNK_FIELDS, chunk_params, insert_sql
 from storage.sqlite.jobs import SqliteJobStore
+from storage.upgrades import SQLITE_FILES
 from storage.versions import Layout, Step, StoreTooNew
 from tests.engines import settings_for
-from tests.serving import run_loom
+from tests.serving import free_port, run_loom
 
 
 def _dump(path: Path) -> list[str]:
@@ -162,6 +163,36 @@ def _bigtable_version(settings: BigtableSettings, store: bytes, version: bytes) 
 def _bigtable_exists(settings: BigtableSettings, table: str) -> bool:
     with admin_client(settings) as instance:
         return bool(instance.table(settings.table_prefix + table).exists())
+
+
+class TestCheckOnly:
+    """``loom serve --check-only`` on stores that are not there."""
+
+    async def test_a_fresh_data_directory_is_reported_and_not_created(self, tmp_path: Path) -> None:
+        """Every SQLite store 'not created yet', exit 0, and the directory still absent."""
+        data = tmp_path / "never"
+        done = await asyncio.to_thread(run_loom, "serve", "--check-only", "--data-dir", str(data))
+        assert done.returncode == 0, done.stderr
+        lines = done.stdout.splitlines()
+        assert len(lines) == len(SQLITE_FILES)
+        assert all("not created yet; would be created at version" in line for line in lines)
+        assert not data.exists()
+
+    async def test_an_unreachable_engine_exits_1(self, tmp_path: Path) -> None:
+        """A Cassandra store whose cluster does not answer: exit 1 naming the engine."""
+        env = {"LOOM_CASSANDRA__PORT": str(free_port())}
+        done = await asyncio.to_thread(
+            run_loom,
+            "serve",
+            "--check-only",
+            "--data-dir",
+            str(tmp_path),
+            "--threadweaver-store",
+            "cassandra",
+            env=env,
+        )
+        assert done.returncode == 1, done.stderr
+        assert "cannot check the stores: cassandra" in done.stderr
 
 
 _KILLED_STEP = textwrap.dedent(
