@@ -20,8 +20,7 @@ from server.processes import serve_workers
 from server.runtime.auth import mint_token
 from server.runtime.logs import configure_logging
 from storage.engines import INBOX_STORES, SUMMARY_STORES, TEMPLATE_STORES, THREAD_STORES, Port
-from storage.errors import StorageError
-from storage.upgrades import check_stores
+from storage.upgrades import EngineUnreadable, check_stores
 from storage.versions import StoreTooNew
 
 __all__ = ["main"]
@@ -167,7 +166,7 @@ def _check_only(settings: Settings) -> int:
     except StoreTooNew as exc:
         print(f"loom: cannot start: {exc}", file=sys.stderr)
         return 2
-    except StorageError as exc:
+    except EngineUnreadable as exc:
         print(f"loom: cannot check the stores: {exc}", file=sys.stderr)
         return 1
     print("\n".join(lines))

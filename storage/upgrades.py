@@ -14,10 +14,11 @@ from __future__ import annotations
 from collections.abc import Collection
 from pathlib import Path
 
+from storage.errors import StorageError
 from storage.settings import EngineSettings
 from storage.sqlite import versions as sqlite_versions
 
-__all__ = ["SQLITE_FILES", "check_stores"]
+__all__ = ["SQLITE_FILES", "EngineUnreadable", "check_stores"]
 
 SQLITE_FILES: tuple[tuple[str, str, sqlite_versions.SqliteLayout], ...] = (
     ("threadweaver_store", "threadweaver.sqlite3", sqlite_versions.THREADS),
@@ -35,11 +36,24 @@ _NOT_VERSIONED = {
 }
 
 
+class EngineUnreadable(RuntimeError):
+    """An engine holding a configured store did not answer the check (``--check-only``
+    exits 1): a start-up tool's outcome, not a storage error of a request."""
+
+
 async def check_stores(
     settings: EngineSettings, *, only: Collection[str] | None = None
 ) -> list[str]:
     """One line per store the settings choose (on the engines `only` names, when given): its
-    version and what opening it would do."""
+    version and what opening it would do. Raises `storage.versions.StoreTooNew` for a store
+    newer than this release, `EngineUnreadable` when an engine does not answer."""
+    try:
+        return await _check(settings, only)
+    except StorageError as exc:
+        raise EngineUnreadable(str(exc)) from exc
+
+
+async def _check(settings: EngineSettings, only: Collection[str] | None) -> list[str]:
     chosen = {field: str(getattr(settings.storage, field)) for field, _, _ in SQLITE_FILES}
     if only is not None:
         chosen = {field: engine for field, engine in chosen.items() if engine in only}

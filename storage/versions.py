@@ -23,17 +23,30 @@ At open, each store runs the same sequence (`plan`, then its engine's runner):
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 import structlog
 
-__all__ = ["Layout", "Plan", "Step", "StoreTooNew", "apply", "plan"]
+from storage.errors import StorageUnavailable
+
+__all__ = ["Layout", "Plan", "Step", "StoreTooNew", "apply", "inspected", "plan"]
 
 RunT = TypeVar("RunT")
 
-_log = structlog.get_logger("loom.storage.versions")
+_STDLIB = logging.getLogger("loom.storage.versions")
+
+
+def _log(level: str, event: str, **fields: object) -> None:
+    """One structured line in the server's log; where nothing configured structlog (a
+    script opening stores through `storage.factory`), stdlib logging's, never stdout."""
+    if structlog.is_configured():
+        getattr(structlog.get_logger("loom.storage.versions"), level)(event, **fields)
+    else:
+        getattr(_STDLIB, level)("%s %s", event, fields)
 
 
 class StoreTooNew(ValueError):
@@ -117,7 +130,8 @@ class Plan(Generic[RunT]):
 
     def log_step(self, step: Step[RunT]) -> None:
         """The log line of a step that has just run (and been recorded)."""
-        _log.info(
+        _log(
+            "info",
             "store migrated",
             store=self.where,
             version_before=step.to - 1,
@@ -128,11 +142,12 @@ class Plan(Generic[RunT]):
     def log_done(self) -> None:
         """The log line once a store that needed writing is at its target."""
         if self.new:
-            _log.info("store created", store=self.where, version=self.target)
+            _log("info", "store created", store=self.where, version=self.target)
         elif self.writes and self.start == self.target:
-            _log.info("store version recorded", store=self.where, version=self.target)
+            _log("info", "store version recorded", store=self.where, version=self.target)
         elif self.writes:
-            _log.info(
+            _log(
+                "info",
                 "store upgraded",
                 store=self.where,
                 version_before=self.start,
@@ -161,6 +176,30 @@ def plan(layout: Layout[RunT], where: str, *, recorded: int | None, has_data: bo
         steps=steps,
         new=new,
     )
+
+
+async def inspected(
+    where: str, reading: Awaitable[Plan[RunT]], *, timeout_s: float, required: bool
+) -> Plan[RunT] | None:
+    """The plan `reading` returns, or None when the engine does not answer within
+    `timeout_s` and the store may open without it (`required` false).
+
+    A store whose schema the operator owns opens without any round trip, so a server
+    starts while an engine is down and reports it through health and breakers instead
+    (`tests/e2e/test_probe.py`); its version check must not take that away. It is skipped
+    with a warning, and runs at the next start-up. Where opening creates tables anyway
+    (`required`), the engine's error stops start-up as it always did.
+    """
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await reading
+    except (StorageUnavailable, TimeoutError) as exc:
+        if required:
+            raise
+        _log(
+            "warning", "store version not checked: engine unreachable", store=where, error=str(exc)
+        )
+        return None
 
 
 async def apply(

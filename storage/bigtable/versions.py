@@ -21,7 +21,7 @@ from storage.bigtable.client import (
 )
 from storage.clock import now_ms
 from storage.settings import BigtableSettings
-from storage.versions import Layout, Plan, Step, apply, plan
+from storage.versions import Layout, Plan, Step, apply, inspected, plan
 
 __all__ = ["META_TABLE", "TEMPLATES", "THREADS", "BigtableLayout", "inspect", "upgrade"]
 
@@ -96,9 +96,10 @@ async def inspect(
 
 async def upgrade(
     settings: BigtableSettings, tables: Mapping[str, Mapping[str, Any]], layout: BigtableLayout
-) -> Plan[BigtableStep]:
+) -> Plan[BigtableStep] | None:
     """Brings the store whose tables are `tables` to `layout.current` (creating tables when
-    ``create_tables``). Raises `storage.versions.StoreTooNew` before any write."""
+    ``create_tables``). Raises `storage.versions.StoreTooNew` before any write. None: not
+    checked (`storage.versions.inspected`)."""
 
     async def create() -> None:
         if settings.create_tables:
@@ -117,7 +118,14 @@ async def upgrade(
         with errors("record schema version"):
             await asyncio.to_thread(_write, settings, layout.store, version)
 
-    found = await inspect(settings, tables, layout)
+    found = await inspected(
+        layout.store,
+        inspect(settings, tables, layout),
+        timeout_s=settings.request_timeout_s,
+        required=settings.create_tables,
+    )
+    if found is None:
+        return None
     return await apply(
         found, create=create, recordable=recordable, run_step=run_step, record=record
     )

@@ -16,7 +16,7 @@ from botocore.exceptions import ClientError
 
 from storage.clock import now_ms
 from storage.dynamodb.client import DynamoDBClient, errors
-from storage.versions import Layout, Plan, apply, plan
+from storage.versions import Layout, Plan, apply, inspected, plan
 
 __all__ = ["JOBS", "META_SUFFIX", "SUMMARIES", "DynamoDBLayout", "inspect", "upgrade"]
 
@@ -24,6 +24,8 @@ DynamoDBStep = Callable[[DynamoDBClient], Awaitable[None]]
 DynamoDBLayout = Layout[DynamoDBStep]
 
 META_SUFFIX: Final = "loom_schema"
+_CHECK_TIMEOUT_S: Final = 10.0
+"""How long start-up waits to read a version it may go without (the client retries)."""
 
 SUMMARIES: Final[DynamoDBLayout] = Layout(store="summaries", current=1)
 JOBS: Final[DynamoDBLayout] = Layout(store="jobs", current=1)
@@ -75,10 +77,10 @@ async def upgrade(
     table: str,
     layout: DynamoDBLayout,
     create: Callable[[], Awaitable[None]],
-) -> Plan[DynamoDBStep]:
+) -> Plan[DynamoDBStep] | None:
     """Brings the store whose table is `table` to `layout.current`; `create` makes its
     tables (when the settings allow). Raises `storage.versions.StoreTooNew` before any
-    write."""
+    write. None: not checked (`storage.versions.inspected`)."""
     meta = client.table_name(META_SUFFIX)
 
     async def create_all() -> None:
@@ -102,7 +104,14 @@ async def upgrade(
                 },
             )
 
-    found = await inspect(client, table, layout)
+    found = await inspected(
+        table,
+        inspect(client, table, layout),
+        timeout_s=_CHECK_TIMEOUT_S,
+        required=client.settings.create_tables,
+    )
+    if found is None:
+        return None
     return await apply(
         found, create=create_all, recordable=recordable, run_step=run_step, record=record
     )
