@@ -162,7 +162,8 @@ def _check_only(settings: Settings) -> int:
     2 when a store is newer than this release (start-up would refuse it), 1 when an engine
     cannot be read."""
     try:
-        lines = asyncio.run(check_stores(settings))
+        queues = [level.name for level in settings.iterator.levels]
+        lines = asyncio.run(check_stores(settings, queues=queues))
     except StoreTooNew as exc:
         print(f"loom: cannot start: {exc}", file=sys.stderr)
         return 2

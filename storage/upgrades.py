@@ -11,7 +11,7 @@ Engines whose stores record no version yet are reported as such, not guessed at.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from storage.errors import StorageError
@@ -30,11 +30,6 @@ SQLITE_FILES: tuple[tuple[str, str, sqlite_versions.SqliteLayout], ...] = (
 )
 """Each SQLite store: its ``storage.*`` setting, its file (`storage.engines`), its layout."""
 
-_NOT_VERSIONED = {
-    "sqs": "its queues hold work in flight (message bodies unchanged since 1.0.0), "
-    "no layout to record",
-}
-
 
 class EngineUnreadable(RuntimeError):
     """An engine holding a configured store did not answer the check (``--check-only``
@@ -42,18 +37,24 @@ class EngineUnreadable(RuntimeError):
 
 
 async def check_stores(
-    settings: EngineSettings, *, only: Collection[str] | None = None
+    settings: EngineSettings,
+    *,
+    only: Collection[str] | None = None,
+    queues: Sequence[str] = (),
 ) -> list[str]:
     """One line per store the settings choose (on the engines `only` names, when given): its
-    version and what opening it would do. Raises `storage.versions.StoreTooNew` for a store
+    version and what opening it would do; `queues` names the Iterator's queues (one per
+    level). Raises `storage.versions.StoreTooNew` for a store
     newer than this release, `EngineUnreadable` when an engine does not answer."""
     try:
-        return await _check(settings, only)
+        return await _check(settings, only, queues)
     except StorageError as exc:
         raise EngineUnreadable(str(exc)) from exc
 
 
-async def _check(settings: EngineSettings, only: Collection[str] | None) -> list[str]:
+async def _check(
+    settings: EngineSettings, only: Collection[str] | None, queues: Sequence[str]
+) -> list[str]:
     chosen = {field: str(getattr(settings.storage, field)) for field, _, _ in SQLITE_FILES}
     if only is not None:
         chosen = {field: engine for field, engine in chosen.items() if engine in only}
@@ -69,8 +70,8 @@ async def _check(settings: EngineSettings, only: Collection[str] | None) -> list
         lines += await _bigtable(settings, on["bigtable"])
     if on.get("dynamodb"):
         lines += await _dynamodb(settings, on["dynamodb"])
-    for engine, why in _NOT_VERSIONED.items():
-        lines += [f"{engine} ({field}): {why}" for field in on.get(engine, [])]
+    if on.get("sqs"):
+        lines.append(await _sqs(settings, queues))
     return lines
 
 
@@ -120,3 +121,14 @@ async def _dynamodb(settings: EngineSettings, fields: list[str]) -> list[str]:
         return [plan.describe() for plan in found]
     finally:
         await client.close()
+
+
+async def _sqs(settings: EngineSettings, queues: Sequence[str]) -> str:
+    import aioboto3
+
+    from storage.sqs import versions
+    from storage.sqs.queue import client_options
+
+    names = [f"{settings.sqs.queue_prefix}{q}" for q in queues]
+    async with aioboto3.Session().client("sqs", **client_options(settings.sqs)) as client:
+        return (await versions.inspect(client, names, versions.QUEUE)).describe()

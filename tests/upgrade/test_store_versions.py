@@ -11,6 +11,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import aioboto3
 import pytest
 
 from storage.bigtable import versions as bigtable_versions
@@ -33,6 +34,8 @@ from storage.sqlite.database import SqliteDatabase
 from storage.sqlite.inbox import SqliteInboxStore
 from storage.sqlite.job_rows import CHUNK_FIELDS, chunk_params, insert_sql
 from storage.sqlite.jobs import SqliteJobStore
+from storage.sqs import versions as sqs_versions
+from storage.sqs.queue import SqsWorkQueue, client_options
 from storage.upgrades import SQLITE_FILES
 from storage.versions import Layout, Step, StoreTooNew
 from tests.engines import settings_for
@@ -151,6 +154,24 @@ class TestNewerStore:
         assert "schema version 99" in str(refused.value)
         assert f"(version {bigtable_versions.TEMPLATES.current})" in str(refused.value)
         assert not await asyncio.to_thread(_bigtable_exists, settings, "templates")
+
+    @pytest.mark.engine("sqs")
+    async def test_a_newer_sqs_queue_is_refused_before_any_write(self, tmp_path: Path) -> None:
+        """One queue of the store tagged 99: opening WorkQueue raises naming the queues and
+        both versions, and creates none of the others."""
+        settings = settings_for("sqs", tmp_path, iterator_queue="sqs").sqs
+        first = await SqsWorkQueue.open(settings, ["a"])
+        await first.close()
+        async with aioboto3.Session().client("sqs", **client_options(settings)) as client:
+            url = (await client.get_queue_url(QueueName=f"{settings.queue_prefix}a"))["QueueUrl"]
+            await client.tag_queue(QueueUrl=url, Tags={sqs_versions.TAG: "99"})
+            with pytest.raises(StoreTooNew) as refused:
+                await SqsWorkQueue.open(settings, ["a", "b"])
+            assert f"sqs queues {settings.queue_prefix}a" in str(refused.value)
+            assert "schema version 99" in str(refused.value)
+            assert "(version 1)" in str(refused.value)
+            listed = await client.list_queues(QueueNamePrefix=settings.queue_prefix)
+            assert listed.get("QueueUrls") == [url]
 
 
 def _bigtable_version(settings: BigtableSettings, store: bytes, version: bytes) -> None:
