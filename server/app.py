@@ -25,7 +25,7 @@ from server.runtime.mounting import Resources
 from server.runtime.policies import PolicyTable
 from server.runtime.reflection import enable_reflection
 from server.runtime.tls import CertificateReloader, check_tls, is_loopback, server_credentials
-from storage.upgrades import check_stores
+from storage.upgrades import EngineUnreadable, check_stores
 from storage.versions import StoreTooNew
 
 __all__ = ["SERVICE_NAMES", "LoomServer", "build_server", "check_startup", "serve"]
@@ -181,6 +181,8 @@ async def build_server(settings: Settings) -> LoomServer:
         await check_stores(settings, only=("sqlite",))
     except StoreTooNew as exc:
         raise ConfigError(str(exc)) from exc
+    except EngineUnreadable:
+        pass  # a file that does not open: the store opening it says so, as it always did
     closers = await _mount_all(server, settings, resources, modules)
     health = Health()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Final
 
 from storage.clock import now_ms
+from storage.errors import DriverErrors
 from storage.versions import Layout, Plan, Step, plan
 
 __all__ = [
@@ -31,6 +32,10 @@ __all__ = [
     "inspect",
     "upgrade",
 ]
+
+_errors = DriverErrors("sqlite", (sqlite3.Error,))
+"""The read-only check's errors (a file that is not a database, unreadable); the stores'
+own are translated by `storage.sqlite.database`."""
 
 SqliteStep = Callable[[sqlite3.Connection], None]
 SqliteLayout = Layout[SqliteStep]
@@ -155,8 +160,9 @@ def inspect(path: Path, layout: SqliteLayout) -> Plan[SqliteStep]:
     """What opening the file at `path` would do, read-only (a missing file is not created)."""
     if not path.exists():
         return plan(layout, f"sqlite file {path} ({layout.store})", recorded=None, has_data=False)
-    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
-    try:
-        return _plan(conn, layout, path)
-    finally:
-        conn.close()
+    with _errors(path.name):
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            return _plan(conn, layout, path)
+        finally:
+            conn.close()
