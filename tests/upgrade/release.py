@@ -3,7 +3,9 @@
 `tree()` runs ``scripts/releases/tree.sh`` (``make release-tree``: the tag ``v1.0.0``, or
 the commit it names when a clone has no tags) once per run; `env()` puts that tree's packages
 (``server``, ``storage``, and the generated ``loom.v1`` of its client) first on PYTHONPATH,
-so ``python -m server.cli serve`` is 1.0.0's code, not today's.
+so ``python -m server.cli serve`` is 1.0.0's code, not today's. It runs on today's virtualenv
+because its dependencies are a subset of today's (its ``pyproject.toml``); the day one of them
+no longer runs it, give the tree a virtualenv of its own from its ``requirements.lock``.
 """
 
 from __future__ import annotations
