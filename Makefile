@@ -15,7 +15,7 @@ PY_CLIENT := clients/python
 # Go lives here on these machines; harmless where it is already on PATH.
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: image image-test compose-images compose-test install run demo-data test test-unit lint protos buf-lint contract contract-baseline engines-up engines-down tools clients bench lock clean
+.PHONY: release-tree upgrade-test image image-test compose-images compose-test install run demo-data test test-unit lint protos buf-lint contract contract-baseline engines-up engines-down tools clients bench lock clean
 
 # Two distributions, both editable: loom-client (clients/python) and the server, which needs it.
 $(STAMP): pyproject.toml $(PY_CLIENT)/pyproject.toml
@@ -59,6 +59,17 @@ test: install tools clients lint contract
 	scripts/engines/up.sh; \
 	source .engines/env; \
 	$(BIN)/pytest -p no:cacheprovider -ra --durations=15 --ignore=tests/image --ignore=tests/compose $(PYTEST_ARGS)
+
+# Release 1.0.0's own tree (tag v1.0.0, or its commit in a clone without tags), extracted into
+# build/releases/: tests/upgrade/ runs it to write the stores today's server must open.
+release-tree:
+	scripts/releases/tree.sh v1.0.0
+
+# Data written by 1.0.0 on SQLite and every distributed engine, opened by today's server; a
+# rolling upgrade on one Cassandra keyspace (part of `make test`; here with running engines:
+# `source .engines/env` first, or narrow with PYTEST_ARGS='--engines sqlite').
+upgrade-test: install release-tree
+	$(BIN)/pytest -p no:cacheprovider -ra tests/upgrade $(PYTEST_ARGS)
 
 test-unit: install
 	$(BIN)/pytest -q tests/unit

@@ -24,6 +24,8 @@ from server.runtime.mounting import Resources
 from server.runtime.policies import PolicyTable
 from server.runtime.reflection import enable_reflection
 from server.runtime.tls import CertificateReloader, check_tls, is_loopback, server_credentials
+from storage.upgrades import EngineUnreadable, check_stores
+from storage.versions import StoreTooNew
 
 __all__ = ["LoomServer", "build_server", "check_startup", "serve"]
 
@@ -172,6 +174,12 @@ async def build_server(settings: Settings) -> LoomServer:
     interceptor = RpcInterceptor(policies, auth, metrics)
     server = grpc.aio.server(interceptors=[interceptor], options=_server_options(settings))
     resources = Resources(settings.breaker, metrics)
+    try:  # the data directory's files, all checked before any store opens (or is created)
+        await check_stores(settings, only=("sqlite",))
+    except StoreTooNew as exc:
+        raise ConfigError(str(exc)) from exc
+    except EngineUnreadable:
+        pass  # a file that does not open: the store opening it says so, as it always did
     closers = await _mount_all(server, settings, resources)
     health = Health()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)

@@ -20,6 +20,8 @@ from server.processes import serve_workers
 from server.runtime.auth import mint_token
 from server.runtime.logs import configure_logging
 from storage.engines import Port
+from storage.upgrades import EngineUnreadable, check_stores
+from storage.versions import StoreTooNew
 
 __all__ = ["main"]
 
@@ -53,6 +55,11 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--metrics-port", type=int, help="Prometheus metrics port (0 = off)")
     s.add_argument(
         "--workers", type=int, help="server processes sharing the port, one per core (default 1)"
+    )
+    s.add_argument(
+        "--check-only",
+        action="store_true",
+        help="print each store's schema version and what start-up would migrate; write nothing",
     )
 
     t = sub.add_parser("token", help="mint a bearer token the configured server accepts")
@@ -132,6 +139,8 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"loom: bad settings: {exc}", file=sys.stderr)
         return 2
     configure_logging(settings.server.log_level)
+    if args.check_only:
+        return _check_only(settings)
     if settings.server.workers < 1:
         print("loom: bad settings: server.workers must be >= 1", file=sys.stderr)
         return 2
@@ -143,6 +152,23 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"loom: cannot start: {exc}", file=sys.stderr)
         return 2
     return serve_workers(settings, settings.server.workers, run_server)
+
+
+def _check_only(settings: Settings) -> int:
+    """``--check-only``: each store's version and pending steps, read without writing; exit
+    2 when a store is newer than this release (start-up would refuse it), 1 when an engine
+    cannot be read."""
+    try:
+        queues = [level.name for level in settings.iterator.levels]
+        lines = asyncio.run(check_stores(settings, queues=queues))
+    except StoreTooNew as exc:
+        print(f"loom: cannot start: {exc}", file=sys.stderr)
+        return 2
+    except EngineUnreadable as exc:
+        print(f"loom: cannot check the stores: {exc}", file=sys.stderr)
+        return 1
+    print("\n".join(lines))
+    return 0
 
 
 def run_server(settings: Settings, worker: int | None = None) -> int:

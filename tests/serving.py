@@ -142,16 +142,19 @@ async def loom_process(
     credentials: grpc.ChannelCredentials | None = None,
     port: int | None = None,
     data_dir: Path | None = None,
+    program: tuple[str, ...] = (),
 ) -> AsyncIterator[Served]:
     """`loom serve` as a real process on a free port, SIGTERMed (then killed) at the end.
 
     The environment is this process's minus LOOM_* (so a test's settings are its own),
-    plus `env`. Health is polled over TLS when `credentials` are given.
+    plus `env`. Health is polled over TLS when `credentials` are given. `program` replaces
+    the ``loom`` command (an earlier release's tree: `tests/upgrade/release.py`).
     """
     port = port or free_port()
     log = tmp / f"loom-{port}.log"
     base = {k: v for k, v in os.environ.items() if not k.startswith("LOOM_")}
-    command = [str(Path(sys.executable).with_name("loom")), "serve", "--port", str(port)]
+    command = [*(program or (str(Path(sys.executable).with_name("loom")),))]
+    command += ["serve", "--port", str(port)]
     command += ["--data-dir", str(data_dir or tmp / f"data-{port}"), *args]
     process = _spawn(command, log, {**base, **(env or {})})
     served = Served(process, f"127.0.0.1:{port}", log)

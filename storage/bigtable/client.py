@@ -46,6 +46,7 @@ from storage.slices import slices
 
 __all__ = [
     "BigtableHandle",
+    "admin_client",
     "bounded_gather",
     "bulk_set_cells",
     "ensure_tables",
@@ -215,10 +216,17 @@ class BigtableHandle:
 
     @classmethod
     async def open(
-        cls, settings: BigtableSettings, tables: Mapping[str, Mapping[str, Any]]
+        cls,
+        settings: BigtableSettings,
+        tables: Mapping[str, Mapping[str, Any]],
+        migrate: Callable[[], Awaitable[object]] | None = None,
     ) -> BigtableHandle:
-        """Connects; with `create_tables` first creates `tables` ({name: {family: rule}})."""
-        if settings.create_tables:
+        """Connects; with `create_tables` first creates `tables` ({name: {family: rule}}).
+        With `migrate` (the store's `storage.bigtable.versions.upgrade`), that creates them
+        instead, after checking and migrating the store's schema version."""
+        if migrate is not None:
+            await migrate()
+        elif settings.create_tables:
             await ensure_tables(settings, tables)
         with errors("connect"), _quiet_emulator_notice():
             client = BigtableDataClientAsync(project=settings.project)
@@ -249,6 +257,19 @@ class BigtableHandle:
             await self._client.close()
 
 
+@contextlib.contextmanager
+def admin_client(settings: BigtableSettings) -> Iterator[Any]:
+    """The synchronous admin client's instance of `settings`, closed on exit (start-up work,
+    in a thread: table creation, `storage.bigtable.versions`)."""
+    with _quiet_emulator_notice():  # the admin client opens data clients lazily
+        client = _AdminClient(project=settings.project, admin=True)
+        try:
+            yield client.instance(settings.instance)
+        finally:
+            with contextlib.suppress(Exception):
+                client.close()
+
+
 async def ensure_tables(
     settings: BigtableSettings, tables: Mapping[str, Mapping[str, Any]]
 ) -> None:
@@ -259,9 +280,7 @@ async def ensure_tables(
     """
 
     def run() -> None:
-        client = _AdminClient(project=settings.project, admin=True)
-        try:
-            instance = client.instance(settings.instance)
+        with admin_client(settings) as instance:
             for name, families in tables.items():
                 table = instance.table(settings.table_prefix + name)
                 if not table.exists():
@@ -274,16 +293,9 @@ async def ensure_tables(
                         column_family.update()  # also wakes the emulator's GC sweeper
                     else:
                         column_family.create()
-        finally:
-            with contextlib.suppress(Exception):
-                client.close()
-
-    def quiet_run() -> None:
-        with _quiet_emulator_notice():  # the admin client opens data clients lazily
-            run()
 
     with errors("create tables"):
-        await asyncio.to_thread(quiet_run)
+        await asyncio.to_thread(run)
 
 
 async def read_row_cells(

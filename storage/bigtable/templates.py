@@ -37,11 +37,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 from google.cloud.bigtable.data import ReadRowsQuery, RowMutationEntry, RowRange, SetCell
 from google.cloud.bigtable.data import row_filters as rf
 
+from storage.bigtable import versions
 from storage.bigtable.client import (
     BigtableHandle,
     bounded_gather,
@@ -56,9 +58,11 @@ from storage.ports import ClusterCounts, ClusterWrite, StoredEmail, StoredTempla
 from storage.settings import BigtableSettings
 from storage.slices import slices
 
-__all__ = ["BigtableTemplateStore"]
+__all__ = ["TABLES", "BigtableTemplateStore"]
 
 _TABLE = "templates"
+TABLES = (_TABLE,)
+"""The store's tables (`storage.upgrades` reads their version record)."""
 _FAM_T, _FAM_E, _FAM_U = "template", "email", "user"
 _READ_KEYS = 500
 _SCAN_PAGE = 200
@@ -107,7 +111,9 @@ class BigtableTemplateStore:
     @classmethod
     async def open(cls, settings: BigtableSettings, *, email_ttl_s: float) -> BigtableTemplateStore:
         """Connects (creating the table and applying GC rules when `create_tables`)."""
-        return cls(await BigtableHandle.open(settings, _tables(email_ttl_s)), email_ttl_s)
+        tables = _tables(email_ttl_s)
+        migrate = partial(versions.upgrade, settings, tables, versions.TEMPLATES)
+        return cls(await BigtableHandle.open(settings, tables, migrate), email_ttl_s)
 
     def _live(self, family: str) -> rf.RowFilter:
         start = datetime.fromtimestamp((now_ms() - self._ttl_ms) / 1000, tz=UTC)

@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import struct
 from collections.abc import Iterable, Sequence
+from functools import partial
 from typing import Any
 
 from google.cloud.bigtable.data import (
@@ -47,6 +48,7 @@ from google.cloud.bigtable.data import (
 )
 from google.cloud.bigtable.data import row_filters as rf
 
+from storage.bigtable import versions
 from storage.bigtable.client import (
     BigtableHandle,
     bounded_gather,
@@ -83,13 +85,13 @@ from storage.ports import MessageMapping, ThreadKey, UnifiedStats, UtRows
 from storage.settings import BigtableSettings
 from storage.slices import slices
 
-__all__ = ["BigtableThreadStore"]
+__all__ = ["TABLES", "BigtableThreadStore"]
 
 
 _THREAD_UT, _MESSAGE_UT, _UT = "thread_ut", "message_ut", "ut"
 _FAM_U, _FAM_M, _FAM_Q, _FAM_P, _FAM_N = "u", "m", "q", "p", LINKS
 _ONE = gc_rule(max_versions=1)
-_TABLES = {
+TABLES = {
     _THREAD_UT: {_FAM_U: _ONE},
     _MESSAGE_UT: {_FAM_M: _ONE},
     _UT: {_FAM_Q: _ONE, _FAM_P: _ONE, _FAM_N: _ONE},
@@ -117,7 +119,8 @@ class BigtableThreadStore(ThreadScans):
     @classmethod
     async def open(cls, settings: BigtableSettings) -> BigtableThreadStore:
         """Connects (creating tables and families first when `settings.create_tables`)."""
-        return cls(await BigtableHandle.open(settings, _TABLES))
+        migrate = partial(versions.upgrade, settings, TABLES, versions.THREADS)
+        return cls(await BigtableHandle.open(settings, TABLES, migrate))
 
     async def _read_rows(
         self, table: Any, keys: Sequence[bytes], row_filter: rf.RowFilter

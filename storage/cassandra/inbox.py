@@ -43,6 +43,7 @@ from cassandra.query import BatchStatement, BatchType, PreparedStatement
 
 from storage.cassandra import inbox_clock as clock
 from storage.cassandra import inbox_rows as ir
+from storage.cassandra import versions
 from storage.cassandra.session import CassandraSession, Row, gather
 from storage.cassandra.store import CassandraStore
 from storage.errors import StorageCorrupt
@@ -77,7 +78,7 @@ class CassandraInboxStore(CassandraStore):
         cls, session: CassandraSession, *, owns_session: bool = False
     ) -> CassandraInboxStore:
         """A store on a session shared with other Cassandra stores (which it won't close)."""
-        await session.ensure_schema(ir.TABLES)
+        await versions.upgrade(session, ir.TABLES, versions.INBOX)
         legacy = session.tables_present(ir.LEGACY_TABLES)
         if legacy:
             raise ValueError(

@@ -28,6 +28,7 @@ from collections.abc import Iterable, Sequence
 
 from cassandra.query import BatchStatement, BatchType
 
+from storage.cassandra import versions
 from storage.cassandra.session import CassandraSession, Row, gather
 from storage.cassandra.store import text
 from storage.cassandra.threads_scan import ThreadScans
@@ -35,7 +36,7 @@ from storage.errors import StorageCorrupt
 from storage.ports import MessageMapping, ThreadKey, UnifiedStats, UtRows
 from storage.slices import slices
 
-__all__ = ["CassandraThreadStore"]
+__all__ = ["TABLES", "CassandraThreadStore"]
 
 # Rows are written once (a thread row once more, to flag it recorded), so size-tiered
 # compaction is right: leveled compaction only pays for its write amplification when a
@@ -44,7 +45,7 @@ __all__ = ["CassandraThreadStore"]
 # replica missed its delete is harmless (it still joins UTs of one conversation).
 _COMPACTION = "WITH compaction = {'class': 'SizeTieredCompactionStrategy'}"
 
-_TABLES = (
+TABLES = (
     "CREATE TABLE IF NOT EXISTS {ks}.thread_ut (gid text, thread_id text, ut text, "
     "recorded boolean, PRIMARY KEY ((gid, thread_id))) " + _COMPACTION,
     "CREATE TABLE IF NOT EXISTS {ks}.rfc_ut (rfc_key blob PRIMARY KEY, ut text, sent_at bigint) "
@@ -70,7 +71,7 @@ class CassandraThreadStore(ThreadScans):
         cls, session: CassandraSession, *, owns_session: bool = False
     ) -> CassandraThreadStore:
         """A store on a session shared with other Cassandra stores (which it won't close)."""
-        await session.ensure_schema(_TABLES)
+        await versions.upgrade(session, TABLES, versions.THREADS)
         return cls(session, owns_session=owns_session)
 
     async def _thread_rows(self, threads: Iterable[ThreadKey]) -> dict[ThreadKey, tuple[str, bool]]:

@@ -28,6 +28,7 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from storage.dynamodb import versions
 from storage.dynamodb.chunk_ledger import ChunkLedger
 from storage.dynamodb.client import DRIVER_ERRORS, DynamoDBClient, errors
 from storage.dynamodb.job_items import (
@@ -68,8 +69,13 @@ class DynamoDBJobStore:
         """Opens the client; creates the table and its indexes when ``create_tables``."""
         client = await DynamoDBClient.open(settings)
         try:
-            if settings.create_tables:
-                await client.create_table(client.table_name(TABLE_SUFFIX), **_TABLE_SPEC)
+            table = client.table_name(TABLE_SUFFIX)
+
+            async def create() -> None:
+                if settings.create_tables:
+                    await client.create_table(table, **_TABLE_SPEC)
+
+            await versions.upgrade(client, table, versions.JOBS, create)
         except BaseException:
             await client.close()
             raise

@@ -19,6 +19,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from storage.dynamodb import versions
 from storage.dynamodb.client import DynamoDBClient, errors, is_conditional_failure
 from storage.errors import StorageCorrupt
 from storage.ports import StoredSummary
@@ -42,7 +43,13 @@ class DynamoDBSummaryStore:
         """Opens the long-lived client; creates the table when ``create_tables`` is set."""
         client = await DynamoDBClient.open(settings)
         try:
-            await client.ensure_tables([(client.table_name(TABLE_SUFFIX), (_KEY, "S"))])
+            table = client.table_name(TABLE_SUFFIX)
+            await versions.upgrade(
+                client,
+                table,
+                versions.SUMMARIES,
+                lambda: client.ensure_tables([(table, (_KEY, "S"))]),
+            )
         except BaseException:
             await client.close()
             raise

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from storage.errors import DriverErrors, StorageCorrupt, StorageError, StorageUnavailable
+from storage.sqlite.versions import SqliteLayout, upgrade
 
 __all__ = ["SqliteDatabase"]
 
@@ -96,8 +97,10 @@ class SqliteDatabase:
         """Runs `fn` in one IMMEDIATE transaction on the writer thread; commits or rolls back."""
         return await self._run(self._writer, self._in_transaction, fn)
 
-    async def migrate(self, script: str) -> None:
-        """Runs an idempotent schema script (``CREATE ... IF NOT EXISTS``) on the writer.
+    async def migrate(self, script: str, layout: SqliteLayout | None = None) -> None:
+        """Runs an idempotent schema script (``CREATE ... IF NOT EXISTS``) on the writer;
+        with `layout`, brings the file to that layout's version first
+        (`storage.sqlite.versions.upgrade`: a newer file is refused before any write).
 
         One process at a time: the processes of ``loom serve --workers N`` open the same
         fresh files together, and the one that loses the race to switch a file to WAL is
@@ -111,7 +114,10 @@ class SqliteDatabase:
             with self.path.with_name(f"{self.path.name}.open-lock").open("a") as lock:
                 fcntl.flock(lock, fcntl.LOCK_EX)
                 try:
-                    self._connection().executescript(script)
+                    if layout is None:
+                        self._connection().executescript(script)
+                    else:
+                        upgrade(self._connection(), script, layout, self.path)
                 finally:
                     fcntl.flock(lock, fcntl.LOCK_UN)
 

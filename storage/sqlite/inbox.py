@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 from storage.idlists import decode_parts, encode_parts
 from storage.ports import DeliveryRecord, InboxEntry
 from storage.slices import slices
+from storage.sqlite import versions
 from storage.sqlite.database import SqliteDatabase
 
 __all__ = ["SqliteInboxStore"]
@@ -151,7 +152,7 @@ class SqliteInboxStore:
     ) -> SqliteInboxStore:
         """Opens (creating when missing) the database at `path`."""
         db = SqliteDatabase(path, synchronous=synchronous, readers=readers)
-        await db.migrate(_SCHEMA)
+        await db.migrate(_SCHEMA, versions.INBOX)
         return cls(db)
 
     async def deliver(

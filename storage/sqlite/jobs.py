@@ -26,6 +26,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from storage.ports import ChunkRecord, ChunkState, JobRecord, LedgerSummary, Step, TaskRecord
+from storage.sqlite import versions
 from storage.sqlite.database import SqliteDatabase
 from storage.sqlite.job_rows import (
     CHUNK_FIELDS,
@@ -134,7 +135,7 @@ class SqliteJobStore:
     ) -> SqliteJobStore:
         """Opens (creating when missing) the state file at `path`."""
         db = SqliteDatabase(path, synchronous=synchronous, readers=readers, named_rows=True)
-        await db.migrate(_SCHEMA)
+        await db.migrate(_SCHEMA, versions.JOBS)
         return cls(db)
 
     async def create_job(

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from storage.clock import now_ms
 from storage.ports import QueuedMessage
+from storage.sqlite import versions
 from storage.sqlite.database import SqliteDatabase
 
 __all__ = ["SqliteWorkQueue"]
@@ -61,7 +62,7 @@ class SqliteWorkQueue:
     ) -> SqliteWorkQueue:
         """Opens (creating when missing) the queue file at `path`."""
         db = SqliteDatabase(path, synchronous=synchronous, readers=readers)
-        await db.migrate(_SCHEMA)
+        await db.migrate(_SCHEMA, versions.QUEUE)
         return cls(db, poll_s)
 
     def _event(self, queue: str) -> asyncio.Event:

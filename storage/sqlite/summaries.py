@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 from storage.ports import StoredSummary
+from storage.sqlite import versions
 from storage.sqlite.database import SqliteDatabase
 
 __all__ = ["SqliteSummaryStore"]
@@ -56,7 +57,7 @@ class SqliteSummaryStore:
     ) -> SqliteSummaryStore:
         """Opens (creating when missing) the database at `path`."""
         db = SqliteDatabase(path, synchronous=synchronous, readers=readers)
-        await db.migrate(_SCHEMA)
+        await db.migrate(_SCHEMA, versions.SUMMARIES)
         return cls(db)
 
     async def get(self, message_id: str) -> StoredSummary | None:

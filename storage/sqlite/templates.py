@@ -29,6 +29,7 @@ from typing import Any
 
 from storage.clock import now_ms
 from storage.ports import ClusterCounts, ClusterWrite, StoredEmail, StoredTemplates, StoredUser
+from storage.sqlite import versions
 from storage.sqlite.database import SqliteDatabase
 from storage.sqlite.template_batches import counts, tune_writer, write_cells
 
@@ -81,7 +82,7 @@ class SqliteTemplateStore:
     ) -> SqliteTemplateStore:
         """Opens (creating when missing) the database at `path`."""
         db = SqliteDatabase(path, synchronous=synchronous, readers=readers)
-        await db.migrate(_SCHEMA)
+        await db.migrate(_SCHEMA, versions.TEMPLATES)
         await db.write(tune_writer)
         return cls(db, email_ttl_s)
 

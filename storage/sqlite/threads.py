@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 
 from storage.ports import MessageMapping, ThreadKey, UnifiedStats, UtRows
 from storage.slices import slices
+from storage.sqlite import versions
 from storage.sqlite.database import SqliteDatabase
 
 __all__ = ["SqliteThreadStore"]
@@ -67,7 +68,7 @@ class SqliteThreadStore:
     ) -> SqliteThreadStore:
         """Opens (creating when missing) the database at `path`."""
         db = SqliteDatabase(path, synchronous=synchronous, readers=readers)
-        await db.migrate(_SCHEMA)
+        await db.migrate(_SCHEMA, versions.THREADS)
         return cls(db)
 
     async def get_thread_uts(self, threads: Sequence[ThreadKey]) -> dict[ThreadKey, str]:

@@ -26,8 +26,9 @@ from botocore.exceptions import BotoCoreError, ClientError
 from storage.errors import DriverErrors, StorageUnavailable
 from storage.ports import QueuedMessage
 from storage.settings import SqsSettings
+from storage.sqs import versions
 
-__all__ = ["SqsWorkQueue"]
+__all__ = ["SqsWorkQueue", "client_options"]
 
 _CONFIG = Config(
     connect_timeout=2.0,
@@ -39,6 +40,15 @@ _errors = DriverErrors("sqs", (BotoCoreError, ClientError, OSError))
 _STALE = {"ReceiptHandleIsInvalid", "MessageNotInflight", "InvalidParameterValue"}
 _GONE = {"AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"}
 T = TypeVar("T")
+
+
+def client_options(settings: SqsSettings) -> dict[str, Any]:
+    """The aioboto3 client's arguments for `settings` (the queue store's, and
+    `storage.upgrades`' read-only check)."""
+    kwargs: dict[str, Any] = {"region_name": settings.region, "config": _CONFIG}
+    if settings.endpoint_url:
+        kwargs["endpoint_url"] = settings.endpoint_url
+    return kwargs
 
 
 def _code(exc: BaseException) -> str:
@@ -69,17 +79,19 @@ class SqsWorkQueue:
     async def open(cls, settings: SqsSettings, names: Sequence[str]) -> SqsWorkQueue:
         """Resolves (or, with ``create_queues``, creates) one queue per name."""
         stack = contextlib.AsyncExitStack()
-        kwargs: dict[str, Any] = {"region_name": settings.region, "config": _CONFIG}
-        if settings.endpoint_url:
-            kwargs["endpoint_url"] = settings.endpoint_url
+        kwargs = client_options(settings)
         try:
             with _errors("open"):
                 client = await stack.enter_async_context(aioboto3.Session().client("sqs", **kwargs))
                 queue = cls(
                     client, {}, stack, prefix=settings.queue_prefix, create=settings.create_queues
                 )
-                for name in names:
-                    await queue._resolve(name)
+                full = [f"{settings.queue_prefix}{name}" for name in names]
+
+                async def resolve_all() -> list[str]:
+                    return [await queue._resolve(name) for name in names]
+
+                await versions.upgrade(client, full, versions.QUEUE, resolve_all)
         except BaseException:
             await stack.aclose()
             raise

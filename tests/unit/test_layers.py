@@ -2,7 +2,8 @@
 
 - `storage/` never imports `server/` (arrows point down: server -> storage, never back);
 - `server/` reaches storage only through its contract (`ports`, `errors`, `settings`,
-  `factory`, the engine tables of `engines`, and the shared `clock`), never an engine package;
+  `factory`, the engine tables of `engines`, the shared `clock`, and the stores' schema
+  versions: `versions`, `upgrades`), never an engine package;
 - domain code (``server/<service>/``, its ``mount.py`` aside) never names an engine: which
   engine serves a port, and what that engine wants, is `storage.engines`' business, read by
   `server.config` and the mounts;
@@ -29,6 +30,8 @@ STORAGE_CONTRACT = {
     "storage.engines",
     "storage.clock",
     "storage.slices",
+    "storage.versions",
+    "storage.upgrades",
 }
 ENGINE_CHOOSERS = {"storage.engines", "storage.factory"}
 """What only a mount (or `server.config`, `server.cli`) imports: choosing and opening engines."""
