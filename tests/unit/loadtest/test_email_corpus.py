@@ -73,6 +73,7 @@ def test_a_loop_of_three_iterations_yields_three_rows(syntax: str) -> None:
 
 
 def test_nested_loops_give_nested_row_ids() -> None:
+    """An inner loop's rows are numbered within its outer row (orders#1/items#2)."""
     source = (
         "{% for order in orders %}<h2>{{ order.number }}</h2>"
         "{% for item in order.items %}<td>{{ item.title }}</td>{% endfor %}{% endfor %}"
@@ -86,6 +87,7 @@ def test_nested_loops_give_nested_row_ids() -> None:
 
 
 def test_a_loop_met_twice_gets_distinct_row_ids() -> None:
+    """The same loop variable rendered twice gives two row families (items#, items~2#)."""
     source = (
         "{% for x in items %}{{ x.title }}{% endfor %}{% for x in items %}{{ x.title }}{% endfor %}"
     )
@@ -125,6 +127,7 @@ def test_static_line_items_are_rows() -> None:
 
 
 def test_mailgen_table_rows_are_recorded() -> None:
+    """Mailgen's table rows are recorded per row (table#i) with their values, in order."""
     spec = {
         "theme": "default",
         "product": "Acme",
@@ -219,4 +222,5 @@ def test_corpus_carries_values_vertical_and_package() -> None:
     ],
 )
 def test_vertical_rules(family: str, name: str, vertical: str) -> None:
+    """Each template family and name maps to the vertical the figures group it under."""
     assert vertical_of(family, name) == vertical

@@ -13,8 +13,8 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
-from server.config import AuthSettings, ConfigError
 from server import registry
+from server.config import AuthSettings, ConfigError
 from server.runtime.auth import Authenticator, method_scope, mint_token
 from server.runtime.errors import PermissionDenied, Unauthenticated
 from tests.pki import jwt_key_pair
