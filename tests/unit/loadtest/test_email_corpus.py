@@ -7,6 +7,7 @@ import html
 import json
 import random
 import re
+from typing import Any
 
 import pytest
 
@@ -174,7 +175,7 @@ def test_subject_modes() -> None:
     """name: the file name shows; real: the source's own subject (a generic one when it has
     none); sender: one text per sender apart from the recipient's name."""
     sources = _family()
-    kw = {"per_template": 6, "fresh": 2, "humans": 3, "users": 100}
+    kw: dict[str, Any] = {"per_template": 6, "fresh": 2, "humans": 3, "users": 100}
     by_mode = {mode: build_corpus(sources, subjects=mode, **kw) for mode in SUBJECT_MODES}
     mails = {m: [e for e in c if not e.noise] for m, c in by_mode.items()}
     assert all(
