@@ -45,12 +45,13 @@ clients: $(TS_DEPS)
 # Every engine starts once for the whole suite and is stopped however pytest ends. The suite
 # asserts behaviour, never speed, so it needs no quiet machine (speed is `loadtest/`'s job).
 # Lint and the contract check run first: STYLE's promises are the gate's too.
-# Branch coverage of server/ and storage/ is measured in the same run, in the `loom serve`
-# processes the tests start too (pyproject's [tool.coverage.run]), and printed per package
-# (scripts/coverage/packages.py; docs/ARCHITECTURE.md "Coverage" keeps the last figure).
-# COVERAGE=0 runs without it.
+# Branch coverage of server/ and storage/ is measured in the same run and printed per package
+# (scripts/coverage/packages.py; docs/ARCHITECTURE.md "Coverage" keeps a figure and its cost).
+# COVERAGE=processes measures the `loom serve` processes the tests start too (pyproject's
+# [tool.coverage.run]); COVERAGE=0 runs without coverage.
 COVERAGE ?= 1
-COV_ARGS := $(if $(filter 1,$(COVERAGE)),--cov --cov-report=term:skip-covered --cov-report=json:coverage.json)
+COV_ARGS := $(if $(filter-out 0,$(COVERAGE)),--cov --cov-report=term:skip-covered --cov-report=json:coverage.json)
+export COV_SUBPROCESSES := $(if $(filter processes,$(COVERAGE)),subprocess,_exit)
 test: install tools clients lint contract
 	@set -euo pipefail; \
 	export PATH="$(TOOLS_BIN):$$PATH"; \
