@@ -52,13 +52,24 @@ clients: $(TS_DEPS)
 # Every engine starts once for the whole suite and is stopped however pytest ends. The suite
 # asserts behaviour, never speed, so it needs no quiet machine (speed is `loadtest/`'s job).
 # Lint and the contract check run first: STYLE's promises are the gate's too.
+# Branch coverage of server/ and storage/ is measured in the same run and printed per package
+# (scripts/coverage/packages.py; docs/ARCHITECTURE.md "Coverage" keeps a figure and its cost).
+# COVERAGE=processes measures the `loom serve` processes the tests start too (pyproject's
+# [tool.coverage.run]); COVERAGE=0 runs without coverage.
+COVERAGE ?= 1
+COV_ARGS := $(if $(filter-out 0,$(COVERAGE)),--cov --cov-report=term:skip-covered --cov-report=json:coverage.json)
+export COV_SUBPROCESSES := $(if $(filter processes,$(COVERAGE)),subprocess,_exit)
 test: install tools clients lint contract
 	@set -euo pipefail; \
 	export PATH="$(TOOLS_BIN):$$PATH"; \
 	trap 'scripts/engines/down.sh' EXIT; \
 	scripts/engines/up.sh; \
 	source .engines/env; \
-	$(BIN)/pytest -p no:cacheprovider -ra --durations=15 --ignore=tests/image --ignore=tests/compose $(PYTEST_ARGS)
+	rm -f .coverage .coverage.* coverage.json; \
+	status=0; \
+	$(BIN)/pytest -p no:cacheprovider -ra --durations=15 --ignore=tests/image --ignore=tests/compose $(COV_ARGS) $(PYTEST_ARGS) || status=$$?; \
+	if [ -f coverage.json ]; then $(BIN)/python scripts/coverage/packages.py coverage.json; fi; \
+	exit $$status
 
 # Release 1.0.0's own tree (tag v1.0.0, or its commit in a clone without tags), extracted into
 # build/releases/: tests/upgrade/ runs it to write the stores today's server must open.
@@ -76,7 +87,7 @@ test-unit: install
 
 lint: install
 	$(BIN)/ruff check .
-	$(BIN)/ruff format --check server storage loadtest clients/python tests
+	$(BIN)/ruff format --check server storage loadtest clients/python tests scripts
 	$(BIN)/mypy
 
 protos: install
@@ -143,4 +154,4 @@ bench: install
 	$(BIN)/python -m loadtest threadweaver --json loadtest/results/threadweaver.json --png loadtest/results/threadweaver.png
 
 clean:
-	rm -rf $(VENV) .engines .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .engines .pytest_cache .mypy_cache .ruff_cache .coverage .coverage.* coverage.json

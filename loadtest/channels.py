@@ -153,7 +153,7 @@ class _WithMetadata:
         return self._inner(request, metadata=sent, **kwargs)
 
 
-class BearerChannel(grpc.aio.Channel):
+class BearerChannel(grpc.aio.Channel):  # type: ignore[misc]  # grpc is untyped (Any)
     """A grpc.aio channel whose every call carries ``authorization: Bearer <token>``."""
 
     __slots__ = ("_extra", "_inner")

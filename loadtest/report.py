@@ -15,6 +15,7 @@ import platform
 import shlex
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -138,7 +139,7 @@ class Report:
     def add_line_plot(
         self,
         name: str,
-        xs: list[float],
+        xs: Sequence[float],
         series: dict[str, list[float]],
         xlabel: str,
         ylabel: str,

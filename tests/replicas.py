@@ -87,9 +87,9 @@ async def weave_and_check(chans: list[grpc.aio.Channel], rng: random.Random) -> 
         )
     by_component: dict[tuple[str, str], set[str]] = {}
     by_unified: dict[str, set[tuple[str, str]]] = {}
-    for thread in threads:
-        by_component.setdefault(truth.find(thread), set()).add(resolved[thread])
-        by_unified.setdefault(resolved[thread], set()).add(truth.find(thread))
+    for key in threads:
+        by_component.setdefault(truth.find(key), set()).add(resolved[key])
+        by_unified.setdefault(resolved[key], set()).add(truth.find(key))
     assert all(len(uts) == 1 for uts in by_component.values()), "a component was split"
     assert all(len(roots) == 1 for roots in by_unified.values()), "components were merged"
 
@@ -123,7 +123,9 @@ async def record_and_sum(chans: list[grpc.aio.Channel], rng: random.Random) -> N
     events = [(f"w-m{rng.randrange(4)}", f"r{rng.randrange(150)}", rng.choice([DELIVERED, READ]))
               for _ in range(600)]  # fmt: skip
 
-    async def record(i: int, message: str, recipient: str, status: int) -> None:
+    async def record(
+        i: int, message: str, recipient: str, status: summary_pb2.DeliveryStatus.ValueType
+    ) -> None:
         stub = summary_pb2_grpc.SummaryStub(chans[i % CONNECTIONS])
         event = summary_pb2.DeliveryEvent(recipient_id=recipient, status=status)
         await stub.RecordDeliveryEvents(

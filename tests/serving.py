@@ -84,15 +84,17 @@ async def eventually(
     *,
     timeout_s: float = 30.0,
     interval_s: float = 0.05,
+    what: str = "condition",
 ) -> T:
-    """Polls `probe` until `ok(result)`; fails with the last result after `timeout_s`."""
+    """Polls `probe` until `ok(result)`; fails with `what` and the last result after
+    `timeout_s`."""
     deadline = time.monotonic() + timeout_s
     while True:
         result = await probe()
         if ok(result):
             return result
         if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout_s}s; last: {result!r}")
+            raise AssertionError(f"{what}: not met within {timeout_s}s; last: {result!r}")
         await asyncio.sleep(interval_s)
 
 

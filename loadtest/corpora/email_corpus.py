@@ -302,7 +302,7 @@ def _static(source: str, rng: random.Random, choices: Choices, record: Record) -
     def rows(_: re.Match[str]) -> str:
         nonlocal row_count
         out = []
-        for _ in range(rng.randint(1, choices.max_repeats)):
+        for _row in range(rng.randint(1, choices.max_repeats)):
             item, qty, price = rng.choice(_ITEMS), rng.randint(1, 9), rng.randint(5, 900)
             row_count += 1
             row = f"items#{row_count}"

@@ -35,6 +35,7 @@ import sys
 import tarfile
 import zipfile
 from pathlib import Path
+from typing import Any
 
 from loadtest.corpora.email_model import Family, Package, SourceTemplate
 from loadtest.corpora.email_packs import PACKS, READERS
@@ -247,7 +248,7 @@ def _digest(path: Path, pinned: str) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-def _run(cmd: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+def _run(cmd: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False, **kw)
 
 

@@ -31,6 +31,7 @@ import random
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 __all__ = ["SYNTAXES", "Choices", "RenderContext", "constructs", "render"]
 
@@ -337,7 +338,7 @@ SYNTAXES: dict[str, Callable[[str], list[Token]]] = {
 
 # ---------------------------------------------------------------- parser
 
-Node = tuple  # ("text", s) | ("var", e) | ("lit", s) | ("tr", e) | ("msg", e) | ("bp", s)
+Node = tuple[Any, ...]  # ("text", s) | ("var", e) | ("lit", s) | ("tr", e) | ("msg", e) | ("bp", s)
 # | ("if", branches) | ("loop", expr, body) | ("with", body) | ("block", name, body) | ("define", name, body)
 # | ("call", name, body) | ("include", name) | ("extends", name) | ("nested",)
 
@@ -483,7 +484,8 @@ class _Renderer:
         if kind == "with":
             return self.nodes(n[1], nested)
         if kind == "block":
-            return self.nodes(self.blocks.get(n[1], n[2]), nested)
+            body: list[Node] = self.blocks[n[1]] if n[1] in self.blocks else n[2]
+            return self.nodes(body, nested)
         if kind == "define":
             return ""
         if kind == "call":

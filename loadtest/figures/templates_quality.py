@@ -89,7 +89,7 @@ def held_out_quality(
         rows = [r for r in fresh if r[0] in keep]
         return round(pairwise_quality(rows).recall, 3) if rows else 0.0
 
-    noise = sum(1 for _, tid, n in [*train, *fresh] if n and tid)
+    templated_noise = sum(1 for _, tid, n in [*train, *fresh] if n and tid)
     return HeldOut(
         precision=round(q.precision, 3),
         recall=round(q.recall, 3),
@@ -98,7 +98,7 @@ def held_out_quality(
         formed_per_true=round(len(formed) / len(labels), 3) if labels else 0.0,
         ids_per_true=round(sum(len(ids[x]) for x in labels) / len(labels), 3) if labels else 0.0,
         unformed=[x for x in labels if x not in found],
-        noise_templated=noise,
+        noise_templated=templated_noise,
         least_recipients=min((n for _, n in formed), default=0),
         recall_repeated=recall_within(repeated),
         recall_optional=recall_within(optional),

@@ -189,7 +189,8 @@ async def summary(target: str, scale: float, deadline: float, out: Outcomes) -> 
         def record(i: int) -> Awaitable[object]:
             events = [
                 summary_pb2.DeliveryEvent(
-                    recipient_id=f"r{rng.randrange(100_000)}", status=rng.randint(1, 3)
+                    recipient_id=f"r{rng.randrange(100_000)}",
+                    status=summary_pb2.DeliveryStatus.ValueType(rng.randint(1, 3)),
                 )
                 for _ in range(50)
             ]

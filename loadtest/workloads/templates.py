@@ -344,9 +344,9 @@ async def _delay(harness: Harness, args: argparse.Namespace) -> None:
                 await asyncio.sleep(0.05)
             t_k = time.perf_counter()
             probe = instantiate(template, 99, "probe", rng, 10 * 1024, all_blocks=True)
-            request = templates_pb2.AnnotateEmailRequest(email=_protos([probe])[0])
+            annotate = templates_pb2.AnnotateEmailRequest(email=_protos([probe])[0])
             while time.perf_counter() - t_k < 60:
-                if (await stub.AnnotateEmail(request)).template_id:
+                if (await stub.AnnotateEmail(annotate)).template_id:
                     rec.record(time.perf_counter() - t_k)
                     return
                 await asyncio.sleep(0.02)

@@ -8,13 +8,12 @@ Run by ``make compose-test`` (Docker and docker-compose; it builds the images fi
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -40,6 +39,7 @@ from loom.v1 import (
 from server.config import AuthSettings
 from server.runtime.auth import mint_token
 from tests.pki import Authority
+from tests.serving import eventually, free_port
 from tests.templates_corpus import NAMES, receipt
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,27 +51,22 @@ T = TypeVar("T")
 pytestmark = pytest.mark.timeout(1500)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def until(probe: Callable[[], T], ok: Callable[[T], bool], timeout_s: float, what: str) -> T:
+    """The suite's `eventually` over this module's blocking calls, once a second: the probe
+    runs in a thread, and an RPC error counts as not yet (the stack may be restarting)."""
 
-
-def eventually(probe: Callable[[], T], ok: Callable[[T], bool], timeout_s: float, what: str) -> T:
-    """Polls `probe` until `ok`; an exception counts as not yet (the stack may be restarting)."""
-    deadline = time.monotonic() + timeout_s
-    last: object = None
-    while True:
+    async def attempt() -> T | grpc.RpcError:
         try:
-            result = probe()
-            if ok(result):
-                return result
-            last = result
+            return await asyncio.to_thread(probe)
         except grpc.RpcError as exc:
-            last = exc
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout_s:.0f}s; last: {last!r}")
-        time.sleep(1.0)
+            return exc
+
+    def done(result: T | grpc.RpcError) -> bool:
+        return not isinstance(result, grpc.RpcError) and ok(result)
+
+    result = asyncio.run(eventually(attempt, done, timeout_s=timeout_s, interval_s=1.0, what=what))
+    assert not isinstance(result, grpc.RpcError)
+    return result
 
 
 @dataclass
@@ -116,7 +111,7 @@ class Stack:
 
     def wait_healthy(self, *services: str, timeout_s: float = 600) -> None:
         for service in services:
-            eventually(
+            until(
                 lambda s=service: self.health(s),  # type: ignore[misc]
                 lambda h: h == "healthy",
                 timeout_s,
@@ -320,7 +315,7 @@ def test_every_service_answers_through_both_replicas(stack: Stack) -> None:
             html_body=probe_html,
         )
     )  # fmt: skip
-    annotated = eventually(
+    annotated = until(
         lambda: templates_pb2_grpc.TemplateInductionStub(stack.channel("loom-b")).AnnotateEmail(
             probe, metadata=stack.metadata
         ),
@@ -400,7 +395,7 @@ def test_nothing_acknowledged_is_lost_when_a_replica_and_an_engine_crash(stack: 
     assert stack.restarts("cassandra") == restarts_c + 1
     # Loom recovers by itself: a write through each replica is acknowledged again.
     for replica in replicas:
-        eventually(
+        until(
             lambda r=replica: weave(stack, r, "g0", f"{run}-after-{r}", f"<{run}-after-{r}@x>"),  # type: ignore[misc]
             lambda _: True,
             300,

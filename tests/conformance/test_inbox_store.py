@@ -105,7 +105,7 @@ class TestDeliverUnread:
     async def test_recipients_get_one_unread_row_each(self, inbox_store: InboxStore) -> None:
         """A blind fan-out gives each recipient one unread thread, and a retried chunk adds none."""
         inboxes = [f"u{i}" for i in range(1000)]
-        assert await inbox_store.deliver_unread("announce", 7, inboxes) is None
+        await inbox_store.deliver_unread("announce", 7, inboxes)
         await inbox_store.deliver_unread("announce", 7, inboxes)  # a retried chunk
         assert await rows(inbox_store, "u0") == {"announce": (7, False)}
         counts = await asyncio.gather(*(inbox_store.unread_count(i) for i in inboxes[::97]))

@@ -10,6 +10,7 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import BigInteger, Column, MetaData, String, Table, make_url, text
@@ -87,9 +88,11 @@ def _children(parents: set[int]) -> list[tuple[int, int]]:
     return sorted((p, i) for i, p, d in CHILDREN if p in parents and not d)
 
 
-async def _walk(src: IterationSource, level: int, parents: list[int], limit: int) -> list:
-    rows: list = []
-    after: tuple = ()
+async def _walk(
+    src: IterationSource, level: int, parents: list[int], limit: int
+) -> list[tuple[int, ...]]:
+    rows: list[tuple[int, ...]] = []
+    after: tuple[int, ...] = ()
     while True:
         chunk = await src.read(
             level, parents=parents, first=(), last=(), after=after, upto=(), limit=limit
@@ -181,7 +184,7 @@ async def test_schema_reports_tables_columns_and_indexes(source: IterationSource
     await source.ping()
 
 
-async def _open_with(source: IterationSource, url: str, **changes: str) -> IterationSource:
+async def _open_with(source: IterationSource, url: str, **changes: Any) -> IterationSource:
     """Another source on the same tables, with some settings of the child level changed."""
     levels = list(source.levels)
     levels[1] = replace(levels[1], **changes)

@@ -105,8 +105,8 @@ def assert_same(copy: Dump, original: Dump) -> None:
     for cell, email in original.emails.items():
         assert copy.emails[cell].payload == email.payload
         assert abs(copy.emails[cell].expires_at_ms - email.expires_at_ms) <= SLACK_MS, cell
-    for cell, user in original.users.items():
-        assert abs(copy.users[cell].expires_at_ms - user.expires_at_ms) <= SLACK_MS, cell
+    for user_cell, user in original.users.items():
+        assert abs(copy.users[user_cell].expires_at_ms - user.expires_at_ms) <= SLACK_MS, user_cell
 
 
 def _w(key: bytes, email: str, user: bytes, payload: bytes = b"p") -> ClusterWrite:

@@ -14,6 +14,7 @@ import inspect
 import random
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 import pytest
@@ -51,7 +52,7 @@ def store(thread_store: ThreadStore) -> CountingStore:
 
 
 def weaver(store: CountingStore) -> ThreadWeaverService:
-    return ThreadWeaverService(store)  # type: ignore[arg-type]  # a transparent proxy of one
+    return ThreadWeaverService(store)  # a transparent proxy of one
 
 
 async def chain(
@@ -97,7 +98,7 @@ class TestReadsAreShallow:
             for t in threads:
                 costs.append(
                     await calls_of(
-                        store, lambda t=t: w.unified_thread(t, team_gids=None, max_threads=100)
+                        store, partial(w.unified_thread, t, team_gids=None, max_threads=100)
                     )
                 )
             view = await w.unified_thread(threads[-1], team_gids=None, max_threads=100)
@@ -165,6 +166,6 @@ class TestCrashedWriters:
         assert all(all_uts[0] in links[ut] for ut in all_uts[1:])
         for t in left + right:
             cost = await calls_of(
-                store, lambda t=t: w.unified_thread(t, team_gids=None, max_threads=100)
+                store, partial(w.unified_thread, t, team_gids=None, max_threads=100)
             )
             assert cost <= 4

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from storage.ports import WorkQueue
+from storage.ports import QueuedMessage, WorkQueue
 from tests.serving import eventually
 
 
@@ -30,7 +30,7 @@ async def test_undeleted_message_reappears_and_counts_receives(work_queue: WorkQ
     first = await work_queue.receive("a", max_messages=1, visibility_s=1, wait_s=1)
     assert [m.body for m in first] == ["again"]
 
-    async def receive() -> list:
+    async def receive() -> list[QueuedMessage]:
         return await work_queue.receive("a", max_messages=1, visibility_s=30, wait_s=0)
 
     second = await eventually(receive, bool, timeout_s=15, interval_s=0.2)
@@ -52,7 +52,7 @@ async def test_stale_receipt_cannot_delete_a_redelivery(work_queue: WorkQueue) -
     await work_queue.send("a", ["twice"])
     (old,) = await work_queue.receive("a", max_messages=1, visibility_s=1, wait_s=1)
 
-    async def receive() -> list:
+    async def receive() -> list[QueuedMessage]:
         return await work_queue.receive("a", max_messages=1, visibility_s=1, wait_s=0)
 
     await eventually(receive, bool, timeout_s=15, interval_s=0.2)
@@ -68,7 +68,7 @@ async def test_visibility_can_be_changed(work_queue: WorkQueue) -> None:
     (m,) = await work_queue.receive("a", max_messages=1, visibility_s=60, wait_s=1)
     await work_queue.set_visibility("a", m.receipt, 0)
 
-    async def receive() -> list:
+    async def receive() -> list[QueuedMessage]:
         return await work_queue.receive("a", max_messages=1, visibility_s=60, wait_s=0)
 
     again = await eventually(receive, bool, timeout_s=10, interval_s=0.1)

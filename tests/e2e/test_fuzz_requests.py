@@ -32,7 +32,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from loom.v1 import inbox_pb2, inbox_pb2_grpc, threadweaver_pb2, threadweaver_pb2_grpc
+from loom.v1 import common_pb2, inbox_pb2, inbox_pb2_grpc, threadweaver_pb2, threadweaver_pb2_grpc
 
 from tests.serving import loom_process
 
@@ -223,7 +223,9 @@ def test_random_well_formed_requests_get_ordinary_answers(target: str) -> None:
         assert bad == []
         assert serving(channel)
         again = weaver.ResolveThreads(
-            threadweaver_pb2.ResolveThreadsRequest(threads=[{"gid": "fz-g", "thread_id": "fz-t"}])
+            threadweaver_pb2.ResolveThreadsRequest(
+                threads=[common_pb2.ThreadRef(gid="fz-g", thread_id="fz-t")]
+            )
         )
         assert again.threads[0].unified_thread_id == before.unified_thread_id
         listed = inbox.ListInbox(inbox_pb2.ListInboxRequest(inbox_id="fz-r"))
@@ -245,8 +247,8 @@ def _invoke(
         else:
             channel.unary_unary(path, request_serializer=serialize)(request, timeout=20)
     except grpc.RpcError as error:
-        code = error.code()  # type: ignore[attr-defined]
+        code = error.code()
         if code is grpc.StatusCode.CANCELLED:
             return grpc.StatusCode.OK, ""  # our own cancel of a stream that was answering
-        return code, str(error.details())  # type: ignore[attr-defined]
+        return code, str(error.details())
     return grpc.StatusCode.OK, ""

@@ -71,7 +71,7 @@ def track_where(engine: str, column: str = "Milliseconds") -> str:
     return f"{name} > {LONG}"
 
 
-def levels(engine: str, **changes: dict[str, str]) -> tuple[IteratorLevel, ...]:
+def levels(engine: str, **changes: dict[str, Any]) -> tuple[IteratorLevel, ...]:
     """Chinook's hierarchy as `[[iterator.levels]]` would say it; `changes` maps a level
     name to settings that differ (a typo, a name in another case)."""
     out = []

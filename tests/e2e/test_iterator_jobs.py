@@ -8,6 +8,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -85,7 +86,9 @@ async def _truth(url: str, scope_level: int, emit_level: int, first: int, last: 
     return ids
 
 
-async def _drain(stub: iterator_pb2_grpc.IteratorStub, job_id: str, ack: bool = False) -> list:
+async def _drain(
+    stub: iterator_pb2_grpc.IteratorStub, job_id: str, ack: bool = False
+) -> list[pb.ObjectChunk]:
     chunks = []
     async for batch in stub.StreamObjects(pb.StreamObjectsRequest(job_id=job_id), timeout=120):
         chunks.extend(batch.chunks)
@@ -129,7 +132,7 @@ async def _drain(stub: iterator_pb2_grpc.IteratorStub, job_id: str, ack: bool = 
 )
 async def test_job_emits_exactly_the_scope(
     iterator: Running,
-    scope: dict,
+    scope: dict[str, Any],
     scope_level: int,
     emit: str,
     emit_level: int,

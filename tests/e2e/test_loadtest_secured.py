@@ -177,6 +177,7 @@ class TestFlagErrors:
     async def test_a_client_certificate_without_its_key_is_a_usage_error(
         self, secured: Secured
     ) -> None:
+        """--tls-cert without --tls-key is refused as a usage error (exit 2), before any call."""
         code, _, stderr = await loadtest(
             "summary",
             "--target",
@@ -192,6 +193,7 @@ class TestFlagErrors:
         assert "--tls-cert and --tls-key go together" in stderr
 
     async def test_an_unreadable_file_is_named(self, secured: Secured, tmp_path: Path) -> None:
+        """A TLS file that cannot be read is named with its flag, as a usage error, no traceback."""
         missing = tmp_path / "no-such-ca.pem"
         code, _, stderr = await loadtest(
             "summary", "--target", secured.target, "--tls-ca", missing, *TINY

@@ -54,7 +54,7 @@ def _bad_utf8(message: Descriptor, depth: int = 0) -> bytes | None:
             return _len_field(field.number, b"ok\xc3\x28")
     if depth < 4:
         for field in message.fields:
-            if field.type == FieldDescriptor.TYPE_MESSAGE:
+            if field.type == FieldDescriptor.TYPE_MESSAGE and field.message_type is not None:
                 inner = _bad_utf8(field.message_type, depth + 1)
                 if inner is not None:
                     return _len_field(field.number, inner)

@@ -17,7 +17,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -46,7 +45,7 @@ DISTRIBUTED = [
 
 
 @pytest.fixture(scope="module")
-def original(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
+def original(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     """Every service's store on SQLite, built through the API once for this module."""
     settings = settings_for("sqlite", tmp_path_factory.mktemp("original"))
 

@@ -133,7 +133,11 @@ async def _rejected_calls(channel: grpc.aio.Channel) -> list[str]:
             summary.RecordDeliveryEvents(
                 summary_pb2.RecordDeliveryEventsRequest(
                     message_id=f"{CANARY}-m2",
-                    events=[summary_pb2.DeliveryEvent(recipient_id=LONG, status=1)],
+                    events=[
+                        summary_pb2.DeliveryEvent(
+                            recipient_id=LONG, status=summary_pb2.DELIVERY_STATUS_DELIVERED
+                        )
+                    ],
                 )
             )
         ),

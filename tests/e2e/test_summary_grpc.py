@@ -47,7 +47,9 @@ def events(ids: list[str], status: int = DELIVERED) -> list[summary_pb2.Delivery
     return [summary_pb2.DeliveryEvent(recipient_id=i, status=status) for i in ids]  # type: ignore[arg-type]
 
 
-async def record(s: summary_pb2_grpc.SummaryStub, message_id: str, evs: list) -> None:
+async def record(
+    s: summary_pb2_grpc.SummaryStub, message_id: str, evs: list[summary_pb2.DeliveryEvent]
+) -> None:
     resp = await s.RecordDeliveryEvents(
         summary_pb2.RecordDeliveryEventsRequest(message_id=message_id, events=evs)
     )

@@ -15,6 +15,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import grpc
@@ -208,7 +209,7 @@ class MixedLoad:
         deadline = time.monotonic() + 180
         while True:
             ask = inbox_pb2.GetDeliveryRequest(delivery_id=self.delivery_id)
-            got = await patiently(lambda r=ask: stub.GetDelivery(r, timeout=5.0))
+            got = await patiently(partial(stub.GetDelivery, ask, timeout=5.0))
             if got.state == inbox_pb2.DELIVERY_STATE_DONE:
                 break
             assert time.monotonic() < deadline, f"announcement not done: {got}"
@@ -216,7 +217,7 @@ class MixedLoad:
         assert (got.progress.done, got.progress.total) == (ANNOUNCED, ANNOUNCED)
         for k in self.rng.sample(range(ANNOUNCED), 200):
             request = inbox_pb2.GetUnreadCountRequest(inbox_id=f"c-all{k}")
-            reply = await patiently(lambda r=request: stub.GetUnreadCount(r, timeout=5.0))
+            reply = await patiently(partial(stub.GetUnreadCount, request, timeout=5.0))
             assert reply.unread_count == 1, f"c-all{k}"
 
     @staticmethod
@@ -239,7 +240,7 @@ class MixedLoad:
         counts = {}
         for inbox in INBOXES:
             request = inbox_pb2.GetUnreadCountRequest(inbox_id=inbox)
-            reply = await patiently(lambda r=request: stub.GetUnreadCount(r, timeout=5.0))
+            reply = await patiently(partial(stub.GetUnreadCount, request, timeout=5.0))
             counts[inbox] = reply.unread_count
         return counts
 
@@ -272,7 +273,7 @@ class MixedLoad:
                 common_pb2.ThreadRef(gid=g, thread_id=t) for g, t in threads[start : start + 100]
             ]
             ask = threadweaver_pb2.ResolveThreadsRequest(threads=refs)
-            reply = await patiently(lambda r=ask: stub.ResolveThreads(r, timeout=10.0))
+            reply = await patiently(partial(stub.ResolveThreads, ask, timeout=10.0))
             found |= {
                 (r.thread.gid, r.thread.thread_id): r.unified_thread_id
                 for r in reply.threads

@@ -26,6 +26,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -86,7 +87,7 @@ def cluster_env(**extra: str) -> dict[str, str]:
     return deployment_env(**(paced | extra))
 
 
-def settings_of(env: dict[str, str], **cassandra: object) -> Settings:
+def settings_of(env: dict[str, str], **cassandra: Any) -> Settings:
     """The settings `loom serve` reads from `env`, with `cassandra` fields replaced."""
     settings = load_settings(env=env)
     return dataclasses.replace(

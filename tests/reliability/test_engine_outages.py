@@ -52,7 +52,7 @@ class Load:
     """Outcomes of the calls (time, code, details) and what was acknowledged."""
 
     outcomes: list[tuple[float, grpc.StatusCode, str]] = field(default_factory=list)
-    acked: list[object] = field(default_factory=list)
+    acked: list[tuple[str, str]] = field(default_factory=list)
     stop: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def call(self, call: Awaitable[object]) -> bool:
@@ -102,7 +102,7 @@ async def weave_writer(channel: grpc.aio.Channel, load: Load, w: int) -> None:
 
 async def weave_verify(channel: grpc.aio.Channel, load: Load) -> None:
     stub = threadweaver_pb2_grpc.ThreadWeaverStub(channel)
-    refs = [common_pb2.ThreadRef(gid=g, thread_id=t) for g, t in load.acked]  # type: ignore[misc]
+    refs = [common_pb2.ThreadRef(gid=g, thread_id=t) for g, t in load.acked]
     for start in range(0, len(refs), 100):
         reply = await stub.ResolveThreads(
             threadweaver_pb2.ResolveThreadsRequest(threads=refs[start : start + 100])
@@ -128,7 +128,7 @@ async def summary_writer(channel: grpc.aio.Channel, load: Load, w: int) -> None:
 async def summary_verify(channel: grpc.aio.Channel, load: Load) -> None:
     stub = summary_pb2_grpc.SummaryStub(channel)
     wanted: dict[str, set[str]] = {}
-    for message, recipient in load.acked:  # type: ignore[misc]
+    for message, recipient in load.acked:
         wanted.setdefault(message, set()).add(recipient)
     for message, recipients in wanted.items():
         reply = await stub.GetMessageSummary(

@@ -85,6 +85,9 @@ async def inbox_threads(stub: inbox_pb2_grpc.InboxStub, inbox: str) -> dict[str,
 
 
 async def test_a_fanout_flood_is_shed_and_every_promise_kept(tmp_path: Path) -> None:
+    """Under a flood of large posts: the excess is refused with RESOURCE_EXHAUSTED, every
+    unread count asked meanwhile answers right, and every accepted post reaches every recipient
+    (the three promises of the module docstring)."""
     async with running_server(flood_settings(tmp_path)) as running:
         stub = inbox_pb2_grpc.InboxStub(running.channel)
         await seed(stub)

@@ -24,6 +24,7 @@ import asyncio
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -63,7 +64,7 @@ def _url(own: OwnEngine) -> str:
     return _URL[own.engine].format(port=own.port)
 
 
-def _settings(tmp_path: Path, source_url: str, **iterator: object) -> Settings:
+def _settings(tmp_path: Path, source_url: str, **iterator: Any) -> Settings:
     settings = settings_for("dynamodb", tmp_path, iterator_queue="sqs", iterator_state="dynamodb")
     return replace(
         settings,

@@ -29,7 +29,7 @@ from server.runtime.policies import PolicyTable
 
 def _contract_services() -> set[str]:
     pool = descriptor_pool.Default()
-    names = set()
+    names: set[str] = set()
     for module in (inbox_pb2, iterator_pb2, summary_pb2, templates_pb2, threadweaver_pb2):
         names.update(s.full_name for s in module.DESCRIPTOR.services_by_name.values())
     assert all(pool.FindServiceByName(n) for n in names)

@@ -76,7 +76,8 @@ def test_every_rpc_has_a_typed_snake_case_method(
     assert not method.client_streaming, "client streaming RPCs need a wrapper design first"
     if method.server_streaming:
         assert not inspect.iscoroutinefunction(function)
-        assert hints["return"] == AsyncIterator[response_type]
+        assert typing.get_origin(hints["return"]) is AsyncIterator
+        assert typing.get_args(hints["return"]) == (response_type,)
     else:
         assert inspect.iscoroutinefunction(function)
         assert hints["return"] is response_type

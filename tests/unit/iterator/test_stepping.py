@@ -24,7 +24,12 @@ ROOT = TaskRecord(
 )
 
 
-def _children(parents: tuple[int, ...], level: int = 1, after=(), upto=()) -> TaskRecord:
+def _children(
+    parents: tuple[int, ...],
+    level: int = 1,
+    after: tuple[int, ...] = (),
+    upto: tuple[int, ...] = (),
+) -> TaskRecord:
     return TaskRecord(
         task_id="r.0",
         level=level,

@@ -7,6 +7,7 @@ import html
 import json
 import random
 import re
+from typing import Any
 
 import pytest
 
@@ -73,6 +74,7 @@ def test_a_loop_of_three_iterations_yields_three_rows(syntax: str) -> None:
 
 
 def test_nested_loops_give_nested_row_ids() -> None:
+    """An inner loop's rows are numbered within its outer row (orders#1/items#2)."""
     source = (
         "{% for order in orders %}<h2>{{ order.number }}</h2>"
         "{% for item in order.items %}<td>{{ item.title }}</td>{% endfor %}{% endfor %}"
@@ -86,6 +88,7 @@ def test_nested_loops_give_nested_row_ids() -> None:
 
 
 def test_a_loop_met_twice_gets_distinct_row_ids() -> None:
+    """The same loop variable rendered twice gives two row families (items#, items~2#)."""
     source = (
         "{% for x in items %}{{ x.title }}{% endfor %}{% for x in items %}{{ x.title }}{% endfor %}"
     )
@@ -125,6 +128,7 @@ def test_static_line_items_are_rows() -> None:
 
 
 def test_mailgen_table_rows_are_recorded() -> None:
+    """Mailgen's table rows are recorded per row (table#i) with their values, in order."""
     spec = {
         "theme": "default",
         "product": "Acme",
@@ -171,7 +175,7 @@ def test_subject_modes() -> None:
     """name: the file name shows; real: the source's own subject (a generic one when it has
     none); sender: one text per sender apart from the recipient's name."""
     sources = _family()
-    kw = {"per_template": 6, "fresh": 2, "humans": 3, "users": 100}
+    kw: dict[str, Any] = {"per_template": 6, "fresh": 2, "humans": 3, "users": 100}
     by_mode = {mode: build_corpus(sources, subjects=mode, **kw) for mode in SUBJECT_MODES}
     mails = {m: [e for e in c if not e.noise] for m, c in by_mode.items()}
     assert all(
@@ -219,4 +223,5 @@ def test_corpus_carries_values_vertical_and_package() -> None:
     ],
 )
 def test_vertical_rules(family: str, name: str, vertical: str) -> None:
+    """Each template family and name maps to the vertical the figures group it under."""
     assert vertical_of(family, name) == vertical

@@ -39,7 +39,15 @@ class TestExtractionFigures:
     def test_shares_per_source(self) -> None:
         """Inside, whole, money, dates, rows, vertical and personal text, per source."""
         a = Annotated("packs", GEN, "bill", "bill", FIELDS, ROWS, ("Nordic Home", "Total"))
-        b = ("other", [("code", "AB12CD", "", False)], "account", "other", [], [], ["AB12CD"])
+        b: tuple[object, ...] = (
+            "other",
+            [("code", "AB12CD", "", False)],
+            "account",
+            "other",
+            [],
+            [],
+            ["AB12CD"],
+        )
         (fa, fb) = by_source([b, a])
         assert (fa.source, fb.source) == ("other", "packs")
         fa, fb = fb, fa
@@ -47,10 +55,12 @@ class TestExtractionFigures:
         # all but "$40.00" are inside a field; the date is not a whole value
         assert fa.inside == pytest.approx(6 / 7)
         assert fa.whole == pytest.approx(5 / 7)
-        assert (fa.money_values, fa.money) == (3, pytest.approx(2 / 3))
+        assert fa.money_values == 3
+        assert fa.money == pytest.approx(2 / 3)
         assert (fa.date_values, fa.dates) == (1, 1.0)
         # Desk Lamp and $12.00 in row 1 (all from r1); Oak Desk's row mixes r1 and r2
-        assert (fa.row_values, fa.rows) == (4, pytest.approx(2 / 4))
+        assert fa.row_values == 4
+        assert fa.rows == pytest.approx(2 / 4)
         assert fa.vertical == 1.0
         assert fa.personal_in_fixed == 0
         assert fb.vertical == 0.0

@@ -42,12 +42,13 @@ class TestCircuitBreaker:
         breaker = CircuitBreaker("db", failure_threshold=1, reset_timeout_s=5, clock=clock)
         breaker.on_failure()
         clock.now = 5.0
-        assert breaker.state is BreakerState.HALF_OPEN
+        states = [breaker.state]
         breaker.before_call()
         with pytest.raises(Unavailable):
             breaker.before_call()  # only one probe at a time
         breaker.on_success()
-        assert breaker.state is BreakerState.CLOSED
+        states.append(breaker.state)
+        assert states == [BreakerState.HALF_OPEN, BreakerState.CLOSED]
 
     def test_half_open_probe_failure_reopens(self) -> None:
         """A failed probe re-opens the circuit for another pause."""

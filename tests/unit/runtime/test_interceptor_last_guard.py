@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, MutableMapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,10 +114,10 @@ async def _serving(auth: Authenticator | None = None) -> AsyncIterator[_Served]:
 
 
 @pytest.fixture
-def logs() -> Iterator[list[dict[str, Any]]]:
+def logs() -> Iterator[list[MutableMapping[str, Any]]]:
     """Every log event while the test runs, with the request id bound and tracebacks
     rendered as the JSON renderer would write them."""
-    processors = [
+    processors: list[structlog.typing.Processor] = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
         structlog.processors.format_exc_info,
@@ -155,7 +155,7 @@ def _assert_generic_internal(error: grpc.aio.AioRpcError, rid: str) -> None:
 
 
 def _assert_one_error_line(
-    logs: list[dict[str, Any]], rid: str, method: str, exception: str
+    logs: list[MutableMapping[str, Any]], rid: str, method: str, exception: str
 ) -> None:
     lines = [e for e in logs if e.get("event") == "rpc" and e.get("request_id") == rid]
     assert len(lines) == 1, lines
@@ -171,7 +171,7 @@ def _assert_one_error_line(
 
 class TestLastGuard:
     async def test_a_handler_exception_is_internal_logged_and_counted(
-        self, logs: list[dict[str, Any]]
+        self, logs: list[MutableMapping[str, Any]]
     ) -> None:
         """A unary handler's ZeroDivisionError: generic INTERNAL with the request id, one
         error line with the traceback, one count under the method and the class."""
@@ -186,7 +186,9 @@ class TestLastGuard:
             requests = "loom_rpc_requests_total"
             assert await served.sample(requests, method=method, code="INTERNAL") == 1
 
-    async def test_a_stream_failing_after_its_first_item(self, logs: list[dict[str, Any]]) -> None:
+    async def test_a_stream_failing_after_its_first_item(
+        self, logs: list[MutableMapping[str, Any]]
+    ) -> None:
         """A server stream that raises after answering once: the caller has its item, then
         the same generic INTERNAL; the log line and the count as for a unary call."""
         async with _serving() as served:
@@ -209,7 +211,7 @@ class TestLastGuard:
             assert count == 1
 
     async def test_the_token_check_is_guarded_too(
-        self, tmp_path: Path, logs: list[dict[str, Any]]
+        self, tmp_path: Path, logs: list[MutableMapping[str, Any]]
     ) -> None:
         """An exception out of the auth check (before the request is parsed) took grpc's
         UNKNOWN path with no log line; it is now the same generic INTERNAL, logged, counted."""
@@ -229,7 +231,7 @@ class TestLastGuard:
             assert count == 1
 
     async def test_a_mapped_error_is_not_counted_as_unmapped(
-        self, logs: list[dict[str, Any]]
+        self, logs: list[MutableMapping[str, Any]]
     ) -> None:
         """NotFound keeps its own code and message, logs no traceback and counts nothing."""
         async with _serving() as served:

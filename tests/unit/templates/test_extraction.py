@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 from server.templates.extraction import form_field_rules
 from server.templates.fingerprint import parse_structure
@@ -30,7 +31,9 @@ def _name(rng: random.Random) -> str:
     return f"{rng.choice(FIRST)} {rng.choice(LAST)}"
 
 
-def invoice(rng: random.Random, n_items: int | None = None, *, gift: bool | None = None) -> dict:
+def invoice(
+    rng: random.Random, n_items: int | None = None, *, gift: bool | None = None
+) -> dict[str, Any]:
     """One invoice of a vendor: its HTML and the values put into it (the ground truth)."""
     n = rng.randint(1, 10) if n_items is None else n_items
     gift = rng.random() < 0.4 if gift is None else gift
@@ -73,7 +76,9 @@ def invoice(rng: random.Random, n_items: int | None = None, *, gift: bool | None
     return {"html": html, "truth": truth, "subject": f"Your Nordic Home invoice {number}"}
 
 
-def _cluster(n: int, seed: int = 1, users: int | None = None) -> tuple[list[ClusterEmail], list]:
+def _cluster(
+    n: int, seed: int = 1, users: int | None = None
+) -> tuple[list[ClusterEmail], list[dict[str, Any]]]:
     rng = random.Random(seed)
     made = [invoice(rng) for _ in range(n)]
     emails = [

@@ -17,20 +17,22 @@ SEED = 2024  # same seeds as `python -m loadtest.benches.summary_accuracy`, so f
 
 
 @pytest.fixture(scope="module")
-def runs_100k():
+def runs_100k() -> list[dict[int, tuple[float, int]]]:
     """20 independent random recipient sets, read at 1K, 10K, 50K and 100K (nested prefixes)."""
     return [run_once(SEED + r, (1_000, 10_000, 50_000, 100_000)) for r in range(20)]
 
 
 @pytest.mark.parametrize("n", [1_000, 10_000, 50_000, 100_000])
-def test_average_relative_error_below_one_percent(runs_100k, n):
+def test_average_relative_error_below_one_percent(
+    runs_100k: list[dict[int, tuple[float, int]]], n: int
+) -> None:
     """Mean |relative error| over 20 random sets stays < 1 % (Remind's bar) at each n."""
     errors = [abs(run[n][0]) for run in runs_100k]
     assert statistics.fmean(errors) < 0.01
     assert max(errors) < 0.04  # no run beyond ~4-5 standard errors
 
 
-def test_average_relative_error_below_one_percent_at_one_million():
+def test_average_relative_error_below_one_percent_at_one_million() -> None:
     """At 1M recipients the mean |error| of 10 runs is < 1 %; 20 runs: see bench.
 
     (A mean of 3 runs is too noisy for the bar: its standard deviation is ~0.27 points.)
@@ -40,7 +42,7 @@ def test_average_relative_error_below_one_percent_at_one_million():
     assert max(errors) < 0.04
 
 
-def test_one_million_recipients_all_statuses_fit_far_below_dynamodb_limit():
+def test_one_million_recipients_all_statuses_fit_far_below_dynamodb_limit() -> None:
     """1M READ (so 1M DELIVERED) and 1M FAILED recipients encode to ~15 KB, well under 64 KB."""
     summary = MessageSummary()
     for start in range(0, 1_000_000, 10_000):
@@ -60,7 +62,7 @@ def test_one_million_recipients_all_statuses_fit_far_below_dynamodb_limit():
     assert view.encoded_size_bytes == len(data)
 
 
-def test_ten_thousand_event_batch_into_a_sketch_counts_every_status():
+def test_ten_thousand_event_batch_into_a_sketch_counts_every_status() -> None:
     """A full 10K-event batch (mixed statuses) into a sketched summary lands in each status."""
     summary = MessageSummary.from_events(DeliveryEvent(f"warm-{i}", D) for i in range(20_000))
     assert summary.tier(D) is Tier.CPC

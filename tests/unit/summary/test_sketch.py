@@ -17,7 +17,7 @@ from server.summary.sketch import (
 )
 
 
-def test_hash_is_fixed_and_unsigned():
+def test_hash_is_fixed_and_unsigned() -> None:
     """The seeded hash is stable across runs (it is part of the stored format) and unsigned."""
     h1, h2 = hash_recipient("amy")
     assert (h1, h2) == hash_recipient("amy")
@@ -26,13 +26,13 @@ def test_hash_is_fixed_and_unsigned():
     assert hash_recipient("amy") != hash_recipient("chris")
 
 
-def test_chosen_bitmap_meets_one_percent_at_50k():
+def test_chosen_bitmap_meets_one_percent_at_50k() -> None:
     """m = 2^15 gives ~0.52 % at n = 50K; the next size down (2^14) would miss 1 %."""
     assert linear_counting_standard_error(50_000, 2**15) == pytest.approx(0.00521, abs=1e-4)
     assert linear_counting_standard_error(50_000, 2**14) > 0.01
 
 
-def test_handover_is_where_hll_becomes_more_accurate():
+def test_handover_is_where_hll_becomes_more_accurate() -> None:
     """Linear counting hands over near 110K, while ~3.5 % of the bitmap is still zero."""
     n = handover_cardinality(15, 14)
     assert 105_000 < n < 115_000
@@ -40,7 +40,7 @@ def test_handover_is_where_hll_becomes_more_accurate():
     assert SketchParams().handover_zero_bits == math.ceil(2**15 * math.exp(-n / 2**15))
 
 
-def test_linear_counter_estimates_and_merges():
+def test_linear_counter_estimates_and_merges() -> None:
     """Bitmap estimate is close for 5K ids; OR-merge of two halves equals the whole."""
     hashes = [hash_recipient(f"id-{i}")[0] for i in range(5_000)]
     whole, a, b = LinearCounter(), LinearCounter(), LinearCounter()
@@ -53,21 +53,21 @@ def test_linear_counter_estimates_and_merges():
     assert not whole.add_hashes(hashes)  # idempotent
 
 
-def test_full_bitmap_estimate_is_infinite():
+def test_full_bitmap_estimate_is_infinite() -> None:
     """A saturated bitmap cannot estimate (why Loom hands over to HLL long before)."""
     lc = LinearCounter(6, b"\xff" * 8)
     assert lc.estimate() == math.inf
 
 
 @pytest.mark.parametrize("n", [0, 10, 1_000, 30_000, 300_000])
-def test_hll_ertl_estimator_is_unbiased_across_range(n):
+def test_hll_ertl_estimator_is_unbiased_across_range(n: int) -> None:
     """Ertl's estimator needs no bias tables: within 4 standard errors from 0 to 300K."""
     hll = HyperLogLog()
     hll.add_hashes(hash_recipient(f"h-{i}")[1] for i in range(n))
     assert hll.estimate() == pytest.approx(n, rel=4 * hll_standard_error(14), abs=1)
 
 
-def test_hll_merge_is_register_max_and_rejects_bad_input():
+def test_hll_merge_is_register_max_and_rejects_bad_input() -> None:
     """Union of registers is max; wrong sizes or out-of-range values are refused."""
     a, b = HyperLogLog(), HyperLogLog()
     a.add_hashes(hash_recipient(f"a{i}")[1] for i in range(500))

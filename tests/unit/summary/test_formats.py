@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Iterable
 
 import pytest
 
@@ -24,11 +25,11 @@ V1_EXACT = bytes.fromhex(
 )
 
 
-def events(ids, status=D):
+def events(ids: Iterable[str], status: DeliveryStatus = D) -> list[DeliveryEvent]:
     return [DeliveryEvent(i, status) for i in ids]
 
 
-def test_v1_sketched_row_decodes_and_keeps_growing_as_v1():
+def test_v1_sketched_row_decodes_and_keeps_growing_as_v1() -> None:
     """A row sketched before CPC reads back its counts, records new events, stays v1."""
     summary = MessageSummary.decode(V1_SKETCHED)
     view = summary.view().statuses
@@ -46,7 +47,7 @@ def test_v1_sketched_row_decodes_and_keeps_growing_as_v1():
     assert again.encode() == grown
 
 
-def test_v1_exact_row_is_read_as_v2_and_written_as_v2_on_change():
+def test_v1_exact_row_is_read_as_v2_and_written_as_v2_on_change() -> None:
     """An all-exact v1 row keeps its ids; its next change is stored in the CPC format."""
     summary = MessageSummary.decode(V1_EXACT)
     view = summary.view().statuses
@@ -67,7 +68,7 @@ def test_v1_exact_row_is_read_as_v2_and_written_as_v2_on_change():
     )
 
 
-def test_v2_bytes_depend_only_on_the_set_of_events():
+def test_v2_bytes_depend_only_on_the_set_of_events() -> None:
     """Shuffled, re-batched, replayed and merged recordings of one sketched set: same bytes."""
     ids = [f"id-{i}" for i in range(30_000)]
     reference = MessageSummary.from_events(events(ids)).encode()
@@ -85,7 +86,7 @@ def test_v2_bytes_depend_only_on_the_set_of_events():
     assert MessageSummary.decode(reference).encode() == reference
 
 
-def test_every_single_bit_flip_of_a_v2_row_is_rejected():
+def test_every_single_bit_flip_of_a_v2_row_is_rejected() -> None:
     """Storage corruption anywhere in a sketched row is a ValueError, never a crash."""
     data = MessageSummary.from_events(events(f"r{i}" for i in range(2_000))).encode()
     rng = random.Random(5)
@@ -97,7 +98,7 @@ def test_every_single_bit_flip_of_a_v2_row_is_rejected():
             MessageSummary.decode(bytes(bad))
 
 
-def test_summaries_of_another_lg_k_decode_but_never_mix():
+def test_summaries_of_another_lg_k_decode_but_never_mix() -> None:
     """A summary written with another lg_k reads back with it, and refuses to merge."""
     small = MessageSummary.from_events(
         events(f"r{i}" for i in range(500)), SketchParams(cpc_lg_k=11)

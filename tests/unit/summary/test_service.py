@@ -36,6 +36,7 @@ class InterferingStore:
         self.inner, self.left, self.writes = inner, n, 0
         self.get = inner.get
         self.close = inner.close
+        self.scan = inner.scan
 
     async def put_if_version(self, message_id: str, data: bytes, expected: int | None) -> bool:
         if self.left > 0:
