@@ -1,6 +1,6 @@
 """Modules of `server/` and `storage/` stay at most 450 lines, checked on the files themselves.
 
-A module past that size has been holding two concepts (issue 33 found three: the dump code
+A module past that size has been holding two concepts (three once did: the dump code
 of all five services in one, and two adapters carrying their scans beside serving); the fix
 is a split by concept (`server/<service>/portable.py`, `storage/<engine>/threads_scan.py`),
 and this keeps it from growing back unnoticed.
