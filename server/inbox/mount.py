@@ -49,4 +49,4 @@ async def _open_data(settings: Settings) -> ServiceData:
 
 
 DATA = PortableService(INBOX_STORES, "inbox.sqlite3", InboxData.kinds, _open_data)
-"""inbox's store as portable records, for `loom dump`, `load` and `diff`."""
+"""Inbox's store as portable records, for `loom dump`, `load` and `diff`."""

@@ -21,7 +21,7 @@ __all__ = ["InboxData"]
 
 
 class InboxData:
-    """inbox's opened store, as `ServiceData`."""
+    """Inbox's opened store, as `ServiceData`."""
 
     kinds: tuple[Kind, ...] = (
         Kind("inbox_entries", dump_pb2.InboxEntryRecord),

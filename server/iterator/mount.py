@@ -92,4 +92,4 @@ async def _open_data(settings: Settings) -> ServiceData:
 
 
 DATA = PortableService(JOB_STORES, "iterator-state.sqlite3", JobData.kinds, _open_data)
-"""iterator's store as portable records, for `loom dump`, `load` and `diff`."""
+"""The Iterator's job store as portable records, for `loom dump`, `load` and `diff`."""

@@ -22,7 +22,7 @@ FINISHED = ("completed", "cancelled", "failed")
 
 
 class JobData:
-    """iterator's opened store, as `ServiceData`."""
+    """The Iterator's opened job store, as `ServiceData`."""
 
     kinds: tuple[Kind, ...] = (Kind("jobs", dump_pb2.JobDumpRecord),)
 

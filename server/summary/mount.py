@@ -44,4 +44,4 @@ async def _open_data(settings: Settings) -> ServiceData:
 
 
 DATA = PortableService(SUMMARY_STORES, "summary.sqlite3", SummaryData.kinds, _open_data)
-"""summary's store as portable records, for `loom dump`, `load` and `diff`."""
+"""Summary's store as portable records, for `loom dump`, `load` and `diff`."""

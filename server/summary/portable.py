@@ -19,7 +19,7 @@ __all__ = ["SummaryData"]
 
 
 class SummaryData:
-    """summary's opened store, as `ServiceData`."""
+    """Summary's opened store, as `ServiceData`."""
 
     kinds: tuple[Kind, ...] = (Kind("summaries", dump_pb2.SummaryRecord),)
 

@@ -72,4 +72,4 @@ async def _open_data(settings: Settings) -> ServiceData:
 
 
 DATA = PortableService(TEMPLATE_STORES, "templates.sqlite3", TemplateData.kinds, _open_data)
-"""templates's store as portable records, for `loom dump`, `load` and `diff`."""
+"""TemplateInduction's store as portable records, for `loom dump`, `load` and `diff`."""

@@ -20,7 +20,7 @@ __all__ = ["TemplateData"]
 
 
 class TemplateData:
-    """templates's opened store, as `ServiceData`."""
+    """TemplateInduction's opened store, as `ServiceData`."""
 
     kinds: tuple[Kind, ...] = (
         Kind("template_emails", dump_pb2.TemplateEmailRecord),

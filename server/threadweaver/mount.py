@@ -36,4 +36,4 @@ async def _open_data(settings: Settings) -> ServiceData:
 
 
 DATA = PortableService(THREAD_STORES, "threadweaver.sqlite3", ThreadData.kinds, _open_data)
-"""threadweaver's store as portable records, for `loom dump`, `load` and `diff`."""
+"""ThreadWeaver's store as portable records, for `loom dump`, `load` and `diff`."""

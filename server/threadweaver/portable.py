@@ -23,7 +23,7 @@ __all__ = ["ThreadData"]
 
 
 class ThreadData:
-    """threadweaver's opened store, as `ServiceData`."""
+    """ThreadWeaver's opened store, as `ServiceData`."""
 
     kinds: tuple[Kind, ...] = (
         Kind("thread_uts", dump_pb2.ThreadUtRecord),
