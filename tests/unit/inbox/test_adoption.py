@@ -8,14 +8,13 @@ can see it (`FanoutStage.live`) and no inbox is written.
 from __future__ import annotations
 
 import asyncio
-import random
 from dataclasses import replace
 
 from server.inbox.adoption import Adopter
 from server.inbox.fanout import RELEASED_MS, FanoutStage
-from server.inbox.trimming import Trimmer
 from storage.ports import DeliveryRecord
 from storage.sqlite.inbox import SqliteInboxStore
+from tests.unit.inbox.stages import quiet_trimmer
 
 NOW_MS = 1_000_000_000
 STALL_S = 30.0
@@ -23,18 +22,9 @@ RECIPIENTS = ["a", "b", "c", "d"]
 
 
 def stage(store: SqliteInboxStore, *, queue_size: int = 8) -> FanoutStage:
-    trimmer = Trimmer(
-        store,
-        max_entries=5000,
-        probability=0.0,
-        queue_size=10,
-        workers=1,
-        scan_limit=20_000,
-        rng=random.Random(1),
-    )
     return FanoutStage(
         store,
-        trimmer,
+        quiet_trimmer(store),
         workers=1,
         queue_size=queue_size,
         chunk_size=2,

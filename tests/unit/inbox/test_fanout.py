@@ -3,32 +3,18 @@ queue, and what a stopping server leaves for the next one."""
 
 from __future__ import annotations
 
-import random
 from collections.abc import AsyncIterator
 
 import pytest
 
 from server.inbox.fanout import RELEASED_MS, FanoutJob, FanoutStage
-from server.inbox.trimming import Trimmer
 from server.runtime.errors import ResourceExhausted
 from storage.ports import DeliveryRecord
 from storage.sqlite.inbox import SqliteInboxStore
 from tests.serving import eventually
+from tests.unit.inbox.stages import quiet_trimmer
 
 RECIPIENTS = [f"u{i:02}" for i in range(23)]
-
-
-def quiet_trimmer(store: SqliteInboxStore) -> Trimmer:
-    """A trimmer that never schedules a trim (probability 0)."""
-    return Trimmer(
-        store,
-        max_entries=5000,
-        probability=0.0,
-        queue_size=10,
-        workers=1,
-        scan_limit=20_000,
-        rng=random.Random(1),
-    )
 
 
 def stage(
