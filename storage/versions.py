@@ -33,7 +33,16 @@ import structlog
 
 from storage.errors import StorageUnavailable
 
-__all__ = ["Layout", "Plan", "Step", "StoreTooNew", "apply", "inspected", "plan"]
+__all__ = [
+    "TEMPLATES_V2",
+    "Layout",
+    "Plan",
+    "Step",
+    "StoreTooNew",
+    "apply",
+    "inspected",
+    "plan",
+]
 
 RunT = TypeVar("RunT")
 
@@ -62,6 +71,13 @@ class StoreTooNew(ValueError):
         self.where = where
         self.found = found
         self.known = known
+
+
+TEMPLATES_V2 = (
+    "templates formed from now on are encoded v2 (spans); v1 rows still decode, none rewritten"
+)
+"""The TemplateStore's step to version 2, the same on every engine that holds it: only the
+record changes, so each engine's step runs nothing."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -21,7 +21,7 @@ from storage.bigtable.client import (
 )
 from storage.clock import now_ms
 from storage.settings import BigtableSettings
-from storage.versions import Layout, Plan, Step, apply, inspected, plan
+from storage.versions import TEMPLATES_V2, Layout, Plan, Step, apply, inspected, plan
 
 __all__ = ["META_TABLE", "TEMPLATES", "THREADS", "BigtableLayout", "inspect", "upgrade"]
 
@@ -45,8 +45,7 @@ TEMPLATES: Final[BigtableLayout] = Layout(
     steps=(
         Step(
             to=2,
-            does="templates formed from now on are encoded v2 (spans); v1 rows still decode, "
-            "none rewritten",
+            does=TEMPLATES_V2,
             run=_nothing_to_rewrite,
         ),
     ),

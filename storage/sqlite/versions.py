@@ -19,7 +19,7 @@ from typing import Final
 
 from storage.clock import now_ms
 from storage.errors import DriverErrors
-from storage.versions import Layout, Plan, Step, plan
+from storage.versions import TEMPLATES_V2, Layout, Plan, Step, plan
 
 __all__ = [
     "INBOX",
@@ -86,8 +86,7 @@ TEMPLATES: Final[SqliteLayout] = Layout(
     steps=(
         Step(
             to=2,
-            does="templates formed from now on are encoded v2 (spans); v1 rows still decode, "
-            "none rewritten",
+            does=TEMPLATES_V2,
             run=_nothing_to_rewrite,
         ),
     ),
