@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14loom/v1/common.proto\x12\x07loom.v1\"+\n\tThreadRef\x12\x0b\n\x03gid\x18\x01 \x01(\t\x12\x11\n\tthread_id\x18\x02 \x01(\t\"\'\n\x08Progress\x12\x0c\n\x04\x64one\x18\x01 \x01(\x03\x12\r\n\x05total\x18\x02 \x01(\x03\x42/Z-github.com/loom/loom/clients/go/loomv1;loomv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14loom/v1/common.proto\x12\x07loom.v1\"+\n\tThreadRef\x12\x0b\n\x03gid\x18\x01 \x01(\t\x12\x11\n\tthread_id\x18\x02 \x01(\t\"\'\n\x08Progress\x12\x0c\n\x04\x64one\x18\x01 \x01(\x03\x12\r\n\x05total\x18\x02 \x01(\x03\"\x8b\x01\n\tOperation\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12&\n\x05state\x18\x03 \x01(\x0e\x32\x17.loom.v1.OperationState\x12#\n\x08progress\x18\x04 \x01(\x0b\x32\x11.loom.v1.Progress\x12\r\n\x05\x65rror\x18\x05 \x01(\t\"+\n\x13GetOperationRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t*\x84\x01\n\x0eOperationState\x12\x1f\n\x1bOPERATION_STATE_UNSPECIFIED\x10\x00\x12\x1b\n\x17OPERATION_STATE_RUNNING\x10\x01\x12\x18\n\x14OPERATION_STATE_DONE\x10\x02\x12\x1a\n\x16OPERATION_STATE_FAILED\x10\x03\x42/Z-github.com/loom/loom/clients/go/loomv1;loomv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,8 +32,14 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'loom.v1.common_pb2', _globa
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'Z-github.com/loom/loom/clients/go/loomv1;loomv1'
+  _globals['_OPERATIONSTATE']._serialized_start=307
+  _globals['_OPERATIONSTATE']._serialized_end=439
   _globals['_THREADREF']._serialized_start=33
   _globals['_THREADREF']._serialized_end=76
   _globals['_PROGRESS']._serialized_start=78
   _globals['_PROGRESS']._serialized_end=117
+  _globals['_OPERATION']._serialized_start=120
+  _globals['_OPERATION']._serialized_end=259
+  _globals['_GETOPERATIONREQUEST']._serialized_start=261
+  _globals['_GETOPERATIONREQUEST']._serialized_end=304
 # @@protoc_insertion_point(module_scope)

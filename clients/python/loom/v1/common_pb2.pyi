@@ -5,6 +5,7 @@ isort:skip_file
 
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -15,6 +16,34 @@ else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class _OperationState:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _OperationStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_OperationState.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    OPERATION_STATE_UNSPECIFIED: _OperationState.ValueType  # 0
+    """Not set."""
+    OPERATION_STATE_RUNNING: _OperationState.ValueType  # 1
+    """Still running; reads already answer as if it were done."""
+    OPERATION_STATE_DONE: _OperationState.ValueType  # 2
+    """Finished: every row it removes is physically gone."""
+    OPERATION_STATE_FAILED: _OperationState.ValueType  # 3
+    """Stopped by a storage failure; retrying the call that started it resumes it."""
+
+class OperationState(_OperationState, metaclass=_OperationStateEnumTypeWrapper):
+    """State of a background operation (a large deletion or erasure)."""
+
+OPERATION_STATE_UNSPECIFIED: OperationState.ValueType  # 0
+"""Not set."""
+OPERATION_STATE_RUNNING: OperationState.ValueType  # 1
+"""Still running; reads already answer as if it were done."""
+OPERATION_STATE_DONE: OperationState.ValueType  # 2
+"""Finished: every row it removes is physically gone."""
+OPERATION_STATE_FAILED: OperationState.ValueType  # 3
+"""Stopped by a storage failure; retrying the call that started it resumes it."""
+Global___OperationState: _TypeAlias = OperationState  # noqa: Y015
 
 @_typing.final
 class ThreadRef(_message.Message):
@@ -76,3 +105,69 @@ class Progress(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Progress: _TypeAlias = Progress  # noqa: Y015
+
+@_typing.final
+class Operation(_message.Message):
+    """A background operation started by a deletion or an erasure, and its progress.
+
+    The call that starts one answers at once with its id; reads are exact from that
+    acknowledgement on, and the operation only removes what reads already ignore.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OPERATION_ID_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    PROGRESS_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    operation_id: _builtins.str
+    """The operation id (opaque; read it back with the service's GetOperation)."""
+    kind: _builtins.str
+    """What it does, e.g. "delete_threads", "unweave_mailbox", "erase_recipients"."""
+    state: Global___OperationState.ValueType
+    """Its state."""
+    error: _builtins.str
+    """Why it failed, when it did."""
+    @_builtins.property
+    def progress(self) -> Global___Progress:
+        """Units of work finished out of the total (rows, inboxes, threads: `kind` says)."""
+
+    def __init__(
+        self,
+        *,
+        operation_id: _builtins.str = ...,
+        kind: _builtins.str = ...,
+        state: Global___OperationState.ValueType = ...,
+        progress: Global___Progress | None = ...,
+        error: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["progress", b"progress"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "kind", b"kind", "operation_id", b"operation_id", "progress", b"progress", "state", b"state"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Operation: _TypeAlias = Operation  # noqa: Y015
+
+@_typing.final
+class GetOperationRequest(_message.Message):
+    """The request of a service's GetOperation."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OPERATION_ID_FIELD_NUMBER: _builtins.int
+    operation_id: _builtins.str
+    """The operation id returned by the call that started it."""
+    def __init__(
+        self,
+        *,
+        operation_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["operation_id", b"operation_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetOperationRequest: _TypeAlias = GetOperationRequest  # noqa: Y015
