@@ -67,6 +67,9 @@ class SqliteDatabase:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={self._synchronous}")
             conn.execute("PRAGMA foreign_keys=ON")
+            # Deleted rows are overwritten with zeros, not left in free space: an erased
+            # subject must not be recoverable from the file (`scrub` empties the WAL too).
+            conn.execute("PRAGMA secure_delete=ON")
             if self._named_rows:
                 conn.row_factory = sqlite3.Row
             self._local.conn = conn
@@ -120,6 +123,17 @@ class SqliteDatabase:
                         upgrade(self._connection(), script, layout, self.path)
                 finally:
                     fcntl.flock(lock, fcntl.LOCK_UN)
+
+        await self._run(self._writer, run, lambda conn: None)
+
+    async def scrub(self) -> None:
+        """Copies the WAL into the file and truncates it to zero bytes, so the bytes of rows
+        deleted so far (zeroed in the file by ``secure_delete``) survive in neither file.
+        Erasures call it once their last delete has committed; readers holding an older
+        snapshot make the checkpoint wait (``busy_timeout``), never fail."""
+
+        def run(_: Callable[[sqlite3.Connection], None]) -> None:
+            self._connection().execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
 
         await self._run(self._writer, run, lambda conn: None)
 
