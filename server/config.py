@@ -44,6 +44,7 @@ from storage.settings import (
     BigtableSettings,
     CassandraSettings,
     DynamoDBSettings,
+    ErasureSettings,
     SqliteSettings,
     SqsSettings,
     StorageSettings,
@@ -154,6 +155,7 @@ class Settings:
     dynamodb: DynamoDBSettings = field(default_factory=DynamoDBSettings)
     sqs: SqsSettings = field(default_factory=SqsSettings)
     storage: StorageSettings = field(default_factory=StorageSettings)
+    erasure: ErasureSettings = field(default_factory=ErasureSettings)
     auth: AuthSettings = field(default_factory=AuthSettings)
     breaker: BreakerSettings = field(default_factory=BreakerSettings)
     threadweaver: ThreadWeaverSettings = field(default_factory=ThreadWeaverSettings)

@@ -11,6 +11,7 @@ were already checked, so this only catches settings built by hand).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 from storage.engines import (
     INBOX_STORES,
@@ -22,6 +23,7 @@ from storage.engines import (
     WORK_QUEUES,
 )
 from storage.ports import (
+    ErasureLog,
     IterationSource,
     JobStore,
     PortableInboxStore,
@@ -31,9 +33,11 @@ from storage.ports import (
     SourceLevel,
     WorkQueue,
 )
-from storage.settings import EngineSettings
+from storage.settings import EngineSettings, SqliteSettings
+from storage.sqlite.erasures import SqliteErasureLog
 
 __all__ = [
+    "open_erasure_log",
     "open_inbox_store",
     "open_iteration_source",
     "open_job_store",
@@ -91,3 +95,9 @@ async def open_template_store(
     and `user` families, the SQLite adapter's own expiry.
     """
     return await TEMPLATE_STORES.chosen(settings.storage).open(settings, email_ttl_s)
+
+
+async def open_erasure_log(path: Path, sqlite: SqliteSettings) -> ErasureLog:
+    """The erasure log at `path` (`server.runtime.erasures.log_path`): a SQLite file on every
+    deployment, kept apart from the stores whose subjects it names."""
+    return await SqliteErasureLog.open(path, synchronous=sqlite.synchronous)

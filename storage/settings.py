@@ -154,6 +154,19 @@ class SqsSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class ErasureSettings:
+    """The erasure log: keyed hashes of erased subjects, re-applied by restore and load."""
+
+    log_file: str = ""
+    """Its SQLite file; empty: ``erasures.sqlite3`` in the data directory. Not a store that
+    ``loom backup`` copies, so an older backup never rolls it back."""
+    key_file: str = ""
+    """The HMAC key of the subjects' hashes (32 bytes or more); empty: ``erasure.key`` beside
+    the log, created with mode 0600 at first use. Every replica and every ``loom restore`` /
+    ``loom load`` must use the same key, or they cannot recognise what was erased."""
+
+
+@dataclass(frozen=True, slots=True)
 class StorageSettings:
     """Which engine each service stores its state in.
 

@@ -15,6 +15,7 @@ rules: they store, fetch and compare-and-set, and translate their driver's error
     work_queue         WorkQueue         Iterator's at-least-once queues
     jobs               JobStore          Iterator's jobs, tasks, counters, chunk ledger, pace
     templates          TemplateStore     TemplateInduction's templates table
+    erasures           ErasureLog        keyed hashes of erased subjects, re-applied on restore
 
 A port whose data ``loom dump`` copies has two Protocols: the serving one above, and its
 portability one (`ThreadPortability`, `SummaryPortability`, `InboxPortability`,
@@ -29,6 +30,7 @@ keyword-only, built by name. Batch-shaped methods are deliberate: a WeaveMessage
 
 from __future__ import annotations
 
+from storage.ports.erasures import Erasure, ErasureLog
 from storage.ports.inbox import (
     DeliveryRecord,
     DeliveryState,
@@ -88,6 +90,8 @@ __all__ = [
     "ClusterWrite",
     "DeliveryRecord",
     "DeliveryState",
+    "Erasure",
+    "ErasureLog",
     "InboxEntry",
     "InboxPortability",
     "InboxStore",

@@ -22,6 +22,7 @@ from storage.errors import DriverErrors
 from storage.versions import TEMPLATES_V2, Layout, Plan, Step, plan
 
 __all__ = [
+    "ERASURES",
     "INBOX",
     "JOBS",
     "QUEUE",
@@ -69,6 +70,7 @@ THREADS: Final[SqliteLayout] = Layout(store="threads", current=1)
 SUMMARIES: Final[SqliteLayout] = Layout(store="summaries", current=1)
 INBOX: Final[SqliteLayout] = Layout(store="inbox", current=1)
 QUEUE: Final[SqliteLayout] = Layout(store="queue", current=1)
+ERASURES: Final[SqliteLayout] = Layout(store="erasures", current=1)
 JOBS: Final[SqliteLayout] = Layout(
     store="jobs",
     current=2,

@@ -21,6 +21,63 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// State of a background operation (a large deletion or erasure).
+type OperationState int32
+
+const (
+	// Not set.
+	OperationState_OPERATION_STATE_UNSPECIFIED OperationState = 0
+	// Still running; reads already answer as if it were done.
+	OperationState_OPERATION_STATE_RUNNING OperationState = 1
+	// Finished: every row it removes is physically gone.
+	OperationState_OPERATION_STATE_DONE OperationState = 2
+	// Stopped by a storage failure; retrying the call that started it resumes it.
+	OperationState_OPERATION_STATE_FAILED OperationState = 3
+)
+
+// Enum value maps for OperationState.
+var (
+	OperationState_name = map[int32]string{
+		0: "OPERATION_STATE_UNSPECIFIED",
+		1: "OPERATION_STATE_RUNNING",
+		2: "OPERATION_STATE_DONE",
+		3: "OPERATION_STATE_FAILED",
+	}
+	OperationState_value = map[string]int32{
+		"OPERATION_STATE_UNSPECIFIED": 0,
+		"OPERATION_STATE_RUNNING":     1,
+		"OPERATION_STATE_DONE":        2,
+		"OPERATION_STATE_FAILED":      3,
+	}
+)
+
+func (x OperationState) Enum() *OperationState {
+	p := new(OperationState)
+	*p = x
+	return p
+}
+
+func (x OperationState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (OperationState) Descriptor() protoreflect.EnumDescriptor {
+	return file_loom_v1_common_proto_enumTypes[0].Descriptor()
+}
+
+func (OperationState) Type() protoreflect.EnumType {
+	return &file_loom_v1_common_proto_enumTypes[0]
+}
+
+func (x OperationState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use OperationState.Descriptor instead.
+func (OperationState) EnumDescriptor() ([]byte, []int) {
+	return file_loom_v1_common_proto_rawDescGZIP(), []int{0}
+}
+
 // One mailbox thread: a thread id is only unique within its owner's mailbox,
 // so a thread is always named by the pair (gid, thread_id).
 type ThreadRef struct {
@@ -132,6 +189,137 @@ func (x *Progress) GetTotal() int64 {
 	return 0
 }
 
+// A background operation started by a deletion or an erasure, and its progress.
+//
+// The call that starts one answers at once with its id; reads are exact from that
+// acknowledgement on, and the operation only removes what reads already ignore.
+type Operation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The operation id (opaque; read it back with the service's GetOperation).
+	OperationId string `protobuf:"bytes,1,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
+	// What it does, e.g. "delete_threads", "unweave_mailbox", "erase_recipients".
+	Kind string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	// Its state.
+	State OperationState `protobuf:"varint,3,opt,name=state,proto3,enum=loom.v1.OperationState" json:"state,omitempty"`
+	// Units of work finished out of the total (rows, inboxes, threads: `kind` says).
+	Progress *Progress `protobuf:"bytes,4,opt,name=progress,proto3" json:"progress,omitempty"`
+	// Why it failed, when it did.
+	Error         string `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Operation) Reset() {
+	*x = Operation{}
+	mi := &file_loom_v1_common_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Operation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Operation) ProtoMessage() {}
+
+func (x *Operation) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_common_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Operation.ProtoReflect.Descriptor instead.
+func (*Operation) Descriptor() ([]byte, []int) {
+	return file_loom_v1_common_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Operation) GetOperationId() string {
+	if x != nil {
+		return x.OperationId
+	}
+	return ""
+}
+
+func (x *Operation) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *Operation) GetState() OperationState {
+	if x != nil {
+		return x.State
+	}
+	return OperationState_OPERATION_STATE_UNSPECIFIED
+}
+
+func (x *Operation) GetProgress() *Progress {
+	if x != nil {
+		return x.Progress
+	}
+	return nil
+}
+
+func (x *Operation) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+// The request of a service's GetOperation.
+type GetOperationRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The operation id returned by the call that started it.
+	OperationId   string `protobuf:"bytes,1,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetOperationRequest) Reset() {
+	*x = GetOperationRequest{}
+	mi := &file_loom_v1_common_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetOperationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetOperationRequest) ProtoMessage() {}
+
+func (x *GetOperationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_common_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetOperationRequest.ProtoReflect.Descriptor instead.
+func (*GetOperationRequest) Descriptor() ([]byte, []int) {
+	return file_loom_v1_common_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *GetOperationRequest) GetOperationId() string {
+	if x != nil {
+		return x.OperationId
+	}
+	return ""
+}
+
 var File_loom_v1_common_proto protoreflect.FileDescriptor
 
 const file_loom_v1_common_proto_rawDesc = "" +
@@ -142,7 +330,20 @@ const file_loom_v1_common_proto_rawDesc = "" +
 	"\tthread_id\x18\x02 \x01(\tR\bthreadId\"4\n" +
 	"\bProgress\x12\x12\n" +
 	"\x04done\x18\x01 \x01(\x03R\x04done\x12\x14\n" +
-	"\x05total\x18\x02 \x01(\x03R\x05totalB/Z-github.com/loom/loom/clients/go/loomv1;loomv1b\x06proto3"
+	"\x05total\x18\x02 \x01(\x03R\x05total\"\xb6\x01\n" +
+	"\tOperation\x12!\n" +
+	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12-\n" +
+	"\x05state\x18\x03 \x01(\x0e2\x17.loom.v1.OperationStateR\x05state\x12-\n" +
+	"\bprogress\x18\x04 \x01(\v2\x11.loom.v1.ProgressR\bprogress\x12\x14\n" +
+	"\x05error\x18\x05 \x01(\tR\x05error\"8\n" +
+	"\x13GetOperationRequest\x12!\n" +
+	"\foperation_id\x18\x01 \x01(\tR\voperationId*\x84\x01\n" +
+	"\x0eOperationState\x12\x1f\n" +
+	"\x1bOPERATION_STATE_UNSPECIFIED\x10\x00\x12\x1b\n" +
+	"\x17OPERATION_STATE_RUNNING\x10\x01\x12\x18\n" +
+	"\x14OPERATION_STATE_DONE\x10\x02\x12\x1a\n" +
+	"\x16OPERATION_STATE_FAILED\x10\x03B/Z-github.com/loom/loom/clients/go/loomv1;loomv1b\x06proto3"
 
 var (
 	file_loom_v1_common_proto_rawDescOnce sync.Once
@@ -156,17 +357,23 @@ func file_loom_v1_common_proto_rawDescGZIP() []byte {
 	return file_loom_v1_common_proto_rawDescData
 }
 
-var file_loom_v1_common_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_loom_v1_common_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_loom_v1_common_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_loom_v1_common_proto_goTypes = []any{
-	(*ThreadRef)(nil), // 0: loom.v1.ThreadRef
-	(*Progress)(nil),  // 1: loom.v1.Progress
+	(OperationState)(0),         // 0: loom.v1.OperationState
+	(*ThreadRef)(nil),           // 1: loom.v1.ThreadRef
+	(*Progress)(nil),            // 2: loom.v1.Progress
+	(*Operation)(nil),           // 3: loom.v1.Operation
+	(*GetOperationRequest)(nil), // 4: loom.v1.GetOperationRequest
 }
 var file_loom_v1_common_proto_depIdxs = []int32{
-	0, // [0:0] is the sub-list for method output_type
-	0, // [0:0] is the sub-list for method input_type
-	0, // [0:0] is the sub-list for extension type_name
-	0, // [0:0] is the sub-list for extension extendee
-	0, // [0:0] is the sub-list for field type_name
+	0, // 0: loom.v1.Operation.state:type_name -> loom.v1.OperationState
+	2, // 1: loom.v1.Operation.progress:type_name -> loom.v1.Progress
+	2, // [2:2] is the sub-list for method output_type
+	2, // [2:2] is the sub-list for method input_type
+	2, // [2:2] is the sub-list for extension type_name
+	2, // [2:2] is the sub-list for extension extendee
+	0, // [0:2] is the sub-list for field type_name
 }
 
 func init() { file_loom_v1_common_proto_init() }
@@ -179,13 +386,14 @@ func file_loom_v1_common_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loom_v1_common_proto_rawDesc), len(file_loom_v1_common_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   2,
+			NumEnums:      1,
+			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
 		GoTypes:           file_loom_v1_common_proto_goTypes,
 		DependencyIndexes: file_loom_v1_common_proto_depIdxs,
+		EnumInfos:         file_loom_v1_common_proto_enumTypes,
 		MessageInfos:      file_loom_v1_common_proto_msgTypes,
 	}.Build()
 	File_loom_v1_common_proto = out.File

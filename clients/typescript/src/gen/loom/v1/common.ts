@@ -11,6 +11,56 @@ export const protobufPackage = "loom.v1";
 
 export const protobufFileName = "loom/v1/common.proto";
 
+/** State of a background operation (a large deletion or erasure). */
+export enum OperationState {
+  /** OPERATION_STATE_UNSPECIFIED - Not set. */
+  OPERATION_STATE_UNSPECIFIED = 0,
+  /** OPERATION_STATE_RUNNING - Still running; reads already answer as if it were done. */
+  OPERATION_STATE_RUNNING = 1,
+  /** OPERATION_STATE_DONE - Finished: every row it removes is physically gone. */
+  OPERATION_STATE_DONE = 2,
+  /** OPERATION_STATE_FAILED - Stopped by a storage failure; retrying the call that started it resumes it. */
+  OPERATION_STATE_FAILED = 3,
+  UNRECOGNIZED = -1,
+}
+
+export function operationStateFromJSON(object: any): OperationState {
+  switch (object) {
+    case 0:
+    case "OPERATION_STATE_UNSPECIFIED":
+      return OperationState.OPERATION_STATE_UNSPECIFIED;
+    case 1:
+    case "OPERATION_STATE_RUNNING":
+      return OperationState.OPERATION_STATE_RUNNING;
+    case 2:
+    case "OPERATION_STATE_DONE":
+      return OperationState.OPERATION_STATE_DONE;
+    case 3:
+    case "OPERATION_STATE_FAILED":
+      return OperationState.OPERATION_STATE_FAILED;
+    case -1:
+    case "UNRECOGNIZED":
+    default:
+      return OperationState.UNRECOGNIZED;
+  }
+}
+
+export function operationStateToJSON(object: OperationState): string {
+  switch (object) {
+    case OperationState.OPERATION_STATE_UNSPECIFIED:
+      return "OPERATION_STATE_UNSPECIFIED";
+    case OperationState.OPERATION_STATE_RUNNING:
+      return "OPERATION_STATE_RUNNING";
+    case OperationState.OPERATION_STATE_DONE:
+      return "OPERATION_STATE_DONE";
+    case OperationState.OPERATION_STATE_FAILED:
+      return "OPERATION_STATE_FAILED";
+    case OperationState.UNRECOGNIZED:
+    default:
+      return "UNRECOGNIZED";
+  }
+}
+
 /**
  * One mailbox thread: a thread id is only unique within its owner's mailbox,
  * so a thread is always named by the pair (gid, thread_id).
@@ -28,6 +78,33 @@ export interface Progress {
   done: string;
   /** Units of work in total, when known (0 when not yet known). */
   total: string;
+}
+
+/**
+ * A background operation started by a deletion or an erasure, and its progress.
+ *
+ * The call that starts one answers at once with its id; reads are exact from that
+ * acknowledgement on, and the operation only removes what reads already ignore.
+ */
+export interface Operation {
+  /** The operation id (opaque; read it back with the service's GetOperation). */
+  operationId: string;
+  /** What it does, e.g. "delete_threads", "unweave_mailbox", "erase_recipients". */
+  kind: string;
+  /** Its state. */
+  state: OperationState;
+  /** Units of work finished out of the total (rows, inboxes, threads: `kind` says). */
+  progress:
+    | Progress
+    | undefined;
+  /** Why it failed, when it did. */
+  error: string;
+}
+
+/** The request of a service's GetOperation. */
+export interface GetOperationRequest {
+  /** The operation id returned by the call that started it. */
+  operationId: string;
 }
 
 function createBaseThreadRef(): ThreadRef {
@@ -200,6 +277,218 @@ export const Progress: MessageFns<Progress> = {
     const message = createBaseProgress();
     message.done = object.done ?? "0";
     message.total = object.total ?? "0";
+    return message;
+  },
+};
+
+function createBaseOperation(): Operation {
+  return { operationId: "", kind: "", state: 0, progress: undefined, error: "" };
+}
+
+export const Operation: MessageFns<Operation> = {
+  encode(message: Operation, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.operationId !== "") {
+      writer.uint32(10).string(message.operationId);
+    }
+    if (message.kind !== "") {
+      writer.uint32(18).string(message.kind);
+    }
+    if (message.state !== 0) {
+      writer.uint32(24).int32(message.state);
+    }
+    if (message.progress !== undefined) {
+      Progress.encode(message.progress, writer.uint32(34).fork()).join();
+    }
+    if (message.error !== "") {
+      writer.uint32(42).string(message.error);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): Operation {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseOperation();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.operationId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.kind = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.state = reader.int32() as any;
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.progress = Progress.decode(reader, reader.uint32());
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.error = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): Operation {
+    return {
+      operationId: isSet(object.operationId)
+        ? globalThis.String(object.operationId)
+        : isSet(object.operation_id)
+        ? globalThis.String(object.operation_id)
+        : "",
+      kind: isSet(object.kind) ? globalThis.String(object.kind) : "",
+      state: isSet(object.state) ? operationStateFromJSON(object.state) : 0,
+      progress: isSet(object.progress) ? Progress.fromJSON(object.progress) : undefined,
+      error: isSet(object.error) ? globalThis.String(object.error) : "",
+    };
+  },
+
+  toJSON(message: Operation): unknown {
+    const obj: any = {};
+    if (message.operationId !== "") {
+      obj.operationId = message.operationId;
+    }
+    if (message.kind !== "") {
+      obj.kind = message.kind;
+    }
+    if (message.state !== 0) {
+      obj.state = operationStateToJSON(message.state);
+    }
+    if (message.progress !== undefined) {
+      obj.progress = Progress.toJSON(message.progress);
+    }
+    if (message.error !== "") {
+      obj.error = message.error;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<Operation>): Operation {
+    return Operation.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<Operation>): Operation {
+    const message = createBaseOperation();
+    message.operationId = object.operationId ?? "";
+    message.kind = object.kind ?? "";
+    message.state = object.state ?? 0;
+    message.progress = (object.progress !== undefined && object.progress !== null)
+      ? Progress.fromPartial(object.progress)
+      : undefined;
+    message.error = object.error ?? "";
+    return message;
+  },
+};
+
+function createBaseGetOperationRequest(): GetOperationRequest {
+  return { operationId: "" };
+}
+
+export const GetOperationRequest: MessageFns<GetOperationRequest> = {
+  encode(message: GetOperationRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.operationId !== "") {
+      writer.uint32(10).string(message.operationId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetOperationRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetOperationRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.operationId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetOperationRequest {
+    return {
+      operationId: isSet(object.operationId)
+        ? globalThis.String(object.operationId)
+        : isSet(object.operation_id)
+        ? globalThis.String(object.operation_id)
+        : "",
+    };
+  },
+
+  toJSON(message: GetOperationRequest): unknown {
+    const obj: any = {};
+    if (message.operationId !== "") {
+      obj.operationId = message.operationId;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<GetOperationRequest>): GetOperationRequest {
+    return GetOperationRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<GetOperationRequest>): GetOperationRequest {
+    const message = createBaseGetOperationRequest();
+    message.operationId = object.operationId ?? "";
     return message;
   },
 };
