@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -16,10 +17,11 @@ from typing import Any
 
 from server import registry
 from server.config import Settings, load_settings
-from server.portable import transfer
+from server.portable import erasures, transfer
 from server.portable.backup import BackupError, backup, restore
 from server.portable.format import MANIFEST, DumpError
 from server.portable.records import ActiveJobs
+from server.runtime.erasures import key_path, log_path
 
 __all__ = ["add_commands", "run"]
 
@@ -37,6 +39,7 @@ def add_commands(sub: Any) -> None:
     ld.add_argument("--in", dest="src", required=True, type=Path, help="a dump directory")
     ld.add_argument("--service", choices=services, default=ALL)
     _settings_flags(ld)
+    _erasure_flags(ld)
     m = sub.add_parser("migrate", help="stream stores from one deployment into another")
     m.add_argument("--from", dest="source", required=True, type=Path, help="source TOML")
     m.add_argument("--to", dest="target", required=True, type=Path, help="target TOML")
@@ -48,11 +51,58 @@ def add_commands(sub: Any) -> None:
     r = sub.add_parser("restore", help="restore a backup into a fresh data directory")
     r.add_argument("--in", dest="src", required=True, type=Path, help="a backup directory")
     r.add_argument("--data-dir", required=True, type=Path, help="a data directory with no store")
+    r.add_argument("--config", type=Path, help="TOML settings file (also LOOM_CONFIG)")
+    _erasure_flags(r)
 
 
 def _settings_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, help="TOML settings file (also LOOM_CONFIG)")
     parser.add_argument("--data-dir", help="directory of the embedded SQLite files")
+
+
+def _erasure_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--erasure-log",
+        type=Path,
+        help="the deployment's erasure log, re-applied after the copy "
+        "(default: the settings' erasure.log_file, else erasures.sqlite3 in the data directory)",
+    )
+    parser.add_argument(
+        "--erasure-key", type=Path, help="its key (default: erasure.key beside the log)"
+    )
+
+
+def _reapply(args: argparse.Namespace, settings: Settings, services: list[str]) -> None:
+    """Erases again what the erasure log names and the copy brought back, and says so."""
+    path, key = erasures.log_files(settings, args.erasure_log, args.erasure_key)
+    if args.erasure_log is None and not path.exists():
+        print(
+            f"erasure log: none at {path}, nothing re-applied; if the data came from a "
+            "deployment that erased anything, run again with --erasure-log",
+            file=sys.stderr,
+        )
+        return
+
+    async def run() -> list[erasures.Reapplied]:
+        recorder = await erasures.open_log(path, key, settings)
+        try:
+            return [await erasures.reapply(s, settings, recorder) for s in services]
+        finally:
+            await recorder.close()
+
+    for done in asyncio.run(run()):
+        print(done.line())
+    home = log_path(settings.erasure, settings.sqlite)
+    if path.resolve() != home.resolve() and not home.exists():
+        # The server on this data directory must keep recording into the same log, with the
+        # same key, or the next restore could not recognise what was erased before.
+        home.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, home)
+        target_key = key_path(settings.erasure, settings.sqlite)
+        if not target_key.exists():
+            shutil.copyfile(key, target_key)
+            target_key.chmod(0o600)
+        print(f"erasure log: carried into {home} (with its key) for the server to keep using")
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -121,6 +171,7 @@ def _load(args: argparse.Namespace) -> int:
     for opened in checked:
         moved = asyncio.run(transfer.load(opened, settings))
         print(f"loaded {moved.service}: {moved.records} records in {moved.seconds:.1f} s")
+    _reapply(args, settings, [opened.manifest.service for opened in checked])
     return 0
 
 
@@ -148,6 +199,14 @@ def _backup(args: argparse.Namespace) -> int:
 
 
 def _restore(args: argparse.Namespace) -> int:
-    for name in restore(args.src, args.data_dir):
+    restored = restore(args.src, args.data_dir)
+    for name in restored:
         print(f"restored {name} into {args.data_dir}")
+    settings = load_settings(args.config, overrides={"sqlite": {"data_dir": str(args.data_dir)}})
+    services = [
+        name
+        for name, entry in registry.portable().items()
+        if entry.sqlite_file in restored and entry.engine(settings) == "sqlite"
+    ]
+    _reapply(args, settings, services)
     return 0

@@ -8,7 +8,8 @@ idempotently, merging with what the store already holds the way the service's da
 does (ThreadWeaver unions conversations, Summary merges sketches, an inbox row keeps its
 newest message, a template keeps its newest formation, a job present is left alone);
 `differences` compares the store with another one semantically, as the service's callers
-would see it.
+would see it; `subjects` and `erase` let a restore or a load erase again what the erasure
+log names.
 """
 
 from __future__ import annotations
@@ -61,6 +62,18 @@ class ServiceData(Protocol):
 
     async def differences(self, other: ServiceData, limit: int) -> list[str]:
         """Up to `limit` ways `other`'s store differs from this one, as callers see it."""
+        ...
+
+    def subjects(self) -> AsyncIterator[str]:
+        """Every subject the service's erasures name that this store holds (mailbox gids,
+        inbox ids, recipients, job ids: what the service records in the erasure log), each
+        at least once, so `loom restore` and `loom load` can find those the log says were
+        erased (`server.portable.erasures`)."""
+        ...
+
+    async def erase(self, subjects: Sequence[str]) -> None:
+        """Erases `subjects` the way the service's own erasure does; returns once nothing of
+        them is left in the store."""
         ...
 
     async def close(self) -> None:
