@@ -16,6 +16,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from server import registry
 from server.config import ConfigError, Settings
 from server.runtime.auth import Authenticator
+from server.runtime.erasures import open_recorder
 from server.runtime.health import Health, HealthMonitor
 from server.runtime.interceptor import RpcInterceptor
 from server.runtime.logs import get_logger
@@ -105,6 +106,8 @@ async def _mount_all(
     """
     closers: list[Callable[[], Awaitable[None]]] = []
     try:
+        resources.erasures = await open_recorder(settings.erasure, settings.sqlite)
+        closers.append(resources.erasures.close)
         for service in registry.SERVICES:
             view = resources.for_service(service.proto)
             closers += (await service.mount(server, settings, view)).closers

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from server.config import BreakerSettings
 from server.runtime.breaker import CircuitBreaker
+from server.runtime.erasures import ErasureRecorder
 from server.runtime.metrics import Metrics
 
 __all__ = ["Mounted", "Resources"]
@@ -27,7 +28,8 @@ class Mounted:
 
 
 class Resources:
-    """Shared by every service: one circuit breaker per engine, and the server's metrics."""
+    """Shared by every service: one circuit breaker per engine, the server's metrics, and
+    the erasure log."""
 
     def __init__(self, breaker_settings: BreakerSettings, metrics: Metrics | None = None) -> None:
         self._settings = breaker_settings
@@ -38,6 +40,15 @@ class Resources:
         self._service = ""
         self.engines_of: dict[str, set[str]] = {}
         """Service -> the engines whose breakers it has taken (its health follows them)."""
+        self.erasures: ErasureRecorder | None = None
+        """The erasure log, where subject erasures record themselves before they run
+        (opened by the server before it mounts anything)."""
+
+    def erasure_log(self) -> ErasureRecorder:
+        """The erasure log; a service that erases subjects takes it when it mounts."""
+        if self.erasures is None:
+            raise RuntimeError("the erasure log is opened before any service mounts")
+        return self.erasures
 
     def breakers(self) -> list[CircuitBreaker]:
         """Every breaker created so far."""
