@@ -157,6 +157,17 @@ class SqliteWorkQueue:
         if visibility_s <= 0:
             self._event(queue).set()
 
+    async def discard(self, queue: str, body_prefix: str) -> int:
+        # Every message of the queue, visible or held, is looked at (the queue index narrows
+        # it to this queue; a queue holds the work in flight, not history).
+        def run(conn: sqlite3.Connection) -> int:
+            return conn.execute(
+                "DELETE FROM queue_message WHERE queue = ? AND substr(body, 1, ?) = ?",
+                (queue, len(body_prefix), body_prefix),
+            ).rowcount
+
+        return await self._db.write(run)
+
     async def depth(self, queue: str) -> int:
         def run(conn: sqlite3.Connection) -> int:
             row = conn.execute(
