@@ -2,11 +2,14 @@
 
 A job may go once it is finished (completed, failed or cancelled): nothing will write its
 records again but a straggling worker's statistics, and a step it tries is refused by the
-missing task's `seq`. Deletion is synchronous, since everything of a job is found by its id
-without a scan of anything else: the job's work messages still queued first (their bodies
-start with the job id), then its records, the job record last
-(`storage.ports.JobStore.delete_job`), so a call interrupted part way leaves the job listed
-and a retry, or the next retention sweep, removes the rest. Unknown ids do nothing.
+missing task's `seq`. Deletion is synchronous: every record of a job is found by its id
+(its own rows on SQLite, its own partition on DynamoDB), never by scanning other jobs'. First
+the job's work messages still queued (their bodies start with the job id: one DELETE over each
+level's queue on SQLite, one pass over the visible messages on SQS), then its records, the job
+record last (`storage.ports.JobStore.delete_job`), so a deletion cut short leaves the job
+listed and a retry, or the next retention sweep, removes the rest. The deletion runs
+shielded from the caller's cancellation, so a deadline that passes does not cut it short.
+Unknown ids do nothing.
 
 Retention: every `retention_sweep_s` each server pages through the jobs and deletes those
 finished more than `finished_job_retention_s` ago (0 keeps them). Two replicas may both
@@ -47,7 +50,7 @@ class Deleted:
 class JobDeleter:
     """Deletes finished jobs from the job store and the work queues."""
 
-    __slots__ = ("_discard", "_jobs", "_on_deleted", "_s", "_store", "deleted_jobs")
+    __slots__ = ("_discard", "_jobs", "_on_deleted", "_running", "_s", "_store", "deleted_jobs")
 
     def __init__(
         self,
@@ -63,6 +66,7 @@ class JobDeleter:
         self._s = settings
         self._discard = discard
         self._on_deleted = on_deleted
+        self._running: set[asyncio.Future[Deleted]] = set()
         self.deleted_jobs = 0
         """Jobs this server deleted, by request or by retention (statistics)."""
 
@@ -79,6 +83,14 @@ class JobDeleter:
             raise FailedPrecondition(
                 f"job {job_id} is {record.state}: cancel it first (CancelJob), then delete it"
             )
+        # Shielded: a caller whose deadline passes (a very large job on DynamoDB) leaves the
+        # deletion running here to its end; its retry meanwhile deletes the same records.
+        work = asyncio.ensure_future(self._remove(job_id))
+        self._running.add(work)
+        work.add_done_callback(self._finished)
+        return await asyncio.shield(work)
+
+    async def _remove(self, job_id: str) -> Deleted:
         removed = await self._discard(job_id)
         removed += await self._store.delete_job(job_id)
         self._jobs.forget(job_id)
@@ -86,6 +98,11 @@ class JobDeleter:
         self.deleted_jobs += 1
         _log.info("job deleted", job_id=job_id, records=removed)
         return Deleted(deleted=True, records=removed)
+
+    def _finished(self, work: asyncio.Future[Deleted]) -> None:
+        self._running.discard(work)
+        if not work.cancelled() and work.exception() is not None:
+            _log.warning("job deletion failed", error=str(work.exception()))
 
     async def sweep_once(self) -> int:
         """Deletes every job finished more than the retention ago; how many."""

@@ -54,6 +54,8 @@ __all__ = ["TABLE_SUFFIX", "DynamoDBJobStore"]
 TABLE_SUFFIX = "iterator"
 _CONFLICT_RETRIES = 6
 _UNSETTLED = ("ready", "leased")
+_DELETE_BATCHES = 8
+"""BatchWriteItem calls of one deletion in flight at once (25 deletes each)."""
 
 
 class DynamoDBJobStore:
@@ -357,7 +359,7 @@ class DynamoDBJobStore:
 
     async def delete_job(self, job_id: str) -> int:
         # The job is one partition: one Query of its keys (pages of up to 1 MB), deletes in
-        # batches of 25, the job item last so an interrupted call leaves it for a retry. The
+        # batches of 25 (eight batches at a time), the job item last so an interrupted call leaves it for a retry. The
         # GSIs lose each item's entries with it.
         pk = {"S": f"j#{job_id}"}
         items: list[dict[str, Any]] = []
@@ -373,9 +375,12 @@ class DynamoDBJobStore:
             if "LastEvaluatedKey" not in reply:
                 break
             kwargs["ExclusiveStartKey"] = reply["LastEvaluatedKey"]
-        rest = [i for i in items if i["sk"]["S"] != "job"]
-        for start in range(0, len(rest), 25):
-            await self._batch_delete([{"pk": pk, "sk": i["sk"]} for i in rest[start : start + 25]])
+        rest = [{"pk": pk, "sk": i["sk"]} for i in items if i["sk"]["S"] != "job"]
+        batches = [rest[start : start + 25] for start in range(0, len(rest), 25)]
+        for first in range(0, len(batches), _DELETE_BATCHES):
+            await asyncio.gather(
+                *(self._batch_delete(b) for b in batches[first : first + _DELETE_BATCHES])
+            )
         if len(rest) < len(items):
             await self._batch_delete([{"pk": pk, "sk": {"S": "job"}}])
         return len(items)
