@@ -78,9 +78,11 @@ async def iterator(
         yield running
 
 
-async def _finished(stub: iterator_pb2_grpc.IteratorStub, **scope: int) -> str:
-    """A job over `scope`, streamed to the end and COMPLETED; its id."""
-    job = await stub.StartIteration(pb.StartIterationRequest(level="file", **scope))
+async def _finished(stub: iterator_pb2_grpc.IteratorStub, enterprise_id: int) -> str:
+    """A job over one enterprise's files, streamed to the end and COMPLETED; its id."""
+    job = await stub.StartIteration(
+        pb.StartIterationRequest(level="file", enterprise_id=enterprise_id)
+    )
     async for _ in stub.StreamObjects(pb.StreamObjectsRequest(job_id=job.job_id), timeout=120):
         pass
 
