@@ -21,7 +21,8 @@ from server import registry
 from server.config import Settings
 from tests.conftest import selected_engines
 from tests.engines import settings_for, source_url
-from tests.serving import Running, eventually, running_server, violations
+from tests.e2e.test_metrics import scrape, value
+from tests.serving import Running, eventually, free_port, running_server, violations
 
 SETUPS = {
     "sqlite": ("sqlite", {"iterator_queue": "sqlite", "iterator_state": "sqlite"}),
@@ -74,7 +75,9 @@ async def iterator(
 ) -> AsyncIterator[Running]:
     """A server over the corpus, keeping finished jobs (the default retention)."""
     data = Path(tmp_path_factory.mktemp(f"itdel-{setup}"))
-    async with running_server(_settings(setup, data, corpus)) as running:
+    settings = _settings(setup, data, corpus)
+    settings = replace(settings, server=replace(settings.server, metrics_port=free_port()))
+    async with running_server(settings) as running:
         yield running
 
 
@@ -136,6 +139,7 @@ async def test_a_deleted_job_is_gone_from_every_read(iterator: Running) -> None:
     assert (await stub.GetJob(pb.GetJobRequest(job_id=other))).state == pb.JOB_STATE_COMPLETED
     again = await stub.DeleteJob(pb.DeleteJobRequest(job_id=job_id))
     assert (again.deleted, again.records_removed) == (False, 0)
+    assert value(scrape(iterator), "loom_iterator_jobs_deleted_total") >= 1
     if iterator.settings.storage.iterator_state == "sqlite":
         assert _files_holding(iterator.settings, job_id) == []
         assert _files_holding(iterator.settings, other) != []  # the check can see a job
