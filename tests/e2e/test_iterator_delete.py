@@ -20,8 +20,8 @@ from loadtest.corpora.iterator import CorpusShape, generate, private_database, w
 from server import registry
 from server.config import Settings
 from tests.conftest import selected_engines
-from tests.engines import settings_for, source_url
 from tests.e2e.test_metrics import scrape, value
+from tests.engines import settings_for, source_url
 from tests.serving import Running, eventually, free_port, running_server, violations
 
 SETUPS = {
