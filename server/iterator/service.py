@@ -251,12 +251,19 @@ class IteratorService:
                 return await self.view(job_id)
 
     async def list_jobs(self, limit: int, before: tuple[int, str] | None) -> list[JobView]:
-        """A page of jobs, newest first (a job deleted while the page is read is left out)."""
-        records = await self._store.list_jobs(limit, before)
-        views = []
-        for r in records:
-            with contextlib.suppress(NotFound):
-                views.append(await self.view(r.job_id))
+        """A page of jobs, newest first. Each is read again by its key, so a job deleted
+        meanwhile (or still in a lagging index) is left out, and the page filled from the
+        next ones: a short page still means the last one."""
+        views: list[JobView] = []
+        while len(views) < limit:
+            want = limit - len(views)
+            records = await self._store.list_jobs(want, before)
+            for r in records:
+                with contextlib.suppress(NotFound):
+                    views.append(await self.view(r.job_id))
+            if len(records) < want:
+                break
+            before = (records[-1].created_ms, records[-1].job_id)
         return views
 
     async def delete_job(self, job_id: str) -> Deleted:
