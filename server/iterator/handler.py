@@ -30,6 +30,9 @@ POLICIES: dict[str, MethodPolicy] = {
     _S + "UpdateJob": MethodPolicy(max_concurrency=16, max_waiting=32, deadline_s=5.0),
     _S + "CancelJob": MethodPolicy(max_concurrency=16, max_waiting=32, deadline_s=5.0),
     _S + "ListJobs": MethodPolicy(max_concurrency=16, max_waiting=32, deadline_s=10.0),
+    _S + "DeleteJob": MethodPolicy(
+        max_concurrency=8, max_waiting=32, deadline_s=60.0, scope="iterator:write"
+    ),
 }
 
 
@@ -106,3 +109,10 @@ class IteratorHandler(iterator_pb2_grpc.IteratorServicer):
     ) -> iterator_pb2.ListJobsResponse:
         limit, before = convert.list_from_proto(request)
         return convert.list_to_proto(await self._service.list_jobs(limit, before), limit)
+
+    async def DeleteJob(  # noqa: N802
+        self, request: iterator_pb2.DeleteJobRequest, context: grpc.aio.ServicerContext
+    ) -> iterator_pb2.DeleteJobResponse:
+        job_id = convert.job_id_from_proto(request.job_id)
+        done = await self._service.delete_job(job_id)
+        return iterator_pb2.DeleteJobResponse(deleted=done.deleted, records_removed=done.records)

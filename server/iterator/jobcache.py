@@ -44,3 +44,7 @@ class JobCache:
     def put(self, record: JobRecord) -> None:
         """Refreshes an entry with a record this server just wrote."""
         self._entries[record.job_id] = (time.monotonic(), record, JobSpec.loads(record.spec))
+
+    def forget(self, job_id: str) -> None:
+        """Drops the entry of a job this server just deleted."""
+        self._entries.pop(job_id, None)

@@ -115,6 +115,11 @@ class WorkMessage:
         """The message body."""
         return json.dumps([self.job, self.task, self.seq], separators=(",", ":"))
 
+    @staticmethod
+    def prefix(job: str) -> str:
+        """What every message body of `job` starts with (to discard a deleted job's work)."""
+        return json.dumps([job], separators=(",", ":"))[:-1] + ","
+
     @classmethod
     def loads(cls, body: str) -> WorkMessage | None:
         """Parses a body; None when it is not one of ours (it is then dropped)."""

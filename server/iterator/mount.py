@@ -67,7 +67,14 @@ async def mount(server: grpc.aio.Server, settings: Settings, resources: Resource
     # service sends through the queues, the workers report source faults to the service.
     levels = LevelQueues(queue, [lv.name for lv in s.levels], s.poll_interval_s)
     service = IteratorService(
-        source, store, jobs, delivery, s, level_names=levels.names, announce=levels.announce
+        source,
+        store,
+        jobs,
+        delivery,
+        s,
+        level_names=levels.names,
+        announce=levels.announce,
+        discard=levels.discard_job,
     )
     workers = StepWorkers(
         source,

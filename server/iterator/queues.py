@@ -59,6 +59,14 @@ class LevelQueues:
         self._sent.set()
         self._sent = asyncio.Event()
 
+    async def discard_job(self, job_id: str) -> int:
+        """Deletes the work messages of `job_id` still queued, on every level; how many."""
+        prefix = model.WorkMessage.prefix(job_id)
+        removed = 0
+        for name in self.names:
+            removed += await self._queue.discard(name, prefix)
+        return removed
+
     async def idle(self, seconds: float) -> None:
         """Waits `seconds`, or less: until this server next sends work to any level (work
         from other replicas is found by polling, every `seconds` at most)."""

@@ -30,6 +30,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 
 from server.iterator import model, progress
+from server.iterator.deletion import Deleted, JobDeleter
 from server.iterator.delivery import AckResult, Delivery
 from server.iterator.jobcache import JobCache
 from server.iterator.scope import Scope
@@ -71,6 +72,7 @@ class IteratorService:
         *,
         level_names: list[str],
         announce: Callable[[str, Sequence[TaskRecord]], Awaitable[None]],
+        discard: Callable[[str], Awaitable[int]],
     ) -> None:
         self._source = source
         self._store = store
@@ -92,6 +94,7 @@ class IteratorService:
         """Per running job: its counters when they last moved, and when (monotonic)."""
         self._wake = asyncio.Event()
         """Set when a job may have just finished: the checker runs now, not at its tick."""
+        self.deleter = JobDeleter(store, jobs, settings, discard=discard, on_deleted=self._deleted)
 
     def start(self) -> None:
         """Starts the completion checker and the source monitor."""
@@ -99,6 +102,7 @@ class IteratorService:
             self._tasks = [
                 asyncio.create_task(self._check_loop(), name="iterator-checker"),
                 asyncio.create_task(self._source_loop(), name="iterator-source-monitor"),
+                asyncio.create_task(self.deleter.run(), name="iterator-retention"),
             ]
 
     async def stop(self) -> None:
@@ -247,9 +251,31 @@ class IteratorService:
                 return await self.view(job_id)
 
     async def list_jobs(self, limit: int, before: tuple[int, str] | None) -> list[JobView]:
-        """A page of jobs, newest first."""
-        records = await self._store.list_jobs(limit, before)
-        return [await self.view(r.job_id) for r in records]
+        """A page of jobs, newest first. Each is read again by its key, so a job deleted
+        meanwhile (or still in a lagging index) is left out, and the page filled from the
+        next ones: a short page still means the last one."""
+        views: list[JobView] = []
+        while len(views) < limit:
+            want = limit - len(views)
+            records = await self._store.list_jobs(want, before)
+            for r in records:
+                with contextlib.suppress(NotFound):
+                    views.append(await self.view(r.job_id))
+            if len(records) < want:
+                break
+            before = (records[-1].created_ms, records[-1].job_id)
+        return views
+
+    async def delete_job(self, job_id: str) -> Deleted:
+        """Deletes a finished or cancelled job, its ledger and its queued work, returning
+        once all of it is removed (`server.iterator.deletion`). Idempotent: an unknown or
+        already deleted job does nothing; FAILED_PRECONDITION for a running or paused one."""
+        return await self.deleter.delete_job(job_id)
+
+    def _deleted(self, job_id: str) -> None:
+        self._meters.pop(job_id, None)
+        self._stalled.pop(job_id, None)
+        self._delivery.notify(job_id)
 
     async def source_down(self, job_id: str, error: str) -> None:
         """A step of `job_id` found the source down: the job pauses itself."""

@@ -95,3 +95,8 @@ class IteratorSettings:
     each of its open ranges sent again (copies are dropped by the marker check): work whose
     message the queue lost — sent while the queue was down, or held by a queue that
     restarted empty — still gets done. Keep it well above the visibility timeout."""
+    finished_job_retention_s: float = 604_800.0
+    """A finished job (completed, failed or cancelled) is deleted, with its ledger, this
+    long after it finished (default 7 days); 0 keeps finished jobs until DeleteJob."""
+    retention_sweep_s: float = 60.0
+    """How often each server looks for finished jobs past their retention."""

@@ -10,7 +10,8 @@ Queues (``loom_queue_depth{queue=...}``, the shape every background stage shares
   at the last completion check: what waits for consumers.
 
 Counters of this server (sum them over replicas): steps committed, chunks emitted, chunks
-re-read by duplicate messages, jobs finished by state, ranges of stalled jobs sent again.
+re-read by duplicate messages, jobs finished by state, ranges of stalled jobs sent again,
+jobs deleted.
 Everything is read at scrape time, so the workers pay nothing for it.
 """
 
@@ -60,7 +61,12 @@ class _Counters(Collector):
             "Open ranges of stalled jobs sent to the queue again (work a queue lost)",
         )
         resent.add_metric([], self._service.ranges_resent)
-        yield from (steps, chunks, reread, finished, resent)
+        deleted = CounterMetricFamily(
+            "loom_iterator_jobs_deleted",
+            "Finished jobs this server deleted (DeleteJob, or past their retention)",
+        )
+        deleted.add_metric([], self._service.deleter.deleted_jobs)
+        yield from (steps, chunks, reread, finished, resent, deleted)
 
 
 def register(

@@ -45,6 +45,7 @@ from storage.dynamodb.job_items import (
     transaction_conflict,
     transaction_lost,
 )
+from storage.errors import StorageUnavailable
 from storage.ports import ChunkRecord, ChunkState, JobRecord, LedgerSummary, Step, TaskRecord
 from storage.settings import DynamoDBSettings
 
@@ -53,6 +54,8 @@ __all__ = ["TABLE_SUFFIX", "DynamoDBJobStore"]
 TABLE_SUFFIX = "iterator"
 _CONFLICT_RETRIES = 6
 _UNSETTLED = ("ready", "leased")
+_DELETE_BATCHES = 8
+"""BatchWriteItem calls of one deletion in flight at once (25 deletes each)."""
 
 
 class DynamoDBJobStore:
@@ -353,6 +356,46 @@ class DynamoDBJobStore:
                     return False  # another booking swapped first
                 raise
         return True
+
+    async def delete_job(self, job_id: str) -> int:
+        # The job is one partition: one Query of its keys (pages of up to 1 MB), deletes in
+        # batches of 25 (eight batches at a time), the job item last so an interrupted call leaves it for a retry. The
+        # GSIs lose each item's entries with it.
+        pk = {"S": f"j#{job_id}"}
+        items: list[dict[str, Any]] = []
+        kwargs: dict[str, Any] = {
+            "KeyConditionExpression": "pk = :pk",
+            "ExpressionAttributeValues": {":pk": pk},
+            "ProjectionExpression": "pk, sk",
+            "ConsistentRead": True,
+        }
+        while True:
+            reply = await self._call("query", **kwargs)
+            items.extend(reply.get("Items", []))
+            if "LastEvaluatedKey" not in reply:
+                break
+            kwargs["ExclusiveStartKey"] = reply["LastEvaluatedKey"]
+        rest = [{"pk": pk, "sk": i["sk"]} for i in items if i["sk"]["S"] != "job"]
+        batches = [rest[start : start + 25] for start in range(0, len(rest), 25)]
+        for first in range(0, len(batches), _DELETE_BATCHES):
+            await asyncio.gather(
+                *(self._batch_delete(b) for b in batches[first : first + _DELETE_BATCHES])
+            )
+        if len(rest) < len(items):
+            await self._batch_delete([{"pk": pk, "sk": {"S": "job"}}])
+        return len(items)
+
+    async def _batch_delete(self, keys: list[dict[str, Any]]) -> None:
+        """Deletes the items (at most 25), again for any DynamoDB left unprocessed."""
+        requests = [{"DeleteRequest": {"Key": k}} for k in keys]
+        for attempt in range(_CONFLICT_RETRIES * 4):
+            with errors("batch_write_item"):
+                reply = await self._db.batch_write_item(RequestItems={self._table: requests})
+            requests = reply.get("UnprocessedItems", {}).get(self._table, [])
+            if not requests:
+                return
+            await asyncio.sleep(min(1.0, 0.01 * 2**attempt))
+        raise StorageUnavailable(f"dynamodb {self._table}: deletes left unprocessed")
 
     async def close(self) -> None:
         await self._client.close()

@@ -228,5 +228,12 @@ class JobStore(Protocol):
         does not exist. Never raises for a lost race, only for engine faults."""
         ...
 
+    async def delete_job(self, job_id: str) -> int:
+        """Removes every record of the job: its tasks, counters, chunks (and their keys), its
+        pace and the job record itself, the job record last, so a call interrupted part way
+        leaves the job listed and a retry removes the rest. Returns the records removed (0
+        for an unknown job: not an error). The caller decides whether the job may go."""
+        ...
+
     async def close(self) -> None:
         """Releases connections."""

@@ -49,6 +49,13 @@ class WorkQueue(Protocol):
         """Hides a received message for `visibility_s` from now (0: visible at once)."""
         ...
 
+    async def discard(self, queue: str, body_prefix: str) -> int:
+        """Deletes the queue's messages whose body starts with `body_prefix` (the messages of
+        one job), returning how many. Every such message visible now is deleted; one a
+        receiver holds at this moment may stay (on SQS, which cannot select by body) and is
+        then its receiver's to drop. Safe to repeat."""
+        ...
+
     async def depth(self, queue: str) -> int:
         """Messages in the queue, visible or not (approximate on SQS)."""
         ...

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -388,6 +388,29 @@ class SqliteJobStore:
             return cursor.rowcount == 1
 
         return await self._db.write(run)
+
+    async def delete_job(self, job_id: str) -> int:
+        # One transaction per table, the job record (with its counters) last: reads of the
+        # job stay whole until it goes, and an interrupted call leaves it to be retried.
+        # `secure_delete` zeroes the rows in the file; `scrub` truncates the WAL after.
+        def clear(table: str) -> Callable[[sqlite3.Connection], int]:
+            def run(conn: sqlite3.Connection) -> int:
+                return conn.execute(f"DELETE FROM {table} WHERE job_id = ?", (job_id,)).rowcount
+
+            return run
+
+        def last(conn: sqlite3.Connection) -> int:
+            counters = conn.execute("DELETE FROM iter_counter WHERE job_id = ?", (job_id,))
+            job = conn.execute("DELETE FROM iter_job WHERE job_id = ?", (job_id,))
+            return counters.rowcount + job.rowcount
+
+        removed = 0
+        for table in ("iter_chunk_keys", "iter_chunk", "iter_task"):
+            removed += await self._db.write(clear(table))
+        removed += await self._db.write(last)
+        if removed:
+            await self._db.scrub()
+        return removed
 
     async def close(self) -> None:
         await self._db.close()

@@ -157,6 +157,21 @@ class SqliteWorkQueue:
         if visibility_s <= 0:
             self._event(queue).set()
 
+    async def discard(self, queue: str, body_prefix: str) -> int:
+        # Every message of the queue, visible or held, is looked at (the queue index narrows
+        # it to this queue; a queue holds the work in flight, not history).
+        # Then the WAL is truncated, so no byte of the job's messages, sent or deleted
+        # before, stays in either file (`secure_delete` zeroes them in the database).
+        def run(conn: sqlite3.Connection) -> int:
+            return conn.execute(
+                "DELETE FROM queue_message WHERE queue = ? AND substr(body, 1, ?) = ?",
+                (queue, len(body_prefix), body_prefix),
+            ).rowcount
+
+        removed = await self._db.write(run)
+        await self._db.scrub()
+        return removed
+
     async def depth(self, queue: str) -> int:
         def run(conn: sqlite3.Connection) -> int:
             row = conn.execute(

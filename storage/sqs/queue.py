@@ -40,6 +40,10 @@ _errors = DriverErrors("sqs", (BotoCoreError, ClientError, OSError))
 _STALE = {"ReceiptHandleIsInvalid", "MessageNotInflight", "InvalidParameterValue"}
 _GONE = {"AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"}
 T = TypeVar("T")
+_DISCARD_MAX = 10_000
+"""Most messages one `discard` looks at (a queue holds work in flight, not history)."""
+_DISCARD_HIDE_S = 30
+"""How long `discard` hides the messages it keeps, should it fail before showing them."""
 
 
 def client_options(settings: SqsSettings) -> dict[str, Any]:
@@ -181,6 +185,48 @@ class SqsWorkQueue:
             except ClientError as exc:
                 if _code(exc) not in _STALE | _GONE:
                     raise
+
+    async def discard(self, queue: str, body_prefix: str) -> int:
+        # SQS cannot select messages by body: receive what is visible, ten at a time (up to
+        # `_DISCARD_MAX`), delete the matching ones and keep the others hidden until the
+        # pass ends (so it never sees one twice), then make them visible again at once.
+        # A message a worker holds meanwhile is not seen: that worker drops it (its job is
+        # gone). Should the pass fail, the others reappear after `_DISCARD_HIDE_S`.
+        url = self._urls[queue]
+        kept: list[str] = []
+        removed = 0
+        with _errors("discard"):
+            try:
+                while removed + len(kept) < _DISCARD_MAX:
+                    reply = await self._client.receive_message(
+                        QueueUrl=url,
+                        MaxNumberOfMessages=10,
+                        VisibilityTimeout=_DISCARD_HIDE_S,
+                        WaitTimeSeconds=0,
+                    )
+                    messages = reply.get("Messages", [])
+                    if not messages:
+                        break
+                    mine = [
+                        m["ReceiptHandle"] for m in messages if m["Body"].startswith(body_prefix)
+                    ]
+                    kept += [
+                        m["ReceiptHandle"]
+                        for m in messages
+                        if not m["Body"].startswith(body_prefix)
+                    ]
+                    await self.delete(queue, mine)
+                    removed += len(mine)
+            finally:
+                for start in range(0, len(kept), 10):
+                    await self._client.change_message_visibility_batch(
+                        QueueUrl=url,
+                        Entries=[
+                            {"Id": str(i), "ReceiptHandle": r, "VisibilityTimeout": 0}
+                            for i, r in enumerate(kept[start : start + 10])
+                        ],
+                    )
+        return removed
 
     async def depth(self, queue: str) -> int:
         async def run(url: str) -> dict[str, Any]:

@@ -328,3 +328,61 @@ async def test_concurrent_bookings_form_one_queue(job_store: JobStore) -> None:
     )
     assert sorted(waits) == [i / 10 for i in range(8)]
     assert await job_store.get_pace(job.job_id) == 50_800.0
+
+
+async def test_delete_job_removes_every_record_of_it(job_store: JobStore) -> None:
+    """delete_job removes the job, its tasks, counters, chunks (keys and acks) and pace;
+    another job is untouched; a second delete and an unknown id remove nothing."""
+    job, other = _job(created=2000), _job(created=2001)
+    for j in (job, other):
+        await job_store.create_job(j, ROOT, {"tasks.0": 1})
+    chunks = [_chunk(f"r/{i}", 4) for i in range(30)]
+    for seq, chunk in enumerate(chunks):
+        step = Step(
+            task=replace(ROOT, after=(seq,), seq=seq + 1),
+            new_tasks=[replace(ROOT, task_id=f"r.{seq}", level=1)],
+            chunk=chunk,
+            counters={"found.0": 4},
+        )
+        assert await job_store.commit_step(job.job_id, step, seq)
+    await job_store.lease_chunks(job.job_id, now_ms=10, lease_ms=10, max_objects=20, max_chunks=5)
+    await job_store.settle_chunks(job.job_id, ["r/0", "r/1"], "delivered")
+    assert await job_store.set_pace(job.job_id, 50.0, expected_ms=0.0)
+    assert await job_store.update_job(replace(job, state="completed", finished_ms=3), 1)
+
+    removed = await job_store.delete_job(job.job_id)
+    # the job, 31 tasks, 30 chunks (with their keys: one record or two, by engine), counters
+    assert removed >= 1 + 31 + 30 + 1
+    assert await job_store.get_job(job.job_id) is None
+    assert await job_store.get_task(job.job_id, "r") is None
+    assert await job_store.open_tasks(job.job_id) == []
+    assert await job_store.counters(job.job_id) == {}
+    assert await job_store.get_pace(job.job_id) is None
+    assert await job_store.leased_chunks(job.job_id, 100) == []
+    leased = await job_store.lease_chunks(
+        job.job_id, now_ms=10**12, lease_ms=10, max_objects=10**6, max_chunks=100
+    )
+    assert leased == []
+    ledger = await job_store.ledger(job.job_id, settled="delivered")
+    assert (ledger.tasks, ledger.chunks, ledger.objects) == (0, 0, 0)
+    listed = [j.job_id for j in await job_store.list_jobs(1000, None)]
+    assert job.job_id not in listed
+    assert other.job_id in listed
+    assert await job_store.get_task(other.job_id, "r") == ROOT
+    assert await job_store.counters(other.job_id) == {"tasks.0": 1}
+    assert await job_store.delete_job(job.job_id) == 0
+    assert await job_store.delete_job("e" * 32) == 0
+
+
+async def test_a_deleted_jobs_step_writes_nothing(job_store: JobStore) -> None:
+    """A straggling worker's step of a deleted job is refused: its task is gone."""
+    job = _job()
+    await job_store.create_job(job, ROOT, {"tasks.0": 1})
+    await job_store.delete_job(job.job_id)
+    step = Step(
+        task=replace(ROOT, after=(1,), seq=1), new_tasks=[], chunk=_chunk("r/0", 2), counters={}
+    )
+    assert await job_store.commit_step(job.job_id, step, 0) is False
+    ledger = await job_store.ledger(job.job_id, settled="delivered")
+    assert (ledger.tasks, ledger.chunks) == (0, 0)
+    assert await job_store.get_job(job.job_id) is None

@@ -74,3 +74,28 @@ async def test_visibility_can_be_changed(work_queue: WorkQueue) -> None:
     again = await eventually(receive, bool, timeout_s=10, interval_s=0.1)
     assert again[0].body == "peek"
     assert await work_queue.depth("a") == 1
+
+
+async def test_discard_deletes_the_messages_of_one_prefix(work_queue: WorkQueue) -> None:
+    """discard removes every visible message whose body starts with the prefix, in that
+    queue only; the others stay receivable at once (not left hidden), and again is 0."""
+    await work_queue.send("a", [f'["job1","t{i}",0]' for i in range(12)])
+    await work_queue.send("a", ['["job2","t0",0]', '["job10","t0",0]'])
+    await work_queue.send("b", ['["job1","t0",0]'])
+    assert await work_queue.discard("a", '["job1",') == 12
+    assert await work_queue.discard("a", '["job1",') == 0
+    got: list[str] = []
+    for _ in range(3):
+        batch = await work_queue.receive("a", max_messages=10, visibility_s=30, wait_s=1)
+        got += [m.body for m in batch]
+        if len(got) >= 2:
+            break
+    assert sorted(got) == ['["job10","t0",0]', '["job2","t0",0]']
+    other = await work_queue.receive("b", max_messages=10, visibility_s=30, wait_s=1)
+    assert [m.body for m in other] == ['["job1","t0",0]']
+
+
+async def test_discard_of_an_empty_queue_is_nothing(work_queue: WorkQueue) -> None:
+    """Discarding from an empty queue removes nothing and fails nothing."""
+    assert await work_queue.discard("a", '["nojob",') == 0
+    assert await work_queue.depth("a") == 0

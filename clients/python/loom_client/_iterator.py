@@ -127,3 +127,15 @@ class IteratorClient(ServiceClient):
     ) -> iterator_pb2.ListJobsResponse:
         """One page of jobs, newest first."""
         return await self._unary(self._stub.ListJobs, request, timeout, metadata, retry)
+
+    async def delete_job(
+        self,
+        request: iterator_pb2.DeleteJobRequest,
+        *,
+        timeout: float | None = None,
+        metadata: Metadata = (),
+        retry: RetryPolicy | None = None,
+    ) -> iterator_pb2.DeleteJobResponse:
+        """Deletes a finished or cancelled job and everything stored for it (idempotent:
+        an unknown or already deleted job is not an error)."""
+        return await self._unary(self._stub.DeleteJob, request, timeout, metadata, retry)

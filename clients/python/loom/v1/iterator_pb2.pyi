@@ -693,3 +693,55 @@ class ListJobsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListJobsResponse: _TypeAlias = ListJobsResponse  # noqa: Y015
+
+@_typing.final
+class DeleteJobRequest(_message.Message):
+    """The request of DeleteJob."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.str
+    """The job."""
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteJobRequest: _TypeAlias = DeleteJobRequest  # noqa: Y015
+
+@_typing.final
+class DeleteJobResponse(_message.Message):
+    """The response of DeleteJob."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DELETED_FIELD_NUMBER: _builtins.int
+    RECORDS_REMOVED_FIELD_NUMBER: _builtins.int
+    deleted: _builtins.bool
+    """True when this call found the job and deleted it; false when there was
+    nothing to delete (an unknown or already deleted job id).
+    """
+    records_removed: _builtins.int
+    """Stored records this call removed (job, ranges, counters, chunks, queued
+    work messages).
+    """
+    def __init__(
+        self,
+        *,
+        deleted: _builtins.bool = ...,
+        records_removed: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deleted", b"deleted", "records_removed", b"records_removed"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteJobResponse: _TypeAlias = DeleteJobResponse  # noqa: Y015

@@ -87,6 +87,11 @@ class IteratorStub:
                 request_serializer=loom_dot_v1_dot_iterator__pb2.ListJobsRequest.SerializeToString,
                 response_deserializer=loom_dot_v1_dot_iterator__pb2.ListJobsResponse.FromString,
                 _registered_method=True)
+        self.DeleteJob = channel.unary_unary(
+                '/loom.v1.Iterator/DeleteJob',
+                request_serializer=loom_dot_v1_dot_iterator__pb2.DeleteJobRequest.SerializeToString,
+                response_deserializer=loom_dot_v1_dot_iterator__pb2.DeleteJobResponse.FromString,
+                _registered_method=True)
 
 
 class IteratorServicer:
@@ -180,6 +185,25 @@ class IteratorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeleteJob(self, request, context):
+        """Deletes a finished job (completed, failed or cancelled): its record and
+        scope, its ranges and counters, its chunk ledger, and its work messages
+        still queued. Synchronous: it answers once every record of the job is
+        removed (one transaction on SQLite, one partition on DynamoDB), so from
+        then on GetJob, StreamObjects and AckObjects answer NOT_FOUND for it and
+        ListJobs does not list it. Queued work messages are removed with it on
+        the embedded queue; on SQS those visible are removed and any a worker
+        holds at that moment is dropped by that worker (a message names only the
+        job, a range and a step). A running or paused job: FAILED_PRECONDITION
+        (cancel it first). The server also deletes finished jobs by itself after
+        `iterator.finished_job_retention_s`.
+        Idempotent, safe to retry: an unknown or already deleted job id is not an
+        error and does nothing; a retry after an interrupted call removes the rest.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_IteratorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -227,6 +251,11 @@ def add_IteratorServicer_to_server(servicer, server):
                     servicer.ListJobs,
                     request_deserializer=loom_dot_v1_dot_iterator__pb2.ListJobsRequest.FromString,
                     response_serializer=loom_dot_v1_dot_iterator__pb2.ListJobsResponse.SerializeToString,
+            ),
+            'DeleteJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteJob,
+                    request_deserializer=loom_dot_v1_dot_iterator__pb2.DeleteJobRequest.FromString,
+                    response_serializer=loom_dot_v1_dot_iterator__pb2.DeleteJobResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -480,6 +509,33 @@ class Iterator:
             '/loom.v1.Iterator/ListJobs',
             loom_dot_v1_dot_iterator__pb2.ListJobsRequest.SerializeToString,
             loom_dot_v1_dot_iterator__pb2.ListJobsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/loom.v1.Iterator/DeleteJob',
+            loom_dot_v1_dot_iterator__pb2.DeleteJobRequest.SerializeToString,
+            loom_dot_v1_dot_iterator__pb2.DeleteJobResponse.FromString,
             options,
             channel_credentials,
             insecure,

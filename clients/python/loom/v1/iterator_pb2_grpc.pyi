@@ -85,6 +85,21 @@ class IteratorStub:
     """Lists jobs, newest first.
     Idempotent, safe to retry: a read.
     """
+    DeleteJob: _grpc.UnaryUnaryMultiCallable[_iterator_pb2.DeleteJobRequest, _iterator_pb2.DeleteJobResponse]
+    """Deletes a finished job (completed, failed or cancelled): its record and
+    scope, its ranges and counters, its chunk ledger, and its work messages
+    still queued. Synchronous: it answers once every record of the job is
+    removed (one transaction on SQLite, one partition on DynamoDB), so from
+    then on GetJob, StreamObjects and AckObjects answer NOT_FOUND for it and
+    ListJobs does not list it. Queued work messages are removed with it on
+    the embedded queue; on SQS those visible are removed and any a worker
+    holds at that moment is dropped by that worker (a message names only the
+    job, a range and a step). A running or paused job: FAILED_PRECONDITION
+    (cancel it first). The server also deletes finished jobs by itself after
+    `iterator.finished_job_retention_s`.
+    Idempotent, safe to retry: an unknown or already deleted job id is not an
+    error and does nothing; a retry after an interrupted call removes the rest.
+    """
 
 @_typing.type_check_only
 class IteratorAsyncStub(IteratorStub):
@@ -142,6 +157,21 @@ class IteratorAsyncStub(IteratorStub):
     ListJobs: _aio.UnaryUnaryMultiCallable[_iterator_pb2.ListJobsRequest, _iterator_pb2.ListJobsResponse]  # type: ignore[assignment]
     """Lists jobs, newest first.
     Idempotent, safe to retry: a read.
+    """
+    DeleteJob: _aio.UnaryUnaryMultiCallable[_iterator_pb2.DeleteJobRequest, _iterator_pb2.DeleteJobResponse]  # type: ignore[assignment]
+    """Deletes a finished job (completed, failed or cancelled): its record and
+    scope, its ranges and counters, its chunk ledger, and its work messages
+    still queued. Synchronous: it answers once every record of the job is
+    removed (one transaction on SQLite, one partition on DynamoDB), so from
+    then on GetJob, StreamObjects and AckObjects answer NOT_FOUND for it and
+    ListJobs does not list it. Queued work messages are removed with it on
+    the embedded queue; on SQS those visible are removed and any a worker
+    holds at that moment is dropped by that worker (a message names only the
+    job, a range and a step). A running or paused job: FAILED_PRECONDITION
+    (cancel it first). The server also deletes finished jobs by itself after
+    `iterator.finished_job_retention_s`.
+    Idempotent, safe to retry: an unknown or already deleted job id is not an
+    error and does nothing; a retry after an interrupted call removes the rest.
     """
 
 class IteratorServicer(metaclass=_abc_1.ABCMeta):
@@ -251,6 +281,27 @@ class IteratorServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_iterator_pb2.ListJobsResponse, _abc.Awaitable[_iterator_pb2.ListJobsResponse]]:
         """Lists jobs, newest first.
         Idempotent, safe to retry: a read.
+        """
+
+    @_abc_1.abstractmethod
+    def DeleteJob(
+        self,
+        request: _iterator_pb2.DeleteJobRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_iterator_pb2.DeleteJobResponse, _abc.Awaitable[_iterator_pb2.DeleteJobResponse]]:
+        """Deletes a finished job (completed, failed or cancelled): its record and
+        scope, its ranges and counters, its chunk ledger, and its work messages
+        still queued. Synchronous: it answers once every record of the job is
+        removed (one transaction on SQLite, one partition on DynamoDB), so from
+        then on GetJob, StreamObjects and AckObjects answer NOT_FOUND for it and
+        ListJobs does not list it. Queued work messages are removed with it on
+        the embedded queue; on SQS those visible are removed and any a worker
+        holds at that moment is dropped by that worker (a message names only the
+        job, a range and a step). A running or paused job: FAILED_PRECONDITION
+        (cancel it first). The server also deletes finished jobs by itself after
+        `iterator.finished_job_retention_s`.
+        Idempotent, safe to retry: an unknown or already deleted job id is not an
+        error and does nothing; a retry after an interrupted call removes the rest.
         """
 
 def add_IteratorServicer_to_server(servicer: IteratorServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
