@@ -15,6 +15,7 @@ from loom.v1 import iterator_pb2, iterator_pb2_grpc
 from server.iterator import convert
 from server.iterator.service import IteratorService
 from server.iterator.settings import IteratorLevel, IteratorSettings
+from server.runtime.erasures import ErasureRecorder
 from server.runtime.policies import MethodPolicy
 
 __all__ = ["POLICIES", "IteratorHandler"]
@@ -31,7 +32,7 @@ POLICIES: dict[str, MethodPolicy] = {
     _S + "CancelJob": MethodPolicy(max_concurrency=16, max_waiting=32, deadline_s=5.0),
     _S + "ListJobs": MethodPolicy(max_concurrency=16, max_waiting=32, deadline_s=10.0),
     _S + "DeleteJob": MethodPolicy(
-        max_concurrency=8, max_waiting=32, deadline_s=60.0, scope="iterator:write"
+        max_concurrency=8, max_waiting=32, deadline_s=60.0, scope="iterator:admin"
     ),
 }
 
@@ -44,10 +45,12 @@ class IteratorHandler(iterator_pb2_grpc.IteratorServicer):
         service: IteratorService,
         levels: Sequence[IteratorLevel],
         settings: IteratorSettings,
+        erasures: ErasureRecorder,
     ) -> None:
         self._service = service
         self._levels = levels
         self._settings = settings
+        self._erasures = erasures
 
     async def StartIteration(  # noqa: N802 - gRPC method name
         self, request: iterator_pb2.StartIterationRequest, context: grpc.aio.ServicerContext
@@ -115,4 +118,7 @@ class IteratorHandler(iterator_pb2_grpc.IteratorServicer):
     ) -> iterator_pb2.DeleteJobResponse:
         job_id = convert.job_id_from_proto(request.job_id)
         done = await self._service.delete_job(job_id)
+        # Recorded once deleted (a running job is refused, and must not be deleted by a
+        # later restore): a backup taken before restores the job, the log removes it again.
+        await self._erasures.erased("iterator", [job_id])
         return iterator_pb2.DeleteJobResponse(deleted=done.deleted, records_removed=done.records)

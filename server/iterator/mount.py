@@ -90,7 +90,9 @@ async def mount(server: grpc.aio.Server, settings: Settings, resources: Resource
     register(resources.metrics, workers, service, levels.names)
     workers.start()
     service.start()
-    iterator_pb2_grpc.add_IteratorServicer_to_server(IteratorHandler(service, s.levels, s), server)
+    iterator_pb2_grpc.add_IteratorServicer_to_server(
+        IteratorHandler(service, s.levels, s, resources.erasure_log()), server
+    )
     return Mounted(closers=[*closers, workers.stop, service.stop])
 
 

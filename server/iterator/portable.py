@@ -46,6 +46,20 @@ class JobData:
             yield "jobs", page
             before = (jobs[-1].created_ms, jobs[-1].job_id)
 
+    async def subjects(self) -> AsyncIterator[str]:
+        """Job ids: `DeleteJob` records the job it deleted in the erasure log."""
+        before: tuple[int, str] | None = None
+        while jobs := await self.store.list_jobs(PAGE, before):
+            for job in jobs:
+                yield job.job_id
+            before = (jobs[-1].created_ms, jobs[-1].job_id)
+
+    async def erase(self, subjects: Sequence[str]) -> None:
+        """Deletes the jobs and everything stored for them (a restored store has no work in
+        flight to refuse: a job restored running is deleted too, as it was before)."""
+        for job_id in subjects:
+            await self.store.delete_job(job_id)
+
     async def load(self, kind: str, records: Sequence[Message]) -> None:
         for record in (as_record(r, dump_pb2.JobDumpRecord) for r in records):
             if record.state not in FINISHED:
