@@ -3,7 +3,7 @@ CPU stage's process pool, the pipeline's stages and the servicer.
 
 The pool uses ``forkserver``: its workers descend from a clean helper process, never from
 this one, which by now holds gRPC's threads (forking those is unsafe). Closers run in
-reverse: the pipeline stops, the pool shuts down (pending work cancelled), the store closes.
+reverse: running erasures stop, the pipeline stops, the pool shuts down (pending work cancelled), the store closes.
 """
 
 from __future__ import annotations
@@ -54,14 +54,15 @@ async def mount(server: grpc.aio.Server, settings: Settings, resources: Resource
     guarded = guard_store(store, resources.breaker(settings.storage.templates_store))
     pipeline = Pipeline(guarded, t, executor, params)
     pipeline.start()
+    service = TemplateInductionService(guarded, pipeline, scans=guarded)
     templates_pb2_grpc.add_TemplateInductionServicer_to_server(
-        TemplateInductionHandler(TemplateInductionService(guarded, pipeline), t), server
+        TemplateInductionHandler(service, t), server
     )
 
     async def stop_pool() -> None:
         await asyncio.to_thread(executor.shutdown, wait=True, cancel_futures=True)
 
-    return Mounted(closers=[store.close, stop_pool, pipeline.stop])
+    return Mounted(closers=[store.close, stop_pool, pipeline.stop, service.operations.stop])
 
 
 async def _open_data(settings: Settings) -> ServiceData:
