@@ -66,7 +66,7 @@ class SummaryHandler(summary_pb2_grpc.SummaryServicer):
 
     async def EraseRecipients(  # noqa: N802
         self,
-        request: summary_pb2.EraseSummaryRecipientsRequest,
+        request: summary_pb2.SummaryEraseRecipientsRequest,
         context: grpc.aio.ServicerContext,
     ) -> common_pb2.Operation:
         ids = convert.ids_from_proto(

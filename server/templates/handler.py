@@ -89,7 +89,7 @@ class TemplateInductionHandler(templates_pb2_grpc.TemplateInductionServicer):
 
     async def EraseRecipients(  # noqa: N802
         self,
-        request: templates_pb2.EraseTemplateRecipientsRequest,
+        request: templates_pb2.TemplateInductionEraseRecipientsRequest,
         context: grpc.aio.ServicerContext,
     ) -> common_pb2.Operation:
         ids = ids_from_proto("recipient_ids", request.recipient_ids, max_bytes=convert.MAX_ID_BYTES)

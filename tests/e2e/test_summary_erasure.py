@@ -81,7 +81,7 @@ async def test_erased_recipient_leaves_every_exact_set(server: Running) -> None:
     s = stub(server)
     for i in range(4):
         await record(s, f"er-{i}", "erase-me", f"keep-{i}")
-    request = summary_pb2.EraseSummaryRecipientsRequest(recipient_ids=["erase-me", "unknown"])
+    request = summary_pb2.SummaryEraseRecipientsRequest(recipient_ids=["erase-me", "unknown"])
     op = await s.EraseRecipients(request)
     assert op.operation_id and op.kind == "erase_recipients"
     done = await wait_done(s.GetOperation, op.operation_id)
@@ -110,10 +110,10 @@ async def test_malformed_ids_name_each_bad_field(server: Running) -> None:
         )
     assert set(violations(bad.value)) == {"message_ids[1]", "message_ids[2]"}
     with pytest.raises(grpc.aio.AioRpcError) as nul:
-        await s.EraseRecipients(summary_pb2.EraseSummaryRecipientsRequest(recipient_ids=["a\0"]))
+        await s.EraseRecipients(summary_pb2.SummaryEraseRecipientsRequest(recipient_ids=["a\0"]))
     assert set(violations(nul.value)) == {"recipient_ids[0]"}
     with pytest.raises(grpc.aio.AioRpcError) as none:
-        await s.EraseRecipients(summary_pb2.EraseSummaryRecipientsRequest())
+        await s.EraseRecipients(summary_pb2.SummaryEraseRecipientsRequest())
     assert set(violations(none.value)) == {"recipient_ids"}
     with pytest.raises(grpc.aio.AioRpcError) as unknown:
         await s.GetOperation(common_pb2.GetOperationRequest(operation_id="nope"))
@@ -136,7 +136,7 @@ async def test_erasure_needs_the_admin_scope(tmp_path: Path) -> None:
 
     async with running_server(settings) as running:
         s = stub(running)
-        erase = summary_pb2.EraseSummaryRecipientsRequest(recipient_ids=["r"])
+        erase = summary_pb2.SummaryEraseRecipientsRequest(recipient_ids=["r"])
         writer, admin = bearer("summary:write"), bearer("summary:admin")
         await s.DeleteMessageSummaries(
             summary_pb2.DeleteMessageSummariesRequest(message_ids=["m"]), metadata=writer

@@ -60,7 +60,8 @@ async def test_erasure_removes_the_id_from_every_exact_set(store: SqliteSummaryS
     service.erase_page = 2
     for i in range(5):
         await service.record(
-            f"m{i}", [DeliveryEvent("erased", R), DeliveryEvent("kept", D), DeliveryEvent("erased", F)]
+            f"m{i}",
+            [DeliveryEvent("erased", R), DeliveryEvent("kept", D), DeliveryEvent("erased", F)],
         )
     op = await service.erase_recipients(["erased", "nobody"])
     await service.operations.wait(op.operation_id)

@@ -309,7 +309,7 @@ class DeleteMessageSummariesResponse(_message.Message):
 Global___DeleteMessageSummariesResponse: _TypeAlias = DeleteMessageSummariesResponse  # noqa: Y015
 
 @_typing.final
-class EraseSummaryRecipientsRequest(_message.Message):
+class SummaryEraseRecipientsRequest(_message.Message):
     """The request of Summary's EraseRecipients."""
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -330,4 +330,4 @@ class EraseSummaryRecipientsRequest(_message.Message):
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
-Global___EraseSummaryRecipientsRequest: _TypeAlias = EraseSummaryRecipientsRequest  # noqa: Y015
+Global___SummaryEraseRecipientsRequest: _TypeAlias = SummaryEraseRecipientsRequest  # noqa: Y015

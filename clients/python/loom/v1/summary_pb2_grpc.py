@@ -56,7 +56,7 @@ class SummaryStub:
                 _registered_method=True)
         self.EraseRecipients = channel.unary_unary(
                 '/loom.v1.Summary/EraseRecipients',
-                request_serializer=loom_dot_v1_dot_summary__pb2.EraseSummaryRecipientsRequest.SerializeToString,
+                request_serializer=loom_dot_v1_dot_summary__pb2.SummaryEraseRecipientsRequest.SerializeToString,
                 response_deserializer=loom_dot_v1_dot_common__pb2.Operation.FromString,
                 _registered_method=True)
         self.GetOperation = channel.unary_unary(
@@ -149,7 +149,7 @@ def add_SummaryServicer_to_server(servicer, server):
             ),
             'EraseRecipients': grpc.unary_unary_rpc_method_handler(
                     servicer.EraseRecipients,
-                    request_deserializer=loom_dot_v1_dot_summary__pb2.EraseSummaryRecipientsRequest.FromString,
+                    request_deserializer=loom_dot_v1_dot_summary__pb2.SummaryEraseRecipientsRequest.FromString,
                     response_serializer=loom_dot_v1_dot_common__pb2.Operation.SerializeToString,
             ),
             'GetOperation': grpc.unary_unary_rpc_method_handler(
@@ -268,7 +268,7 @@ class Summary:
             request,
             target,
             '/loom.v1.Summary/EraseRecipients',
-            loom_dot_v1_dot_summary__pb2.EraseSummaryRecipientsRequest.SerializeToString,
+            loom_dot_v1_dot_summary__pb2.SummaryEraseRecipientsRequest.SerializeToString,
             loom_dot_v1_dot_common__pb2.Operation.FromString,
             options,
             channel_credentials,

@@ -57,7 +57,7 @@ class SummaryStub:
     after the deletion are ignored too.
     Idempotent, safe to retry: deleting twice is deleting once.
     """
-    EraseRecipients: _grpc.UnaryUnaryMultiCallable[_summary_pb2.EraseSummaryRecipientsRequest, _common_pb2.Operation]
+    EraseRecipients: _grpc.UnaryUnaryMultiCallable[_summary_pb2.SummaryEraseRecipientsRequest, _common_pb2.Operation]
     """Erases recipients from every summary, for a subject's erasure (needs summary:admin).
     Every exact recipient set loses these ids and its count drops accordingly. An
     estimated set (CPC sketch, linear-counting bitmap, HyperLogLog) cannot forget one
@@ -103,7 +103,7 @@ class SummaryAsyncStub(SummaryStub):
     after the deletion are ignored too.
     Idempotent, safe to retry: deleting twice is deleting once.
     """
-    EraseRecipients: _aio.UnaryUnaryMultiCallable[_summary_pb2.EraseSummaryRecipientsRequest, _common_pb2.Operation]  # type: ignore[assignment]
+    EraseRecipients: _aio.UnaryUnaryMultiCallable[_summary_pb2.SummaryEraseRecipientsRequest, _common_pb2.Operation]  # type: ignore[assignment]
     """Erases recipients from every summary, for a subject's erasure (needs summary:admin).
     Every exact recipient set loses these ids and its count drops accordingly. An
     estimated set (CPC sketch, linear-counting bitmap, HyperLogLog) cannot forget one
@@ -168,7 +168,7 @@ class SummaryServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
     def EraseRecipients(
         self,
-        request: _summary_pb2.EraseSummaryRecipientsRequest,
+        request: _summary_pb2.SummaryEraseRecipientsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_common_pb2.Operation, _abc.Awaitable[_common_pb2.Operation]]:
         """Erases recipients from every summary, for a subject's erasure (needs summary:admin).

@@ -645,7 +645,7 @@ class InductionStats(_message.Message):
 Global___InductionStats: _TypeAlias = InductionStats  # noqa: Y015
 
 @_typing.final
-class EraseTemplateRecipientsRequest(_message.Message):
+class TemplateInductionEraseRecipientsRequest(_message.Message):
     """The request of TemplateInduction's EraseRecipients."""
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -666,4 +666,4 @@ class EraseTemplateRecipientsRequest(_message.Message):
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
-Global___EraseTemplateRecipientsRequest: _TypeAlias = EraseTemplateRecipientsRequest  # noqa: Y015
+Global___TemplateInductionEraseRecipientsRequest: _TypeAlias = TemplateInductionEraseRecipientsRequest  # noqa: Y015

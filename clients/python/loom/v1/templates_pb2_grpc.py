@@ -68,7 +68,7 @@ class TemplateInductionStub:
                 _registered_method=True)
         self.EraseRecipients = channel.unary_unary(
                 '/loom.v1.TemplateInduction/EraseRecipients',
-                request_serializer=loom_dot_v1_dot_templates__pb2.EraseTemplateRecipientsRequest.SerializeToString,
+                request_serializer=loom_dot_v1_dot_templates__pb2.TemplateInductionEraseRecipientsRequest.SerializeToString,
                 response_deserializer=loom_dot_v1_dot_common__pb2.Operation.FromString,
                 _registered_method=True)
         self.GetOperation = channel.unary_unary(
@@ -188,7 +188,7 @@ def add_TemplateInductionServicer_to_server(servicer, server):
             ),
             'EraseRecipients': grpc.unary_unary_rpc_method_handler(
                     servicer.EraseRecipients,
-                    request_deserializer=loom_dot_v1_dot_templates__pb2.EraseTemplateRecipientsRequest.FromString,
+                    request_deserializer=loom_dot_v1_dot_templates__pb2.TemplateInductionEraseRecipientsRequest.FromString,
                     response_serializer=loom_dot_v1_dot_common__pb2.Operation.SerializeToString,
             ),
             'GetOperation': grpc.unary_unary_rpc_method_handler(
@@ -363,7 +363,7 @@ class TemplateInduction:
             request,
             target,
             '/loom.v1.TemplateInduction/EraseRecipients',
-            loom_dot_v1_dot_templates__pb2.EraseTemplateRecipientsRequest.SerializeToString,
+            loom_dot_v1_dot_templates__pb2.TemplateInductionEraseRecipientsRequest.SerializeToString,
             loom_dot_v1_dot_common__pb2.Operation.FromString,
             options,
             channel_credentials,

@@ -64,7 +64,7 @@ class TemplateInductionStub:
     templates formed, queue depths. Counts only, never content.
     Idempotent, safe to retry: a read.
     """
-    EraseRecipients: _grpc.UnaryUnaryMultiCallable[_templates_pb2.EraseTemplateRecipientsRequest, _common_pb2.Operation]
+    EraseRecipients: _grpc.UnaryUnaryMultiCallable[_templates_pb2.TemplateInductionEraseRecipientsRequest, _common_pb2.Operation]
     """Erases recipients, for a subject's erasure (needs templates:admin): every stored
     email of theirs and every recipient row (the keyed hash of their id) is removed
     from every cluster. A template already formed keeps only what at least k distinct
@@ -119,7 +119,7 @@ class TemplateInductionAsyncStub(TemplateInductionStub):
     templates formed, queue depths. Counts only, never content.
     Idempotent, safe to retry: a read.
     """
-    EraseRecipients: _aio.UnaryUnaryMultiCallable[_templates_pb2.EraseTemplateRecipientsRequest, _common_pb2.Operation]  # type: ignore[assignment]
+    EraseRecipients: _aio.UnaryUnaryMultiCallable[_templates_pb2.TemplateInductionEraseRecipientsRequest, _common_pb2.Operation]  # type: ignore[assignment]
     """Erases recipients, for a subject's erasure (needs templates:admin): every stored
     email of theirs and every recipient row (the keyed hash of their id) is removed
     from every cluster. A template already formed keeps only what at least k distinct
@@ -205,7 +205,7 @@ class TemplateInductionServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
     def EraseRecipients(
         self,
-        request: _templates_pb2.EraseTemplateRecipientsRequest,
+        request: _templates_pb2.TemplateInductionEraseRecipientsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_common_pb2.Operation, _abc.Awaitable[_common_pb2.Operation]]:
         """Erases recipients, for a subject's erasure (needs templates:admin): every stored
