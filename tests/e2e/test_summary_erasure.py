@@ -3,7 +3,7 @@ summary engine."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import replace
 from pathlib import Path
 
@@ -50,16 +50,16 @@ async def record(s: summary_pb2_grpc.SummaryStub, message_id: str, *ids: str) ->
     return (await s.RecordDeliveryEvents(request)).recorded
 
 
-async def code_of(call: object) -> grpc.StatusCode:
+async def code_of(call: Awaitable[object]) -> grpc.StatusCode:
     try:
-        await call  # type: ignore[misc]
+        await call
     except grpc.aio.AioRpcError as exc:
         return exc.code()
     return grpc.StatusCode.OK
 
 
-def get(s: summary_pb2_grpc.SummaryStub, message_id: str) -> object:
-    return s.GetMessageSummary(summary_pb2.GetMessageSummaryRequest(message_id=message_id))
+async def get(s: summary_pb2_grpc.SummaryStub, message_id: str) -> summary_pb2.MessageSummary:
+    return await s.GetMessageSummary(summary_pb2.GetMessageSummaryRequest(message_id=message_id))
 
 
 async def test_deleted_summary_stays_deleted(server: Running) -> None:
@@ -83,18 +83,21 @@ async def test_erased_recipient_leaves_every_exact_set(server: Running) -> None:
         await record(s, f"er-{i}", "erase-me", f"keep-{i}")
     request = summary_pb2.SummaryEraseRecipientsRequest(recipient_ids=["erase-me", "unknown"])
     op = await s.EraseRecipients(request)
-    assert op.operation_id and op.kind == "erase_recipients"
+    assert op.operation_id
+    assert op.kind == "erase_recipients"
     done = await wait_done(s.GetOperation, op.operation_id)
-    assert done.progress.done >= 4 and done.progress.total == done.progress.done
+    assert done.progress.done >= 4
+    assert done.progress.total == done.progress.done
     for i in range(4):
         got = await get(s, f"er-{i}")
-        delivered, read, failed = got.statuses  # type: ignore[attr-defined]
+        delivered, read, failed = got.statuses
         for status in (delivered, read):
-            assert list(status.recipient_ids) == [f"keep-{i}"] and status.count == 1
+            assert list(status.recipient_ids) == [f"keep-{i}"]
+            assert status.count == 1
         assert failed.count == 0
     again = await s.EraseRecipients(request)  # idempotent: a second erasure finds nothing
     await wait_done(s.GetOperation, again.operation_id)
-    assert list((await get(s, "er-0")).statuses[0].recipient_ids) == ["keep-0"]  # type: ignore[attr-defined]
+    assert list((await get(s, "er-0")).statuses[0].recipient_ids) == ["keep-0"]
 
 
 async def test_malformed_ids_name_each_bad_field(server: Running) -> None:

@@ -74,7 +74,8 @@ async def formed(
 async def erase(s: templates_pb2_grpc.TemplateInductionStub, *ids: str) -> common_pb2.Operation:
     request = templates_pb2.TemplateInductionEraseRecipientsRequest(recipient_ids=list(ids))
     op = await s.EraseRecipients(request)
-    assert op.operation_id and op.kind == "erase_recipients"
+    assert op.operation_id
+    assert op.kind == "erase_recipients"
     return await wait_done(s.GetOperation, op.operation_id)
 
 
@@ -117,11 +118,15 @@ async def test_no_hash_of_the_erased_recipient_is_left_in_sqlite(server: Running
     s, sender = stub(server), "bytes@shop.example"
     await formed(s, sender, [f"b-user-{i}" for i in range(K)])
     digest = recipient_hash("b-user-2", settings.templates.recipient_hash_key.encode()).encode()
-    files = list(Path(settings.sqlite.data_dir).glob("templates.sqlite3*"))
-    assert any(digest in f.read_bytes() for f in files)
+    data_dir = Path(settings.sqlite.data_dir)
+    assert holding(data_dir, digest)
     await erase(s, "b-user-2")
-    for f in Path(settings.sqlite.data_dir).glob("templates.sqlite3*"):
-        assert digest not in f.read_bytes(), f.name
+    assert holding(data_dir, digest) == []
+
+
+def holding(data_dir: Path, needle: bytes) -> list[str]:
+    """The names of the template store's files (database, WAL) that hold `needle`."""
+    return [f.name for f in data_dir.glob("templates.sqlite3*") if needle in f.read_bytes()]
 
 
 async def test_malformed_ids_name_each_bad_field(server: Running) -> None:
