@@ -13,6 +13,8 @@ import pytest
 import pytest_asyncio
 from loom.v1 import common_pb2, templates_pb2, templates_pb2_grpc
 
+from server.config import AuthSettings
+from server.runtime.auth import mint_token
 from server.templates.model import recipient_hash
 from storage.engines import TEMPLATE_STORES
 from tests.conftest import selected_engines
@@ -150,3 +152,28 @@ async def test_malformed_ids_name_each_bad_field(server: Running) -> None:
     with pytest.raises(grpc.aio.AioRpcError) as unknown:
         await s.GetOperation(common_pb2.GetOperationRequest(operation_id="nope"))
     assert unknown.value.code() is grpc.StatusCode.NOT_FOUND
+
+
+async def test_erasure_needs_the_admin_scope(tmp_path: Path) -> None:
+    """templates:write may submit but not erase; templates:admin may."""
+    secret = tmp_path / "jwt.secret"
+    secret.write_bytes(b"t" * 48)
+    settings = replace(
+        settings_for("sqlite", tmp_path), auth=AuthSettings(jwt_secret_file=str(secret))
+    )
+
+    def bearer(*scopes: str) -> tuple[tuple[str, str], ...]:
+        return (("authorization", f"Bearer {mint_token(settings.auth, scopes, 60)}"),)
+
+    async with running_server(settings) as running:
+        s = stub(running)
+        request = templates_pb2.TemplateInductionEraseRecipientsRequest(recipient_ids=["r"])
+        with pytest.raises(grpc.aio.AioRpcError) as denied:
+            await s.EraseRecipients(request, metadata=bearer("templates:write"))
+        assert denied.value.code() is grpc.StatusCode.PERMISSION_DENIED
+        admin = bearer("templates:admin")
+        op = await s.EraseRecipients(request, metadata=admin)
+        read = await s.GetOperation(
+            common_pb2.GetOperationRequest(operation_id=op.operation_id), metadata=admin
+        )
+        assert read.operation_id == op.operation_id

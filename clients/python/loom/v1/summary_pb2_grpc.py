@@ -111,8 +111,9 @@ class SummaryServicer:
         member: it holds only hashed bits, no identifier, so its count is left as it is
         and nothing in it names the recipient. Every summary must be scanned, so this
         answers at once with a background operation (read it back with GetOperation);
-        from the answer on, this server's reads already leave the ids out. Events recorded
-        for an erased recipient after the answer are new data and are kept.
+        from the answer on, this server's reads already leave the ids out. An event for an
+        erased recipient recorded while the operation runs may be erased with it; once the
+        operation is DONE, new events are new data and are kept.
         Idempotent, safe to retry: erasing twice is erasing once; unknown ids change nothing.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

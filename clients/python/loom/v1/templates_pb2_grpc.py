@@ -140,8 +140,9 @@ class TemplateInductionServicer:
         are dropped (the cluster is unformed again, and forms anew once k recipients'
         emails arrive). Counters in GetInductionStats are counts only and hold no
         identifier. Every cluster must be scanned, so this answers at once with a
-        background operation (read it back with GetOperation). Emails of an erased
-        recipient submitted after the answer are new data and are kept.
+        background operation (read it back with GetOperation). Emails of these recipients
+        still queued on this server, or submitted to it while the operation runs, are not
+        stored; once it is DONE, new emails are new data and are kept.
         Idempotent, safe to retry: erasing twice is erasing once; unknown ids change nothing.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

@@ -73,8 +73,9 @@ class TemplateInductionStub:
     are dropped (the cluster is unformed again, and forms anew once k recipients'
     emails arrive). Counters in GetInductionStats are counts only and hold no
     identifier. Every cluster must be scanned, so this answers at once with a
-    background operation (read it back with GetOperation). Emails of an erased
-    recipient submitted after the answer are new data and are kept.
+    background operation (read it back with GetOperation). Emails of these recipients
+    still queued on this server, or submitted to it while the operation runs, are not
+    stored; once it is DONE, new emails are new data and are kept.
     Idempotent, safe to retry: erasing twice is erasing once; unknown ids change nothing.
     """
     GetOperation: _grpc.UnaryUnaryMultiCallable[_common_pb2.GetOperationRequest, _common_pb2.Operation]
@@ -128,8 +129,9 @@ class TemplateInductionAsyncStub(TemplateInductionStub):
     are dropped (the cluster is unformed again, and forms anew once k recipients'
     emails arrive). Counters in GetInductionStats are counts only and hold no
     identifier. Every cluster must be scanned, so this answers at once with a
-    background operation (read it back with GetOperation). Emails of an erased
-    recipient submitted after the answer are new data and are kept.
+    background operation (read it back with GetOperation). Emails of these recipients
+    still queued on this server, or submitted to it while the operation runs, are not
+    stored; once it is DONE, new emails are new data and are kept.
     Idempotent, safe to retry: erasing twice is erasing once; unknown ids change nothing.
     """
     GetOperation: _aio.UnaryUnaryMultiCallable[_common_pb2.GetOperationRequest, _common_pb2.Operation]  # type: ignore[assignment]
@@ -216,8 +218,9 @@ class TemplateInductionServicer(metaclass=_abc_1.ABCMeta):
         are dropped (the cluster is unformed again, and forms anew once k recipients'
         emails arrive). Counters in GetInductionStats are counts only and hold no
         identifier. Every cluster must be scanned, so this answers at once with a
-        background operation (read it back with GetOperation). Emails of an erased
-        recipient submitted after the answer are new data and are kept.
+        background operation (read it back with GetOperation). Emails of these recipients
+        still queued on this server, or submitted to it while the operation runs, are not
+        stored; once it is DONE, new emails are new data and are kept.
         Idempotent, safe to retry: erasing twice is erasing once; unknown ids change nothing.
         """
 
