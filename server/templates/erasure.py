@@ -26,17 +26,22 @@ template until its entry expires (`template_cache_ttl_s`); a template holds no i
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 
-from server.summary.operations import OperationRecord
+from server.summary.operations import OperationRecord, OperationState
+from server.templates.grouping import GroupingParams
 from server.templates.model import decode_cluster_email, decode_templates, recipient_hash
 from server.templates.pipeline import Pipeline
 from server.templates.rows import FULL_ROW_FACTOR
+from server.templates.schemes import SchemeParams
+from server.templates.settings import TemplatesSettings
 from server.templates.work import form_row
 from storage import clock
-from storage.ports import TemplatePortability, TemplateStore
+from storage.ports import PortableTemplateStore, TemplatePortability, TemplateStore
 
-__all__ = ["Erasure"]
+__all__ = ["Erasure", "erase_offline", "scheme_params"]
 
 _USER_PAGE = 1000
 _ROW_EMAILS = 10_000_000
@@ -123,3 +128,34 @@ class Erasure:
                 return
         await store.delete_templates(key)
         p.templates.pop(key)
+
+
+def scheme_params(t: TemplatesSettings) -> SchemeParams:
+    """The clustering scheme's parameters from the service's settings (what a server uses)."""
+    return SchemeParams(
+        scheme=t.scheme,
+        match=t.match_threshold,
+        grouping=GroupingParams(
+            present=t.text_present,
+            absent=t.text_absent,
+            min_own=t.own_text_min,
+            min_own_share=t.own_text_share,
+        ),
+    )
+
+
+async def erase_offline(
+    store: PortableTemplateStore, settings: TemplatesSettings, recipient_ids: Sequence[str]
+) -> OperationRecord:
+    """Erases recipients from a store no server runs a pipeline on (``loom load`` and
+    ``loom restore`` re-applying the erasure log): runs to the end, re-forming rows in a
+    thread; returns the ended operation (DONE, or raises)."""
+    op = OperationRecord(operation_id=uuid.uuid4().hex, kind="erase_recipients")
+    with ThreadPoolExecutor(1) as executor:
+        erasure = Erasure(
+            store, store, Pipeline(store, settings, executor, scheme_params(settings))
+        )
+        await erasure.run(erasure.hashes(recipient_ids), op)
+    op.state = OperationState.DONE
+    op.finished.set()
+    return op

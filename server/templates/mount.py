@@ -19,11 +19,10 @@ from server.config import Settings
 from server.portable.records import PortableService, ServiceData
 from server.runtime.guard import guard_store
 from server.runtime.mounting import Mounted, Resources
-from server.templates.grouping import GroupingParams
+from server.templates.erasure import scheme_params
 from server.templates.handler import POLICIES, TemplateInductionHandler
 from server.templates.pipeline import Pipeline
 from server.templates.portable import TemplateData
-from server.templates.schemes import SchemeParams
 from server.templates.service import TemplateInductionService
 from server.templates.work import warm_up
 from storage import factory
@@ -41,16 +40,7 @@ async def mount(server: grpc.aio.Server, settings: Settings, resources: Resource
     )
     loop = asyncio.get_running_loop()
     await asyncio.gather(*(loop.run_in_executor(executor, warm_up) for _ in range(t.cpu_workers)))
-    params = SchemeParams(
-        scheme=t.scheme,
-        match=t.match_threshold,
-        grouping=GroupingParams(
-            present=t.text_present,
-            absent=t.text_absent,
-            min_own=t.own_text_min,
-            min_own_share=t.own_text_share,
-        ),
-    )
+    params = scheme_params(t)
     guarded = guard_store(store, resources.breaker(settings.storage.templates_store))
     pipeline = Pipeline(guarded, t, executor, params)
     pipeline.start()
