@@ -9,7 +9,9 @@ garbage should not produce a megabyte of error details.
 
 from __future__ import annotations
 
-from loom.v1 import summary_pb2
+from collections.abc import Sequence
+
+from loom.v1 import common_pb2, summary_pb2
 
 from server.runtime.validation import Violations
 from server.summary.limits import (
@@ -18,16 +20,27 @@ from server.summary.limits import (
     MAX_RECIPIENT_ID_BYTES,
 )
 from server.summary.model import STATUS_ORDER, DeliveryEvent, DeliveryStatus, SummaryView
+from server.summary.operations import OperationRecord, OperationState
 from server.summary.recipients import Tier
 
 __all__ = [
+    "MAX_IDS_PER_DELETION",
     "MAX_REPORTED_VIOLATIONS",
     "events_from_proto",
+    "ids_from_proto",
     "message_id_from_proto",
+    "operation_id_from_proto",
+    "operation_to_proto",
     "summary_to_proto",
 ]
 
 MAX_REPORTED_VIOLATIONS = 100
+MAX_IDS_PER_DELETION = 1000
+_STATE: dict[OperationState, common_pb2.OperationState.ValueType] = {
+    OperationState.RUNNING: common_pb2.OPERATION_STATE_RUNNING,
+    OperationState.DONE: common_pb2.OPERATION_STATE_DONE,
+    OperationState.FAILED: common_pb2.OPERATION_STATE_FAILED,
+}
 
 _FROM_PROTO: dict[int, DeliveryStatus] = {
     summary_pb2.DELIVERY_STATUS_DELIVERED: DeliveryStatus.DELIVERED,
@@ -102,4 +115,38 @@ def summary_to_proto(message_id: str, view: SummaryView) -> summary_pb2.MessageS
             for status in STATUS_ORDER
             for sv in (view.statuses[status],)
         ],
+    )
+
+
+def ids_from_proto(field: str, ids: Sequence[str], *, max_bytes: int) -> list[str]:
+    """1..`MAX_IDS_PER_DELETION` ids of a deletion or erasure, each named by its index when
+    malformed (``message_ids[3]``); duplicates are fine (deleting twice is deleting once)."""
+    v = Violations()
+    if v.count(field, ids, minimum=1, maximum=MAX_IDS_PER_DELETION):
+        bad = 0
+        for i, value in enumerate(ids):
+            bad += not v.identifier(f"{field}[{i}]", value, max_bytes=max_bytes)
+            if bad >= MAX_REPORTED_VIOLATIONS:
+                v.add(field, f"too many invalid ids; stopped after {field}[{i}]")
+                break
+    v.raise_if_any()
+    return list(ids)
+
+
+def operation_id_from_proto(request: common_pb2.GetOperationRequest) -> str:
+    """The id of a GetOperation call."""
+    v = Violations()
+    v.identifier("operation_id", request.operation_id, max_bytes=64)
+    v.raise_if_any()
+    return request.operation_id
+
+
+def operation_to_proto(op: OperationRecord) -> common_pb2.Operation:
+    """A background operation as GetOperation (and the call that started it) answers."""
+    return common_pb2.Operation(
+        operation_id=op.operation_id,
+        kind=op.kind,
+        state=_STATE[op.state],
+        progress=common_pb2.Progress(done=op.done, total=op.total),
+        error=op.error,
     )

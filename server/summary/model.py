@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 
@@ -43,6 +43,7 @@ from server.summary.sketch import HashPair, hash_recipient
 
 __all__ = [
     "DEFAULT_PARAMS",
+    "DELETED",
     "FORMAT_VERSION",
     "LEGACY_VERSION",
     "MAGIC",
@@ -53,6 +54,7 @@ __all__ = [
     "StatusView",
     "SummaryView",
     "check_recipient_id",
+    "is_deleted",
 ]
 
 MAGIC = b"LS"
@@ -106,6 +108,16 @@ class SummaryView:
     encoded_size_bytes: int
 
 
+DELETED = MAGIC + b"\xffdeleted"
+"""What a deleted message's row holds instead of a summary: a marker, no recipient. It never
+decodes as a summary (version 255), so nothing reads it as one by mistake."""
+
+
+def is_deleted(data: bytes) -> bool:
+    """Whether a stored row is a deleted message's marker."""
+    return data == DELETED
+
+
 def check_recipient_id(recipient_id: str) -> None:
     """Raise ValueError for an id the encoding cannot hold (the handler validates first)."""
     if not recipient_id:
@@ -147,6 +159,19 @@ class MessageSummary:
             elif ids:
                 hashes = read_hashes if status is DeliveryStatus.READ else None
                 changed = self._sets[status].add(ids, hashes) or changed
+        if changed:
+            self._encoded = None
+        return changed
+
+    def forget(self, recipient_ids: Collection[str]) -> bool:
+        """Erases recipients from every exact set (counts follow); return whether it changed.
+
+        Sketched sets keep their bits (a sketch cannot forget one member). This is the one
+        way a summary shrinks: it breaks the grow-only rule on purpose, for an erasure.
+        """
+        changed = False
+        for status in STATUS_ORDER:
+            changed = self._sets[status].discard(recipient_ids) or changed
         if changed:
             self._encoded = None
         return changed

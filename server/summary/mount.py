@@ -36,7 +36,7 @@ async def mount(server: grpc.aio.Server, settings: Settings, resources: Resource
         retry_max_s=s.retry_max_s,
     )
     summary_pb2_grpc.add_SummaryServicer_to_server(SummaryHandler(service), server)
-    return Mounted(closers=[store.close])
+    return Mounted(closers=[store.close, service.operations.stop])
 
 
 async def _open_data(settings: Settings) -> ServiceData:

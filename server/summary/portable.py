@@ -1,5 +1,9 @@
 """Summary's store as portable records (`server.portable`): one sketch per message; a load
-merges a sketch with the stored one, as if both event sets had been recorded."""
+merges a sketch with the stored one, as if both event sets had been recorded.
+
+A deleted message's row is its deletion marker (`model.DELETED`), dumped like any summary,
+and a marker wins every merge: a load never brings a deleted summary back, whichever side
+deleted it."""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ from google.protobuf.message import Message
 from loom.v1 import dump_pb2
 
 from server.portable.records import PAGE, Kind, ServiceData, as_record, same_service
-from server.summary.model import MessageSummary
+from server.summary.model import MessageSummary, is_deleted
 from storage.ports import (
     PortableSummaryStore,
 )
@@ -46,8 +50,10 @@ class SummaryData:
             stored = await self.store.get(record.message_id)
             if stored is None:
                 data = record.data
-            elif stored.data == record.data:
-                return
+            elif stored.data == record.data or is_deleted(stored.data):
+                return  # a deletion on the target wins over any summary of the dump
+            elif is_deleted(record.data):
+                data = record.data  # a deletion in the dump wins over the target's summary
             else:
                 try:
                     merged = MessageSummary.decode(stored.data).merge(

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 
@@ -149,6 +149,22 @@ class RecipientSet:
         if self._cpc is not None:
             return self._add_to_cpc(ids)
         return self._add_hashes(hashes if hashes is not None else [hash_recipient(i) for i in ids])
+
+    def discard(self, ids: Collection[str]) -> bool:
+        """Removes `ids` from an exact set (an erasure); returns whether it changed.
+
+        A sketch cannot forget one member (its bits or coupons are shared by many ids and
+        hold no identifier), so a sketched set is left as it is. Removing ids never
+        un-promotes a sketch, and an exact set stays exact.
+        """
+        if self._members is None:
+            return False
+        gone = self._members.intersection(ids)
+        if not gone:
+            return False
+        self._members -= gone
+        self._member_bytes -= sum(len(i.encode()) for i in gone)
+        return True
 
     def _add_to_cpc(self, ids: Iterable[str]) -> bool:
         """Updates the sketch and re-canonicalizes it; changed iff the coupons changed."""

@@ -29,11 +29,22 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from server.runtime.errors import CorruptData, NotFound, Unavailable
-from server.summary.model import DeliveryEvent, MessageSummary, SummaryView
+from server.summary.model import (
+    DELETED,
+    DeliveryEvent,
+    MessageSummary,
+    SummaryView,
+    is_deleted,
+)
+from server.summary.operations import OperationRecord, Operations
 from server.summary.recipients import SketchParams
 from storage.ports import StoredSummary, SummaryStore
 
 __all__ = ["RecordOutcome", "SummaryService"]
+
+_DELETE_CONCURRENCY = 32
+"""Messages one DeleteMessageSummaries call marks at once (each a read and a conditional
+write): 1,000 ids take ~32 round-trip pairs, not 1,000."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +54,8 @@ class RecordOutcome:
     written: bool
     attempts: int
     version: int
+    ignored: bool = False
+    """The message's summary was deleted: its events were ignored."""
 
 
 class _KeyedLocks:
@@ -88,6 +101,13 @@ class SummaryService:
         self._sleep = sleep
         self._rng = rng or random.Random()
         self._locks = _KeyedLocks()
+        self.operations = Operations()
+        """This server's background erasures (GetOperation reads them)."""
+        self._erasing: dict[str, int] = {}
+        """Recipient ids of erasures still running, each with how many erase it: reads
+        leave them out already."""
+        self.erase_page = 100
+        """Summaries an erasure reads per store call."""
 
     @property
     def params(self) -> SketchParams:
@@ -108,6 +128,8 @@ class SummaryService:
     ) -> RecordOutcome:
         for attempt in range(1, self._max_attempts + 1):
             stored = await self._store.get(message_id)
+            if stored is not None and is_deleted(stored.data):
+                return RecordOutcome(False, attempt, stored.version, ignored=True)
             summary = (
                 self._decode(message_id, stored)
                 if stored is not None
@@ -134,9 +156,95 @@ class SummaryService:
     async def view(self, message_id: str) -> SummaryView:
         """The message's per-status summary; NotFound when no event was ever recorded."""
         stored = await self._store.get(message_id)
-        if stored is None:
+        if stored is None or is_deleted(stored.data):
             raise NotFound(f"no delivery events recorded for message {message_id!r}")
-        return self._decode(message_id, stored).view()
+        summary = self._decode(message_id, stored)
+        if self._erasing:
+            summary.forget(self._erasing.keys())
+        return summary.view()
+
+    async def delete_messages(self, message_ids: Sequence[str]) -> None:
+        """Replaces each message's summary with the deletion marker (idempotent).
+
+        A marker, not a row delete: a writer that read the summary before the deletion
+        loses its compare-and-set and then sees the marker, and a late event never starts
+        a fresh summary. An id never recorded is marked too (its events may still come).
+        """
+        distinct = list(dict.fromkeys(message_ids))
+        for start in range(0, len(distinct), _DELETE_CONCURRENCY):
+            part = distinct[start : start + _DELETE_CONCURRENCY]
+            await asyncio.gather(*(self._delete(message_id) for message_id in part))
+
+    async def _delete(self, message_id: str) -> None:
+        with self._locks.held(message_id) as lock:
+            async with lock:
+                await self._delete_unlocked(message_id)
+
+    async def _delete_unlocked(self, message_id: str) -> None:
+        for attempt in range(1, self._max_attempts + 1):
+            stored = await self._store.get(message_id)
+            if stored is not None and is_deleted(stored.data):
+                return
+            expected = None if stored is None else stored.version
+            if await self._store.put_if_version(message_id, DELETED, expected):
+                return
+            if attempt < self._max_attempts:
+                await self._sleep(self._backoff(attempt))
+        raise Unavailable(f"summary of {message_id!r} is contended; retry the deletion later")
+
+    async def erase_recipients(self, recipient_ids: Sequence[str]) -> OperationRecord:
+        """Erases recipients from every summary's exact sets, in the background.
+
+        Returns at once with the operation; this server's reads leave the ids out from then
+        on. The operation walks every summary a page at a time, writes back each one that
+        held an id (compare-and-set, re-read on a lost race) and scrubs the store at the end.
+        Idempotent: a second erasure of the same ids finds nothing left to remove.
+        """
+        ids = frozenset(recipient_ids)
+        for rid in ids:
+            self._erasing[rid] = self._erasing.get(rid, 0) + 1
+
+        async def work(op: OperationRecord) -> None:
+            try:
+                await self._erase(ids, op)
+            finally:
+                for rid in ids:
+                    left = self._erasing[rid] - 1
+                    if left:
+                        self._erasing[rid] = left
+                    else:
+                        del self._erasing[rid]
+
+        return self.operations.start("erase_recipients", work)
+
+    async def _erase(self, ids: frozenset[str], op: OperationRecord) -> None:
+        cursor: str | None = None
+        while True:
+            rows, cursor = await self._store.page_after(cursor, self.erase_page)
+            for message_id, stored in rows:
+                if not is_deleted(stored.data) and self._decode(message_id, stored).forget(ids):
+                    with self._locks.held(message_id) as lock:
+                        async with lock:
+                            await self._forget_unlocked(message_id, ids)
+            op.done += len(rows)
+            if cursor is None:
+                break
+        op.total = op.done
+        await self._store.scrub()
+
+    async def _forget_unlocked(self, message_id: str, ids: frozenset[str]) -> None:
+        for attempt in range(1, self._max_attempts + 1):
+            stored = await self._store.get(message_id)
+            if stored is None or is_deleted(stored.data):
+                return
+            summary = self._decode(message_id, stored)
+            if not summary.forget(ids):
+                return
+            if await self._store.put_if_version(message_id, summary.encode(), stored.version):
+                return
+            if attempt < self._max_attempts:
+                await self._sleep(self._backoff(attempt))
+        raise Unavailable(f"summary of {message_id!r} is contended; retry the erasure later")
 
     @staticmethod
     def _decode(message_id: str, stored: StoredSummary) -> MessageSummary:

@@ -93,6 +93,10 @@ class Formations:
         """Formations queued or deferred to the end of their row's re-formation interval."""
         return self.queue.qsize() + len(self.timers)
 
+    def running(self, key: bytes) -> bool:
+        """Whether a formation of `key` has read (or is reading) the row's emails now."""
+        return key in self._running
+
     def busy(self, key: bytes) -> bool:
         """Whether a formation of `key` is queued, running or deferred."""
         return key in self.pending or key in self.timers

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import grpc
-from loom.v1 import templates_pb2, templates_pb2_grpc
+from loom.v1 import common_pb2, templates_pb2, templates_pb2_grpc
 
 from server.runtime.policies import MethodPolicy
+from server.summary.convert import ids_from_proto, operation_id_from_proto, operation_to_proto
 from server.templates import convert
 from server.templates.service import TemplateInductionService
 from server.templates.settings import TemplatesSettings
@@ -20,6 +21,11 @@ POLICIES: dict[str, MethodPolicy] = {
     _S + "GetTemplate": MethodPolicy(max_concurrency=64, max_waiting=128, deadline_s=5.0),
     _S + "ListTemplates": MethodPolicy(max_concurrency=16, max_waiting=32, deadline_s=10.0),
     _S + "GetInductionStats": MethodPolicy(max_concurrency=8, max_waiting=16, deadline_s=2.0),
+    # Answers at once; the walk runs in the background (GetOperation).
+    _S + "EraseRecipients": MethodPolicy(
+        max_concurrency=4, max_waiting=8, deadline_s=5.0, scope="templates:admin"
+    ),
+    _S + "GetOperation": MethodPolicy(max_concurrency=16, max_waiting=32, deadline_s=2.0),
 }
 
 
@@ -80,3 +86,17 @@ class TemplateInductionHandler(templates_pb2_grpc.TemplateInductionServicer):
             io_queue_depth=io,
             formation_queue_depth=form,
         )
+
+    async def EraseRecipients(  # noqa: N802
+        self,
+        request: templates_pb2.TemplateInductionEraseRecipientsRequest,
+        context: grpc.aio.ServicerContext,
+    ) -> common_pb2.Operation:
+        ids = ids_from_proto("recipient_ids", request.recipient_ids, max_bytes=convert.MAX_ID_BYTES)
+        return operation_to_proto(await self._service.erase_recipients(ids))
+
+    async def GetOperation(  # noqa: N802
+        self, request: common_pb2.GetOperationRequest, context: grpc.aio.ServicerContext
+    ) -> common_pb2.Operation:
+        operation_id = operation_id_from_proto(request)
+        return operation_to_proto(self._service.operations.get(operation_id))

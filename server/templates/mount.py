@@ -3,7 +3,7 @@ CPU stage's process pool, the pipeline's stages and the servicer.
 
 The pool uses ``forkserver``: its workers descend from a clean helper process, never from
 this one, which by now holds gRPC's threads (forking those is unsafe). Closers run in
-reverse: the pipeline stops, the pool shuts down (pending work cancelled), the store closes.
+reverse: running erasures stop, the pipeline stops, the pool shuts down (pending work cancelled), the store closes.
 """
 
 from __future__ import annotations
@@ -19,11 +19,10 @@ from server.config import Settings
 from server.portable.records import PortableService, ServiceData
 from server.runtime.guard import guard_store
 from server.runtime.mounting import Mounted, Resources
-from server.templates.grouping import GroupingParams
+from server.templates.erasure import scheme_params
 from server.templates.handler import POLICIES, TemplateInductionHandler
 from server.templates.pipeline import Pipeline
 from server.templates.portable import TemplateData
-from server.templates.schemes import SchemeParams
 from server.templates.service import TemplateInductionService
 from server.templates.work import warm_up
 from storage import factory
@@ -41,27 +40,19 @@ async def mount(server: grpc.aio.Server, settings: Settings, resources: Resource
     )
     loop = asyncio.get_running_loop()
     await asyncio.gather(*(loop.run_in_executor(executor, warm_up) for _ in range(t.cpu_workers)))
-    params = SchemeParams(
-        scheme=t.scheme,
-        match=t.match_threshold,
-        grouping=GroupingParams(
-            present=t.text_present,
-            absent=t.text_absent,
-            min_own=t.own_text_min,
-            min_own_share=t.own_text_share,
-        ),
-    )
+    params = scheme_params(t)
     guarded = guard_store(store, resources.breaker(settings.storage.templates_store))
     pipeline = Pipeline(guarded, t, executor, params)
     pipeline.start()
+    service = TemplateInductionService(guarded, pipeline, scans=guarded)
     templates_pb2_grpc.add_TemplateInductionServicer_to_server(
-        TemplateInductionHandler(TemplateInductionService(guarded, pipeline), t), server
+        TemplateInductionHandler(service, t), server
     )
 
     async def stop_pool() -> None:
         await asyncio.to_thread(executor.shutdown, wait=True, cancel_futures=True)
 
-    return Mounted(closers=[store.close, stop_pool, pipeline.stop])
+    return Mounted(closers=[store.close, stop_pool, pipeline.stop, service.operations.stop])
 
 
 async def _open_data(settings: Settings) -> ServiceData:

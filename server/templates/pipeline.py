@@ -97,6 +97,9 @@ class Pipeline:
             backlogged=self._cpu_backlogged,
             clock_s=clock,
         )
+        self.erasing: dict[bytes, int] = {}
+        """Recipient hashes being erased (each with how many erasures run for it): their
+        emails still queued are not stored."""
         self._pools = [
             # Two batches in flight per process: one runs while the next is already there,
             # so a worker never idles through a result's trip back and a new hand-off.
@@ -104,6 +107,16 @@ class Pipeline:
             WorkerPool("templates-io", settings.io_concurrency, self._io_work),
             WorkerPool("templates-form", settings.formation_workers, self.formations.work),
         ]
+
+    @property
+    def settings(self) -> TemplatesSettings:
+        """The service's settings (k, the row cap, the hash key)."""
+        return self._s
+
+    @property
+    def executor(self) -> Executor:
+        """The CPU stage's process pool (formations run there)."""
+        return self._executor
 
     def start(self) -> None:
         """Starts every stage's tasks (inside the running loop)."""
@@ -193,6 +206,8 @@ class Pipeline:
         One store call writes the batch and counts only the rows whose cached state cannot
         decide (`RowStates.needs_count`); the others are decided from that state.
         """
+        if self.erasing:  # emails of a recipient being erased, queued before the erasure
+            batch = [item for item in batch if item[1].user not in self.erasing]
         writes: list[ClusterWrite] = []
         by_key: dict[bytes, list[Fingerprinted]] = {}
         matched: set[int] = set()  # emails (their ToStore's id) a full row found explained

@@ -142,3 +142,7 @@ class RowStates:
     def get(self, key: bytes) -> RowState | None:
         """The cached state of a row, if any."""
         return self._rows.get(key)
+
+    def forget(self, key: bytes) -> None:
+        """Drops a row's state (an erasure shrank it): the store counts it again next time."""
+        self._rows.pop(key)

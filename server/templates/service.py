@@ -8,9 +8,12 @@ the template's fixed anchors, repeated blocks as rows), so nothing else is fetch
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from server.runtime.errors import NotFound, ResourceExhausted, Unavailable
+from server.summary.operations import OperationRecord, Operations
+from server.templates.erasure import Erasure
 from server.templates.fingerprint import PIECE_SEP
 from server.templates.model import (
     EmailIn,
@@ -25,7 +28,7 @@ from server.templates.schemes import match_template
 from server.templates.stretches import extract
 from server.templates.tokens import email_hashes
 from server.templates.values import normalize
-from storage.ports import TemplateStore
+from storage.ports import TemplatePortability, TemplateStore
 
 __all__ = ["Annotation", "Submitted", "TemplateInductionService", "fields_of", "split_template_id"]
 
@@ -96,9 +99,32 @@ def split_template_id(template_id: str) -> bytes | None:
 class TemplateInductionService:
     """The service behind the gRPC handler."""
 
-    def __init__(self, store: TemplateStore, pipeline: Pipeline) -> None:
+    def __init__(
+        self, store: TemplateStore, pipeline: Pipeline, scans: TemplatePortability | None = None
+    ) -> None:
         self._store = store
         self._pipeline = pipeline
+        self._erasure = None if scans is None else Erasure(store, scans, pipeline)
+        self.operations = Operations()
+        """This server's background erasures (GetOperation reads them)."""
+
+    async def erase_recipients(self, recipient_ids: Sequence[str]) -> OperationRecord:
+        """Erases recipients' emails and user cells from every row, in the background
+        (`server.templates.erasure`); returns the operation at once. From then on, their
+        emails still queued are not stored. Idempotent: erasing twice is erasing once."""
+        if self._erasure is None:
+            raise Unavailable("this server cannot walk its template store (no scans given)")
+        erasure = self._erasure
+        users = erasure.hashes(recipient_ids)
+        erasure.hold(users)
+
+        async def work(op: OperationRecord) -> None:
+            try:
+                await erasure.run(users, op)
+            finally:
+                erasure.release(users)
+
+        return self.operations.start("erase_recipients", work)
 
     @property
     def counters(self) -> Counters:

@@ -36,11 +36,17 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Collection, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
-from google.cloud.bigtable.data import ReadRowsQuery, RowMutationEntry, RowRange, SetCell
+from google.cloud.bigtable.data import (
+    DeleteAllFromFamily,
+    DeleteRangeFromColumn,
+    ReadRowsQuery,
+    RowRange,
+    SetCell,
+)
 from google.cloud.bigtable.data import row_filters as rf
 
 from storage.bigtable import versions
@@ -53,6 +59,7 @@ from storage.bigtable.client import (
     gc_rule,
     read_row_cells,
 )
+from storage.bigtable.template_restore import restore_cells
 from storage.clock import now_ms
 from storage.ports import ClusterCounts, ClusterWrite, StoredEmail, StoredTemplates, StoredUser
 from storage.settings import BigtableSettings
@@ -73,8 +80,6 @@ _RESPONSE_BUDGET = 3_000_000
 _MUTATIONS = 10_000
 """Mutations per MutateRows request of a restore (the API allows 100,000)."""
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-"""Cell times built from integer milliseconds exactly (no float on the way)."""
 
 _Cell = tuple[bytes, bytes, bytes, int]
 """A scanned cell: row key, qualifier, value, timestamp in microseconds."""
@@ -377,68 +382,39 @@ class BigtableTemplateStore:
                 return
             after = rows[-1].row_key
 
+    async def get_email_cells(self, key: bytes, limit: int) -> list[tuple[str, bytes]]:
+        start = (now_ms() - self._ttl_ms) * 1000
+        cells = read_row_cells(self._table, key, _FAM_E, limit=limit, min_timestamp_micros=start)
+        return [(qualifier.decode(), value) async for qualifier, value in cells]
+
+    async def erase_cells(
+        self, key: bytes, email_ids: Collection[str], users: Collection[bytes]
+    ) -> None:
+        # Column deletes of one row: every version of each cell goes, and reads (which name
+        # families, never these columns' old versions) never scan what is left until the
+        # next compaction drops it.
+        mutations = [DeleteRangeFromColumn(_FAM_E, e.encode()) for e in email_ids]
+        mutations += [DeleteRangeFromColumn(_FAM_U, bytes(u)) for u in users]
+        for part in slices(mutations, _MUTATIONS):
+            with errors("erase cells"):
+                await self._table.mutate_row(key, list(part))
+
+    async def delete_templates(self, key: bytes) -> None:
+        with errors("delete templates"):
+            await self._table.mutate_row(key, [DeleteAllFromFamily(_FAM_T)])
+
+    async def scrub(self) -> None:
+        # Bigtable drops deleted cells from its files at its own compactions (within about
+        # a week, per Google's documentation); no client call hastens it.
+        return
+
     async def restore(
         self,
         emails: Sequence[StoredEmail],
         users: Sequence[StoredUser],
         templates: Sequence[StoredTemplates],
     ) -> None:
-        now = now_ms()
-        ttl = self._ttl_ms
-        # A cell expiring at e is a cell written at e - TTL; an expired one is not written.
-        # The same column at another time is another version: the newest one is read and kept.
-        by_row: dict[bytes, list[SetCell]] = {}
-        for e in emails:
-            if e.expires_at_ms > now:
-                by_row.setdefault(e.key, []).append(
-                    SetCell(
-                        _FAM_E,
-                        e.email_id.encode(),
-                        e.payload,
-                        timestamp_micros=(e.expires_at_ms - ttl) * 1000,
-                    )
-                )
-        for u in users:
-            if u.expires_at_ms > now:
-                by_row.setdefault(u.key, []).append(
-                    SetCell(_FAM_U, u.user, b"", timestamp_micros=(u.expires_at_ms - ttl) * 1000)
-                )
-        batches: list[list[RowMutationEntry]] = [[]]
-        size = 0
-        for key, mutations in by_row.items():
-            for part in slices(mutations, _MUTATIONS):
-                if size + len(part) > _MUTATIONS and batches[-1]:
-                    batches.append([])
-                    size = 0
-                batches[-1].append(RowMutationEntry(key, list(part)))
-                size += len(part)
-
-        async def send(batch: list[RowMutationEntry]) -> None:
-            with errors("restore cells"):
-                await self._table.bulk_mutate_rows(batch)
-
-        async def put(t: StoredTemplates) -> None:
-            stamp = t.formed_at_ms * 1000
-            as_new = rf.RowFilterChain(  # a template formed at or after this one
-                [
-                    rf.FamilyNameRegexFilter(_FAM_T),
-                    rf.ColumnQualifierRegexFilter(b"t"),
-                    rf.TimestampRangeFilter(start=_EPOCH + timedelta(milliseconds=t.formed_at_ms)),
-                    rf.StripValueTransformerFilter(True),
-                ]
-            )
-            with errors("restore templates"):
-                await self._table.check_and_mutate_row(
-                    t.key,
-                    as_new,
-                    false_case_mutations=[
-                        SetCell(_FAM_T, b"t", bytes(t.data), timestamp_micros=stamp),
-                        SetCell(_FAM_T, b"s", t.sender.encode(), timestamp_micros=stamp),
-                    ],
-                )
-
-        await bounded_gather(send, [batch for batch in batches if batch])
-        await bounded_gather(put, list(templates))
+        await restore_cells(self._table, self._ttl_ms, emails, users, templates)
 
     async def close(self) -> None:
         await self._handle.close()

@@ -99,6 +99,33 @@ class DynamoDBSummaryStore:
                 raise
         return True
 
+    async def page_after(
+        self, after: str | None, limit: int
+    ) -> tuple[list[tuple[str, StoredSummary]], str | None]:
+        # One Scan request: the table's only key is the message id, so a cursor is the last
+        # id read, fed back as ExclusiveStartKey (DynamoDB resumes a Scan from any key).
+        if limit < 1:
+            raise ValueError(f"page limit must be at least 1, not {limit}")
+        request: dict[str, Any] = {
+            "TableName": self._table,
+            "Limit": limit,
+            "ConsistentRead": True,
+            "ProjectionExpression": "#k, version, #d",
+            "ExpressionAttributeNames": {"#k": _KEY, "#d": "data"},
+        }
+        if after is not None:
+            request["ExclusiveStartKey"] = {_KEY: {"S": after}}
+        with errors("scan"):
+            response = await self._client.raw.scan(**request)
+        found = [_summary_of(item) for item in response.get("Items", ())]
+        last = response.get("LastEvaluatedKey")
+        return found, (str(last[_KEY]["S"]) if last else None)
+
+    async def scrub(self) -> None:
+        # An overwritten or deleted item is gone from every read at once; DynamoDB keeps
+        # no old version a client can reach (point-in-time backups are the operator's).
+        return
+
     async def scan(self, page: int) -> AsyncIterator[list[tuple[str, StoredSummary]]]:
         # A paginated Scan: Limit caps the items one request reads, LastEvaluatedKey resumes
         # the next one, so memory holds one page. A request may return fewer items (the 1 MB

@@ -48,6 +48,29 @@ class SummaryStore(Protocol):
         """
         ...
 
+    async def page_after(
+        self, after: str | None, limit: int
+    ) -> tuple[list[tuple[str, StoredSummary]], str | None]:
+        """Up to `limit` stored summaries (message id order on SQLite, any order elsewhere)
+        after the cursor `after` (None: from the start), and the cursor to continue from
+        (None once the store is exhausted).
+
+        What an erasure walks, one page per call, so it can report progress and never holds
+        more than a page. A cursor is opaque: pass back what the previous call returned. A
+        page may be shorter than `limit` (even empty) while the cursor is not None. Like
+        `SummaryPortability.scan`, not a snapshot: a summary created meanwhile may be missed
+        (it was written after the walk began), every summary left untouched is seen once.
+        `limit` < 1 is a ValueError.
+        """
+        ...
+
+    async def scrub(self) -> None:
+        """Makes the bytes of rows overwritten or deleted so far unrecoverable from the
+        engine's own files (SQLite: the WAL copied into the zeroed file and truncated);
+        nothing on an engine that keeps no old bytes a reader can reach (DynamoDB). An
+        erasure calls it once its last write has committed."""
+        ...
+
     async def close(self) -> None:
         """Releases connections and threads."""
         ...

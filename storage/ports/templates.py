@@ -132,6 +132,31 @@ class TemplateStore(Protocol):
         """
         ...
 
+    async def get_email_cells(self, key: bytes, limit: int) -> list[tuple[str, bytes]]:
+        """(email id, payload) of up to `limit` live emails of row `key` (any order): what
+        an erasure reads to find a recipient's emails (their payloads name the recipient's
+        hash; the store never looks inside)."""
+        ...
+
+    async def erase_cells(
+        self, key: bytes, email_ids: Collection[str], users: Collection[bytes]
+    ) -> None:
+        """Deletes these email cells and user cells of row `key`, every version of each;
+        ids the row does not hold are nothing. Idempotent."""
+        ...
+
+    async def delete_templates(self, key: bytes) -> None:
+        """Removes row `key`'s templates (the row is unformed again); nothing when it has
+        none. Idempotent."""
+        ...
+
+    async def scrub(self) -> None:
+        """Makes the bytes of cells deleted so far unrecoverable from the engine's own files
+        (SQLite: the WAL copied into the zeroed file and truncated); nothing where the
+        engine alone reclaims them (Bigtable's compactions). An erasure calls it once its
+        last delete has committed."""
+        ...
+
     async def close(self) -> None:
         """Releases connections and threads."""
         ...
@@ -142,7 +167,8 @@ class TemplatePortability(Protocol):
     nothing serves.
 
     Kept apart from `TemplateStore` so only the data-portability code
-    (`server.templates.portable`) sees them. A scan is no coroutine method:
+    (`server.templates.portable`) and a recipient's erasure (`server.templates.erasure`,
+    which must find the recipient's user cells in every row) see them. A scan is no coroutine method:
     `server.runtime.guard` does not put it behind the engine's breaker.
     """
 

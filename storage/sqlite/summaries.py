@@ -91,6 +91,18 @@ class SqliteSummaryStore:
 
         return await self._db.write(run)
 
+    async def page_after(
+        self, after: str | None, limit: int
+    ) -> tuple[list[tuple[str, StoredSummary]], str | None]:
+        if limit < 1:
+            raise ValueError(f"page limit must be at least 1, not {limit}")
+        rows = await self._db.read(_page_after(after, limit))
+        found = [(m, StoredSummary(d, v)) for m, d, v in rows]
+        return found, (rows[-1][0] if len(rows) == limit else None)
+
+    async def scrub(self) -> None:
+        await self._db.scrub()
+
     async def scan(self, page: int) -> AsyncIterator[list[tuple[str, StoredSummary]]]:
         # Keyset pagination on the primary key: each page is one short read starting after
         # the previous page's last id, so no cursor (nor read transaction) outlives a page

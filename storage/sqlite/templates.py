@@ -203,6 +203,41 @@ class SqliteTemplateStore:
 
         return await self._db.read(run)
 
+    async def get_email_cells(self, key: bytes, limit: int) -> list[tuple[str, bytes]]:
+        horizon = now_ms() - self._ttl_ms
+
+        def run(conn: sqlite3.Connection) -> list[tuple[str, bytes]]:
+            rows = conn.execute(
+                "SELECT email_id, payload FROM cluster_email WHERE key = ? AND stored_ms > ? "
+                "LIMIT ?",
+                (key, horizon, max(0, limit)),
+            ).fetchall()
+            return [(str(e), bytes(p)) for e, p in rows]
+
+        return await self._db.read(run)
+
+    async def erase_cells(
+        self, key: bytes, email_ids: Collection[str], users: Collection[bytes]
+    ) -> None:
+        emails = [(key, e) for e in email_ids]
+        cells = [(key, bytes(u)) for u in users]
+
+        def run(conn: sqlite3.Connection) -> None:
+            conn.executemany("DELETE FROM cluster_email WHERE key = ? AND email_id = ?", emails)
+            conn.executemany("DELETE FROM cluster_user WHERE key = ? AND user = ?", cells)
+
+        if emails or cells:
+            await self._db.write(run)
+
+    async def delete_templates(self, key: bytes) -> None:
+        def run(conn: sqlite3.Connection) -> None:
+            conn.execute("DELETE FROM cluster_template WHERE key = ?", (key,))
+
+        await self._db.write(run)
+
+    async def scrub(self) -> None:
+        await self._db.scrub()
+
     async def scan_emails(self, page: int) -> AsyncIterator[list[StoredEmail]]:
         ttl = self._ttl_ms
         async for rows in self._scan("cluster_email", "email_id", "payload", page):

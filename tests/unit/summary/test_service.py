@@ -37,6 +37,8 @@ class InterferingStore:
         self.get = inner.get
         self.close = inner.close
         self.scan = inner.scan
+        self.page_after = inner.page_after
+        self.scrub = inner.scrub
 
     async def put_if_version(self, message_id: str, data: bytes, expected: int | None) -> bool:
         if self.left > 0:

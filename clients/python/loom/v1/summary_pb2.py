@@ -22,9 +22,10 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from loom.v1 import common_pb2 as loom_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15loom/v1/summary.proto\x12\x07loom.v1\"N\n\rDeliveryEvent\x12\x14\n\x0crecipient_id\x18\x01 \x01(\t\x12\'\n\x06status\x18\x02 \x01(\x0e\x32\x17.loom.v1.DeliveryStatus\"Y\n\x1bRecordDeliveryEventsRequest\x12\x12\n\nmessage_id\x18\x01 \x01(\t\x12&\n\x06\x65vents\x18\x02 \x03(\x0b\x32\x16.loom.v1.DeliveryEvent\"0\n\x1cRecordDeliveryEventsResponse\x12\x10\n\x08recorded\x18\x01 \x01(\x05\".\n\x18GetMessageSummaryRequest\x12\x12\n\nmessage_id\x18\x01 \x01(\t\"\xb2\x01\n\rStatusSummary\x12\'\n\x06status\x18\x01 \x01(\x0e\x32\x17.loom.v1.DeliveryStatus\x12\r\n\x05\x63ount\x18\x02 \x01(\x03\x12\r\n\x05\x65xact\x18\x03 \x01(\x08\x12\x15\n\rrecipient_ids\x18\x04 \x03(\t\x12\x1c\n\x14relative_error_bound\x18\x05 \x01(\x01\x12%\n\testimator\x18\x06 \x01(\x0e\x32\x12.loom.v1.Estimator\"j\n\x0eMessageSummary\x12\x12\n\nmessage_id\x18\x01 \x01(\t\x12(\n\x08statuses\x18\x02 \x03(\x0b\x32\x16.loom.v1.StatusSummary\x12\x1a\n\x12\x65ncoded_size_bytes\x18\x03 \x01(\x03*\x86\x01\n\x0e\x44\x65liveryStatus\x12\x1f\n\x1b\x44\x45LIVERY_STATUS_UNSPECIFIED\x10\x00\x12\x1d\n\x19\x44\x45LIVERY_STATUS_DELIVERED\x10\x01\x12\x18\n\x14\x44\x45LIVERY_STATUS_READ\x10\x02\x12\x1a\n\x16\x44\x45LIVERY_STATUS_FAILED\x10\x03*\x88\x01\n\tEstimator\x12\x19\n\x15\x45STIMATOR_UNSPECIFIED\x10\x00\x12\x13\n\x0f\x45STIMATOR_EXACT\x10\x01\x12\x1d\n\x19\x45STIMATOR_LINEAR_COUNTING\x10\x02\x12\x19\n\x15\x45STIMATOR_HYPERLOGLOG\x10\x03\x12\x11\n\rESTIMATOR_CPC\x10\x04\x32\xbf\x01\n\x07Summary\x12\x63\n\x14RecordDeliveryEvents\x12$.loom.v1.RecordDeliveryEventsRequest\x1a%.loom.v1.RecordDeliveryEventsResponse\x12O\n\x11GetMessageSummary\x12!.loom.v1.GetMessageSummaryRequest\x1a\x17.loom.v1.MessageSummaryB/Z-github.com/loom/loom/clients/go/loomv1;loomv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15loom/v1/summary.proto\x12\x07loom.v1\x1a\x14loom/v1/common.proto\"N\n\rDeliveryEvent\x12\x14\n\x0crecipient_id\x18\x01 \x01(\t\x12\'\n\x06status\x18\x02 \x01(\x0e\x32\x17.loom.v1.DeliveryStatus\"Y\n\x1bRecordDeliveryEventsRequest\x12\x12\n\nmessage_id\x18\x01 \x01(\t\x12&\n\x06\x65vents\x18\x02 \x03(\x0b\x32\x16.loom.v1.DeliveryEvent\"0\n\x1cRecordDeliveryEventsResponse\x12\x10\n\x08recorded\x18\x01 \x01(\x05\".\n\x18GetMessageSummaryRequest\x12\x12\n\nmessage_id\x18\x01 \x01(\t\"\xb2\x01\n\rStatusSummary\x12\'\n\x06status\x18\x01 \x01(\x0e\x32\x17.loom.v1.DeliveryStatus\x12\r\n\x05\x63ount\x18\x02 \x01(\x03\x12\r\n\x05\x65xact\x18\x03 \x01(\x08\x12\x15\n\rrecipient_ids\x18\x04 \x03(\t\x12\x1c\n\x14relative_error_bound\x18\x05 \x01(\x01\x12%\n\testimator\x18\x06 \x01(\x0e\x32\x12.loom.v1.Estimator\"j\n\x0eMessageSummary\x12\x12\n\nmessage_id\x18\x01 \x01(\t\x12(\n\x08statuses\x18\x02 \x03(\x0b\x32\x16.loom.v1.StatusSummary\x12\x1a\n\x12\x65ncoded_size_bytes\x18\x03 \x01(\x03\"4\n\x1d\x44\x65leteMessageSummariesRequest\x12\x13\n\x0bmessage_ids\x18\x01 \x03(\t\" \n\x1e\x44\x65leteMessageSummariesResponse\"6\n\x1dSummaryEraseRecipientsRequest\x12\x15\n\rrecipient_ids\x18\x01 \x03(\t*\x86\x01\n\x0e\x44\x65liveryStatus\x12\x1f\n\x1b\x44\x45LIVERY_STATUS_UNSPECIFIED\x10\x00\x12\x1d\n\x19\x44\x45LIVERY_STATUS_DELIVERED\x10\x01\x12\x18\n\x14\x44\x45LIVERY_STATUS_READ\x10\x02\x12\x1a\n\x16\x44\x45LIVERY_STATUS_FAILED\x10\x03*\x88\x01\n\tEstimator\x12\x19\n\x15\x45STIMATOR_UNSPECIFIED\x10\x00\x12\x13\n\x0f\x45STIMATOR_EXACT\x10\x01\x12\x1d\n\x19\x45STIMATOR_LINEAR_COUNTING\x10\x02\x12\x19\n\x15\x45STIMATOR_HYPERLOGLOG\x10\x03\x12\x11\n\rESTIMATOR_CPC\x10\x04\x32\xbb\x03\n\x07Summary\x12\x63\n\x14RecordDeliveryEvents\x12$.loom.v1.RecordDeliveryEventsRequest\x1a%.loom.v1.RecordDeliveryEventsResponse\x12O\n\x11GetMessageSummary\x12!.loom.v1.GetMessageSummaryRequest\x1a\x17.loom.v1.MessageSummary\x12i\n\x16\x44\x65leteMessageSummaries\x12&.loom.v1.DeleteMessageSummariesRequest\x1a\'.loom.v1.DeleteMessageSummariesResponse\x12M\n\x0f\x45raseRecipients\x12&.loom.v1.SummaryEraseRecipientsRequest\x1a\x12.loom.v1.Operation\x12@\n\x0cGetOperation\x12\x1c.loom.v1.GetOperationRequest\x1a\x12.loom.v1.OperationB/Z-github.com/loom/loom/clients/go/loomv1;loomv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,22 +33,28 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'loom.v1.summary_pb2', _glob
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'Z-github.com/loom/loom/clients/go/loomv1;loomv1'
-  _globals['_DELIVERYSTATUS']._serialized_start=593
-  _globals['_DELIVERYSTATUS']._serialized_end=727
-  _globals['_ESTIMATOR']._serialized_start=730
-  _globals['_ESTIMATOR']._serialized_end=866
-  _globals['_DELIVERYEVENT']._serialized_start=34
-  _globals['_DELIVERYEVENT']._serialized_end=112
-  _globals['_RECORDDELIVERYEVENTSREQUEST']._serialized_start=114
-  _globals['_RECORDDELIVERYEVENTSREQUEST']._serialized_end=203
-  _globals['_RECORDDELIVERYEVENTSRESPONSE']._serialized_start=205
-  _globals['_RECORDDELIVERYEVENTSRESPONSE']._serialized_end=253
-  _globals['_GETMESSAGESUMMARYREQUEST']._serialized_start=255
-  _globals['_GETMESSAGESUMMARYREQUEST']._serialized_end=301
-  _globals['_STATUSSUMMARY']._serialized_start=304
-  _globals['_STATUSSUMMARY']._serialized_end=482
-  _globals['_MESSAGESUMMARY']._serialized_start=484
-  _globals['_MESSAGESUMMARY']._serialized_end=590
-  _globals['_SUMMARY']._serialized_start=869
-  _globals['_SUMMARY']._serialized_end=1060
+  _globals['_DELIVERYSTATUS']._serialized_start=759
+  _globals['_DELIVERYSTATUS']._serialized_end=893
+  _globals['_ESTIMATOR']._serialized_start=896
+  _globals['_ESTIMATOR']._serialized_end=1032
+  _globals['_DELIVERYEVENT']._serialized_start=56
+  _globals['_DELIVERYEVENT']._serialized_end=134
+  _globals['_RECORDDELIVERYEVENTSREQUEST']._serialized_start=136
+  _globals['_RECORDDELIVERYEVENTSREQUEST']._serialized_end=225
+  _globals['_RECORDDELIVERYEVENTSRESPONSE']._serialized_start=227
+  _globals['_RECORDDELIVERYEVENTSRESPONSE']._serialized_end=275
+  _globals['_GETMESSAGESUMMARYREQUEST']._serialized_start=277
+  _globals['_GETMESSAGESUMMARYREQUEST']._serialized_end=323
+  _globals['_STATUSSUMMARY']._serialized_start=326
+  _globals['_STATUSSUMMARY']._serialized_end=504
+  _globals['_MESSAGESUMMARY']._serialized_start=506
+  _globals['_MESSAGESUMMARY']._serialized_end=612
+  _globals['_DELETEMESSAGESUMMARIESREQUEST']._serialized_start=614
+  _globals['_DELETEMESSAGESUMMARIESREQUEST']._serialized_end=666
+  _globals['_DELETEMESSAGESUMMARIESRESPONSE']._serialized_start=668
+  _globals['_DELETEMESSAGESUMMARIESRESPONSE']._serialized_end=700
+  _globals['_SUMMARYERASERECIPIENTSREQUEST']._serialized_start=702
+  _globals['_SUMMARYERASERECIPIENTSREQUEST']._serialized_end=756
+  _globals['_SUMMARY']._serialized_start=1035
+  _globals['_SUMMARY']._serialized_end=1478
 # @@protoc_insertion_point(module_scope)

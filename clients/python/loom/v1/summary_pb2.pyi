@@ -153,7 +153,9 @@ class RecordDeliveryEventsResponse(_message.Message):
 
     RECORDED_FIELD_NUMBER: _builtins.int
     recorded: _builtins.int
-    """Events accepted (all of them, on success)."""
+    """Events accepted (all of them, on success; 0 when the message's summary was
+    deleted: its events are ignored).
+    """
     def __init__(
         self,
         *,
@@ -264,3 +266,68 @@ class MessageSummary(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___MessageSummary: _TypeAlias = MessageSummary  # noqa: Y015
+
+@_typing.final
+class DeleteMessageSummariesRequest(_message.Message):
+    """The request of DeleteMessageSummaries."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MESSAGE_IDS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def message_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The messages (1..1,000 ids of 1..256 bytes)."""
+
+    def __init__(
+        self,
+        *,
+        message_ids: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["message_ids", b"message_ids"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteMessageSummariesRequest: _TypeAlias = DeleteMessageSummariesRequest  # noqa: Y015
+
+@_typing.final
+class DeleteMessageSummariesResponse(_message.Message):
+    """The response of DeleteMessageSummaries."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteMessageSummariesResponse: _TypeAlias = DeleteMessageSummariesResponse  # noqa: Y015
+
+@_typing.final
+class SummaryEraseRecipientsRequest(_message.Message):
+    """The request of Summary's EraseRecipients."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RECIPIENT_IDS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def recipient_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The recipients to erase (1..1,000 ids of 1..256 bytes)."""
+
+    def __init__(
+        self,
+        *,
+        recipient_ids: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["recipient_ids", b"recipient_ids"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SummaryEraseRecipientsRequest: _TypeAlias = SummaryEraseRecipientsRequest  # noqa: Y015

@@ -3,6 +3,7 @@
 import grpc
 import warnings
 
+from loom.v1 import common_pb2 as loom_dot_v1_dot_common__pb2
 from loom.v1 import summary_pb2 as loom_dot_v1_dot_summary__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
@@ -48,6 +49,21 @@ class SummaryStub:
                 request_serializer=loom_dot_v1_dot_summary__pb2.GetMessageSummaryRequest.SerializeToString,
                 response_deserializer=loom_dot_v1_dot_summary__pb2.MessageSummary.FromString,
                 _registered_method=True)
+        self.DeleteMessageSummaries = channel.unary_unary(
+                '/loom.v1.Summary/DeleteMessageSummaries',
+                request_serializer=loom_dot_v1_dot_summary__pb2.DeleteMessageSummariesRequest.SerializeToString,
+                response_deserializer=loom_dot_v1_dot_summary__pb2.DeleteMessageSummariesResponse.FromString,
+                _registered_method=True)
+        self.EraseRecipients = channel.unary_unary(
+                '/loom.v1.Summary/EraseRecipients',
+                request_serializer=loom_dot_v1_dot_summary__pb2.SummaryEraseRecipientsRequest.SerializeToString,
+                response_deserializer=loom_dot_v1_dot_common__pb2.Operation.FromString,
+                _registered_method=True)
+        self.GetOperation = channel.unary_unary(
+                '/loom.v1.Summary/GetOperation',
+                request_serializer=loom_dot_v1_dot_common__pb2.GetOperationRequest.SerializeToString,
+                response_deserializer=loom_dot_v1_dot_common__pb2.Operation.FromString,
+                _registered_method=True)
 
 
 class SummaryServicer:
@@ -74,6 +90,46 @@ class SummaryServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeleteMessageSummaries(self, request, context):
+        """Deletes the summaries of these messages: from the answer on, GetMessageSummary
+        answers NOT_FOUND for each of them. A deleted message keeps a small deletion
+        marker (its id and nothing else), so a late delivery event for it is ignored
+        (RecordDeliveryEvents answers recorded = 0) and never starts a fresh summary:
+        a deleted summary stays deleted, and its message id is not reused. An id never
+        recorded is not an error: it is marked deleted all the same, so events arriving
+        after the deletion are ignored too.
+        Idempotent, safe to retry: deleting twice is deleting once.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def EraseRecipients(self, request, context):
+        """Erases recipients from every summary, for a subject's erasure (needs summary:admin).
+        Every exact recipient set loses these ids and its count drops accordingly. An
+        estimated set (CPC sketch, linear-counting bitmap, HyperLogLog) cannot forget one
+        member: it holds only hashed bits, no identifier, so its count is left as it is
+        and nothing in it names the recipient. Every summary must be scanned, so this
+        answers at once with a background operation (read it back with GetOperation);
+        from the answer on, this server's reads already leave the ids out. An event for an
+        erased recipient recorded while the operation runs may be erased with it; once the
+        operation is DONE, new events are new data and are kept.
+        Idempotent, safe to retry: erasing twice is erasing once; unknown ids change nothing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetOperation(self, request, context):
+        """A background operation started by EraseRecipients on this server. NOT_FOUND when
+        unknown (operations are kept in memory for an hour after they end, and not across
+        a restart; re-issuing the erasure is always safe).
+        Idempotent, safe to retry: a read.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SummaryServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -86,6 +142,21 @@ def add_SummaryServicer_to_server(servicer, server):
                     servicer.GetMessageSummary,
                     request_deserializer=loom_dot_v1_dot_summary__pb2.GetMessageSummaryRequest.FromString,
                     response_serializer=loom_dot_v1_dot_summary__pb2.MessageSummary.SerializeToString,
+            ),
+            'DeleteMessageSummaries': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteMessageSummaries,
+                    request_deserializer=loom_dot_v1_dot_summary__pb2.DeleteMessageSummariesRequest.FromString,
+                    response_serializer=loom_dot_v1_dot_summary__pb2.DeleteMessageSummariesResponse.SerializeToString,
+            ),
+            'EraseRecipients': grpc.unary_unary_rpc_method_handler(
+                    servicer.EraseRecipients,
+                    request_deserializer=loom_dot_v1_dot_summary__pb2.SummaryEraseRecipientsRequest.FromString,
+                    response_serializer=loom_dot_v1_dot_common__pb2.Operation.SerializeToString,
+            ),
+            'GetOperation': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetOperation,
+                    request_deserializer=loom_dot_v1_dot_common__pb2.GetOperationRequest.FromString,
+                    response_serializer=loom_dot_v1_dot_common__pb2.Operation.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -146,6 +217,87 @@ class Summary:
             '/loom.v1.Summary/GetMessageSummary',
             loom_dot_v1_dot_summary__pb2.GetMessageSummaryRequest.SerializeToString,
             loom_dot_v1_dot_summary__pb2.MessageSummary.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteMessageSummaries(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/loom.v1.Summary/DeleteMessageSummaries',
+            loom_dot_v1_dot_summary__pb2.DeleteMessageSummariesRequest.SerializeToString,
+            loom_dot_v1_dot_summary__pb2.DeleteMessageSummariesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EraseRecipients(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/loom.v1.Summary/EraseRecipients',
+            loom_dot_v1_dot_summary__pb2.SummaryEraseRecipientsRequest.SerializeToString,
+            loom_dot_v1_dot_common__pb2.Operation.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetOperation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/loom.v1.Summary/GetOperation',
+            loom_dot_v1_dot_common__pb2.GetOperationRequest.SerializeToString,
+            loom_dot_v1_dot_common__pb2.Operation.FromString,
             options,
             channel_credentials,
             insecure,

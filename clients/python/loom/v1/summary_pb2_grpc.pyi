@@ -5,6 +5,7 @@ isort:skip_file
 
 from collections import abc as _abc
 from grpc import aio as _aio
+from loom.v1 import common_pb2 as _common_pb2
 from loom.v1 import summary_pb2 as _summary_pb2
 import abc as _abc_1
 import grpc as _grpc
@@ -46,6 +47,34 @@ class SummaryStub:
     """The summary of one message. NOT_FOUND when no event was recorded for it.
     Idempotent, safe to retry: a read.
     """
+    DeleteMessageSummaries: _grpc.UnaryUnaryMultiCallable[_summary_pb2.DeleteMessageSummariesRequest, _summary_pb2.DeleteMessageSummariesResponse]
+    """Deletes the summaries of these messages: from the answer on, GetMessageSummary
+    answers NOT_FOUND for each of them. A deleted message keeps a small deletion
+    marker (its id and nothing else), so a late delivery event for it is ignored
+    (RecordDeliveryEvents answers recorded = 0) and never starts a fresh summary:
+    a deleted summary stays deleted, and its message id is not reused. An id never
+    recorded is not an error: it is marked deleted all the same, so events arriving
+    after the deletion are ignored too.
+    Idempotent, safe to retry: deleting twice is deleting once.
+    """
+    EraseRecipients: _grpc.UnaryUnaryMultiCallable[_summary_pb2.SummaryEraseRecipientsRequest, _common_pb2.Operation]
+    """Erases recipients from every summary, for a subject's erasure (needs summary:admin).
+    Every exact recipient set loses these ids and its count drops accordingly. An
+    estimated set (CPC sketch, linear-counting bitmap, HyperLogLog) cannot forget one
+    member: it holds only hashed bits, no identifier, so its count is left as it is
+    and nothing in it names the recipient. Every summary must be scanned, so this
+    answers at once with a background operation (read it back with GetOperation);
+    from the answer on, this server's reads already leave the ids out. An event for an
+    erased recipient recorded while the operation runs may be erased with it; once the
+    operation is DONE, new events are new data and are kept.
+    Idempotent, safe to retry: erasing twice is erasing once; unknown ids change nothing.
+    """
+    GetOperation: _grpc.UnaryUnaryMultiCallable[_common_pb2.GetOperationRequest, _common_pb2.Operation]
+    """A background operation started by EraseRecipients on this server. NOT_FOUND when
+    unknown (operations are kept in memory for an hour after they end, and not across
+    a restart; re-issuing the erasure is always safe).
+    Idempotent, safe to retry: a read.
+    """
 
 @_typing.type_check_only
 class SummaryAsyncStub(SummaryStub):
@@ -63,6 +92,34 @@ class SummaryAsyncStub(SummaryStub):
     """
     GetMessageSummary: _aio.UnaryUnaryMultiCallable[_summary_pb2.GetMessageSummaryRequest, _summary_pb2.MessageSummary]  # type: ignore[assignment]
     """The summary of one message. NOT_FOUND when no event was recorded for it.
+    Idempotent, safe to retry: a read.
+    """
+    DeleteMessageSummaries: _aio.UnaryUnaryMultiCallable[_summary_pb2.DeleteMessageSummariesRequest, _summary_pb2.DeleteMessageSummariesResponse]  # type: ignore[assignment]
+    """Deletes the summaries of these messages: from the answer on, GetMessageSummary
+    answers NOT_FOUND for each of them. A deleted message keeps a small deletion
+    marker (its id and nothing else), so a late delivery event for it is ignored
+    (RecordDeliveryEvents answers recorded = 0) and never starts a fresh summary:
+    a deleted summary stays deleted, and its message id is not reused. An id never
+    recorded is not an error: it is marked deleted all the same, so events arriving
+    after the deletion are ignored too.
+    Idempotent, safe to retry: deleting twice is deleting once.
+    """
+    EraseRecipients: _aio.UnaryUnaryMultiCallable[_summary_pb2.SummaryEraseRecipientsRequest, _common_pb2.Operation]  # type: ignore[assignment]
+    """Erases recipients from every summary, for a subject's erasure (needs summary:admin).
+    Every exact recipient set loses these ids and its count drops accordingly. An
+    estimated set (CPC sketch, linear-counting bitmap, HyperLogLog) cannot forget one
+    member: it holds only hashed bits, no identifier, so its count is left as it is
+    and nothing in it names the recipient. Every summary must be scanned, so this
+    answers at once with a background operation (read it back with GetOperation);
+    from the answer on, this server's reads already leave the ids out. An event for an
+    erased recipient recorded while the operation runs may be erased with it; once the
+    operation is DONE, new events are new data and are kept.
+    Idempotent, safe to retry: erasing twice is erasing once; unknown ids change nothing.
+    """
+    GetOperation: _aio.UnaryUnaryMultiCallable[_common_pb2.GetOperationRequest, _common_pb2.Operation]  # type: ignore[assignment]
+    """A background operation started by EraseRecipients on this server. NOT_FOUND when
+    unknown (operations are kept in memory for an hour after they end, and not across
+    a restart; re-issuing the erasure is always safe).
     Idempotent, safe to retry: a read.
     """
 
@@ -91,6 +148,52 @@ class SummaryServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_summary_pb2.MessageSummary, _abc.Awaitable[_summary_pb2.MessageSummary]]:
         """The summary of one message. NOT_FOUND when no event was recorded for it.
+        Idempotent, safe to retry: a read.
+        """
+
+    @_abc_1.abstractmethod
+    def DeleteMessageSummaries(
+        self,
+        request: _summary_pb2.DeleteMessageSummariesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_summary_pb2.DeleteMessageSummariesResponse, _abc.Awaitable[_summary_pb2.DeleteMessageSummariesResponse]]:
+        """Deletes the summaries of these messages: from the answer on, GetMessageSummary
+        answers NOT_FOUND for each of them. A deleted message keeps a small deletion
+        marker (its id and nothing else), so a late delivery event for it is ignored
+        (RecordDeliveryEvents answers recorded = 0) and never starts a fresh summary:
+        a deleted summary stays deleted, and its message id is not reused. An id never
+        recorded is not an error: it is marked deleted all the same, so events arriving
+        after the deletion are ignored too.
+        Idempotent, safe to retry: deleting twice is deleting once.
+        """
+
+    @_abc_1.abstractmethod
+    def EraseRecipients(
+        self,
+        request: _summary_pb2.SummaryEraseRecipientsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_common_pb2.Operation, _abc.Awaitable[_common_pb2.Operation]]:
+        """Erases recipients from every summary, for a subject's erasure (needs summary:admin).
+        Every exact recipient set loses these ids and its count drops accordingly. An
+        estimated set (CPC sketch, linear-counting bitmap, HyperLogLog) cannot forget one
+        member: it holds only hashed bits, no identifier, so its count is left as it is
+        and nothing in it names the recipient. Every summary must be scanned, so this
+        answers at once with a background operation (read it back with GetOperation);
+        from the answer on, this server's reads already leave the ids out. An event for an
+        erased recipient recorded while the operation runs may be erased with it; once the
+        operation is DONE, new events are new data and are kept.
+        Idempotent, safe to retry: erasing twice is erasing once; unknown ids change nothing.
+        """
+
+    @_abc_1.abstractmethod
+    def GetOperation(
+        self,
+        request: _common_pb2.GetOperationRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_common_pb2.Operation, _abc.Awaitable[_common_pb2.Operation]]:
+        """A background operation started by EraseRecipients on this server. NOT_FOUND when
+        unknown (operations are kept in memory for an hour after they end, and not across
+        a restart; re-issuing the erasure is always safe).
         Idempotent, safe to retry: a read.
         """
 

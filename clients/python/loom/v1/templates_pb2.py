@@ -23,9 +23,10 @@ _sym_db = _symbol_database.Default()
 
 
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
+from loom.v1 import common_pb2 as loom_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17loom/v1/templates.proto\x12\x07loom.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x94\x01\n\x05\x45mail\x12\x10\n\x08\x65mail_id\x18\x01 \x01(\t\x12\x0e\n\x06sender\x18\x02 \x01(\t\x12\x14\n\x0crecipient_id\x18\x03 \x01(\t\x12\x0f\n\x07subject\x18\x04 \x01(\t\x12\x11\n\thtml_body\x18\x05 \x01(\t\x12/\n\x0breceived_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"5\n\x13SubmitEmailsRequest\x12\x1e\n\x06\x65mails\x18\x01 \x03(\x0b\x32\x0e.loom.v1.Email\"M\n\x14SubmitEmailsResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x05\x12\x0f\n\x07\x64ropped\x18\x02 \x01(\x05\x12\x12\n\nduplicates\x18\x03 \x01(\x05\"5\n\x14\x41nnotateEmailRequest\x12\x1d\n\x05\x65mail\x18\x01 \x01(\x0b\x32\x0e.loom.v1.Email\"_\n\x0e\x45xtractedField\x12\r\n\x05xpath\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\x12\x0c\n\x04type\x18\x03 \x01(\t\x12\x12\n\nnormalized\x18\x04 \x01(\t\x12\r\n\x05label\x18\x05 \x01(\t\"3\n\x08\x46ieldRow\x12\'\n\x06\x66ields\x18\x01 \x03(\x0b\x32\x17.loom.v1.ExtractedField\"@\n\x0e\x45xtractedBlock\x12\r\n\x05label\x18\x01 \x01(\t\x12\x1f\n\x04rows\x18\x02 \x03(\x0b\x32\x11.loom.v1.FieldRow\"\xcf\x01\n\x15\x41nnotateEmailResponse\x12\x13\n\x0btemplate_id\x18\x01 \x01(\t\x12\x14\n\x0c\x66ingerprints\x18\x02 \x03(\x04\x12\x10\n\x08vertical\x18\x03 \x01(\t\x12\x12\n\nfixed_text\x18\x04 \x03(\t\x12\x13\n\x0b\x64\x61te_format\x18\x05 \x01(\t\x12\'\n\x06\x66ields\x18\x06 \x03(\x0b\x32\x17.loom.v1.ExtractedField\x12\'\n\x06\x62locks\x18\x07 \x03(\x0b\x32\x17.loom.v1.ExtractedBlock\"\xca\x01\n\tFieldRule\x12\r\n\x05xpath\x18\x01 \x01(\t\x12\x0c\n\x04type\x18\x02 \x01(\t\x12\r\n\x05label\x18\x03 \x01(\t\x12\x0e\n\x06\x61nchor\x18\x04 \x01(\t\x12\x0c\n\x04path\x18\x05 \x01(\t\x12\x0f\n\x07ordinal\x18\x06 \x01(\x05\x12*\n\tplacement\x18\x07 \x01(\x0e\x32\x17.loom.v1.FieldPlacement\x12\x10\n\x08row_path\x18\x08 \x01(\t\x12\x13\n\x0b\x62lock_label\x18\t \x01(\t\x12\x0f\n\x07pattern\x18\n \x01(\t\"\x9b\x02\n\x08Template\x12\x13\n\x0btemplate_id\x18\x01 \x01(\t\x12\x0e\n\x06sender\x18\x02 \x01(\t\x12\x14\n\x0c\x66ingerprints\x18\x03 \x03(\x04\x12\x1b\n\x13\x64istinct_recipients\x18\x04 \x01(\x03\x12\x13\n\x0b\x65mail_count\x18\x05 \x01(\x03\x12\x10\n\x08vertical\x18\x06 \x01(\t\x12\x12\n\nfixed_text\x18\x07 \x03(\t\x12.\n\ncreated_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x13\n\x0b\x64\x61te_format\x18\t \x01(\t\x12\'\n\x0b\x66ield_rules\x18\n \x03(\x0b\x32\x12.loom.v1.FieldRule\x12\x0e\n\x06scheme\x18\x0b \x01(\t\")\n\x12GetTemplateRequest\x12\x13\n\x0btemplate_id\x18\x01 \x01(\t\"M\n\x14ListTemplatesRequest\x12\x0e\n\x06sender\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"V\n\x15ListTemplatesResponse\x12$\n\ttemplates\x18\x01 \x03(\x0b\x32\x11.loom.v1.Template\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x1a\n\x18GetInductionStatsRequest\"\xb5\x02\n\x0eInductionStats\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x03\x12\x13\n\x0b\x64ropped_cpu\x18\x02 \x01(\x03\x12\x12\n\ndropped_io\x18\x03 \x01(\x03\x12\x1a\n\x12\x64ropped_formations\x18\x04 \x01(\x03\x12\x15\n\rfingerprinted\x18\x05 \x01(\x03\x12\x11\n\tprocessed\x18\x06 \x01(\x03\x12\x14\n\x0cskipped_full\x18\x07 \x01(\x03\x12\x12\n\nformations\x18\x08 \x01(\x03\x12\x18\n\x10templates_formed\x18\t \x01(\x03\x12\x0e\n\x06\x66\x61iled\x18\n \x01(\x03\x12\x17\n\x0f\x63pu_queue_depth\x18\x0b \x01(\x03\x12\x16\n\x0eio_queue_depth\x18\x0c \x01(\x03\x12\x1d\n\x15\x66ormation_queue_depth\x18\r \x01(\x03*\x88\x01\n\x0e\x46ieldPlacement\x12\x1f\n\x1b\x46IELD_PLACEMENT_UNSPECIFIED\x10\x00\x12\x1b\n\x17\x46IELD_PLACEMENT_STRETCH\x10\x01\x12\x17\n\x13\x46IELD_PLACEMENT_ROW\x10\x02\x12\x1f\n\x1b\x46IELD_PLACEMENT_AFTER_BLOCK\x10\x03\x32\x90\x03\n\x11TemplateInduction\x12K\n\x0cSubmitEmails\x12\x1c.loom.v1.SubmitEmailsRequest\x1a\x1d.loom.v1.SubmitEmailsResponse\x12N\n\rAnnotateEmail\x12\x1d.loom.v1.AnnotateEmailRequest\x1a\x1e.loom.v1.AnnotateEmailResponse\x12=\n\x0bGetTemplate\x12\x1b.loom.v1.GetTemplateRequest\x1a\x11.loom.v1.Template\x12N\n\rListTemplates\x12\x1d.loom.v1.ListTemplatesRequest\x1a\x1e.loom.v1.ListTemplatesResponse\x12O\n\x11GetInductionStats\x12!.loom.v1.GetInductionStatsRequest\x1a\x17.loom.v1.InductionStatsB/Z-github.com/loom/loom/clients/go/loomv1;loomv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17loom/v1/templates.proto\x12\x07loom.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14loom/v1/common.proto\"\x94\x01\n\x05\x45mail\x12\x10\n\x08\x65mail_id\x18\x01 \x01(\t\x12\x0e\n\x06sender\x18\x02 \x01(\t\x12\x14\n\x0crecipient_id\x18\x03 \x01(\t\x12\x0f\n\x07subject\x18\x04 \x01(\t\x12\x11\n\thtml_body\x18\x05 \x01(\t\x12/\n\x0breceived_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"5\n\x13SubmitEmailsRequest\x12\x1e\n\x06\x65mails\x18\x01 \x03(\x0b\x32\x0e.loom.v1.Email\"M\n\x14SubmitEmailsResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x05\x12\x0f\n\x07\x64ropped\x18\x02 \x01(\x05\x12\x12\n\nduplicates\x18\x03 \x01(\x05\"5\n\x14\x41nnotateEmailRequest\x12\x1d\n\x05\x65mail\x18\x01 \x01(\x0b\x32\x0e.loom.v1.Email\"_\n\x0e\x45xtractedField\x12\r\n\x05xpath\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\x12\x0c\n\x04type\x18\x03 \x01(\t\x12\x12\n\nnormalized\x18\x04 \x01(\t\x12\r\n\x05label\x18\x05 \x01(\t\"3\n\x08\x46ieldRow\x12\'\n\x06\x66ields\x18\x01 \x03(\x0b\x32\x17.loom.v1.ExtractedField\"@\n\x0e\x45xtractedBlock\x12\r\n\x05label\x18\x01 \x01(\t\x12\x1f\n\x04rows\x18\x02 \x03(\x0b\x32\x11.loom.v1.FieldRow\"\xcf\x01\n\x15\x41nnotateEmailResponse\x12\x13\n\x0btemplate_id\x18\x01 \x01(\t\x12\x14\n\x0c\x66ingerprints\x18\x02 \x03(\x04\x12\x10\n\x08vertical\x18\x03 \x01(\t\x12\x12\n\nfixed_text\x18\x04 \x03(\t\x12\x13\n\x0b\x64\x61te_format\x18\x05 \x01(\t\x12\'\n\x06\x66ields\x18\x06 \x03(\x0b\x32\x17.loom.v1.ExtractedField\x12\'\n\x06\x62locks\x18\x07 \x03(\x0b\x32\x17.loom.v1.ExtractedBlock\"\xca\x01\n\tFieldRule\x12\r\n\x05xpath\x18\x01 \x01(\t\x12\x0c\n\x04type\x18\x02 \x01(\t\x12\r\n\x05label\x18\x03 \x01(\t\x12\x0e\n\x06\x61nchor\x18\x04 \x01(\t\x12\x0c\n\x04path\x18\x05 \x01(\t\x12\x0f\n\x07ordinal\x18\x06 \x01(\x05\x12*\n\tplacement\x18\x07 \x01(\x0e\x32\x17.loom.v1.FieldPlacement\x12\x10\n\x08row_path\x18\x08 \x01(\t\x12\x13\n\x0b\x62lock_label\x18\t \x01(\t\x12\x0f\n\x07pattern\x18\n \x01(\t\"\x9b\x02\n\x08Template\x12\x13\n\x0btemplate_id\x18\x01 \x01(\t\x12\x0e\n\x06sender\x18\x02 \x01(\t\x12\x14\n\x0c\x66ingerprints\x18\x03 \x03(\x04\x12\x1b\n\x13\x64istinct_recipients\x18\x04 \x01(\x03\x12\x13\n\x0b\x65mail_count\x18\x05 \x01(\x03\x12\x10\n\x08vertical\x18\x06 \x01(\t\x12\x12\n\nfixed_text\x18\x07 \x03(\t\x12.\n\ncreated_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x13\n\x0b\x64\x61te_format\x18\t \x01(\t\x12\'\n\x0b\x66ield_rules\x18\n \x03(\x0b\x32\x12.loom.v1.FieldRule\x12\x0e\n\x06scheme\x18\x0b \x01(\t\")\n\x12GetTemplateRequest\x12\x13\n\x0btemplate_id\x18\x01 \x01(\t\"M\n\x14ListTemplatesRequest\x12\x0e\n\x06sender\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"V\n\x15ListTemplatesResponse\x12$\n\ttemplates\x18\x01 \x03(\x0b\x32\x11.loom.v1.Template\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x1a\n\x18GetInductionStatsRequest\"\xb5\x02\n\x0eInductionStats\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x03\x12\x13\n\x0b\x64ropped_cpu\x18\x02 \x01(\x03\x12\x12\n\ndropped_io\x18\x03 \x01(\x03\x12\x1a\n\x12\x64ropped_formations\x18\x04 \x01(\x03\x12\x15\n\rfingerprinted\x18\x05 \x01(\x03\x12\x11\n\tprocessed\x18\x06 \x01(\x03\x12\x14\n\x0cskipped_full\x18\x07 \x01(\x03\x12\x12\n\nformations\x18\x08 \x01(\x03\x12\x18\n\x10templates_formed\x18\t \x01(\x03\x12\x0e\n\x06\x66\x61iled\x18\n \x01(\x03\x12\x17\n\x0f\x63pu_queue_depth\x18\x0b \x01(\x03\x12\x16\n\x0eio_queue_depth\x18\x0c \x01(\x03\x12\x1d\n\x15\x66ormation_queue_depth\x18\r \x01(\x03\"@\n\'TemplateInductionEraseRecipientsRequest\x12\x15\n\rrecipient_ids\x18\x01 \x03(\t*\x88\x01\n\x0e\x46ieldPlacement\x12\x1f\n\x1b\x46IELD_PLACEMENT_UNSPECIFIED\x10\x00\x12\x1b\n\x17\x46IELD_PLACEMENT_STRETCH\x10\x01\x12\x17\n\x13\x46IELD_PLACEMENT_ROW\x10\x02\x12\x1f\n\x1b\x46IELD_PLACEMENT_AFTER_BLOCK\x10\x03\x32\xab\x04\n\x11TemplateInduction\x12K\n\x0cSubmitEmails\x12\x1c.loom.v1.SubmitEmailsRequest\x1a\x1d.loom.v1.SubmitEmailsResponse\x12N\n\rAnnotateEmail\x12\x1d.loom.v1.AnnotateEmailRequest\x1a\x1e.loom.v1.AnnotateEmailResponse\x12=\n\x0bGetTemplate\x12\x1b.loom.v1.GetTemplateRequest\x1a\x11.loom.v1.Template\x12N\n\rListTemplates\x12\x1d.loom.v1.ListTemplatesRequest\x1a\x1e.loom.v1.ListTemplatesResponse\x12O\n\x11GetInductionStats\x12!.loom.v1.GetInductionStatsRequest\x1a\x17.loom.v1.InductionStats\x12W\n\x0f\x45raseRecipients\x12\x30.loom.v1.TemplateInductionEraseRecipientsRequest\x1a\x12.loom.v1.Operation\x12@\n\x0cGetOperation\x12\x1c.loom.v1.GetOperationRequest\x1a\x12.loom.v1.OperationB/Z-github.com/loom/loom/clients/go/loomv1;loomv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,38 +34,40 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'loom.v1.templates_pb2', _gl
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'Z-github.com/loom/loom/clients/go/loomv1;loomv1'
-  _globals['_FIELDPLACEMENT']._serialized_start=1877
-  _globals['_FIELDPLACEMENT']._serialized_end=2013
-  _globals['_EMAIL']._serialized_start=70
-  _globals['_EMAIL']._serialized_end=218
-  _globals['_SUBMITEMAILSREQUEST']._serialized_start=220
-  _globals['_SUBMITEMAILSREQUEST']._serialized_end=273
-  _globals['_SUBMITEMAILSRESPONSE']._serialized_start=275
-  _globals['_SUBMITEMAILSRESPONSE']._serialized_end=352
-  _globals['_ANNOTATEEMAILREQUEST']._serialized_start=354
-  _globals['_ANNOTATEEMAILREQUEST']._serialized_end=407
-  _globals['_EXTRACTEDFIELD']._serialized_start=409
-  _globals['_EXTRACTEDFIELD']._serialized_end=504
-  _globals['_FIELDROW']._serialized_start=506
-  _globals['_FIELDROW']._serialized_end=557
-  _globals['_EXTRACTEDBLOCK']._serialized_start=559
-  _globals['_EXTRACTEDBLOCK']._serialized_end=623
-  _globals['_ANNOTATEEMAILRESPONSE']._serialized_start=626
-  _globals['_ANNOTATEEMAILRESPONSE']._serialized_end=833
-  _globals['_FIELDRULE']._serialized_start=836
-  _globals['_FIELDRULE']._serialized_end=1038
-  _globals['_TEMPLATE']._serialized_start=1041
-  _globals['_TEMPLATE']._serialized_end=1324
-  _globals['_GETTEMPLATEREQUEST']._serialized_start=1326
-  _globals['_GETTEMPLATEREQUEST']._serialized_end=1367
-  _globals['_LISTTEMPLATESREQUEST']._serialized_start=1369
-  _globals['_LISTTEMPLATESREQUEST']._serialized_end=1446
-  _globals['_LISTTEMPLATESRESPONSE']._serialized_start=1448
-  _globals['_LISTTEMPLATESRESPONSE']._serialized_end=1534
-  _globals['_GETINDUCTIONSTATSREQUEST']._serialized_start=1536
-  _globals['_GETINDUCTIONSTATSREQUEST']._serialized_end=1562
-  _globals['_INDUCTIONSTATS']._serialized_start=1565
-  _globals['_INDUCTIONSTATS']._serialized_end=1874
-  _globals['_TEMPLATEINDUCTION']._serialized_start=2016
-  _globals['_TEMPLATEINDUCTION']._serialized_end=2416
+  _globals['_FIELDPLACEMENT']._serialized_start=1965
+  _globals['_FIELDPLACEMENT']._serialized_end=2101
+  _globals['_EMAIL']._serialized_start=92
+  _globals['_EMAIL']._serialized_end=240
+  _globals['_SUBMITEMAILSREQUEST']._serialized_start=242
+  _globals['_SUBMITEMAILSREQUEST']._serialized_end=295
+  _globals['_SUBMITEMAILSRESPONSE']._serialized_start=297
+  _globals['_SUBMITEMAILSRESPONSE']._serialized_end=374
+  _globals['_ANNOTATEEMAILREQUEST']._serialized_start=376
+  _globals['_ANNOTATEEMAILREQUEST']._serialized_end=429
+  _globals['_EXTRACTEDFIELD']._serialized_start=431
+  _globals['_EXTRACTEDFIELD']._serialized_end=526
+  _globals['_FIELDROW']._serialized_start=528
+  _globals['_FIELDROW']._serialized_end=579
+  _globals['_EXTRACTEDBLOCK']._serialized_start=581
+  _globals['_EXTRACTEDBLOCK']._serialized_end=645
+  _globals['_ANNOTATEEMAILRESPONSE']._serialized_start=648
+  _globals['_ANNOTATEEMAILRESPONSE']._serialized_end=855
+  _globals['_FIELDRULE']._serialized_start=858
+  _globals['_FIELDRULE']._serialized_end=1060
+  _globals['_TEMPLATE']._serialized_start=1063
+  _globals['_TEMPLATE']._serialized_end=1346
+  _globals['_GETTEMPLATEREQUEST']._serialized_start=1348
+  _globals['_GETTEMPLATEREQUEST']._serialized_end=1389
+  _globals['_LISTTEMPLATESREQUEST']._serialized_start=1391
+  _globals['_LISTTEMPLATESREQUEST']._serialized_end=1468
+  _globals['_LISTTEMPLATESRESPONSE']._serialized_start=1470
+  _globals['_LISTTEMPLATESRESPONSE']._serialized_end=1556
+  _globals['_GETINDUCTIONSTATSREQUEST']._serialized_start=1558
+  _globals['_GETINDUCTIONSTATSREQUEST']._serialized_end=1584
+  _globals['_INDUCTIONSTATS']._serialized_start=1587
+  _globals['_INDUCTIONSTATS']._serialized_end=1896
+  _globals['_TEMPLATEINDUCTIONERASERECIPIENTSREQUEST']._serialized_start=1898
+  _globals['_TEMPLATEINDUCTIONERASERECIPIENTSREQUEST']._serialized_end=1962
+  _globals['_TEMPLATEINDUCTION']._serialized_start=2104
+  _globals['_TEMPLATEINDUCTION']._serialized_end=2659
 # @@protoc_insertion_point(module_scope)

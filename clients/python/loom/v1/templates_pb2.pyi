@@ -643,3 +643,27 @@ class InductionStats(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___InductionStats: _TypeAlias = InductionStats  # noqa: Y015
+
+@_typing.final
+class TemplateInductionEraseRecipientsRequest(_message.Message):
+    """The request of TemplateInduction's EraseRecipients."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RECIPIENT_IDS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def recipient_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The recipients to erase, as given in Email.recipient_id (1..1,000 ids of 1..512 bytes)."""
+
+    def __init__(
+        self,
+        *,
+        recipient_ids: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["recipient_ids", b"recipient_ids"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TemplateInductionEraseRecipientsRequest: _TypeAlias = TemplateInductionEraseRecipientsRequest  # noqa: Y015

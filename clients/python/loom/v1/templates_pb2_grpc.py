@@ -3,6 +3,7 @@
 import grpc
 import warnings
 
+from loom.v1 import common_pb2 as loom_dot_v1_dot_common__pb2
 from loom.v1 import templates_pb2 as loom_dot_v1_dot_templates__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
@@ -65,6 +66,16 @@ class TemplateInductionStub:
                 request_serializer=loom_dot_v1_dot_templates__pb2.GetInductionStatsRequest.SerializeToString,
                 response_deserializer=loom_dot_v1_dot_templates__pb2.InductionStats.FromString,
                 _registered_method=True)
+        self.EraseRecipients = channel.unary_unary(
+                '/loom.v1.TemplateInduction/EraseRecipients',
+                request_serializer=loom_dot_v1_dot_templates__pb2.TemplateInductionEraseRecipientsRequest.SerializeToString,
+                response_deserializer=loom_dot_v1_dot_common__pb2.Operation.FromString,
+                _registered_method=True)
+        self.GetOperation = channel.unary_unary(
+                '/loom.v1.TemplateInduction/GetOperation',
+                request_serializer=loom_dot_v1_dot_common__pb2.GetOperationRequest.SerializeToString,
+                response_deserializer=loom_dot_v1_dot_common__pb2.Operation.FromString,
+                _registered_method=True)
 
 
 class TemplateInductionServicer:
@@ -120,6 +131,34 @@ class TemplateInductionServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def EraseRecipients(self, request, context):
+        """Erases recipients, for a subject's erasure (needs templates:admin): every stored
+        email of theirs and every recipient row (the keyed hash of their id) is removed
+        from every cluster. A template already formed keeps only what at least k distinct
+        recipients gave it: each cluster that held one of them is formed again from the
+        emails that remain, and when fewer than k distinct recipients remain its templates
+        are dropped (the cluster is unformed again, and forms anew once k recipients'
+        emails arrive). Counters in GetInductionStats are counts only and hold no
+        identifier. Every cluster must be scanned, so this answers at once with a
+        background operation (read it back with GetOperation). Emails of these recipients
+        still queued on this server, or submitted to it while the operation runs, are not
+        stored; once it is DONE, new emails are new data and are kept.
+        Idempotent, safe to retry: erasing twice is erasing once; unknown ids change nothing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetOperation(self, request, context):
+        """A background operation started by EraseRecipients on this server. NOT_FOUND when
+        unknown (operations are kept in memory for an hour after they end, and not across
+        a restart; re-issuing the erasure is always safe).
+        Idempotent, safe to retry: a read.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TemplateInductionServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -147,6 +186,16 @@ def add_TemplateInductionServicer_to_server(servicer, server):
                     servicer.GetInductionStats,
                     request_deserializer=loom_dot_v1_dot_templates__pb2.GetInductionStatsRequest.FromString,
                     response_serializer=loom_dot_v1_dot_templates__pb2.InductionStats.SerializeToString,
+            ),
+            'EraseRecipients': grpc.unary_unary_rpc_method_handler(
+                    servicer.EraseRecipients,
+                    request_deserializer=loom_dot_v1_dot_templates__pb2.TemplateInductionEraseRecipientsRequest.FromString,
+                    response_serializer=loom_dot_v1_dot_common__pb2.Operation.SerializeToString,
+            ),
+            'GetOperation': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetOperation,
+                    request_deserializer=loom_dot_v1_dot_common__pb2.GetOperationRequest.FromString,
+                    response_serializer=loom_dot_v1_dot_common__pb2.Operation.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -290,6 +339,60 @@ class TemplateInduction:
             '/loom.v1.TemplateInduction/GetInductionStats',
             loom_dot_v1_dot_templates__pb2.GetInductionStatsRequest.SerializeToString,
             loom_dot_v1_dot_templates__pb2.InductionStats.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EraseRecipients(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/loom.v1.TemplateInduction/EraseRecipients',
+            loom_dot_v1_dot_templates__pb2.TemplateInductionEraseRecipientsRequest.SerializeToString,
+            loom_dot_v1_dot_common__pb2.Operation.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetOperation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/loom.v1.TemplateInduction/GetOperation',
+            loom_dot_v1_dot_common__pb2.GetOperationRequest.SerializeToString,
+            loom_dot_v1_dot_common__pb2.Operation.FromString,
             options,
             channel_credentials,
             insecure,

@@ -5,6 +5,7 @@ isort:skip_file
 
 from collections import abc as _abc
 from grpc import aio as _aio
+from loom.v1 import common_pb2 as _common_pb2
 from loom.v1 import templates_pb2 as _templates_pb2
 import abc as _abc_1
 import grpc as _grpc
@@ -63,6 +64,26 @@ class TemplateInductionStub:
     templates formed, queue depths. Counts only, never content.
     Idempotent, safe to retry: a read.
     """
+    EraseRecipients: _grpc.UnaryUnaryMultiCallable[_templates_pb2.TemplateInductionEraseRecipientsRequest, _common_pb2.Operation]
+    """Erases recipients, for a subject's erasure (needs templates:admin): every stored
+    email of theirs and every recipient row (the keyed hash of their id) is removed
+    from every cluster. A template already formed keeps only what at least k distinct
+    recipients gave it: each cluster that held one of them is formed again from the
+    emails that remain, and when fewer than k distinct recipients remain its templates
+    are dropped (the cluster is unformed again, and forms anew once k recipients'
+    emails arrive). Counters in GetInductionStats are counts only and hold no
+    identifier. Every cluster must be scanned, so this answers at once with a
+    background operation (read it back with GetOperation). Emails of these recipients
+    still queued on this server, or submitted to it while the operation runs, are not
+    stored; once it is DONE, new emails are new data and are kept.
+    Idempotent, safe to retry: erasing twice is erasing once; unknown ids change nothing.
+    """
+    GetOperation: _grpc.UnaryUnaryMultiCallable[_common_pb2.GetOperationRequest, _common_pb2.Operation]
+    """A background operation started by EraseRecipients on this server. NOT_FOUND when
+    unknown (operations are kept in memory for an hour after they end, and not across
+    a restart; re-issuing the erasure is always safe).
+    Idempotent, safe to retry: a read.
+    """
 
 @_typing.type_check_only
 class TemplateInductionAsyncStub(TemplateInductionStub):
@@ -97,6 +118,26 @@ class TemplateInductionAsyncStub(TemplateInductionStub):
     GetInductionStats: _aio.UnaryUnaryMultiCallable[_templates_pb2.GetInductionStatsRequest, _templates_pb2.InductionStats]  # type: ignore[assignment]
     """Counters of the induction pipeline: admitted, dropped, processed,
     templates formed, queue depths. Counts only, never content.
+    Idempotent, safe to retry: a read.
+    """
+    EraseRecipients: _aio.UnaryUnaryMultiCallable[_templates_pb2.TemplateInductionEraseRecipientsRequest, _common_pb2.Operation]  # type: ignore[assignment]
+    """Erases recipients, for a subject's erasure (needs templates:admin): every stored
+    email of theirs and every recipient row (the keyed hash of their id) is removed
+    from every cluster. A template already formed keeps only what at least k distinct
+    recipients gave it: each cluster that held one of them is formed again from the
+    emails that remain, and when fewer than k distinct recipients remain its templates
+    are dropped (the cluster is unformed again, and forms anew once k recipients'
+    emails arrive). Counters in GetInductionStats are counts only and hold no
+    identifier. Every cluster must be scanned, so this answers at once with a
+    background operation (read it back with GetOperation). Emails of these recipients
+    still queued on this server, or submitted to it while the operation runs, are not
+    stored; once it is DONE, new emails are new data and are kept.
+    Idempotent, safe to retry: erasing twice is erasing once; unknown ids change nothing.
+    """
+    GetOperation: _aio.UnaryUnaryMultiCallable[_common_pb2.GetOperationRequest, _common_pb2.Operation]  # type: ignore[assignment]
+    """A background operation started by EraseRecipients on this server. NOT_FOUND when
+    unknown (operations are kept in memory for an hour after they end, and not across
+    a restart; re-issuing the erasure is always safe).
     Idempotent, safe to retry: a read.
     """
 
@@ -160,6 +201,38 @@ class TemplateInductionServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_templates_pb2.InductionStats, _abc.Awaitable[_templates_pb2.InductionStats]]:
         """Counters of the induction pipeline: admitted, dropped, processed,
         templates formed, queue depths. Counts only, never content.
+        Idempotent, safe to retry: a read.
+        """
+
+    @_abc_1.abstractmethod
+    def EraseRecipients(
+        self,
+        request: _templates_pb2.TemplateInductionEraseRecipientsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_common_pb2.Operation, _abc.Awaitable[_common_pb2.Operation]]:
+        """Erases recipients, for a subject's erasure (needs templates:admin): every stored
+        email of theirs and every recipient row (the keyed hash of their id) is removed
+        from every cluster. A template already formed keeps only what at least k distinct
+        recipients gave it: each cluster that held one of them is formed again from the
+        emails that remain, and when fewer than k distinct recipients remain its templates
+        are dropped (the cluster is unformed again, and forms anew once k recipients'
+        emails arrive). Counters in GetInductionStats are counts only and hold no
+        identifier. Every cluster must be scanned, so this answers at once with a
+        background operation (read it back with GetOperation). Emails of these recipients
+        still queued on this server, or submitted to it while the operation runs, are not
+        stored; once it is DONE, new emails are new data and are kept.
+        Idempotent, safe to retry: erasing twice is erasing once; unknown ids change nothing.
+        """
+
+    @_abc_1.abstractmethod
+    def GetOperation(
+        self,
+        request: _common_pb2.GetOperationRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_common_pb2.Operation, _abc.Awaitable[_common_pb2.Operation]]:
+        """A background operation started by EraseRecipients on this server. NOT_FOUND when
+        unknown (operations are kept in memory for an hour after they end, and not across
+        a restart; re-issuing the erasure is always safe).
         Idempotent, safe to retry: a read.
         """
 
