@@ -5,6 +5,7 @@ from __future__ import annotations
 import grpc
 from loom.v1 import common_pb2, summary_pb2, summary_pb2_grpc
 
+from server.runtime.erasures import ErasureRecorder
 from server.runtime.policies import MethodPolicy
 from server.summary import convert
 from server.summary.limits import MAX_MESSAGE_ID_BYTES, MAX_RECIPIENT_ID_BYTES
@@ -33,8 +34,9 @@ POLICIES: dict[str, MethodPolicy] = {
 class SummaryHandler(summary_pb2_grpc.SummaryServicer):
     """Serves `loom.v1.Summary` from a `SummaryService`."""
 
-    def __init__(self, service: SummaryService) -> None:
+    def __init__(self, service: SummaryService, erasures: ErasureRecorder) -> None:
         self._service = service
+        self._erasures = erasures
 
     async def RecordDeliveryEvents(  # noqa: N802 - gRPC method name
         self,
@@ -72,6 +74,7 @@ class SummaryHandler(summary_pb2_grpc.SummaryServicer):
         ids = convert.ids_from_proto(
             "recipient_ids", request.recipient_ids, max_bytes=MAX_RECIPIENT_ID_BYTES
         )
+        await self._erasures.erased("summary", ids)  # first: a restore finishes what stops
         return convert.operation_to_proto(await self._service.erase_recipients(ids))
 
     async def GetOperation(  # noqa: N802

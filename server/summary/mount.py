@@ -11,7 +11,6 @@ from server.runtime.guard import guard_store
 from server.runtime.mounting import Mounted, Resources
 from server.summary.handler import POLICIES, SummaryHandler
 from server.summary.portable import SummaryData
-from server.summary.recipients import SketchParams
 from server.summary.service import SummaryService
 from storage import factory
 from storage.engines import SUMMARY_STORES
@@ -23,19 +22,12 @@ async def mount(server: grpc.aio.Server, settings: Settings, resources: Resource
     """Opens the SummaryStore and registers the servicer."""
     store = await factory.open_summary_store(settings)
     engine = settings.storage.summary_store
-    s = settings.summary
-    service = SummaryService(
-        guard_store(store, resources.breaker(engine)),
-        params=SketchParams(
-            exact_threshold=s.exact_threshold,
-            exact_byte_budget=s.exact_byte_budget,
-            cpc_lg_k=s.cpc_lg_k,
-        ),
-        max_attempts=s.max_retries,
-        retry_base_s=s.retry_base_s,
-        retry_max_s=s.retry_max_s,
+    service = SummaryService.from_settings(
+        guard_store(store, resources.breaker(engine)), settings.summary
     )
-    summary_pb2_grpc.add_SummaryServicer_to_server(SummaryHandler(service), server)
+    summary_pb2_grpc.add_SummaryServicer_to_server(
+        SummaryHandler(service, resources.erasure_log()), server
+    )
     return Mounted(closers=[store.close, service.operations.stop])
 
 

@@ -15,6 +15,8 @@ from loom.v1 import dump_pb2
 
 from server.portable.records import PAGE, Kind, ServiceData, as_record, same_service
 from server.summary.model import MessageSummary, is_deleted
+from server.summary.service import SummaryService
+from server.summary.settings import SummarySettings
 from storage.ports import (
     PortableSummaryStore,
 )
@@ -27,8 +29,31 @@ class SummaryData:
 
     kinds: tuple[Kind, ...] = (Kind("summaries", dump_pb2.SummaryRecord),)
 
-    def __init__(self, store: PortableSummaryStore, settings: object) -> None:
+    def __init__(self, store: PortableSummaryStore, settings: SummarySettings) -> None:
         self.store = store
+        self._settings = settings
+
+    async def subjects(self) -> AsyncIterator[str]:
+        """Recipient ids of every exact set (sketches hold no id)."""
+        async for rows in self.store.scan(PAGE):
+            for _, stored in rows:
+                if is_deleted(stored.data):
+                    continue
+                for status in MessageSummary.decode(stored.data).view().statuses.values():
+                    for recipient in status.recipient_ids:
+                        yield recipient
+
+    async def erase(self, subjects: Sequence[str]) -> None:
+        """`EraseRecipients`, run to its end."""
+        service = SummaryService.from_settings(self.store, self._settings)
+        try:
+            op = await service.operations.wait(
+                (await service.erase_recipients(subjects)).operation_id
+            )
+            if op.error:
+                raise RuntimeError(f"erasing recipients from summaries failed: {op.error}")
+        finally:
+            await service.operations.stop()
 
     async def scan(self) -> AsyncIterator[tuple[str, list[Message]]]:
         async for rows in self.store.scan(PAGE):

@@ -38,6 +38,7 @@ from server.summary.model import (
 )
 from server.summary.operations import OperationRecord, Operations
 from server.summary.recipients import SketchParams
+from server.summary.settings import SummarySettings
 from storage.ports import StoredSummary, SummaryStore
 
 __all__ = ["RecordOutcome", "SummaryService"]
@@ -81,6 +82,21 @@ class _KeyedLocks:
 
 class SummaryService:
     """Records delivery events into, and reads, per-message summaries kept in a SummaryStore."""
+
+    @classmethod
+    def from_settings(cls, store: SummaryStore, s: SummarySettings) -> SummaryService:
+        """The service as the settings configure it (the server's, and a load's erasure)."""
+        return cls(
+            store,
+            params=SketchParams(
+                exact_threshold=s.exact_threshold,
+                exact_byte_budget=s.exact_byte_budget,
+                cpc_lg_k=s.cpc_lg_k,
+            ),
+            max_attempts=s.max_retries,
+            retry_base_s=s.retry_base_s,
+            retry_max_s=s.retry_max_s,
+        )
 
     def __init__(
         self,

@@ -41,7 +41,7 @@ from server.templates.work import form_row
 from storage import clock
 from storage.ports import PortableTemplateStore, TemplatePortability, TemplateStore
 
-__all__ = ["Erasure", "erase_offline", "scheme_params"]
+__all__ = ["Erasure", "erase_offline", "erase_offline_users", "scheme_params"]
 
 _USER_PAGE = 1000
 _ROW_EMAILS = 10_000_000
@@ -147,15 +147,24 @@ def scheme_params(t: TemplatesSettings) -> SchemeParams:
 async def erase_offline(
     store: PortableTemplateStore, settings: TemplatesSettings, recipient_ids: Sequence[str]
 ) -> OperationRecord:
-    """Erases recipients from a store no server runs a pipeline on (``loom load`` and
-    ``loom restore`` re-applying the erasure log): runs to the end, re-forming rows in a
-    thread; returns the ended operation (DONE, or raises)."""
+    """Erases recipients from a store no server runs a pipeline on: runs to the end,
+    re-forming rows in a thread; returns the ended operation (DONE, or raises)."""
+    key = settings.recipient_hash_key.encode()
+    users = frozenset(recipient_hash(r, key).encode() for r in recipient_ids)
+    return await erase_offline_users(store, settings, users)
+
+
+async def erase_offline_users(
+    store: PortableTemplateStore, settings: TemplatesSettings, users: frozenset[bytes]
+) -> OperationRecord:
+    """`erase_offline` of recipients named by their keyed hashes, as the store holds them
+    (``loom load`` and ``loom restore`` re-applying the erasure log, which names them so)."""
     op = OperationRecord(operation_id=uuid.uuid4().hex, kind="erase_recipients")
     with ThreadPoolExecutor(1) as executor:
         erasure = Erasure(
             store, store, Pipeline(store, settings, executor, scheme_params(settings))
         )
-        await erasure.run(erasure.hashes(recipient_ids), op)
+        await erasure.run(users, op)
     op.state = OperationState.DONE
     op.finished.set()
     return op

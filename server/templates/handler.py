@@ -5,9 +5,11 @@ from __future__ import annotations
 import grpc
 from loom.v1 import common_pb2, templates_pb2, templates_pb2_grpc
 
+from server.runtime.erasures import ErasureRecorder
 from server.runtime.policies import MethodPolicy
 from server.summary.convert import ids_from_proto, operation_id_from_proto, operation_to_proto
 from server.templates import convert
+from server.templates.model import recipient_hash
 from server.templates.service import TemplateInductionService
 from server.templates.settings import TemplatesSettings
 
@@ -32,9 +34,15 @@ POLICIES: dict[str, MethodPolicy] = {
 class TemplateInductionHandler(templates_pb2_grpc.TemplateInductionServicer):
     """Serves `loom.v1.TemplateInduction` from a `TemplateInductionService`."""
 
-    def __init__(self, service: TemplateInductionService, limits: TemplatesSettings) -> None:
+    def __init__(
+        self,
+        service: TemplateInductionService,
+        limits: TemplatesSettings,
+        erasures: ErasureRecorder,
+    ) -> None:
         self._service = service
         self._limits = limits
+        self._erasures = erasures
 
     async def SubmitEmails(  # noqa: N802 - gRPC method name
         self, request: templates_pb2.SubmitEmailsRequest, context: grpc.aio.ServicerContext
@@ -93,6 +101,10 @@ class TemplateInductionHandler(templates_pb2_grpc.TemplateInductionServicer):
         context: grpc.aio.ServicerContext,
     ) -> common_pb2.Operation:
         ids = ids_from_proto("recipient_ids", request.recipient_ids, max_bytes=convert.MAX_ID_BYTES)
+        # The store knows a recipient only by its keyed hash; the log names that, so a
+        # restore can match what the store holds (first: a restore finishes what stops).
+        key = self._limits.recipient_hash_key.encode()
+        await self._erasures.erased("templates", [recipient_hash(r, key) for r in ids])
         return operation_to_proto(await self._service.erase_recipients(ids))
 
     async def GetOperation(  # noqa: N802

@@ -46,7 +46,7 @@ async def mount(server: grpc.aio.Server, settings: Settings, resources: Resource
     pipeline.start()
     service = TemplateInductionService(guarded, pipeline, scans=guarded)
     templates_pb2_grpc.add_TemplateInductionServicer_to_server(
-        TemplateInductionHandler(service, t), server
+        TemplateInductionHandler(service, t, resources.erasure_log()), server
     )
 
     async def stop_pool() -> None:

@@ -9,6 +9,8 @@ from google.protobuf.message import Message
 from loom.v1 import dump_pb2
 
 from server.portable.records import PAGE, Kind, ServiceData, as_record, same_service
+from server.templates.erasure import erase_offline_users
+from server.templates.settings import TemplatesSettings
 from storage.ports import (
     PortableTemplateStore,
     StoredEmail,
@@ -28,8 +30,21 @@ class TemplateData:
         Kind("templates", dump_pb2.TemplatesRecord),
     )
 
-    def __init__(self, store: PortableTemplateStore, settings: object) -> None:
+    def __init__(self, store: PortableTemplateStore, settings: TemplatesSettings) -> None:
         self.store = store
+        self._settings = settings
+
+    async def subjects(self) -> AsyncIterator[str]:
+        """Recipients as the store knows them: their keyed hashes (the user cells)."""
+        async for users in self.store.scan_users(PAGE):
+            for cell in users:
+                yield cell.user.decode()
+
+    async def erase(self, subjects: Sequence[str]) -> None:
+        """`EraseRecipients` of the recipients with these hashes, run to its end."""
+        await erase_offline_users(
+            self.store, self._settings, frozenset(s.encode() for s in subjects)
+        )
 
     async def scan(self) -> AsyncIterator[tuple[str, list[Message]]]:
         async for emails in self.store.scan_emails(PAGE):
