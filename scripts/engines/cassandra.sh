@@ -16,8 +16,8 @@ STORAGE_PORT="${LOOM_CASSANDRA_STORAGE_PORT:-17000}"
 JMX_PORT="${LOOM_CASSANDRA_JMX_PORT:-17199}"
 # Heap fixed at its maximum (as Cassandra's own jvm options advise): G1 never resizes it
 # under a write burst.
-HEAP_MIN="${LOOM_CASSANDRA_HEAP_MIN:-2g}"
-HEAP_MAX="${LOOM_CASSANDRA_HEAP_MAX:-2g}"
+HEAP_MIN="${LOOM_CASSANDRA_HEAP_MIN:-3g}"
+HEAP_MAX="${LOOM_CASSANDRA_HEAP_MAX:-3g}"
 # Cold start on a 2-core machine is 30-90 s; allow headroom for commit log replay after a kill.
 READY_TIMEOUT="${LOOM_CASSANDRA_TIMEOUT:-180}"
 EXTRA_LOG="${STATE_DIR}/logs/system.log"
