@@ -84,7 +84,10 @@ class Phantoms:
 
     async def _clean(self, inbox_id: str, rows: list[InboxEntry]) -> None:
         try:
-            self._counts.phantoms_cleaned += await self._store.delete_entries(inbox_id, rows)
+            # Awaited first: `x += await f()` reads x before the await, and the sweep's
+            # increments meanwhile would be lost.
+            removed = await self._store.delete_entries(inbox_id, rows)
+            self._counts.phantoms_cleaned += removed
         except LoomError as exc:
             _log.warning("phantom cleanup failed", inbox_id=inbox_id, error=str(exc))
 
@@ -116,6 +119,11 @@ class Sweeper:
         self._clock = clock
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+
+    @property
+    def settle_s(self) -> float:
+        """How old a deletion must be before a walk sweeps it."""
+        return self._settle
 
     def now_ms(self) -> int:
         """Wall-clock milliseconds (deletion times, progress writes)."""
