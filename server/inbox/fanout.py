@@ -217,6 +217,10 @@ class FanoutStage:
         self._active.pop(job.record.delivery_id, None)
         try:
             await self._store.save_delivery(job.record)
+            if state == "done":
+                # Only a resume needs the list; dropped, it names no inbox an erasure
+                # must reach.
+                await self._store.drop_recipients(job.record.delivery_id)
         except LoomError as exc:
             # The engine is down: the stored record stays RUNNING and goes stale; a server
             # adopts it once it has had no progress for stall_after_s.

@@ -375,6 +375,12 @@ class CassandraInboxStore(CassandraStore, CassandraInboxDeletes):
             for i, part in enumerate(encode_parts(recipients))
         )
 
+    async def drop_recipients(self, delivery_id: str) -> None:
+        # One partition tombstone (the list's parts are one partition).
+        await self._q(
+            "DELETE FROM {ks}.inbox_delivery_recipients WHERE delivery_id = ?", (delivery_id,)
+        )
+
     async def load_recipients(self, delivery_id: str) -> list[str] | None:
         rows = await self._q(
             "SELECT data FROM {ks}.inbox_delivery_recipients WHERE delivery_id = ?",

@@ -258,6 +258,11 @@ class InboxStore(Protocol):
         that any server can resume the fan-out after the one running it died."""
         ...
 
+    async def drop_recipients(self, delivery_id: str) -> None:
+        """Deletes the delivery's stored recipient list (a done delivery needs it no more,
+        and it names inboxes an erasure must not leave behind). Nothing stored: a no-op."""
+        ...
+
     async def load_recipients(self, delivery_id: str) -> list[str] | None:
         """The stored recipient list, in order, or None when none was stored."""
         ...

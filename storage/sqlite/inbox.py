@@ -341,6 +341,14 @@ class SqliteInboxStore(SqliteInboxDeletes):
 
         await self._db.write(run)
 
+    async def drop_recipients(self, delivery_id: str) -> None:
+        def run(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "DELETE FROM inbox_delivery_recipients WHERE delivery_id = ?", (delivery_id,)
+            )
+
+        await self._db.write(run)
+
     async def load_recipients(self, delivery_id: str) -> list[str] | None:
         def run(conn: sqlite3.Connection) -> list[bytes]:
             rows = conn.execute(
