@@ -113,6 +113,9 @@ class InboxData:
 
     async def _listing(self, store: InboxStore, inbox: str) -> tuple[object, ...]:
         rows = await store.scan_inbox(inbox, self._listing_limit)
+        # As ListInbox shows it: rows of deleted threads awaiting the sweep are not there.
+        pending = {p.thread_id for p in await store.pending_deletions()}
+        rows = [r for r in rows if r.thread_id not in pending]
         return (sorted(rows, key=lambda e: e.thread_id), await store.unread_count(inbox))
 
     async def close(self) -> None:
