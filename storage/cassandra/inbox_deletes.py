@@ -187,9 +187,27 @@ class CassandraInboxDeletes:
         if rows:
             done = max(done, (ir.integer(rows[-1], "tk") + (1 << 63)) * 1000 // _RING)
         if state is None:
+            await self._drop_deliveries(thread_ids)
             return SweepStep(removed=removed, cursor=None, done=1000, total=1000)
         nxt = json.dumps({"state": state.hex(), "done": done})
         return SweepStep(removed=removed, cursor=nxt, done=done, total=1000)
+
+    async def _drop_deliveries(self, thread_ids: Collection[str]) -> None:
+        """The walk's end: the threads' delivery records go too (a small table, read whole;
+        each record and its recipient list is one partition delete)."""
+        rows = await self._q(
+            "SELECT delivery_id, thread_id FROM {ks}.inbox_deliveries", (), all_pages=True
+        )
+        for r in rows:
+            if ir.text(r, "thread_id") not in thread_ids:
+                continue
+            delivery_id = ir.text(r, "delivery_id")
+            for cql in (
+                "DELETE FROM {ks}.inbox_deliveries WHERE delivery_id = ?",
+                "DELETE FROM {ks}.inbox_delivery_recipients WHERE delivery_id = ?",
+                "DELETE FROM {ks}.inbox_unfinished WHERE shard = 0 AND delivery_id = ?",
+            ):
+                await self._q(cql, (delivery_id,))
 
     async def _delete_rows(self, doomed: dict[str, list[str]]) -> int:
         """Deletes each thread's entry and unread marker in the listed inboxes, one request

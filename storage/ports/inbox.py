@@ -225,7 +225,8 @@ class InboxStore(Protocol):
         """Walks about `page` inbox rows of the whole store from `cursor` (None: the start)
         and removes those (and their unread rows) of `thread_ids`. Repeated until the step's
         cursor is None, every row of those threads that existed when the walk started is
-        gone. Idempotent: a walk restarted from None removes nothing twice."""
+        gone; the last step also deletes the threads' delivery records (and their recipient
+        lists). Idempotent: a walk restarted from None removes nothing twice."""
         ...
 
     async def finish_deletions(self, swept: Sequence[PendingDeletion]) -> None:

@@ -172,6 +172,13 @@ class SqliteInboxDeletes:
                 f"DELETE FROM inbox_entry WHERE {where} AND {_IN_SET}", (*params, ids)
             ).rowcount
             conn.execute(f"DELETE FROM inbox_unread WHERE {where} AND {_IN_SET}", (*params, ids))
+            if last is None:  # the walk's end: the threads' delivery records go too
+                for table in ("inbox_delivery_recipients", "inbox_delivery"):
+                    conn.execute(
+                        f"DELETE FROM {table} WHERE delivery_id IN (SELECT delivery_id "
+                        f"FROM inbox_delivery WHERE {_IN_SET})",
+                        (ids,),
+                    )
             return int(removed)
 
         removed = await self._db.write(run) if thread_ids else 0

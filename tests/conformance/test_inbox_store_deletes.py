@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import cast
 
 from storage.ports import (
+    DeliveryRecord,
     InboxOperation,
     InboxStore,
     PendingDeletion,
@@ -25,6 +26,20 @@ async def walk(store: InboxStore, threads: set[str], page: int) -> tuple[int, li
         cursor = step.cursor
         if cursor is None:
             return sum(s.removed for s in steps), steps
+
+
+def delivery(delivery_id: str, thread: str) -> DeliveryRecord:
+    return DeliveryRecord(
+        delivery_id=delivery_id,
+        thread_id=thread,
+        message_id=10,
+        sender_inbox_id="u100",
+        total=100,
+        done=100,
+        state="done",
+        error="",
+        updated_at_ms=1,
+    )
 
 
 class TestRemoveThreads:
@@ -94,8 +109,14 @@ class TestDeletedThreads:
         await inbox_store.deliver("dead", 10, unread=inboxes[:100], read=inboxes[100:101])
         await inbox_store.deliver("dead2", 11, unread=inboxes[50:])
         await inbox_store.deliver("live", 12, unread=inboxes)
+        for delivery_id, thread in (("d-dead", "dead"), ("d-live", "live")):
+            await inbox_store.create_delivery(delivery(delivery_id, thread))
+            await inbox_store.save_recipients(delivery_id, inboxes)
         await inbox_store.mark_deleted(["dead", "dead2"], "op1", 1000)
         removed, steps = await walk(inbox_store, {"dead", "dead2"}, page=37)
+        assert await inbox_store.get_delivery("d-dead") is None
+        assert await inbox_store.load_recipients("d-dead") is None
+        assert await inbox_store.get_delivery("d-live") == delivery("d-live", "live")
         assert removed == 101 + 70
         assert len(steps) > 1
         assert all(0 <= s.done <= s.total for s in steps)
