@@ -14,21 +14,27 @@ from server.inbox.model import InboxFilter, MarkResult, Page, Post, PostResult
 from server.inbox.pagetoken import Cursor
 from server.inbox.settings import InboxSettings
 from server.runtime.validation import Violations
-from storage.ports import DeliveryRecord
+from storage.ports import DeliveryRecord, InboxOperation
 
 __all__ = [
     "MAX_ID_BYTES",
     "MAX_MARK_THREADS",
     "MAX_PAGE_SIZE",
+    "delete_inbox_from_proto",
+    "delete_threads_from_proto",
     "delivery_id_from_proto",
     "delivery_to_proto",
     "inbox_id_from_proto",
     "list_from_proto",
     "mark_from_proto",
     "mark_to_proto",
+    "operation_id_from_proto",
+    "operation_to_proto",
     "page_to_proto",
     "post_from_proto",
     "post_to_proto",
+    "remove_from_proto",
+    "remove_to_proto",
 ]
 
 MAX_ID_BYTES = 256
@@ -37,6 +43,11 @@ MAX_MARK_THREADS = 1000
 # One response should not carry a million violations: report the first few bad ids.
 _MAX_ID_VIOLATIONS = 20
 
+_OPERATION_STATES = {
+    "running": common_pb2.OPERATION_STATE_RUNNING,
+    "done": common_pb2.OPERATION_STATE_DONE,
+    "failed": common_pb2.OPERATION_STATE_FAILED,
+}
 _STATES = {
     "running": inbox_pb2.DELIVERY_STATE_RUNNING,
     "done": inbox_pb2.DELIVERY_STATE_DONE,
@@ -194,3 +205,56 @@ def mark_from_proto(request: inbox_pb2.MarkThreadsRequest) -> tuple[str, list[st
 def mark_to_proto(result: MarkResult) -> inbox_pb2.MarkThreadsResponse:
     """MarkThreads' answer."""
     return inbox_pb2.MarkThreadsResponse(changed=result.changed, unread_count=result.unread_count)
+
+
+def _thread_ids(v: Violations, field: str, ids: list[str]) -> None:
+    if v.count(field, ids, minimum=1, maximum=MAX_MARK_THREADS):
+        _ids(v, field, ids)
+
+
+def delete_threads_from_proto(request: inbox_pb2.DeleteThreadsRequest) -> list[str]:
+    """The distinct thread ids of a DeleteThreads call."""
+    v = Violations()
+    thread_ids = list(request.thread_ids)
+    _thread_ids(v, "thread_ids", thread_ids)
+    v.raise_if_any()
+    return list(dict.fromkeys(thread_ids))
+
+
+def remove_from_proto(request: inbox_pb2.RemoveThreadsRequest) -> tuple[str, list[str]]:
+    """(inbox_id, distinct thread ids) of a RemoveThreads call."""
+    v = Violations()
+    v.identifier("inbox_id", request.inbox_id, max_bytes=MAX_ID_BYTES)
+    thread_ids = list(request.thread_ids)
+    _thread_ids(v, "thread_ids", thread_ids)
+    v.raise_if_any()
+    return request.inbox_id, list(dict.fromkeys(thread_ids))
+
+
+def remove_to_proto(result: MarkResult) -> inbox_pb2.RemoveThreadsResponse:
+    """RemoveThreads' answer."""
+    return inbox_pb2.RemoveThreadsResponse(removed=result.changed, unread_count=result.unread_count)
+
+
+def delete_inbox_from_proto(request: inbox_pb2.DeleteInboxRequest) -> str:
+    """The inbox id of a DeleteInbox call."""
+    return inbox_id_from_proto(request.inbox_id)
+
+
+def operation_id_from_proto(request: common_pb2.GetOperationRequest) -> str:
+    """The operation id of a GetOperation call."""
+    v = Violations()
+    v.identifier("operation_id", request.operation_id, max_bytes=MAX_ID_BYTES)
+    v.raise_if_any()
+    return request.operation_id
+
+
+def operation_to_proto(op: InboxOperation) -> common_pb2.Operation:
+    """A background operation's progress."""
+    return common_pb2.Operation(
+        operation_id=op.operation_id,
+        kind=op.kind,
+        state=_OPERATION_STATES[op.state],
+        progress=common_pb2.Progress(done=op.done, total=op.total),
+        error=op.error,
+    )

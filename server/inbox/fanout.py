@@ -157,9 +157,14 @@ class FanoutStage:
                 await self._store.save_delivery(rec)
                 last_write = self._clock()
 
+        stopped = ""
         try:
             for chunk in slices(job.recipients, self._chunk, start=rec.done):
                 await self._pace(len(chunk))
+                if await self._store.deleted_threads([rec.thread_id]):
+                    # DeleteThreads came in: deliver no more (the sweep removes the rest).
+                    stopped = "stopped: the thread was deleted"
+                    break
                 task = asyncio.ensure_future(self._deliver(rec.thread_id, rec.message_id, chunk))
                 window.append((task, chunk))
                 # Retire finished chunks in order; wait for the oldest when the window is full.
@@ -171,7 +176,7 @@ class FanoutStage:
             for task, _ in window:
                 task.cancel()
             await asyncio.gather(*(task for task, _ in window), return_exceptions=True)
-        await self._finish(job, "done", "")
+        await self._finish(job, "done", stopped)
 
     async def _pace(self, deliveries: int) -> None:
         """Holds the whole stage to `rate_per_s` deliveries per second (0: unpaced).
@@ -212,6 +217,10 @@ class FanoutStage:
         self._active.pop(job.record.delivery_id, None)
         try:
             await self._store.save_delivery(job.record)
+            if state == "done":
+                # Only a resume needs the list; dropped, it names no inbox an erasure
+                # must reach.
+                await self._store.drop_recipients(job.record.delivery_id)
         except LoomError as exc:
             # The engine is down: the stored record stays RUNNING and goes stale; a server
             # adopts it once it has had no progress for stall_after_s.

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 
 import grpc
-from loom.v1 import inbox_pb2, inbox_pb2_grpc
+from loom.v1 import common_pb2, inbox_pb2, inbox_pb2_grpc
 
 from server.inbox import convert
 from server.inbox.service import InboxService
@@ -31,6 +31,17 @@ POLICIES: dict[str, MethodPolicy] = {
         max_concurrency=512, max_waiting=512, max_wait_s=0.1, deadline_s=1.0
     ),
     _S + "MarkThreads": MethodPolicy(max_concurrency=64, max_waiting=64, deadline_s=5.0),
+    # Deletions write markers only (the rows go in the background): short and cheap.
+    _S + "DeleteThreads": MethodPolicy(
+        max_concurrency=16, max_waiting=64, deadline_s=10.0, scope="inbox:write"
+    ),
+    _S + "RemoveThreads": MethodPolicy(
+        max_concurrency=64, max_waiting=64, deadline_s=5.0, scope="inbox:write"
+    ),
+    _S + "DeleteInbox": MethodPolicy(
+        max_concurrency=8, max_waiting=32, deadline_s=30.0, scope="inbox:admin"
+    ),
+    _S + "GetOperation": MethodPolicy(max_concurrency=64, max_waiting=64, deadline_s=2.0),
 }
 
 
@@ -78,3 +89,30 @@ class InboxHandler(inbox_pb2_grpc.InboxServicer):
         inbox_id, thread_ids, read = convert.mark_from_proto(request)
         result = await self._service.mark(inbox_id, thread_ids, read=read)
         return convert.mark_to_proto(result)
+
+    async def DeleteThreads(  # noqa: N802
+        self, request: inbox_pb2.DeleteThreadsRequest, context: grpc.aio.ServicerContext
+    ) -> inbox_pb2.DeleteThreadsResponse:
+        thread_ids = convert.delete_threads_from_proto(request)
+        op = await self._service.delete_threads(thread_ids)
+        return inbox_pb2.DeleteThreadsResponse(operation=convert.operation_to_proto(op))
+
+    async def RemoveThreads(  # noqa: N802
+        self, request: inbox_pb2.RemoveThreadsRequest, context: grpc.aio.ServicerContext
+    ) -> inbox_pb2.RemoveThreadsResponse:
+        inbox_id, thread_ids = convert.remove_from_proto(request)
+        result = await self._service.remove_threads(inbox_id, thread_ids)
+        return convert.remove_to_proto(result)
+
+    async def DeleteInbox(  # noqa: N802
+        self, request: inbox_pb2.DeleteInboxRequest, context: grpc.aio.ServicerContext
+    ) -> inbox_pb2.DeleteInboxResponse:
+        inbox_id = convert.delete_inbox_from_proto(request)
+        removed = await self._service.delete_inbox(inbox_id)
+        return inbox_pb2.DeleteInboxResponse(removed=removed)
+
+    async def GetOperation(  # noqa: N802
+        self, request: common_pb2.GetOperationRequest, context: grpc.aio.ServicerContext
+    ) -> common_pb2.Operation:
+        operation_id = convert.operation_id_from_proto(request)
+        return convert.operation_to_proto(await self._service.get_operation(operation_id))

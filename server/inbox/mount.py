@@ -40,6 +40,13 @@ async def mount(server: grpc.aio.Server, settings: Settings, resources: Resource
         inbox.trim_queue,
         lambda: service.trimmer.dropped,
     )
+    metrics.counter(
+        "loom_inbox_deletions",
+        "Inbox deletions: threads deleted, phantom rows cleaned (on read and by the sweep), "
+        "threads removed from one inbox, inboxes deleted",
+        "what",
+        service.counts.snapshot,
+    )
     inbox_pb2_grpc.add_InboxServicer_to_server(InboxHandler(service, settings.inbox), server)
     return Mounted(closers=[store.close, service.stop])
 

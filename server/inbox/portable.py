@@ -33,20 +33,27 @@ class InboxData:
         self._listing_limit = max(settings.max_entries * 4, 10_000)
 
     async def scan(self) -> AsyncIterator[tuple[str, list[Message]]]:
+        # Nothing of a deleted thread is exported (its rows may still await the sweep):
+        # a load must not bring it back.
         async for rows in self.store.scan_entries(PAGE):
-            yield (
-                "inbox_entries",
-                [
-                    dump_pb2.InboxEntryRecord(
-                        inbox_id=inbox,
-                        thread_id=e.thread_id,
-                        last_message_id=e.last_message_id,
-                        is_read=e.is_read,
-                    )
-                    for inbox, e in rows
-                ],
-            )
-        async for deliveries in self.store.scan_deliveries(PAGE):
+            deleted = await self.store.deleted_threads(list({e.thread_id for _, e in rows}))
+            kept: list[Message] = [
+                dump_pb2.InboxEntryRecord(
+                    inbox_id=inbox,
+                    thread_id=e.thread_id,
+                    last_message_id=e.last_message_id,
+                    is_read=e.is_read,
+                )
+                for inbox, e in rows
+                if e.thread_id not in deleted
+            ]
+            if kept:
+                yield ("inbox_entries", kept)
+        async for page in self.store.scan_deliveries(PAGE):
+            deleted = await self.store.deleted_threads(list({d.thread_id for d in page}))
+            deliveries = [d for d in page if d.thread_id not in deleted]
+            if not deliveries:
+                continue
             yield (
                 "deliveries",
                 [
@@ -106,6 +113,9 @@ class InboxData:
 
     async def _listing(self, store: InboxStore, inbox: str) -> tuple[object, ...]:
         rows = await store.scan_inbox(inbox, self._listing_limit)
+        # As ListInbox shows it: rows of deleted threads awaiting the sweep are not there.
+        pending = {p.thread_id for p in await store.pending_deletions()}
+        rows = [r for r in rows if r.thread_id not in pending]
         return (sorted(rows, key=lambda e: e.thread_id), await store.unread_count(inbox))
 
     async def close(self) -> None:

@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from server.inbox.adoption import Adopter
+from server.inbox.deletion import KIND, DeletionCounts, Phantoms, Sweeper, operation_id_for
 from server.inbox.fanout import FanoutJob, FanoutStage
 from server.inbox.listing import select_page
 from server.inbox.model import (
@@ -39,8 +40,8 @@ from server.inbox.model import (
 from server.inbox.pagetoken import Cursor
 from server.inbox.settings import InboxSettings
 from server.inbox.trimming import Trimmer
-from server.runtime.errors import NotFound, ResourceExhausted
-from storage.ports import DeliveryRecord, InboxStore
+from server.runtime.errors import FailedPrecondition, NotFound, ResourceExhausted
+from storage.ports import DeliveryRecord, InboxOperation, InboxStore
 from storage.slices import slices
 
 __all__ = ["InboxService"]
@@ -80,6 +81,17 @@ class InboxService:
             chunks_in_flight=settings.fanout_chunks_in_flight,
             clock=clock,
         )
+        self.counts = DeletionCounts()
+        self.phantoms = Phantoms(store, self.counts)
+        self.sweeper = Sweeper(
+            store,
+            self.counts,
+            page=settings.sweep_page,
+            interval_s=settings.sweep_interval_s,
+            settle_s=settings.delete_settle_s,
+            progress_interval_s=settings.progress_interval_s,
+            clock=clock,
+        )
         self.adopter = Adopter(
             store,
             self.fanout,
@@ -93,12 +105,15 @@ class InboxService:
         self.trimmer.start()
         self.fanout.start()
         self.adopter.start()
+        self.sweeper.start()
 
     async def stop(self) -> None:
         """Stops adopting, then fan-outs (releasing them at their progress), then trims."""
+        await self.sweeper.stop()
         await self.adopter.stop()
         await self.fanout.stop()
         await self.trimmer.stop()
+        await self.phantoms.stop()
 
     async def admit(
         self, thread_id: str, message_id: int, recipients: int, parse: Callable[[], Post]
@@ -132,7 +147,9 @@ class InboxService:
             raise ResourceExhausted("inbox fan-out queue is full; retry PostMessage later")
 
     async def post(self, post: Post) -> PostResult:
-        """Delivers `post` (see the module docstring)."""
+        """Delivers `post` (see the module docstring); a deleted thread is refused."""
+        if await self._store.deleted_threads([post.thread_id]):
+            raise FailedPrecondition(f"thread {post.thread_id!r} was deleted")
         sync_max = self._settings.sync_fanout_max
         if len(post.recipient_inbox_ids) > OFF_LOOP_RECIPIENTS:
             plan = await asyncio.to_thread(plan_fanout, post, sync_max=sync_max)
@@ -222,7 +239,18 @@ class InboxService:
         self, inbox_id: str, flt: InboxFilter, page_size: int, after: Cursor | None
     ) -> Page:
         """One page, newest activity first, continuing strictly after `after`."""
-        entries = await self._store.scan_inbox(inbox_id, self._settings.scan_limit)
+        entries, pending = await asyncio.gather(
+            self._store.scan_inbox(inbox_id, self._settings.scan_limit),
+            self._store.pending_deletions(),
+        )
+        if pending:
+            # Rows of deleted threads not swept yet: left out before the page is chosen
+            # (so it stays full and in order), and removed in the background.
+            gone = {p.thread_id for p in pending}
+            phantoms = [e for e in entries if e.thread_id in gone]
+            if phantoms:
+                entries = [e for e in entries if e.thread_id not in gone]
+                self.phantoms.clean(inbox_id, phantoms)
         if len(entries) > self._settings.max_entries:
             self.trimmer.request(inbox_id)
         return select_page(
@@ -243,3 +271,56 @@ class InboxService:
         """Marks threads (every thread when None) read or unread; the count follows."""
         changed = await self._store.set_read(inbox_id, thread_ids, read=read)
         return MarkResult(changed, await self._store.unread_count(inbox_id))
+
+    async def delete_threads(self, thread_ids: Sequence[str]) -> InboxOperation:
+        """Deletes threads everywhere (`server.inbox.deletion`); answers their operation."""
+        operation_id = operation_id_for(thread_ids)
+        op = await self._store.get_operation(operation_id)
+        if op is not None and op.state == "done":
+            return op
+        if op is None:
+            op = InboxOperation(
+                operation_id=operation_id,
+                kind=KIND,
+                state="running",
+                done=0,
+                total=0,
+                error="",
+                updated_at_ms=self.sweeper.now_ms(),
+            )
+            await self._store.save_operation(op)
+        await self._store.mark_deleted(thread_ids, operation_id, self.sweeper.now_ms())
+        self.counts.threads_deleted += len(set(thread_ids))
+        self.sweeper.wake()
+        return op
+
+    async def get_operation(self, operation_id: str) -> InboxOperation:
+        """A deletion operation's progress."""
+        op = await self._store.get_operation(operation_id)
+        if op is None:
+            raise NotFound(f"operation {operation_id!r} does not exist")
+        return op
+
+    async def wait_operation(self, operation_id: str, timeout_s: float = 600.0) -> InboxOperation:
+        """Waits until the operation is done (its rows physically gone); for tests and
+        tools. TimeoutError after `timeout_s`."""
+        async with asyncio.timeout(timeout_s):
+            while True:
+                op = await self.get_operation(operation_id)
+                if op.state != "running":
+                    return op
+                self.sweeper.wake()
+                await asyncio.sleep(0.05)
+
+    async def remove_threads(self, inbox_id: str, thread_ids: Sequence[str]) -> MarkResult:
+        """Drops threads from one inbox; a newer message brings a thread back."""
+        removed = await self._store.remove_threads(inbox_id, thread_ids)
+        self.counts.threads_removed += removed
+        return MarkResult(removed, await self._store.unread_count(inbox_id))
+
+    async def delete_inbox(self, inbox_id: str) -> int:
+        """Erases an inbox: its rows, its unread count, the deliveries it sent. Returns when
+        they are gone (and scrubbed from the files of an embedded engine); idempotent."""
+        removed = await self._store.delete_inbox(inbox_id)
+        self.counts.inboxes_deleted += 1
+        return removed

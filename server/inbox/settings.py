@@ -55,3 +55,13 @@ class InboxSettings:
     """How often each server looks for stalled or released deliveries to adopt."""
     default_page_size: int = 50
     """ListInbox page size when the request says 0."""
+    sweep_page: int = 5000
+    """Inbox rows per step of the deletion sweep's walk (one store request, one write
+    transaction on the embedded engine)."""
+    sweep_interval_s: float = 5.0
+    """How often each server looks for deleted threads whose rows are still to be swept
+    (a DeleteThreads on this server wakes it at once)."""
+    delete_settle_s: float = 1.0
+    """A deleted thread is swept once its deletion is this old, so a post or fan-out chunk
+    that passed its "is the thread deleted?" check just before the deletion has landed
+    (a chunk takes well under a second) and the walk removes its rows too."""

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import platform
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
@@ -95,6 +95,11 @@ class _Live(Collector):
             limit.add_metric([queue.name], queue.capacity)
             dropped.add_metric([queue.name], queue.dropped())
         yield from (in_use, waiting, capacity, state, is_open, depth, limit, dropped)
+        for name, (doc, label, read) in m.counters.items():
+            family = CounterMetricFamily(name, doc, labels=[label])
+            for what, total in read().items():
+                family.add_metric([what], total)
+            yield family
 
 
 class Metrics:
@@ -131,6 +136,8 @@ class Metrics:
         """Loom calls between arrival and answer, all methods (the drain waits for 0)."""
         self._idle: asyncio.Event | None = None
         self.queues: dict[str, QueueMetrics] = {}
+        self.counters: dict[str, tuple[str, str, Callable[[], Mapping[str, int]]]] = {}
+        """Counters a service keeps itself, read at scrape time (`counter`)."""
         self.bulkheads: Callable[[], Iterable[Bulkhead]] = lambda: ()
         self.breakers: Callable[[], Iterable[CircuitBreaker]] = lambda: ()
         r.register(_Live(self))
@@ -168,6 +175,13 @@ class Metrics:
         found = QueueMetrics(name, depth, capacity, dropped)
         self.queues[name] = found
         return found
+
+    def counter(
+        self, name: str, doc: str, label: str, read: Callable[[], Mapping[str, int]]
+    ) -> None:
+        """Registers a counter family whose values (by `label`) `read` returns at scrape
+        time, e.g. ``loom_inbox_deletions{what="phantoms_cleaned"}``."""
+        self.counters[name] = (doc, label, read)
 
     def serve(self, host: str, port: int) -> int:
         """Starts the HTTP exposition on `host:port` (0 picks a port); returns the port."""

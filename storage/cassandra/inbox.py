@@ -44,6 +44,7 @@ from cassandra.query import BatchStatement, BatchType, PreparedStatement
 from storage.cassandra import inbox_clock as clock
 from storage.cassandra import inbox_rows as ir
 from storage.cassandra import versions
+from storage.cassandra.inbox_deletes import DELETION_TABLES, CassandraInboxDeletes
 from storage.cassandra.session import CassandraSession, Row, gather
 from storage.cassandra.store import CassandraStore
 from storage.errors import StorageCorrupt
@@ -66,7 +67,7 @@ _BATCH_BYTES = 4 * 1024
 inbox): under Cassandra's 5 KiB batch-size warn threshold."""
 
 
-class CassandraInboxStore(CassandraStore):
+class CassandraInboxStore(CassandraStore, CassandraInboxDeletes):
     """`storage.ports.PortableInboxStore` on one Cassandra keyspace."""
 
     def __init__(self, session: CassandraSession, *, owns_session: bool) -> None:
@@ -78,7 +79,7 @@ class CassandraInboxStore(CassandraStore):
         cls, session: CassandraSession, *, owns_session: bool = False
     ) -> CassandraInboxStore:
         """A store on a session shared with other Cassandra stores (which it won't close)."""
-        await versions.upgrade(session, ir.TABLES, versions.INBOX)
+        await versions.upgrade(session, (*ir.TABLES, *DELETION_TABLES), versions.INBOX)
         legacy = session.tables_present(ir.LEGACY_TABLES)
         if legacy:
             raise ValueError(
@@ -214,11 +215,25 @@ class CassandraInboxStore(CassandraStore):
         ]
 
     async def unread_count(self, inbox_id: str) -> int:
-        rows = await self._q(
-            f"SELECT COUNT(*) AS n FROM {{ks}}.inbox WHERE inbox_id = ? AND kind = {ir.UNREAD}",
-            (inbox_id,),
+        # Net of the deleted threads not swept yet: the pending set is read beside the
+        # count (one small partition), and only when it is not empty are the unread
+        # markers' thread ids read to take the deleted ones out.
+        rows, pending = await asyncio.gather(
+            self._q(
+                f"SELECT COUNT(*) AS n FROM {{ks}}.inbox WHERE inbox_id = ? AND kind = {ir.UNREAD}",
+                (inbox_id,),
+            ),
+            self._pending_set(),
         )
-        return ir.integer(rows[0], "n") if rows else 0
+        count = ir.integer(rows[0], "n") if rows else 0
+        if not pending or count == 0:
+            return count
+        threads = await self._q(
+            f"SELECT thread_id FROM {{ks}}.inbox WHERE inbox_id = ? AND kind = {ir.UNREAD}",
+            (inbox_id,),
+            all_pages=True,
+        )
+        return sum(1 for r in threads if ir.text(r, "thread_id") not in pending)
 
     # --- whole-table scans (loom dump) --------------------------------------------------
 
@@ -358,6 +373,12 @@ class CassandraInboxStore(CassandraStore):
         await gather(
             self._s.run(stmt, (delivery_id, i, part))
             for i, part in enumerate(encode_parts(recipients))
+        )
+
+    async def drop_recipients(self, delivery_id: str) -> None:
+        # One partition tombstone (the list's parts are one partition).
+        await self._q(
+            "DELETE FROM {ks}.inbox_delivery_recipients WHERE delivery_id = ?", (delivery_id,)
         )
 
     async def load_recipients(self, delivery_id: str) -> list[str] | None:

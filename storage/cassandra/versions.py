@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Final
 
 from storage.clock import now_ms
-from storage.versions import Layout, Plan, apply, plan
+from storage.versions import Layout, Plan, Step, apply, plan
 
 if TYPE_CHECKING:
     from storage.cassandra.session import CassandraSession
@@ -37,7 +37,24 @@ _META_DDL = (
 )
 
 THREADS: Final[CassandraLayout] = Layout(store="threads", current=1)
-INBOX: Final[CassandraLayout] = Layout(store="inbox", current=1)
+
+
+async def _tables_only(session: CassandraSession) -> None:
+    """A version change whose new tables the schema's DDL already created."""
+    del session
+
+
+INBOX: Final[CassandraLayout] = Layout(
+    store="inbox",
+    current=2,
+    steps=(
+        Step(
+            to=2,
+            does="deleted-thread markers, pending sweeps and operations tables created",
+            run=_tables_only,
+        ),
+    ),
+)
 
 
 def table_names(ddl: Sequence[str]) -> list[str]:

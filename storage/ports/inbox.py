@@ -9,7 +9,7 @@ every adapter is both, a `PortableInboxStore`.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -17,9 +17,12 @@ __all__ = [
     "DeliveryRecord",
     "DeliveryState",
     "InboxEntry",
+    "InboxOperation",
     "InboxPortability",
     "InboxStore",
+    "PendingDeletion",
     "PortableInboxStore",
+    "SweepStep",
 ]
 
 
@@ -61,6 +64,43 @@ class DeliveryRecord:
     """Why it failed, when it did; empty otherwise."""
     updated_at_ms: int
     """Wall-clock time of the last progress write (a stalled RUNNING delivery shows it)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InboxOperation:
+    """A background operation of the inbox (the removal of deleted threads' rows)."""
+
+    operation_id: str
+    kind: str
+    state: DeliveryState
+    done: int
+    """Units of the store's walk done (rows on SQLite, thousandths of the token ring on
+    Cassandra: `SweepStep`)."""
+    total: int
+    error: str
+    updated_at_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PendingDeletion:
+    """A deleted thread whose rows may still exist: reads skip it until it is swept."""
+
+    thread_id: str
+    operation_id: str
+    deleted_at_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SweepStep:
+    """One step of the walk that removes deleted threads' rows from the whole store."""
+
+    removed: int
+    """Inbox rows removed by this step."""
+    cursor: str | None
+    """Where the next step starts; None when the walk has covered the whole store."""
+    done: int
+    """Progress of the walk so far, in the engine's units (of `total`)."""
+    total: int
 
 
 class InboxStore(Protocol):
@@ -126,7 +166,12 @@ class InboxStore(Protocol):
         ...
 
     async def unread_count(self, inbox_id: str) -> int:
-        """Rows in the inbox's unread partition."""
+        """Rows in the inbox's unread partition, net of deleted threads.
+
+        A thread marked deleted (`mark_deleted`) is not counted from the moment the mark
+        returns, whether or not its rows were swept yet: an engine counts net of its pending
+        deletions (at least; SQLite nets every deleted thread).
+        """
         ...
 
     async def set_read(self, inbox_id: str, thread_ids: Sequence[str] | None, *, read: bool) -> int:
@@ -145,6 +190,58 @@ class InboxStore(Protocol):
         """
         ...
 
+    async def remove_threads(self, inbox_id: str, thread_ids: Sequence[str]) -> int:
+        """Deletes the inbox's rows (entry and unread) of `thread_ids`; returns the entries
+        removed. A later delivery of a message newer than the row's last one creates the
+        row anew (unread). Threads the inbox does not hold are ignored."""
+        ...
+
+    async def delete_inbox(self, inbox_id: str) -> int:
+        """Erases the inbox: all of its rows and unread rows, and the delivery records it
+        sent; returns the entries it held. An engine that keeps deleted bytes in its files
+        scrubs them before returning. A later delivery of a newer message starts the inbox
+        anew."""
+        ...
+
+    async def mark_deleted(
+        self, thread_ids: Sequence[str], operation_id: str, deleted_at_ms: int
+    ) -> None:
+        """Records `thread_ids` as deleted, durably (a thread stays deleted for ever:
+        `deleted_threads`), and as pending for `operation_id` (`pending_deletions`) until
+        `finish_deletions`. From its return every replica's `unread_count` excludes them."""
+        ...
+
+    async def deleted_threads(self, thread_ids: Sequence[str]) -> set[str]:
+        """Which of `thread_ids` were ever marked deleted (a post to one is refused)."""
+        ...
+
+    async def pending_deletions(self) -> list[PendingDeletion]:
+        """The deleted threads whose rows may still exist (a small set: a sweep drains it)."""
+        ...
+
+    async def sweep_deleted(
+        self, thread_ids: Collection[str], cursor: str | None, page: int
+    ) -> SweepStep:
+        """Walks about `page` inbox rows of the whole store from `cursor` (None: the start)
+        and removes those (and their unread rows) of `thread_ids`. Repeated until the step's
+        cursor is None, every row of those threads that existed when the walk started is
+        gone; the last step also deletes the threads' delivery records (and their recipient
+        lists). Idempotent: a walk restarted from None removes nothing twice."""
+        ...
+
+    async def finish_deletions(self, swept: Sequence[PendingDeletion]) -> None:
+        """Drops `swept` from the pending deletions (their walk completed). Pending rows
+        marked since (for the same threads or others) stay."""
+        ...
+
+    async def get_operation(self, operation_id: str) -> InboxOperation | None:
+        """The stored operation, or None."""
+        ...
+
+    async def save_operation(self, record: InboxOperation) -> None:
+        """Stores `record` whole, replacing any stored version."""
+        ...
+
     async def create_delivery(self, record: DeliveryRecord) -> DeliveryRecord:
         """Stores `record` unless its delivery_id exists; returns the stored record."""
         ...
@@ -160,6 +257,11 @@ class InboxStore(Protocol):
     async def save_recipients(self, delivery_id: str, recipients: Sequence[str]) -> None:
         """Stores the delivery's ordered recipient list (a retry stores the same list), so
         that any server can resume the fan-out after the one running it died."""
+        ...
+
+    async def drop_recipients(self, delivery_id: str) -> None:
+        """Deletes the delivery's stored recipient list (a done delivery needs it no more,
+        and it names inboxes an erasure must not leave behind). Nothing stored: a no-op."""
         ...
 
     async def load_recipients(self, delivery_id: str) -> list[str] | None:

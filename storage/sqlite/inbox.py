@@ -8,6 +8,9 @@ queue behind another service's writer thread):
     inbox_delivery (delivery_id) -> progress of a background fan-out
     inbox_delivery_recipients (delivery_id, part) -> its recipients (`storage.idlists`)
 
+and the deletion tables of `storage.sqlite.inbox_deletes` (deleted threads, pending sweeps,
+operations).
+
 Both inbox tables are clustered by their primary key (WITHOUT ROWID), so an inbox or its
 unread set is one contiguous range; there is no secondary index. Every write is one
 IMMEDIATE transaction on the single writer thread, so the unread rows always move in the
@@ -34,6 +37,7 @@ from storage.ports import DeliveryRecord, InboxEntry
 from storage.slices import slices
 from storage.sqlite import versions
 from storage.sqlite.database import SqliteDatabase
+from storage.sqlite.inbox_deletes import DELETION_SCHEMA, SqliteInboxDeletes
 
 __all__ = ["SqliteInboxStore"]
 
@@ -140,7 +144,7 @@ async def _keyset_pages(
         after = tuple(rows[-1][:key_width])
 
 
-class SqliteInboxStore:
+class SqliteInboxStore(SqliteInboxDeletes):
     """`storage.ports.InboxStore` on one SQLite file."""
 
     def __init__(self, db: SqliteDatabase) -> None:
@@ -152,7 +156,7 @@ class SqliteInboxStore:
     ) -> SqliteInboxStore:
         """Opens (creating when missing) the database at `path`."""
         db = SqliteDatabase(path, synchronous=synchronous, readers=readers)
-        await db.migrate(_SCHEMA, versions.INBOX)
+        await db.migrate(_SCHEMA + DELETION_SCHEMA, versions.INBOX)
         return cls(db)
 
     async def deliver(
@@ -201,8 +205,11 @@ class SqliteInboxStore:
 
     async def unread_count(self, inbox_id: str) -> int:
         def run(conn: sqlite3.Connection) -> int:
+            # Net of deleted threads: one primary-key probe per unread row.
             row = conn.execute(
-                "SELECT COUNT(*) FROM inbox_unread WHERE inbox_id = ?", (inbox_id,)
+                "SELECT COUNT(*) FROM inbox_unread u WHERE u.inbox_id = ? AND NOT EXISTS ("
+                "SELECT 1 FROM inbox_deleted_thread d WHERE d.thread_id = u.thread_id)",
+                (inbox_id,),
             ).fetchone()
             return int(row[0])
 
@@ -330,6 +337,14 @@ class SqliteInboxStore:
             conn.executemany(
                 "INSERT INTO inbox_delivery_recipients (delivery_id, part, data) VALUES (?, ?, ?)",
                 [(delivery_id, i, part) for i, part in enumerate(parts)],
+            )
+
+        await self._db.write(run)
+
+    async def drop_recipients(self, delivery_id: str) -> None:
+        def run(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "DELETE FROM inbox_delivery_recipients WHERE delivery_id = ?", (delivery_id,)
             )
 
         await self._db.write(run)

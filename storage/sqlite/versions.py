@@ -68,7 +68,17 @@ def _nothing_to_rewrite(conn: sqlite3.Connection) -> None:
 
 THREADS: Final[SqliteLayout] = Layout(store="threads", current=1)
 SUMMARIES: Final[SqliteLayout] = Layout(store="summaries", current=1)
-INBOX: Final[SqliteLayout] = Layout(store="inbox", current=1)
+INBOX: Final[SqliteLayout] = Layout(
+    store="inbox",
+    current=2,
+    steps=(
+        Step(
+            to=2,
+            does="deleted-thread markers, pending sweeps and operations tables created",
+            run=_nothing_to_rewrite,
+        ),
+    ),
+)
 QUEUE: Final[SqliteLayout] = Layout(store="queue", current=1)
 ERASURES: Final[SqliteLayout] = Layout(store="erasures", current=1)
 JOBS: Final[SqliteLayout] = Layout(

@@ -304,6 +304,9 @@ class TestResumableDeliveries:
         await inbox_store.save_recipients("d1", recipients)  # a retry stores the same list
         assert await inbox_store.load_recipients("d1") == recipients
         assert await inbox_store.load_recipients("never-stored") is None
+        await inbox_store.drop_recipients("d1")
+        assert await inbox_store.load_recipients("d1") is None
+        await inbox_store.drop_recipients("never-stored")
 
     async def test_unfinished_lists_running_and_failed_but_not_done(
         self, inbox_store: InboxStore

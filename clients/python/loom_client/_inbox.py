@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import grpc
-from loom.v1 import inbox_pb2, inbox_pb2_grpc
+from loom.v1 import common_pb2, inbox_pb2, inbox_pb2_grpc
 
 from ._calls import CallDefaults, Metadata, ServiceClient
 from ._retry import RetryPolicy
@@ -78,3 +78,48 @@ class InboxClient(ServiceClient):
     ) -> inbox_pb2.MarkThreadsResponse:
         """Marks threads (or the whole inbox) read or unread."""
         return await self._unary(self._stub.MarkThreads, request, timeout, metadata, retry)
+
+    async def delete_threads(
+        self,
+        request: inbox_pb2.DeleteThreadsRequest,
+        *,
+        timeout: float | None = None,
+        metadata: Metadata = (),
+        retry: RetryPolicy | None = None,
+    ) -> inbox_pb2.DeleteThreadsResponse:
+        """Deletes threads from every inbox at once; their rows go in a background operation
+        (poll `get_operation`). A post to a deleted thread is then FAILED_PRECONDITION."""
+        return await self._unary(self._stub.DeleteThreads, request, timeout, metadata, retry)
+
+    async def remove_threads(
+        self,
+        request: inbox_pb2.RemoveThreadsRequest,
+        *,
+        timeout: float | None = None,
+        metadata: Metadata = (),
+        retry: RetryPolicy | None = None,
+    ) -> inbox_pb2.RemoveThreadsResponse:
+        """Removes threads from one inbox; a later message in a thread brings it back."""
+        return await self._unary(self._stub.RemoveThreads, request, timeout, metadata, retry)
+
+    async def delete_inbox(
+        self,
+        request: inbox_pb2.DeleteInboxRequest,
+        *,
+        timeout: float | None = None,
+        metadata: Metadata = (),
+        retry: RetryPolicy | None = None,
+    ) -> inbox_pb2.DeleteInboxResponse:
+        """Erases an inbox: every row and its unread count (scope inbox:admin)."""
+        return await self._unary(self._stub.DeleteInbox, request, timeout, metadata, retry)
+
+    async def get_operation(
+        self,
+        request: common_pb2.GetOperationRequest,
+        *,
+        timeout: float | None = None,
+        metadata: Metadata = (),
+        retry: RetryPolicy | None = None,
+    ) -> common_pb2.Operation:
+        """Progress of a DeleteThreads operation. NOT_FOUND for an unknown operation."""
+        return await self._unary(self._stub.GetOperation, request, timeout, metadata, retry)

@@ -429,3 +429,154 @@ class MarkThreadsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___MarkThreadsResponse: _TypeAlias = MarkThreadsResponse  # noqa: Y015
+
+@_typing.final
+class DeleteThreadsRequest(_message.Message):
+    """The request of DeleteThreads."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    THREAD_IDS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def thread_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """1..1,000 thread ids (each 1..256 bytes); duplicates count once."""
+
+    def __init__(
+        self,
+        *,
+        thread_ids: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["thread_ids", b"thread_ids"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteThreadsRequest: _TypeAlias = DeleteThreadsRequest  # noqa: Y015
+
+@_typing.final
+class DeleteThreadsResponse(_message.Message):
+    """The response of DeleteThreads."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OPERATION_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def operation(self) -> _common_pb2.Operation:
+        """The background removal of the threads' rows (kind "delete_threads"):
+        RUNNING until every row is physically gone, then DONE. Reads already
+        ignore the threads while it runs. Its progress counts units of the
+        store's walk (rows on the embedded engine, thousandths of the token ring
+        on Cassandra).
+        """
+
+    def __init__(
+        self,
+        *,
+        operation: _common_pb2.Operation | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["operation", b"operation"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["operation", b"operation"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteThreadsResponse: _TypeAlias = DeleteThreadsResponse  # noqa: Y015
+
+@_typing.final
+class RemoveThreadsRequest(_message.Message):
+    """The request of RemoveThreads."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INBOX_ID_FIELD_NUMBER: _builtins.int
+    THREAD_IDS_FIELD_NUMBER: _builtins.int
+    inbox_id: _builtins.str
+    """The inbox."""
+    @_builtins.property
+    def thread_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """1..1,000 thread ids (each 1..256 bytes)."""
+
+    def __init__(
+        self,
+        *,
+        inbox_id: _builtins.str = ...,
+        thread_ids: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["inbox_id", b"inbox_id", "thread_ids", b"thread_ids"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RemoveThreadsRequest: _TypeAlias = RemoveThreadsRequest  # noqa: Y015
+
+@_typing.final
+class RemoveThreadsResponse(_message.Message):
+    """The response of RemoveThreads."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REMOVED_FIELD_NUMBER: _builtins.int
+    UNREAD_COUNT_FIELD_NUMBER: _builtins.int
+    removed: _builtins.int
+    """Threads the inbox held and no longer holds (0 on a repeat)."""
+    unread_count: _builtins.int
+    """The inbox's unread count afterwards."""
+    def __init__(
+        self,
+        *,
+        removed: _builtins.int = ...,
+        unread_count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["removed", b"removed", "unread_count", b"unread_count"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RemoveThreadsResponse: _TypeAlias = RemoveThreadsResponse  # noqa: Y015
+
+@_typing.final
+class DeleteInboxRequest(_message.Message):
+    """The request of DeleteInbox."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INBOX_ID_FIELD_NUMBER: _builtins.int
+    inbox_id: _builtins.str
+    """The inbox to erase (1..256 bytes)."""
+    def __init__(
+        self,
+        *,
+        inbox_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["inbox_id", b"inbox_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteInboxRequest: _TypeAlias = DeleteInboxRequest  # noqa: Y015
+
+@_typing.final
+class DeleteInboxResponse(_message.Message):
+    """The response of DeleteInbox."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REMOVED_FIELD_NUMBER: _builtins.int
+    removed: _builtins.int
+    """Threads the inbox held (0 on a repeat or for an unknown inbox)."""
+    def __init__(
+        self,
+        *,
+        removed: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["removed", b"removed"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteInboxResponse: _TypeAlias = DeleteInboxResponse  # noqa: Y015

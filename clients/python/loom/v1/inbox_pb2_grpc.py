@@ -3,6 +3,7 @@
 import grpc
 import warnings
 
+from loom.v1 import common_pb2 as loom_dot_v1_dot_common__pb2
 from loom.v1 import inbox_pb2 as loom_dot_v1_dot_inbox__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
@@ -63,6 +64,26 @@ class InboxStub:
                 request_serializer=loom_dot_v1_dot_inbox__pb2.MarkThreadsRequest.SerializeToString,
                 response_deserializer=loom_dot_v1_dot_inbox__pb2.MarkThreadsResponse.FromString,
                 _registered_method=True)
+        self.DeleteThreads = channel.unary_unary(
+                '/loom.v1.Inbox/DeleteThreads',
+                request_serializer=loom_dot_v1_dot_inbox__pb2.DeleteThreadsRequest.SerializeToString,
+                response_deserializer=loom_dot_v1_dot_inbox__pb2.DeleteThreadsResponse.FromString,
+                _registered_method=True)
+        self.RemoveThreads = channel.unary_unary(
+                '/loom.v1.Inbox/RemoveThreads',
+                request_serializer=loom_dot_v1_dot_inbox__pb2.RemoveThreadsRequest.SerializeToString,
+                response_deserializer=loom_dot_v1_dot_inbox__pb2.RemoveThreadsResponse.FromString,
+                _registered_method=True)
+        self.DeleteInbox = channel.unary_unary(
+                '/loom.v1.Inbox/DeleteInbox',
+                request_serializer=loom_dot_v1_dot_inbox__pb2.DeleteInboxRequest.SerializeToString,
+                response_deserializer=loom_dot_v1_dot_inbox__pb2.DeleteInboxResponse.FromString,
+                _registered_method=True)
+        self.GetOperation = channel.unary_unary(
+                '/loom.v1.Inbox/GetOperation',
+                request_serializer=loom_dot_v1_dot_common__pb2.GetOperationRequest.SerializeToString,
+                response_deserializer=loom_dot_v1_dot_common__pb2.Operation.FromString,
+                _registered_method=True)
 
 
 class InboxServicer:
@@ -118,6 +139,53 @@ class InboxServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeleteThreads(self, request, context):
+        """Deletes conversations everywhere (by their author or an admin). From the
+        answer on, no inbox lists a deleted thread, through any replica: listings
+        skip it (pages stay full and in order) and every unread count excludes
+        it. Its rows are removed in the background (a sweep, and any listing that
+        meets one); the answer carries that operation, read with GetOperation.
+        A later PostMessage to a deleted thread is refused FAILED_PRECONDITION.
+        Idempotent, safe to retry: a retry of the same thread ids answers the
+        same operation. Unknown thread ids are not an error (they are recorded
+        as deleted, so they can never be posted to).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RemoveThreads(self, request, context):
+        """Removes threads from one inbox only (its owner's "remove from inbox"),
+        with their unread state; other inboxes keep them. A later message in the
+        thread (a message id above the newest one the inbox held) brings the
+        thread back, unread, as a new reply does in every inbox product.
+        Idempotent, safe to retry: a repeat removes nothing more (its `removed`
+        is then 0). Threads the inbox does not hold, and unknown inboxes, are not
+        an error.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteInbox(self, request, context):
+        """Erases one inbox: every row and the unread count of `inbox_id` are gone
+        when it answers (and, on the embedded engine, no byte of them stays in
+        the files). A later message addressed to the inbox starts it anew.
+        Requires the inbox:admin scope. Idempotent, safe to retry; an unknown
+        inbox is not an error.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetOperation(self, request, context):
+        """Progress of a background operation started by DeleteThreads. NOT_FOUND
+        for an unknown operation id. Idempotent, safe to retry: a read.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_InboxServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -145,6 +213,26 @@ def add_InboxServicer_to_server(servicer, server):
                     servicer.MarkThreads,
                     request_deserializer=loom_dot_v1_dot_inbox__pb2.MarkThreadsRequest.FromString,
                     response_serializer=loom_dot_v1_dot_inbox__pb2.MarkThreadsResponse.SerializeToString,
+            ),
+            'DeleteThreads': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteThreads,
+                    request_deserializer=loom_dot_v1_dot_inbox__pb2.DeleteThreadsRequest.FromString,
+                    response_serializer=loom_dot_v1_dot_inbox__pb2.DeleteThreadsResponse.SerializeToString,
+            ),
+            'RemoveThreads': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveThreads,
+                    request_deserializer=loom_dot_v1_dot_inbox__pb2.RemoveThreadsRequest.FromString,
+                    response_serializer=loom_dot_v1_dot_inbox__pb2.RemoveThreadsResponse.SerializeToString,
+            ),
+            'DeleteInbox': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteInbox,
+                    request_deserializer=loom_dot_v1_dot_inbox__pb2.DeleteInboxRequest.FromString,
+                    response_serializer=loom_dot_v1_dot_inbox__pb2.DeleteInboxResponse.SerializeToString,
+            ),
+            'GetOperation': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetOperation,
+                    request_deserializer=loom_dot_v1_dot_common__pb2.GetOperationRequest.FromString,
+                    response_serializer=loom_dot_v1_dot_common__pb2.Operation.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -286,6 +374,114 @@ class Inbox:
             '/loom.v1.Inbox/MarkThreads',
             loom_dot_v1_dot_inbox__pb2.MarkThreadsRequest.SerializeToString,
             loom_dot_v1_dot_inbox__pb2.MarkThreadsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteThreads(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/loom.v1.Inbox/DeleteThreads',
+            loom_dot_v1_dot_inbox__pb2.DeleteThreadsRequest.SerializeToString,
+            loom_dot_v1_dot_inbox__pb2.DeleteThreadsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemoveThreads(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/loom.v1.Inbox/RemoveThreads',
+            loom_dot_v1_dot_inbox__pb2.RemoveThreadsRequest.SerializeToString,
+            loom_dot_v1_dot_inbox__pb2.RemoveThreadsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteInbox(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/loom.v1.Inbox/DeleteInbox',
+            loom_dot_v1_dot_inbox__pb2.DeleteInboxRequest.SerializeToString,
+            loom_dot_v1_dot_inbox__pb2.DeleteInboxResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetOperation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/loom.v1.Inbox/GetOperation',
+            loom_dot_v1_dot_common__pb2.GetOperationRequest.SerializeToString,
+            loom_dot_v1_dot_common__pb2.Operation.FromString,
             options,
             channel_credentials,
             insecure,

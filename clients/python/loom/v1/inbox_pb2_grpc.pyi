@@ -5,6 +5,7 @@ isort:skip_file
 
 from collections import abc as _abc
 from grpc import aio as _aio
+from loom.v1 import common_pb2 as _common_pb2
 from loom.v1 import inbox_pb2 as _inbox_pb2
 import abc as _abc_1
 import grpc as _grpc
@@ -63,6 +64,37 @@ class InboxStub:
     Idempotent, safe to retry: it sets a state, so a repeat leaves the inbox
     as the first call did (a repeat's `changed` count is then 0).
     """
+    DeleteThreads: _grpc.UnaryUnaryMultiCallable[_inbox_pb2.DeleteThreadsRequest, _inbox_pb2.DeleteThreadsResponse]
+    """Deletes conversations everywhere (by their author or an admin). From the
+    answer on, no inbox lists a deleted thread, through any replica: listings
+    skip it (pages stay full and in order) and every unread count excludes
+    it. Its rows are removed in the background (a sweep, and any listing that
+    meets one); the answer carries that operation, read with GetOperation.
+    A later PostMessage to a deleted thread is refused FAILED_PRECONDITION.
+    Idempotent, safe to retry: a retry of the same thread ids answers the
+    same operation. Unknown thread ids are not an error (they are recorded
+    as deleted, so they can never be posted to).
+    """
+    RemoveThreads: _grpc.UnaryUnaryMultiCallable[_inbox_pb2.RemoveThreadsRequest, _inbox_pb2.RemoveThreadsResponse]
+    """Removes threads from one inbox only (its owner's "remove from inbox"),
+    with their unread state; other inboxes keep them. A later message in the
+    thread (a message id above the newest one the inbox held) brings the
+    thread back, unread, as a new reply does in every inbox product.
+    Idempotent, safe to retry: a repeat removes nothing more (its `removed`
+    is then 0). Threads the inbox does not hold, and unknown inboxes, are not
+    an error.
+    """
+    DeleteInbox: _grpc.UnaryUnaryMultiCallable[_inbox_pb2.DeleteInboxRequest, _inbox_pb2.DeleteInboxResponse]
+    """Erases one inbox: every row and the unread count of `inbox_id` are gone
+    when it answers (and, on the embedded engine, no byte of them stays in
+    the files). A later message addressed to the inbox starts it anew.
+    Requires the inbox:admin scope. Idempotent, safe to retry; an unknown
+    inbox is not an error.
+    """
+    GetOperation: _grpc.UnaryUnaryMultiCallable[_common_pb2.GetOperationRequest, _common_pb2.Operation]
+    """Progress of a background operation started by DeleteThreads. NOT_FOUND
+    for an unknown operation id. Idempotent, safe to retry: a read.
+    """
 
 @_typing.type_check_only
 class InboxAsyncStub(InboxStub):
@@ -98,6 +130,37 @@ class InboxAsyncStub(InboxStub):
     """Marks threads (or the whole inbox) read or unread.
     Idempotent, safe to retry: it sets a state, so a repeat leaves the inbox
     as the first call did (a repeat's `changed` count is then 0).
+    """
+    DeleteThreads: _aio.UnaryUnaryMultiCallable[_inbox_pb2.DeleteThreadsRequest, _inbox_pb2.DeleteThreadsResponse]  # type: ignore[assignment]
+    """Deletes conversations everywhere (by their author or an admin). From the
+    answer on, no inbox lists a deleted thread, through any replica: listings
+    skip it (pages stay full and in order) and every unread count excludes
+    it. Its rows are removed in the background (a sweep, and any listing that
+    meets one); the answer carries that operation, read with GetOperation.
+    A later PostMessage to a deleted thread is refused FAILED_PRECONDITION.
+    Idempotent, safe to retry: a retry of the same thread ids answers the
+    same operation. Unknown thread ids are not an error (they are recorded
+    as deleted, so they can never be posted to).
+    """
+    RemoveThreads: _aio.UnaryUnaryMultiCallable[_inbox_pb2.RemoveThreadsRequest, _inbox_pb2.RemoveThreadsResponse]  # type: ignore[assignment]
+    """Removes threads from one inbox only (its owner's "remove from inbox"),
+    with their unread state; other inboxes keep them. A later message in the
+    thread (a message id above the newest one the inbox held) brings the
+    thread back, unread, as a new reply does in every inbox product.
+    Idempotent, safe to retry: a repeat removes nothing more (its `removed`
+    is then 0). Threads the inbox does not hold, and unknown inboxes, are not
+    an error.
+    """
+    DeleteInbox: _aio.UnaryUnaryMultiCallable[_inbox_pb2.DeleteInboxRequest, _inbox_pb2.DeleteInboxResponse]  # type: ignore[assignment]
+    """Erases one inbox: every row and the unread count of `inbox_id` are gone
+    when it answers (and, on the embedded engine, no byte of them stays in
+    the files). A later message addressed to the inbox starts it anew.
+    Requires the inbox:admin scope. Idempotent, safe to retry; an unknown
+    inbox is not an error.
+    """
+    GetOperation: _aio.UnaryUnaryMultiCallable[_common_pb2.GetOperationRequest, _common_pb2.Operation]  # type: ignore[assignment]
+    """Progress of a background operation started by DeleteThreads. NOT_FOUND
+    for an unknown operation id. Idempotent, safe to retry: a read.
     """
 
 class InboxServicer(metaclass=_abc_1.ABCMeta):
@@ -161,6 +224,61 @@ class InboxServicer(metaclass=_abc_1.ABCMeta):
         """Marks threads (or the whole inbox) read or unread.
         Idempotent, safe to retry: it sets a state, so a repeat leaves the inbox
         as the first call did (a repeat's `changed` count is then 0).
+        """
+
+    @_abc_1.abstractmethod
+    def DeleteThreads(
+        self,
+        request: _inbox_pb2.DeleteThreadsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_inbox_pb2.DeleteThreadsResponse, _abc.Awaitable[_inbox_pb2.DeleteThreadsResponse]]:
+        """Deletes conversations everywhere (by their author or an admin). From the
+        answer on, no inbox lists a deleted thread, through any replica: listings
+        skip it (pages stay full and in order) and every unread count excludes
+        it. Its rows are removed in the background (a sweep, and any listing that
+        meets one); the answer carries that operation, read with GetOperation.
+        A later PostMessage to a deleted thread is refused FAILED_PRECONDITION.
+        Idempotent, safe to retry: a retry of the same thread ids answers the
+        same operation. Unknown thread ids are not an error (they are recorded
+        as deleted, so they can never be posted to).
+        """
+
+    @_abc_1.abstractmethod
+    def RemoveThreads(
+        self,
+        request: _inbox_pb2.RemoveThreadsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_inbox_pb2.RemoveThreadsResponse, _abc.Awaitable[_inbox_pb2.RemoveThreadsResponse]]:
+        """Removes threads from one inbox only (its owner's "remove from inbox"),
+        with their unread state; other inboxes keep them. A later message in the
+        thread (a message id above the newest one the inbox held) brings the
+        thread back, unread, as a new reply does in every inbox product.
+        Idempotent, safe to retry: a repeat removes nothing more (its `removed`
+        is then 0). Threads the inbox does not hold, and unknown inboxes, are not
+        an error.
+        """
+
+    @_abc_1.abstractmethod
+    def DeleteInbox(
+        self,
+        request: _inbox_pb2.DeleteInboxRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_inbox_pb2.DeleteInboxResponse, _abc.Awaitable[_inbox_pb2.DeleteInboxResponse]]:
+        """Erases one inbox: every row and the unread count of `inbox_id` are gone
+        when it answers (and, on the embedded engine, no byte of them stays in
+        the files). A later message addressed to the inbox starts it anew.
+        Requires the inbox:admin scope. Idempotent, safe to retry; an unknown
+        inbox is not an error.
+        """
+
+    @_abc_1.abstractmethod
+    def GetOperation(
+        self,
+        request: _common_pb2.GetOperationRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_common_pb2.Operation, _abc.Awaitable[_common_pb2.Operation]]:
+        """Progress of a background operation started by DeleteThreads. NOT_FOUND
+        for an unknown operation id. Idempotent, safe to retry: a read.
         """
 
 def add_InboxServicer_to_server(servicer: InboxServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
