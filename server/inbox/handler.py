@@ -16,6 +16,7 @@ from loom.v1 import common_pb2, inbox_pb2, inbox_pb2_grpc
 from server.inbox import convert
 from server.inbox.service import InboxService
 from server.inbox.settings import InboxSettings
+from server.runtime.erasures import ErasureRecorder
 from server.runtime.policies import MethodPolicy
 
 __all__ = ["POLICIES", "InboxHandler"]
@@ -48,9 +49,12 @@ POLICIES: dict[str, MethodPolicy] = {
 class InboxHandler(inbox_pb2_grpc.InboxServicer):
     """Serves `loom.v1.Inbox` from an `InboxService`."""
 
-    def __init__(self, service: InboxService, limits: InboxSettings) -> None:
+    def __init__(
+        self, service: InboxService, limits: InboxSettings, erasures: ErasureRecorder
+    ) -> None:
         self._service = service
         self._limits = limits
+        self._erasures = erasures
 
     async def PostMessage(  # noqa: N802 - gRPC method name
         self, request: inbox_pb2.PostMessageRequest, context: grpc.aio.ServicerContext
@@ -108,6 +112,7 @@ class InboxHandler(inbox_pb2_grpc.InboxServicer):
         self, request: inbox_pb2.DeleteInboxRequest, context: grpc.aio.ServicerContext
     ) -> inbox_pb2.DeleteInboxResponse:
         inbox_id = convert.delete_inbox_from_proto(request)
+        await self._erasures.erased("inbox", [inbox_id])  # first: a restore finishes it
         removed = await self._service.delete_inbox(inbox_id)
         return inbox_pb2.DeleteInboxResponse(removed=removed)
 

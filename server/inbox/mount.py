@@ -47,7 +47,9 @@ async def mount(server: grpc.aio.Server, settings: Settings, resources: Resource
         "what",
         service.counts.snapshot,
     )
-    inbox_pb2_grpc.add_InboxServicer_to_server(InboxHandler(service, settings.inbox), server)
+    inbox_pb2_grpc.add_InboxServicer_to_server(
+        InboxHandler(service, settings.inbox, resources.erasure_log()), server
+    )
     return Mounted(closers=[store.close, service.stop])
 
 

@@ -72,6 +72,20 @@ class InboxData:
                 ],
             )
 
+    async def subjects(self) -> AsyncIterator[str]:
+        """Inbox ids: of every row, and of every fan-out's sender."""
+        async for rows in self.store.scan_entries(PAGE):
+            for inbox, _ in rows:
+                yield inbox
+        async for deliveries in self.store.scan_deliveries(PAGE):
+            for d in deliveries:
+                yield d.sender_inbox_id
+
+    async def erase(self, subjects: Sequence[str]) -> None:
+        """`DeleteInbox` of each: rows, unread count, the deliveries it sent."""
+        for inbox_id in subjects:
+            await self.store.delete_inbox(inbox_id)
+
     async def load(self, kind: str, records: Sequence[Message]) -> None:
         if kind == "deliveries":
             for d in (as_record(r, dump_pb2.DeliveryDumpRecord) for r in records):
