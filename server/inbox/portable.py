@@ -24,6 +24,7 @@ class InboxData:
     """Inbox's opened store, as `ServiceData`."""
 
     kinds: tuple[Kind, ...] = (
+        Kind("deleted_threads", dump_pb2.InboxDeletedThreadRecord),
         Kind("inbox_entries", dump_pb2.InboxEntryRecord),
         Kind("deliveries", dump_pb2.DeliveryDumpRecord),
     )
@@ -33,6 +34,19 @@ class InboxData:
         self._listing_limit = max(settings.max_entries * 4, 10_000)
 
     async def scan(self) -> AsyncIterator[tuple[str, list[Message]]]:
+        # The markers first, so a load refuses posts to those threads before any row lands.
+        async for marks in self.store.scan_deleted_threads(PAGE):
+            yield (
+                "deleted_threads",
+                [
+                    dump_pb2.InboxDeletedThreadRecord(
+                        thread_id=m.thread_id,
+                        operation_id=m.operation_id,
+                        deleted_at_ms=m.deleted_at_ms,
+                    )
+                    for m in marks
+                ],
+            )
         # Nothing of a deleted thread is exported (its rows may still await the sweep):
         # a load must not bring it back.
         async for rows in self.store.scan_entries(PAGE):
@@ -87,6 +101,15 @@ class InboxData:
             await self.store.delete_inbox(inbox_id)
 
     async def load(self, kind: str, records: Sequence[Message]) -> None:
+        if kind == "deleted_threads":
+            # Deleted on the target too: reads net them out at once, posts are refused, and
+            # the target's sweep removes any row of them it already held.
+            marks: dict[tuple[str, int], list[str]] = {}
+            for m in (as_record(r, dump_pb2.InboxDeletedThreadRecord) for r in records):
+                marks.setdefault((m.operation_id, m.deleted_at_ms), []).append(m.thread_id)
+            for (operation_id, at_ms), threads in marks.items():
+                await self.store.mark_deleted(threads, operation_id, at_ms)
+            return
         if kind == "deliveries":
             for d in (as_record(r, dump_pb2.DeliveryDumpRecord) for r in records):
                 await self.store.create_delivery(_delivery(d))

@@ -49,7 +49,7 @@ from storage.cassandra.session import CassandraSession, Row, gather
 from storage.cassandra.store import CassandraStore
 from storage.errors import StorageCorrupt
 from storage.idlists import decode_parts, encode_parts
-from storage.ports import DeliveryRecord, InboxEntry
+from storage.ports import DeletedThread, DeliveryRecord, InboxEntry
 from storage.slices import slices
 
 __all__ = ["CassandraInboxStore"]
@@ -262,6 +262,18 @@ class CassandraInboxStore(CassandraStore, CassandraInboxDeletes):
         cql = f"SELECT {ir.DELIVERY_COLUMNS} FROM {{ks}}.inbox_deliveries"
         async for rows in self._pages(cql, page):
             yield [ir.delivery_record(r) for r in rows]
+
+    async def scan_deleted_threads(self, page: int) -> AsyncIterator[list[DeletedThread]]:
+        cql = "SELECT thread_id, operation_id, deleted_at_ms FROM {ks}.inbox_deleted_threads"
+        async for rows in self._pages(cql, page):
+            yield [
+                DeletedThread(
+                    thread_id=r["thread_id"],
+                    operation_id=r["operation_id"] or "",
+                    deleted_at_ms=int(r["deleted_at_ms"] or 0),
+                )
+                for r in rows
+            ]
 
     # --- marks and trims (single-partition writes, read first) --------------------------
 

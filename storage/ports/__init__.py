@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from storage.ports.erasures import Erasure, ErasureLog
 from storage.ports.inbox import (
+    DeletedThread,
     DeliveryRecord,
     DeliveryState,
     InboxEntry,
@@ -91,6 +92,7 @@ __all__ = [
     "ChunkState",
     "ClusterCounts",
     "ClusterWrite",
+    "DeletedThread",
     "DeliveryRecord",
     "DeliveryState",
     "Erasure",

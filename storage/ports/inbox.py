@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 __all__ = [
+    "DeletedThread",
     "DeliveryRecord",
     "DeliveryState",
     "InboxEntry",
@@ -283,6 +284,15 @@ class InboxStore(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeletedThread:
+    """A deleted thread's marker (kept for ever: a post to the thread is refused)."""
+
+    thread_id: str
+    operation_id: str
+    deleted_at_ms: int
+
+
 class InboxPortability(Protocol):
     """The InboxStore's whole-store scans: what ``loom dump`` streams, nothing serves.
 
@@ -317,6 +327,12 @@ class InboxPortability(Protocol):
         yielded for an empty store, and on a distributed engine no point-in-time snapshot
         (a delivery saved during the scan may show either its old or its new progress).
         """
+        ...
+
+    def scan_deleted_threads(self, page: int) -> AsyncIterator[list[DeletedThread]]:
+        """Every deleted-thread marker exactly once, in pages of 1..`page` (any order): a
+        dump carries them so a thread deleted on the source stays deleted on the target.
+        Same bounds and caveats as `scan_entries`."""
         ...
 
 

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from storage.idlists import decode_parts, encode_parts
-from storage.ports import DeliveryRecord, InboxEntry
+from storage.ports import DeletedThread, DeliveryRecord, InboxEntry
 from storage.slices import slices
 from storage.sqlite import versions
 from storage.sqlite.database import SqliteDatabase
@@ -401,6 +401,13 @@ class SqliteInboxStore(SqliteInboxDeletes):
         columns = tuple(f.name for f in dataclasses.fields(DeliveryRecord))
         async for rows in _keyset_pages(self._db, "inbox_delivery", columns, 1, page):
             yield [_record(r) for r in rows]
+
+    async def scan_deleted_threads(self, page: int) -> AsyncIterator[list[DeletedThread]]:
+        columns = ("thread_id", "operation_id", "deleted_at_ms")
+        async for rows in _keyset_pages(self._db, "inbox_deleted_thread", columns, 1, page):
+            yield [
+                DeletedThread(thread_id=t, operation_id=o, deleted_at_ms=int(d)) for t, o, d in rows
+            ]
 
     async def close(self) -> None:
         await self._db.close()

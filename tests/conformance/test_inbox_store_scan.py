@@ -192,3 +192,16 @@ async def test_a_page_below_one_is_refused(inbox_store: PortableInboxStore, page
         await anext(inbox_store.scan_entries(page))
     with pytest.raises(ValueError, match="at least 1"):
         await anext(inbox_store.scan_deliveries(page))
+
+
+async def test_deleted_thread_markers_scan_once_each(inbox_store: PortableInboxStore) -> None:
+    """Every marker, once, in pages of at most PAGE; an empty store's scan yields nothing."""
+    assert await pages_of(inbox_store.scan_deleted_threads(PAGE), PAGE) == []
+    threads = [f"dead-{k}" for k in range(7)]
+    await inbox_store.mark_deleted(threads[:4], "op1", 1_000)
+    await inbox_store.mark_deleted(threads[4:], "op2", 2_000)
+    await inbox_store.mark_deleted(threads[:1], "op3", 3_000)  # deleted again: kept as first
+    marks = once(await pages_of(inbox_store.scan_deleted_threads(PAGE), PAGE))
+    assert sorted(m.thread_id for m in marks) == threads
+    by_thread = {m.thread_id: (m.operation_id, m.deleted_at_ms) for m in marks}
+    assert by_thread["dead-5"] == ("op2", 2_000)

@@ -106,7 +106,8 @@ class DumpFile(_message.Message):
     """The file's name inside the dump directory."""
     kind: _builtins.str
     """The record kind (thread_uts, message_uts, links, inbox_entries,
-    deliveries, summaries, template_emails, template_users, templates, jobs).
+    deliveries, deleted_threads, summaries, template_emails, template_users,
+    templates, jobs).
     """
     record_type: _builtins.str
     """The fully qualified protobuf message type of every record in the file."""
@@ -307,6 +308,36 @@ class DeliveryDumpRecord(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DeliveryDumpRecord: _TypeAlias = DeliveryDumpRecord  # noqa: Y015
+
+@_typing.final
+class InboxDeletedThreadRecord(_message.Message):
+    """Inbox: one deleted thread's marker (kept for ever: a post to it is refused)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    THREAD_ID_FIELD_NUMBER: _builtins.int
+    OPERATION_ID_FIELD_NUMBER: _builtins.int
+    DELETED_AT_MS_FIELD_NUMBER: _builtins.int
+    thread_id: _builtins.str
+    """The deleted thread."""
+    operation_id: _builtins.str
+    """The deletion's operation id."""
+    deleted_at_ms: _builtins.int
+    """When it was deleted, in milliseconds since the Unix epoch."""
+    def __init__(
+        self,
+        *,
+        thread_id: _builtins.str = ...,
+        operation_id: _builtins.str = ...,
+        deleted_at_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deleted_at_ms", b"deleted_at_ms", "operation_id", b"operation_id", "thread_id", b"thread_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___InboxDeletedThreadRecord: _TypeAlias = InboxDeletedThreadRecord  # noqa: Y015
 
 @_typing.final
 class SummaryRecord(_message.Message):
