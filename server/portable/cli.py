@@ -72,6 +72,15 @@ def _erasure_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _named_log_exists(args: argparse.Namespace, settings: Settings) -> None:
+    """A log (or key) named on the command line must exist: checked before anything is
+    copied, so a typo stops the command with nothing written."""
+    path, key = erasures.log_files(settings, args.erasure_log, args.erasure_key)
+    for named, found in ((args.erasure_log, path), (args.erasure_key, key)):
+        if named is not None and not found.exists():
+            raise erasures.NoErasureLog(f"{found}: no such erasure log or key")
+
+
 def _reapply(args: argparse.Namespace, settings: Settings, services: list[str]) -> None:
     """Erases again what the erasure log names and the copy brought back, and says so."""
     path, key = erasures.log_files(settings, args.erasure_log, args.erasure_key)
@@ -168,6 +177,7 @@ def _load(args: argparse.Namespace) -> int:
             raise DumpError(f"{args.src / MANIFEST}: no manifest here or in a service directory")
         service = None
     checked = [transfer.check(d, service) for d in dumps]  # all, before the first write
+    _named_log_exists(args, settings)
     for opened in checked:
         moved = asyncio.run(transfer.load(opened, settings))
         print(f"loaded {moved.service}: {moved.records} records in {moved.seconds:.1f} s")
@@ -199,10 +209,11 @@ def _backup(args: argparse.Namespace) -> int:
 
 
 def _restore(args: argparse.Namespace) -> int:
+    settings = load_settings(args.config, overrides={"sqlite": {"data_dir": str(args.data_dir)}})
+    _named_log_exists(args, settings)
     restored = restore(args.src, args.data_dir)
     for name in restored:
         print(f"restored {name} into {args.data_dir}")
-    settings = load_settings(args.config, overrides={"sqlite": {"data_dir": str(args.data_dir)}})
     services = [
         name
         for name, entry in registry.portable().items()
