@@ -22,6 +22,7 @@ import json
 import random
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -162,10 +163,13 @@ async def _job(settings: Settings, subject: str) -> str:
     return job_id
 
 
-async def _done(probe: object, operation: common_pb2.Operation) -> None:
+async def _done(probe: Any, operation: common_pb2.Operation) -> None:
+    """Polls a service's GetOperation (`probe`) until the operation is DONE."""
+
     async def read() -> common_pb2.Operation:
         request = common_pb2.GetOperationRequest(operation_id=operation.operation_id)
-        return await probe(request)  # type: ignore[operator, no-any-return]
+        reply: common_pb2.Operation = await probe(request)
+        return reply
 
     await eventually(read, lambda op: op.state == DONE, timeout_s=300, what="operation DONE")
 
