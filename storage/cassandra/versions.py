@@ -20,7 +20,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Final
 
 from storage.clock import now_ms
-from storage.versions import Layout, Plan, apply, plan
+from storage.ports.threads import THREADS_V2
+from storage.versions import Layout, Plan, Step, apply, plan
 
 if TYPE_CHECKING:
     from storage.cassandra.session import CassandraSession
@@ -36,7 +37,15 @@ _META_DDL = (
     "(store text PRIMARY KEY, version int, updated_at_ms bigint)"
 )
 
-THREADS: Final[CassandraLayout] = Layout(store="threads", current=1)
+
+async def _threads_v2(session: CassandraSession) -> None:
+    """The ThreadStore's step to 2: its new tables come with the layout; nothing to rewrite."""
+    del session
+
+
+THREADS: Final[CassandraLayout] = Layout(
+    store="threads", current=2, steps=(Step(to=2, does=THREADS_V2, run=_threads_v2),)
+)
 INBOX: Final[CassandraLayout] = Layout(store="inbox", current=1)
 
 
