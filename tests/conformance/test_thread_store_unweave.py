@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from server.runtime.errors import NotFound
 from server.threadweaver.model import Message
 from server.threadweaver.service import ThreadWeaverService
+from server.threadweaver.unweave import OperationView
 from storage.ports import MessageMapping, ThreadKey, ThreadMessage, ThreadStore
 
 
@@ -167,9 +168,9 @@ async def test_unweaving_concurrently_with_weaves_matches_union_find(
             for i, m in enumerate(order)
         )
     )
-    ops = [r for r in results if not isinstance(r, list)]
-    for op in ops:
-        await one.wait_operation(op.operation_id)
+    for result in results:
+        if isinstance(result, OperationView):
+            await one.wait_operation(result.operation_id)
     remaining = [m for m in first if m.thread not in removed] + later
     threads = sorted({m.thread for m in remaining})
     expected = _Oracle(remaining).groups(threads)

@@ -92,15 +92,19 @@ async def test_removing_the_bridge_splits_the_conversation_and_recounts(
     stub = Stub(weaver_server.channel)
     alice, bob, carol = await _chain(stub, uuid.uuid4().hex[:8])
     before = await _view(stub, alice, "a")
-    assert len(before.threads) == 3 and before.stats.message_count == 5
+    assert len(before.threads) == 3
+    assert before.stats.message_count == 5
     reply = await stub.UnweaveThreads(
         threadweaver_pb2.UnweaveThreadsRequest(threads=[_ref(bob, "b")])
     )
-    assert reply.operation.kind == "unweave_threads" and reply.operation.operation_id
+    assert reply.operation.kind == "unweave_threads"
+    assert reply.operation.operation_id
     a, c = await _view(stub, alice, "a"), await _view(stub, carol, "c")
-    assert [t.gid for t in a.threads] == [alice] and a.stats.message_count == 2
+    assert [t.gid for t in a.threads] == [alice]
+    assert a.stats.message_count == 2
     assert a.stats.last_message_at.seconds == 5
-    assert [t.gid for t in c.threads] == [carol] and c.stats.message_count == 2
+    assert [t.gid for t in c.threads] == [carol]
+    assert c.stats.message_count == 2
     assert c.stats.last_message_at.seconds == 3
     assert a.unified_thread_ids != c.unified_thread_ids
     resolved = await stub.ResolveThreads(
@@ -148,7 +152,7 @@ async def test_unweave_mailbox_removes_every_thread_of_the_gid(
     """Every thread of the mailbox goes; nothing of it is left in the store once DONE."""
     stub = Stub(weaver_server.channel)
     tag = uuid.uuid4().hex[:8]
-    alice, bob, carol = await _chain(stub, tag)
+    alice, bob, _ = await _chain(stub, tag)
     await stub.WeaveMessage(threadweaver_pb2.WeaveMessageRequest(message=_woven(bob, "b2", "", 7)))
     reply = await stub.UnweaveMailbox(threadweaver_pb2.UnweaveMailboxRequest(gid=bob))
     assert reply.operation.kind == "unweave_mailbox"
@@ -213,11 +217,16 @@ async def test_sqlite_files_hold_no_byte_of_an_erased_gid(tmp_path: Path) -> Non
     async with running_server(settings) as running:
         stub = Stub(running.channel)
         tag = "erase" + uuid.uuid4().hex[:8]
-        alice, bob, carol = await _chain(stub, tag)
+        alice, bob, _ = await _chain(stub, tag)
         reply = await stub.UnweaveMailbox(threadweaver_pb2.UnweaveMailboxRequest(gid=bob))
         assert (await _done(stub, reply.operation)).state == common_pb2.OPERATION_STATE_DONE
-        files = [p for p in Path(settings.sqlite.data_dir).rglob("threadweaver*") if p.is_file()]
-        assert files
-        for path in files:
-            assert bob.encode() not in path.read_bytes(), path
-        assert any(alice.encode() in p.read_bytes() for p in files)  # the check can see ids
+        contents = await asyncio.to_thread(_files, Path(settings.sqlite.data_dir))
+        assert contents
+        for path, data in contents.items():
+            assert bob.encode() not in data, path
+        assert any(alice.encode() in data for data in contents.values())  # ids are visible
+
+
+def _files(data_dir: Path) -> dict[Path, bytes]:
+    """Every ThreadWeaver SQLite file (database, WAL, shared memory) and its bytes."""
+    return {p: p.read_bytes() for p in data_dir.rglob("threadweaver*") if p.is_file()}
