@@ -195,3 +195,33 @@ async def test_unweaving_concurrently_with_weaves_matches_union_find(
             pass
         else:
             raise AssertionError(f"{t} still woven")
+
+
+async def test_a_unified_thread_past_the_guard_is_rebuilt_in_the_background(
+    thread_store: ThreadStore,
+) -> None:
+    """Past the spam guard the call answers with a running operation: the removed thread is
+    gone from every read at once, and once DONE the rest is split and recounted."""
+    tag = f"{uuid.uuid4().hex[:10]}-"
+    weaver = ThreadWeaverService(thread_store, max_threads=4, retire_grace_s=0)
+    chain = [ThreadKey(f"{tag}g{i}", "t") for i in range(9)]
+    await weaver.weave(
+        [Message(t, f"<{tag}m{i + j}>", 100 + i + j) for i, t in enumerate(chain) for j in (0, 1)]
+    )
+    middle = chain[4]
+    op = await weaver.unweave_threads([middle])
+    assert op.state == "running"
+    assert await weaver.resolve([middle]) == [None]
+    view = await weaver.unified_thread(chain[0], team_gids=None, max_threads=100)
+    assert middle not in view.threads
+    done = await weaver.wait_operation(op.operation_id)
+    assert done.state == "done"
+    assert done.done == done.total
+    left, right = chain[:4], chain[5:]
+    resolved = await weaver.resolve(left + right)
+    assert len(set(resolved[:4])) == 1
+    assert len(set(resolved[4:])) == 1
+    assert resolved[0] != resolved[4]
+    first = await weaver.unified_thread(chain[0], team_gids=None, max_threads=100)
+    assert first.threads == sorted(left)
+    assert first.message_count == 5  # m0..m4: m4 is still held by chain[3]
