@@ -186,11 +186,12 @@ class ThreadStore(Protocol):
         messages: Sequence[MessageMapping],
         dropped_messages: Sequence[bytes],
     ) -> None:
-        """Unconditionally rewrites mappings, with their reverse rows (a deletion's rebuild).
+        """Unconditionally rewrites stored mappings, with their reverse rows (a rebuild).
 
-        Each (thread, ut) maps thread -> ut; (thread, None) removes the thread's mapping (its
-        edges stay: `remove_thread_messages`). Each message mapping is set (ut and sent_at) over whatever was stored; each
-        dropped key loses its mapping. Reads after it returns see only the new rows (a UT's
+        Each (thread, ut) maps a mapped thread -> ut; (thread, None) removes the thread's
+        mapping (its edges stay: `remove_thread_messages`). Each message mapping replaces the
+        stored one (ut and sent_at); each dropped key loses its mapping. Keys that have no
+        mapping are left without one. Reads after it returns see only the new rows (a UT's
         members and statistics included); idempotent.
         """
         ...

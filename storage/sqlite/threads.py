@@ -232,21 +232,13 @@ class SqliteThreadStore:
     ) -> None:
         moved = [(ut, t.gid, t.thread_id) for t, ut in threads if ut is not None]
         gone = [(t.gid, t.thread_id) for t, ut in threads if ut is None]
-        mapped = [(m.rfc_key, m.ut, m.sent_at_ms) for m in messages]
+        mapped = [(m.ut, m.sent_at_ms, m.rfc_key) for m in messages]
         dropped = [(key,) for key in dropped_messages]
 
         def run(conn: sqlite3.Connection) -> None:
-            conn.executemany(
-                "INSERT INTO thread_ut (gid, thread_id, ut) VALUES (?2, ?3, ?1)"
-                " ON CONFLICT (gid, thread_id) DO UPDATE SET ut = excluded.ut",
-                moved,
-            )
+            conn.executemany("UPDATE thread_ut SET ut = ? WHERE gid = ? AND thread_id = ?", moved)
             conn.executemany("DELETE FROM thread_ut WHERE gid = ? AND thread_id = ?", gone)
-            conn.executemany(
-                "INSERT INTO rfc_ut (rfc_key, ut, sent_at) VALUES (?, ?, ?)"
-                " ON CONFLICT (rfc_key) DO UPDATE SET ut = excluded.ut, sent_at = excluded.sent_at",
-                mapped,
-            )
+            conn.executemany("UPDATE rfc_ut SET ut = ?, sent_at = ? WHERE rfc_key = ?", mapped)
             conn.executemany("DELETE FROM rfc_ut WHERE rfc_key = ?", dropped)
 
         if moved or gone or mapped or dropped:

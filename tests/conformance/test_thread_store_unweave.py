@@ -57,13 +57,17 @@ class TestEdgesAndRehoming:
                 MessageMapping(rfc_key=key("m2"), ut="old", sent_at_ms=9),
             ]
         )
+        never = ThreadKey("g", "never")
         await thread_store.rehome(
-            [(a, "new"), (b, None)],
-            [MessageMapping(rfc_key=key("m1"), ut="new", sent_at_ms=5)],
+            [(a, "new"), (b, None), (never, "new")],
+            [
+                MessageMapping(rfc_key=key("m1"), ut="new", sent_at_ms=5),
+                MessageMapping(rfc_key=key("m-never"), ut="new", sent_at_ms=1),
+            ],
             [key("m2")],
         )
-        assert await thread_store.get_thread_uts([a, b]) == {a: "new"}
-        assert await thread_store.get_message_uts([key("m1"), key("m2")]) == {
+        assert await thread_store.get_thread_uts([a, b, never]) == {a: "new"}
+        assert await thread_store.get_message_uts([key("m1"), key("m2"), key("m-never")]) == {
             key("m1"): MessageMapping(rfc_key=key("m1"), ut="new", sent_at_ms=5)
         }
         new = await thread_store.read_uts(["new"], None, 10)
