@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from server.runtime.errors import NotFound
-from server.threadweaver.model import Message
+from server.threadweaver.model import Message, rfc_key
 from server.threadweaver.service import ThreadWeaverService
 from server.threadweaver.unweave import OperationView
 from storage.ports import MessageMapping, ThreadKey, ThreadMessage, ThreadStore
@@ -229,3 +229,34 @@ async def test_a_unified_thread_past_the_guard_is_rebuilt_in_the_background(
     first = await weaver.unified_thread(chain[0], team_gids=None, max_threads=100)
     assert first.threads == sorted(left)
     assert first.message_count == 5  # m0..m4: m4 is still held by chain[3]
+
+
+async def test_a_weave_that_wrote_into_a_retired_unified_thread_rehomes_its_rows(
+    thread_store: ThreadStore,
+) -> None:
+    """A weave that read a UT id before a rebuild retired it writes its rows there (here
+    written as it would, after the rebuild); its check of the retired marks sees the mark
+    and rebuilds, so the thread and its message end up in a live unified thread."""
+    tag = f"{uuid.uuid4().hex[:10]}-"
+    weaver = ThreadWeaverService(thread_store, retire_grace_s=3600)
+    a, b, c = (ThreadKey(f"{tag}{n}", "t") for n in ("alice", "bob", "carol"))
+    await weaver.weave(
+        [Message(a, "<m1>", 1), Message(b, "<m1>", 1), Message(b, "<m2>", 2), Message(c, "<m2>", 2)]
+    )
+    old = (await thread_store.get_thread_uts([c]))[c]
+    await weaver.unweave_threads([b])
+    assert await thread_store.get_retired([old]) == frozenset({old})
+    # What a slow weave of (dave, <m9>) that had read carol's old UT leaves behind:
+    dave = ThreadKey(f"{tag}dave", "t")
+    probe = Message(dave, f"<{tag}m9>", 9)
+    await thread_store.put_thread_messages([ThreadMessage(dave, rfc_key(probe), 9)])
+    await thread_store.put_message_uts_if_absent(
+        [MessageMapping(rfc_key=rfc_key(probe), ut=old, sent_at_ms=9)]
+    )
+    await thread_store.put_thread_uts_if_absent([(dave, old)])
+    (result,) = await weaver.weave([probe])  # its retry, or its own check of the marks
+    assert result.unified_thread_id != old
+    view = await weaver.unified_thread(dave, team_gids=None, max_threads=10)
+    assert view.unified_thread_ids == [result.unified_thread_id]
+    assert view.threads == [dave]
+    assert view.message_count == 1
