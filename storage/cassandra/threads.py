@@ -134,6 +134,7 @@ class CassandraThreadStore(ThreadUnweaving, ThreadScans):
             "INSERT INTO {ks}.ut_threads (ut, gid, thread_id) VALUES (?, ?, ?)",
             [(ut, k.gid, k.thread_id) for k, ut in unrecorded],
         )
+        await self._mailbox_rows([k for k, _ in unrecorded])
         await gather(
             self._q(
                 "UPDATE {ks}.thread_ut SET recorded = true WHERE gid = ? AND thread_id = ?",

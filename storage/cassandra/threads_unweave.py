@@ -1,7 +1,8 @@
 """The Cassandra ThreadStore's deletion support: edges, rehoming, retired marks.
 
     thread_msgs ((gid), thread_id, rfc_key) -> sent_at   thread -> messages; a mailbox's
-                                                          threads are one partition
+                                                          threads are one partition (an
+                                                          empty rfc_key: the thread is mapped)
     ut_retired  (ut)                                      UTs a rebuild is moving away from
 
 Forward rows (``thread_ut``, ``rfc_ut``) are written by LWT everywhere else, so they are
@@ -76,9 +77,18 @@ class ThreadUnweaving(CassandraStore):
         )
         for rows in found:
             for r in rows:
-                thread = ThreadKey(text(r, "gid"), text(r, "thread_id"))
-                out.setdefault(thread, {})[_key(r)] = integer(r, "sent_at")
+                if key := _key(r):  # the empty key is the thread's mailbox row, no edge
+                    thread = ThreadKey(text(r, "gid"), text(r, "thread_id"))
+                    out.setdefault(thread, {})[key] = integer(r, "sent_at")
         return out
+
+    async def _mailbox_rows(self, threads: Sequence[ThreadKey]) -> None:
+        """Lists mapped threads under their mailbox (an empty-key ``thread_msgs`` row), so
+        `get_mailbox_threads` finds a thread mapped without edges (a loaded dump's)."""
+        await self._reverse_rows(
+            "INSERT INTO {ks}.thread_msgs (gid, thread_id, rfc_key, sent_at) VALUES (?, ?, ?, 0)",
+            [(t.gid, t.thread_id, b"") for t in sorted(set(threads))],
+        )
 
     async def get_message_uts(self, keys: Sequence[bytes]) -> dict[bytes, MessageMapping]:
         async def one(chunk: Sequence[bytes]) -> list[Row]:

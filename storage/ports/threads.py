@@ -201,11 +201,8 @@ class ThreadStore(Protocol):
         ...
 
     async def get_mailbox_threads(self, gid: str) -> list[ThreadKey]:
-        """Every thread of mailbox `gid` that has edges or a mapping, each once, any order.
-
-        Threads with edges are always listed; a thread mapped by a release that kept no edges
-        is listed where the engine can find it by owner (SQLite, Bigtable), not on Cassandra.
-        """
+        """Every thread of mailbox `gid` that has edges or a mapping, each once, any order
+        (a thread mapped without edges, by a load or by release 1.0.0, included)."""
         ...
 
     async def retire_uts(self, uts: Sequence[str]) -> None:

@@ -45,6 +45,18 @@ class TestEdgesAndRehoming:
         assert await thread_store.get_thread_messages([a, b]) == {b: {key("m2"): 20}}
         assert await thread_store.get_mailbox_threads("g1") == [b]
 
+    async def test_a_thread_mapped_without_edges_is_listed_under_its_mailbox(
+        self, thread_store: ThreadStore
+    ) -> None:
+        """A thread mapped with no edges (a loaded dump's) is still found by its owner."""
+        t = ThreadKey("loaded", "t1")
+        await thread_store.put_thread_uts_if_absent([(t, "ut")])
+        assert await thread_store.get_mailbox_threads("loaded") == [t]
+        assert await thread_store.get_thread_messages([t]) == {}
+        await thread_store.rehome([(t, None)], [], [])
+        await thread_store.remove_thread_messages([t])
+        assert await thread_store.get_mailbox_threads("loaded") == []
+
     async def test_rehome_moves_and_removes_mappings_with_their_reverse_rows(
         self, thread_store: ThreadStore
     ) -> None:
