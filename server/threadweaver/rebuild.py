@@ -19,12 +19,14 @@ rebuild of the conversations around some threads:
    the retired UTs' links deleted;
 5. *verify*: if one of the new ids was retired meanwhile (an overlapping rebuild), go again.
 
-Threads mapped by a release that kept no edges cannot be split: a closure holding one is
-rebuilt by deleting the removed threads' own rows only (`Rebuilt.split` False).
+Threads mapped without edges (by release 1.0.0, or loaded from a dump) cannot be split: a
+closure holding one keeps its unified threads as they were, renamed (`_rename`), with only
+the removed threads' own rows deleted (`Rebuilt.split` False).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
@@ -41,6 +43,7 @@ MAX_ROUNDS = 8
 """Rebuild rounds before giving up on overlapping rebuilds (each round is exact; another
 rebuild retiring our new ids mid-way is what forces one more)."""
 _NO_LIMIT = 1 << 30
+_STEP = 5_000  # mappings per rehome call
 
 
 @dataclass(slots=True)
@@ -51,6 +54,7 @@ class Closure:
     threads: set[ThreadKey] = field(default_factory=set)
     edges: dict[ThreadKey, dict[bytes, int]] = field(default_factory=dict)
     messages: dict[bytes, MessageMapping] = field(default_factory=dict)
+    thread_uts: dict[ThreadKey, str] = field(default_factory=dict)
     rows_read: int = 0
     round_trips: int = 0
 
@@ -66,7 +70,8 @@ class Rebuilt:
     retired: set[str] = field(default_factory=set)
     """UT ids no row uses any more (their retired marks are dropped after a grace period)."""
     split: bool = True
-    """False when a thread without edges (woven by 1.0.0) kept the closure from being split."""
+    """False when a thread without edges (1.0.0's, or a loaded dump's) kept the closure from
+    being split: its unified threads were renamed as they were (`_rename`)."""
     rows_read: int = 0
     round_trips: int = 0
 
@@ -99,6 +104,7 @@ async def read_closure(
             uts = await store.get_thread_uts(batch)
             out.round_trips += 2
             out.edges.update(edges)
+            out.thread_uts.update(uts)
             keys = {k for held in edges.values() for k in held} - out.messages.keys()
             found = await store.get_message_uts(sorted(keys)) if keys else {}
             out.round_trips += 1 if keys else 0
@@ -136,23 +142,39 @@ async def rebuild(
     Idempotent: a retry after a crash finds the closure in whatever state the crash left
     (the removed threads' edges go last with their mappings), and a repeat finds them gone.
     """
-    gone = set(removed)
+    async with _REBUILDS:
+        return await _rebuild(store, seed_uts, seed_threads, set(removed), progress)
+
+
+_REBUILDS = asyncio.Lock()
+"""Rebuilds in one process run one at a time: two rebuilds that read overlapping closures
+before either wrote could each finish clean yet leave the rows split between their ids.
+Across processes only the retired-id check guards them (docs/ARCHITECTURE.md)."""
+
+
+async def _rebuild(
+    store: ThreadStore,
+    seed_uts: Iterable[str],
+    seed_threads: Iterable[ThreadKey],
+    gone: set[ThreadKey],
+    progress: Callable[[int, int], None] | None,
+) -> Rebuilt:
     out = Rebuilt()
     uts = set(seed_uts)
     threads = set(seed_threads) | gone
     for _ in range(MAX_ROUNDS):
         first = await read_closure(store, uts, threads)
         _count(out, first)
-        if any(t not in first.edges for t in first.threads - gone):
-            await _remove_only(store, first, gone, out)
-            return out
         await store.retire_uts(sorted(first.links))
         now = await read_closure(store, first.links, first.threads)
         _count(out, now)
         extra = now.links.keys() - first.links.keys()
         if extra:
             await store.retire_uts(sorted(extra))
-        new_ids = await _rewrite(store, now, gone, out, progress)
+        if any(t not in now.edges for t in now.threads - gone):
+            new_ids = await _rename(store, now, gone, out)
+        else:
+            new_ids = await _rewrite(store, now, gone, out, progress)
         if not await store.get_retired(sorted(new_ids)):
             return out
         uts, threads = set(new_ids) | set(now.links), now.threads
@@ -164,12 +186,39 @@ def _count(out: Rebuilt, closure: Closure) -> None:
     out.round_trips += closure.round_trips
 
 
-async def _remove_only(store: ThreadStore, c: Closure, gone: set[ThreadKey], out: Rebuilt) -> None:
-    """The 1.0.0 fallback: the removed threads' own rows go, nothing is split or recounted."""
+async def _rename(store: ThreadStore, c: Closure, gone: set[ThreadKey], out: Rebuilt) -> set[str]:
+    """The fallback for threads without edges: nothing is split or recounted, but every
+    unified thread of the closure is renamed (so no id made of a removed thread's gid is
+    left) and the removed threads' own rows go. Its messages are read by UT."""
     out.split = False
-    out.removed = len(gone & c.threads)
+    groups = components(c.links, c.links)
+    remaining = sorted(t for t in c.threads - gone if c.thread_uts.get(t) in groups)
+    members: dict[frozenset[str], list[ThreadKey]] = {g: [] for g in set(groups.values())}
+    for t in remaining:
+        members[groups[c.thread_uts[t]]].append(t)
+    new = {g: _new_id(ts, g) for g, ts in members.items()}
+    held = await store.get_ut_messages(sorted(c.links))
+    out.round_trips += 1
+    out.rows_read += len(held)
+    moved: list[tuple[ThreadKey, str | None]] = [
+        (t, new[groups[c.thread_uts[t]]]) for t in remaining
+    ]
+    for i in range(0, len(moved), _STEP):
+        await store.rehome(moved[i : i + _STEP], [], [])
+    messages = [
+        MessageMapping(rfc_key=m.rfc_key, ut=new[groups[m.ut]], sent_at_ms=m.sent_at_ms)
+        for m in held
+        if m.ut in groups
+    ]
+    for i in range(0, len(messages), _STEP):
+        await store.rehome([], messages[i : i + _STEP], [])
     await store.rehome([(t, None) for t in sorted(gone)], [], [])
     await store.remove_thread_messages(sorted(gone))
+    await store.remove_links([(a, b) for a, linked in c.links.items() for b in linked if a < b])
+    out.threads += len(remaining)
+    out.removed = len(gone)
+    out.retired |= set(c.links)
+    return set(new.values())
 
 
 async def _rewrite(
@@ -206,15 +255,14 @@ async def _rewrite(
     dropped = sorted({k for t in gone for k in c.edges.get(t, {})} - kept.keys())
     done = 0
     total = len(moved) + len(gone)
-    step = 5_000
-    for i in range(0, len(moved), step):
-        await store.rehome(moved[i : i + step], [], [])
-        done += len(moved[i : i + step])
+    for i in range(0, len(moved), _STEP):
+        await store.rehome(moved[i : i + _STEP], [], [])
+        done += len(moved[i : i + _STEP])
         if progress:
             progress(done, total)
     messages = [kept[k] for k in sorted(kept)]
-    for i in range(0, len(messages), step):
-        await store.rehome([], messages[i : i + step], [])
+    for i in range(0, len(messages), _STEP):
+        await store.rehome([], messages[i : i + _STEP], [])
     # The removed threads go last: a retry after a crash still finds their edges.
     await store.rehome([(t, None) for t in sorted(gone)], [], dropped)
     await store.remove_thread_messages(sorted(gone))

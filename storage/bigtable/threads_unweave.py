@@ -114,6 +114,19 @@ class ThreadUnweaving(ThreadScans):
                 out[key] = MessageMapping(rfc_key=key, ut=stored[0], sent_at_ms=stored[1])
         return out
 
+    async def get_ut_messages(self, uts: Sequence[str]) -> list[MessageMapping]:
+        async def one(ut: str) -> list[MessageMapping]:
+            records: set[bytes] = set()
+            async for _, value in read_row_cells(
+                self._ut, ut.encode(), _FAM_P, max_cell_bytes=WIDEST_CELL
+            ):
+                unpack(value, records, RECORD_WIDTH)
+            by_key = {r[:16]: _SENT.unpack(r[16:])[0] for r in sorted(records)}
+            return [MessageMapping(rfc_key=k, ut=ut, sent_at_ms=s) for k, s in by_key.items()]
+
+        found = await bounded_gather(one, list(dict.fromkeys(uts)))
+        return [m for ms in found for m in ms]
+
     async def _current_thread_uts(self, threads: Iterable[ThreadKey]) -> dict[ThreadKey, str]:
         keys = {encode_thread(t): t for t in dict.fromkeys(threads)}
         rows = await self._read_rows(self._thread_ut, list(keys), LATEST)

@@ -107,6 +107,21 @@ class ThreadUnweaving(CassandraStore):
                 )
         return out
 
+    async def get_ut_messages(self, uts: Sequence[str]) -> list[MessageMapping]:
+        async def one(chunk: Sequence[str]) -> list[Row]:
+            return await self._q(
+                "SELECT ut, rfc_key, sent_at FROM {ks}.ut_messages WHERE ut IN ?",
+                (list(chunk),),
+                all_pages=True,
+            )
+
+        found = await gather(one(c) for c in slices(list(dict.fromkeys(uts)), _KEYS_PER_IN))
+        return [
+            MessageMapping(rfc_key=_key(r), ut=text(r, "ut"), sent_at_ms=integer(r, "sent_at"))
+            for rows in found
+            for r in rows
+        ]
+
     async def _current_thread_uts(self, threads: Sequence[ThreadKey]) -> dict[ThreadKey, str]:
         by_gid: dict[str, list[str]] = {}
         for t in dict.fromkeys(threads):

@@ -180,6 +180,10 @@ class ThreadStore(Protocol):
         """The stored mapping of each Message-ID key that has one (others left out)."""
         ...
 
+    async def get_ut_messages(self, uts: Sequence[str]) -> list[MessageMapping]:
+        """Every stored Message-ID mapping whose UT is one of `uts` (by the reverse rows)."""
+        ...
+
     async def rehome(
         self,
         threads: Sequence[tuple[ThreadKey, str | None]],

@@ -224,6 +224,23 @@ class SqliteThreadStore:
 
         return await self._db.read(run) if wanted else {}
 
+    async def get_ut_messages(self, uts: Sequence[str]) -> list[MessageMapping]:
+        wanted = list(dict.fromkeys(uts))
+
+        def run(conn: sqlite3.Connection) -> list[MessageMapping]:
+            out: list[MessageMapping] = []
+            for chunk in slices(wanted, _CHUNK):
+                marks = ",".join("?" * len(chunk))
+                out += [
+                    MessageMapping(rfc_key=key, ut=ut, sent_at_ms=sent)
+                    for key, ut, sent in conn.execute(
+                        f"SELECT rfc_key, ut, sent_at FROM rfc_ut WHERE ut IN ({marks})", chunk
+                    )
+                ]
+            return out
+
+        return await self._db.read(run) if wanted else []
+
     async def rehome(
         self,
         threads: Sequence[tuple[ThreadKey, str | None]],

@@ -90,6 +90,9 @@ class TestEdgesAndRehoming:
             5,
         )
         assert (old.threads, old.stats.message_count) == ([], 0)
+        assert await thread_store.get_ut_messages(["new", "old", "none"]) == [
+            MessageMapping(rfc_key=key("m1"), ut="new", sent_at_ms=5)
+        ]
         # Idempotent, and a removed thread can be woven again from scratch.
         await thread_store.rehome([(b, None)], [], [key("m2")])
         assert await thread_store.put_thread_uts_if_absent([(b, "again")]) == ["again"]
@@ -171,8 +174,10 @@ async def test_unweaving_concurrently_with_weaves_matches_union_find(
     removed = {messages[i % len(messages)].thread for i in removed_raw}
     first, later = messages[: 2 * len(messages) // 3], messages[2 * len(messages) // 3 :]
     later = [m for m in later if m.thread not in removed]
-    one = ThreadWeaverService(thread_store, retire_grace_s=0)
-    two = ThreadWeaverService(thread_store_twin, retire_grace_s=0)
+    # The marks outlive every weave in flight (here well under the grace period), as in
+    # serving; forgetting them sooner lets a weave that read a retired id miss the mark.
+    one = ThreadWeaverService(thread_store, retire_grace_s=0.5)
+    two = ThreadWeaverService(thread_store_twin, retire_grace_s=0.5)
     await one.weave(first)
     order: list[Message | None] = [None, *later]
     rng.shuffle(order)  # before any coroutine exists: Hypothesis may stop the example here
@@ -272,3 +277,26 @@ async def test_a_weave_that_wrote_into_a_retired_unified_thread_rehomes_its_rows
     assert view.unified_thread_ids == [result.unified_thread_id]
     assert view.threads == [dave]
     assert view.message_count == 1
+
+
+async def test_threads_without_edges_are_renamed_not_split(thread_store: ThreadStore) -> None:
+    """Threads mapped without edges (1.0.0's, a loaded dump's) cannot be split: removing a
+    mailbox deletes its threads, keeps the rest as one conversation with its stats, and
+    renames it, so no unified thread id made of the removed gid is left."""
+    tag = f"{uuid.uuid4().hex[:10]}-"
+    weaver = ThreadWeaverService(thread_store, retire_grace_s=0)
+    bob, alice, carol = (ThreadKey(f"{tag}{n}", "t") for n in ("bob", "alice", "carol"))
+    await weaver.weave([Message(bob, "<m1>", 1), Message(bob, "<m2>", 2)])
+    await weaver.weave([Message(alice, "<m1>", 1), Message(carol, "<m2>", 2)])
+    await weaver.weave([Message(alice, "<m3>", 3)])
+    await thread_store.remove_thread_messages([bob, alice, carol])  # as 1.0.0 wove them
+    op = await weaver.unweave_mailbox(bob.gid)
+    await weaver.wait_operation(op.operation_id)
+    assert await weaver.resolve([bob]) == [None]
+    view = await weaver.unified_thread(alice, team_gids=None, max_threads=10)
+    assert view.threads == sorted([alice, carol])
+    assert view.message_count == 3
+    assert all(bob.gid not in ut for ut in view.unified_thread_ids)
+    uts = await thread_store.get_thread_uts([alice, carol])
+    held = await thread_store.get_ut_messages(sorted(set(uts.values())))
+    assert len(held) == 3
