@@ -281,7 +281,7 @@ async def test_a_weave_that_wrote_into_a_retired_unified_thread_rehomes_its_rows
 
 async def test_threads_without_edges_are_renamed_not_split(thread_store: ThreadStore) -> None:
     """Threads mapped without edges (1.0.0's, a loaded dump's) cannot be split: removing a
-    mailbox deletes its threads, keeps the rest as one conversation with its stats, and
+    thread deletes its rows, keeps the rest as one conversation with its stats, and
     renames it, so no unified thread id made of the removed gid is left."""
     tag = f"{uuid.uuid4().hex[:10]}-"
     weaver = ThreadWeaverService(thread_store, retire_grace_s=0)
@@ -290,7 +290,7 @@ async def test_threads_without_edges_are_renamed_not_split(thread_store: ThreadS
     await weaver.weave([Message(alice, "<m1>", 1), Message(carol, "<m2>", 2)])
     await weaver.weave([Message(alice, "<m3>", 3)])
     await thread_store.remove_thread_messages([bob, alice, carol])  # as 1.0.0 wove them
-    op = await weaver.unweave_mailbox(bob.gid)
+    op = await weaver.unweave_threads([bob])
     await weaver.wait_operation(op.operation_id)
     assert await weaver.resolve([bob]) == [None]
     view = await weaver.unified_thread(alice, team_gids=None, max_threads=10)
