@@ -93,10 +93,16 @@ class Unweaving:
         uts = await store.get_thread_uts(gone)
         seeds = set(uts.values())
         if not uts:
-            # Nothing mapped: drop whatever edges a crashed removal left, nothing to rebuild.
-            await store.remove_thread_messages(gone)
-            self._finish_later(op, Rebuilt())
-            return op
+            # Unmapped: unknown, or a removal that stopped after deleting the mappings (past
+            # the guard, or a crash): its edges still lead to the conversation to rebuild.
+            edges = await store.get_thread_messages(gone)
+            keys = sorted({k for held in edges.values() for k in held})
+            found = await store.get_message_uts(keys) if keys else {}
+            seeds = {m.ut for m in found.values()}
+            if not seeds:
+                await store.remove_thread_messages(gone)
+                self._finish_later(op, Rebuilt())
+                return op
         links = await walk(store, seeds, max_size=_NO_LIMIT)
         rows = await store.read_uts(sorted(links), None, self._max_threads + 1)
         op.total = len(rows.threads)

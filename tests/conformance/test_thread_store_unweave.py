@@ -248,6 +248,25 @@ async def test_a_unified_thread_past_the_guard_is_rebuilt_in_the_background(
     assert first.message_count == 5  # m0..m4: m4 is still held by chain[3]
 
 
+async def test_a_removal_stopped_after_its_mappings_went_resumes_on_retry(
+    thread_store: ThreadStore,
+) -> None:
+    """A background removal that failed after deleting the mappings (the engine went away)
+    leaves the edges: retrying the call rebuilds the conversation from them."""
+    tag = f"{uuid.uuid4().hex[:10]}-"
+    weaver = ThreadWeaverService(thread_store, retire_grace_s=0)
+    a, b, c = (ThreadKey(f"{tag}{n}", "t") for n in ("alice", "bob", "carol"))
+    await weaver.weave(
+        [Message(a, "<m1>", 1), Message(b, "<m1>", 1), Message(b, "<m2>", 2), Message(c, "<m2>", 2)]
+    )
+    await thread_store.rehome([(b, None)], [], [])  # what the stopped removal had done
+    op = await weaver.unweave_threads([b])
+    await weaver.wait_operation(op.operation_id)
+    ua, uc = await weaver.resolve([a, c])
+    assert ua != uc
+    assert await thread_store.get_thread_messages([b]) == {}
+
+
 async def test_a_weave_that_wrote_into_a_retired_unified_thread_rehomes_its_rows(
     thread_store: ThreadStore,
 ) -> None:
