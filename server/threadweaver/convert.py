@@ -13,17 +13,22 @@ from loom.v1 import common_pb2, threadweaver_pb2
 from server.runtime.validation import Violations
 from server.threadweaver.model import MAX_ID_BYTES, Message, UnifiedThread, WeaveResult
 from server.threadweaver.settings import ThreadWeaverSettings
+from server.threadweaver.unweave import OperationView
 from storage.ports import ThreadKey
 
 __all__ = [
     "MAX_ID_BYTES",
     "MAX_RFC_BYTES",
+    "gid_from_proto",
     "messages_from_proto",
+    "operation_id_from_proto",
+    "operation_to_proto",
     "result_to_proto",
     "single_message_from_proto",
     "thread_refs_from_proto",
     "unified_request_from_proto",
     "unified_to_proto",
+    "unweave_refs_from_proto",
 ]
 
 MAX_RFC_BYTES = 998
@@ -122,6 +127,54 @@ def thread_refs_from_proto(
         out = [_thread(v, f"threads[{i}].", r.gid, r.thread_id) for i, r in enumerate(refs)]
     v.raise_if_any()
     return out
+
+
+MAX_UNWEAVE = 1000
+_STATES = {
+    "running": common_pb2.OPERATION_STATE_RUNNING,
+    "done": common_pb2.OPERATION_STATE_DONE,
+    "failed": common_pb2.OPERATION_STATE_FAILED,
+}
+
+
+def unweave_refs_from_proto(
+    refs: list[common_pb2.ThreadRef], limits: ThreadWeaverSettings
+) -> list[ThreadKey]:
+    """The threads of an UnweaveThreads call (1..1,000)."""
+    del limits
+    v = Violations()
+    out: list[ThreadKey] = []
+    if v.count("threads", refs, minimum=1, maximum=MAX_UNWEAVE):
+        out = [_thread(v, f"threads[{i}].", r.gid, r.thread_id) for i, r in enumerate(refs)]
+    v.raise_if_any()
+    return out
+
+
+def gid_from_proto(gid: str) -> str:
+    """The gid of an UnweaveMailbox call."""
+    v = Violations()
+    v.identifier("gid", gid, max_bytes=MAX_ID_BYTES)
+    v.raise_if_any()
+    return gid
+
+
+def operation_id_from_proto(operation_id: str) -> str:
+    """The id of a GetOperation call."""
+    v = Violations()
+    v.identifier("operation_id", operation_id, max_bytes=64)
+    v.raise_if_any()
+    return operation_id
+
+
+def operation_to_proto(op: OperationView) -> common_pb2.Operation:
+    """A removal's operation."""
+    return common_pb2.Operation(
+        operation_id=op.operation_id,
+        kind=op.kind,
+        state=_STATES[op.state],
+        progress=common_pb2.Progress(done=op.done, total=op.total),
+        error=op.error,
+    )
 
 
 def _timestamp(ms: int) -> timestamp_pb2.Timestamp:

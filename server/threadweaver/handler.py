@@ -18,6 +18,11 @@ POLICIES: dict[str, MethodPolicy] = {
     _S + "WeaveMessages": MethodPolicy(max_concurrency=16, max_waiting=32, deadline_s=30.0),
     _S + "GetUnifiedThread": MethodPolicy(max_concurrency=64, max_waiting=128, deadline_s=5.0),
     _S + "ResolveThreads": MethodPolicy(max_concurrency=64, max_waiting=128, deadline_s=5.0),
+    _S + "UnweaveThreads": MethodPolicy(max_concurrency=8, max_waiting=32, deadline_s=60.0),
+    _S + "UnweaveMailbox": MethodPolicy(
+        max_concurrency=4, max_waiting=16, deadline_s=120.0, scope="threadweaver:admin"
+    ),
+    _S + "GetOperation": MethodPolicy(max_concurrency=64, max_waiting=128, deadline_s=5.0),
 }
 
 
@@ -68,3 +73,23 @@ class ThreadWeaverHandler(threadweaver_pb2_grpc.ThreadWeaverServicer):
                 for t, ut in zip(threads, resolved, strict=True)
             ]
         )
+
+    async def UnweaveThreads(  # noqa: N802
+        self, request: threadweaver_pb2.UnweaveThreadsRequest, context: grpc.aio.ServicerContext
+    ) -> threadweaver_pb2.UnweaveThreadsResponse:
+        threads = convert.unweave_refs_from_proto(list(request.threads), self._limits)
+        op = await self._weaver.unweave_threads(threads)
+        return threadweaver_pb2.UnweaveThreadsResponse(operation=convert.operation_to_proto(op))
+
+    async def UnweaveMailbox(  # noqa: N802
+        self, request: threadweaver_pb2.UnweaveMailboxRequest, context: grpc.aio.ServicerContext
+    ) -> threadweaver_pb2.UnweaveMailboxResponse:
+        gid = convert.gid_from_proto(request.gid)
+        op = await self._weaver.unweave_mailbox(gid)
+        return threadweaver_pb2.UnweaveMailboxResponse(operation=convert.operation_to_proto(op))
+
+    async def GetOperation(  # noqa: N802
+        self, request: common_pb2.GetOperationRequest, context: grpc.aio.ServicerContext
+    ) -> common_pb2.Operation:
+        operation_id = convert.operation_id_from_proto(request.operation_id)
+        return convert.operation_to_proto(self._weaver.operation(operation_id))

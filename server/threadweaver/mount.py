@@ -22,8 +22,12 @@ async def mount(server: grpc.aio.Server, settings: Settings, resources: Resource
     """Opens the ThreadStore (behind its engine's breaker) and registers the servicer."""
     store = await factory.open_thread_store(settings)
     engine = settings.storage.threadweaver_store
+    limits = settings.threadweaver
     weaver = ThreadWeaverService(
-        guard_store(store, resources.breaker(engine)), max_closure=settings.threadweaver.max_closure
+        guard_store(store, resources.breaker(engine)),
+        max_closure=limits.max_closure,
+        max_threads=limits.default_max_threads,
+        retire_grace_s=limits.retire_grace_s,
     )
     threadweaver_pb2_grpc.add_ThreadWeaverServicer_to_server(
         ThreadWeaverHandler(weaver, settings.threadweaver), server

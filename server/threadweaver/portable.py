@@ -33,7 +33,12 @@ class ThreadData:
 
     def __init__(self, store: PortableThreadStore, settings: ThreadWeaverSettings) -> None:
         self.store = store
-        self._weaver = ThreadWeaverService(store, max_closure=settings.max_closure)
+        self._weaver = ThreadWeaverService(
+            store,
+            max_closure=settings.max_closure,
+            max_threads=settings.default_max_threads,
+            retire_grace_s=settings.retire_grace_s,
+        )
 
     async def scan(self) -> AsyncIterator[tuple[str, list[Message]]]:
         async for threads in self.store.scan_thread_uts(PAGE):

@@ -26,6 +26,7 @@ no write at all.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Collection, Mapping, Sequence
 
 from server.runtime.errors import EngineRejected, NotFound, Unavailable
@@ -33,8 +34,10 @@ from server.runtime.logs import get_logger
 from server.threadweaver.closure import read_component, walk
 from server.threadweaver.graph import components, hint, missing_star_links
 from server.threadweaver.model import Message, UnifiedThread, WeaveResult, default_ut, rfc_key
+from server.threadweaver.rebuild import rebuild
 from server.threadweaver.union import unite
-from storage.ports import MessageMapping, ThreadKey, ThreadStore
+from server.threadweaver.unweave import OperationView, Unweaving
+from storage.ports import MessageMapping, ThreadKey, ThreadMessage, ThreadStore
 
 __all__ = ["ThreadWeaverService"]
 
@@ -44,24 +47,43 @@ _log = get_logger("threadweaver")
 class ThreadWeaverService:
     """The threadweaver algorithm over any `ThreadStore`."""
 
-    def __init__(self, store: ThreadStore, *, max_closure: int = 10_000) -> None:
+    def __init__(
+        self,
+        store: ThreadStore,
+        *,
+        max_closure: int = 10_000,
+        max_threads: int = 10_000,
+        retire_grace_s: float = 60.0,
+    ) -> None:
         self._store = store
         self._max_closure = max_closure
+        self._unweaving = Unweaving(store, max_threads=max_threads, grace_s=retire_grace_s)
 
     async def weave(self, messages: Sequence[Message]) -> list[WeaveResult]:
         """Weaves messages (any number of threads and Message-IDs); one result per message."""
         if not messages:
             return []
         store = self._store
-        existing = await store.get_thread_uts([m.thread for m in messages])
+        keys = [rfc_key(m) for m in messages]
+        # The edges go first (beside the lookup): a deletion's rebuild works from them, and a
+        # thread is never mapped before its edges are stored.
+        existing, _ = await asyncio.gather(
+            store.get_thread_uts([m.thread for m in messages]),
+            store.put_thread_messages(
+                [
+                    ThreadMessage(m.thread, k, m.sent_at_ms)
+                    for m, k in zip(messages, keys, strict=True)
+                ]
+            ),
+        )
         message_uts = await store.put_message_uts_if_absent(
             [
                 MessageMapping(
-                    rfc_key=rfc_key(m),
+                    rfc_key=k,
                     ut=existing.get(m.thread) or default_ut(m.thread),
                     sent_at_ms=m.sent_at_ms,
                 )
-                for m in messages
+                for m, k in zip(messages, keys, strict=True)
             ]
         )
         # New threads: map each (once) to its first message's UT, learning the winner.
@@ -80,11 +102,42 @@ class ThreadWeaverService:
             merged_flags.append(ut_t != ut_r)
             if ut_t != ut_r:
                 pairs[(min(ut_t, ut_r), max(ut_t, ut_r))] = None
-        canonical = await self._join(set(thread_uts.values()) | set(message_uts), pairs)
+        touched = set(thread_uts.values()) | set(message_uts)
+        canonical, retired = await asyncio.gather(
+            self._join(touched, pairs), store.get_retired(sorted(touched))
+        )
+        per_thread = {t: canonical[ut] for t, ut in thread_uts.items()}
+        if retired:
+            # A deletion is rebuilding this conversation and may have read it before these
+            # writes: rebuild it again with them (docs/ARCHITECTURE.md, "Unweaving").
+            threads = sorted({m.thread for m in messages})
+            done = await rebuild(store, seed_uts=touched, seed_threads=threads)
+            self._unweaving.forget_later(done)
+            now = await self.resolve(threads)
+            per_thread.update((t, ut) for t, ut in zip(threads, now, strict=True) if ut)
         return [
-            WeaveResult(unified_thread_id=canonical[thread_uts[m.thread]], merged=flag)
+            WeaveResult(unified_thread_id=per_thread[m.thread], merged=flag)
             for m, flag in zip(messages, merged_flags, strict=True)
         ]
+
+    async def unweave_threads(self, threads: Sequence[ThreadKey]) -> OperationView:
+        """Removes `threads` from the union-find (unknown ones are ignored); idempotent.
+
+        Returns with every read exact (`server.threadweaver.unweave`), and the operation that
+        reports when nothing of them is left."""
+        return await self._unweaving.threads(threads, kind="unweave_threads")
+
+    async def unweave_mailbox(self, gid: str) -> OperationView:
+        """Removes every thread of mailbox `gid`: the subject erasure's entry point."""
+        return await self._unweaving.mailbox(gid)
+
+    def operation(self, operation_id: str) -> OperationView:
+        """A removal's operation (NotFound when this server never started it)."""
+        return self._unweaving.operation(operation_id)
+
+    async def wait_operation(self, operation_id: str) -> OperationView:
+        """Returns once the operation has finished (DONE or FAILED)."""
+        return await self._unweaving.wait(operation_id)
 
     async def join(self, pairs: Collection[tuple[str, str]]) -> None:
         """Records that each pair of UTs is one conversation, as a weave that merged them

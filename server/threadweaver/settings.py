@@ -22,3 +22,6 @@ class ThreadWeaverSettings:
     """Spam guard: member threads above which a unified thread is oversized."""
     max_closure: int = 10_000
     """Unified threads a merge closure may hold before the read is refused."""
+    retire_grace_s: float = 60.0
+    """How long a deletion keeps the UT ids it retired marked, so that a weave that read one
+    before the rebuild (at most its 30 s deadline ago) still sees the mark and repairs."""

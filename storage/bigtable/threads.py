@@ -78,7 +78,7 @@ from storage.bigtable.thread_cells import (
     text,
     unpack,
 )
-from storage.bigtable.threads_scan import ThreadScans
+from storage.bigtable.threads_unweave import ThreadUnweaving, unweave_tables
 from storage.clock import now_ms
 from storage.errors import StorageCorrupt, StorageError
 from storage.ports import MessageMapping, ThreadKey, UnifiedStats, UtRows
@@ -95,6 +95,7 @@ TABLES = {
     _THREAD_UT: {_FAM_U: _ONE},
     _MESSAGE_UT: {_FAM_M: _ONE},
     _UT: {_FAM_Q: _ONE, _FAM_P: _ONE, _FAM_N: _ONE},
+    **unweave_tables(_ONE),
 }
 _READ_KEYS = 500  # row keys per ReadRows request
 _REPACK_CELLS = 2_000  # packed cells merged by one atomic row mutation
@@ -106,9 +107,9 @@ def _now_micros() -> int:
     return now_ms() * 1000  # Bigtable wants whole milliseconds
 
 
-class BigtableThreadStore(ThreadScans):
+class BigtableThreadStore(ThreadUnweaving):
     """`storage.ports.PortableThreadStore` on Cloud Bigtable (or its emulator); its scans
-    are `ThreadScans`'."""
+    are `ThreadScans`', its deletions `ThreadUnweaving`'s."""
 
     def __init__(self, handle: BigtableHandle) -> None:
         self._handle = handle

@@ -20,6 +20,7 @@ from storage.bigtable.client import (
     gc_rule,
 )
 from storage.clock import now_ms
+from storage.ports.threads import THREADS_V2
 from storage.settings import BigtableSettings
 from storage.versions import TEMPLATES_V2, Layout, Plan, Step, apply, inspected, plan
 
@@ -38,7 +39,9 @@ async def _nothing_to_rewrite(settings: BigtableSettings) -> None:
     del settings
 
 
-THREADS: Final[BigtableLayout] = Layout(store="threads", current=1)
+THREADS: Final[BigtableLayout] = Layout(
+    store="threads", current=2, steps=(Step(to=2, does=THREADS_V2, run=_nothing_to_rewrite),)
+)
 TEMPLATES: Final[BigtableLayout] = Layout(
     store="templates",
     current=2,

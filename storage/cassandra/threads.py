@@ -18,7 +18,8 @@ every writer learns the winner without a second read, as in the seed. Reads of m
 are IN queries on the partition key, chunked: one round trip per read level, with the
 count and latest send time aggregated by Cassandra itself.
 
-Scans (`loom dump`) are `storage.cassandra.threads_scan`'s.
+Scans (`loom dump`) are `storage.cassandra.threads_scan`'s; deletions (edges, rehoming,
+retired marks) `storage.cassandra.threads_unweave`'s.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from storage.cassandra import versions
 from storage.cassandra.session import CassandraSession, Row, gather
 from storage.cassandra.store import text
 from storage.cassandra.threads_scan import ThreadScans
+from storage.cassandra.threads_unweave import UNWEAVE_TABLES, ThreadUnweaving
 from storage.errors import StorageCorrupt
 from storage.ports import MessageMapping, ThreadKey, UnifiedStats, UtRows
 from storage.slices import slices
@@ -56,6 +58,7 @@ TABLES = (
     "PRIMARY KEY (ut, rfc_key)) " + _COMPACTION,
     "CREATE TABLE IF NOT EXISTS {ks}.ut_merges (ut text, neighbour text, "
     "PRIMARY KEY (ut, neighbour)) " + _COMPACTION + " AND gc_grace_seconds = 3600",
+    *UNWEAVE_TABLES,
 )
 
 _BATCH_BYTES = 4096  # estimated payload per reverse-row batch (server warns at 5 KiB)
@@ -63,7 +66,7 @@ _GIDS_PER_IN = 100  # clustering IN lists stay small: one slice per gid on the r
 _KEYS_PER_IN = 100  # partition keys per IN query: a bounded fan-out on the coordinator
 
 
-class CassandraThreadStore(ThreadScans):
+class CassandraThreadStore(ThreadUnweaving, ThreadScans):
     """`storage.ports.PortableThreadStore` on one Cassandra keyspace (scans: `ThreadScans`)."""
 
     @classmethod
@@ -131,6 +134,7 @@ class CassandraThreadStore(ThreadScans):
             "INSERT INTO {ks}.ut_threads (ut, gid, thread_id) VALUES (?, ?, ?)",
             [(ut, k.gid, k.thread_id) for k, ut in unrecorded],
         )
+        await self._mailbox_rows([k for k, _ in unrecorded])
         await gather(
             self._q(
                 "UPDATE {ks}.thread_ut SET recorded = true WHERE gid = ? AND thread_id = ?",

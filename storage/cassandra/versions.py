@@ -15,11 +15,13 @@ When the settings forbid DDL (``create_schema = false``) the operator owns the s
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Final
 
 from storage.clock import now_ms
+from storage.ports.threads import THREADS_V2
 from storage.versions import Layout, Plan, Step, apply, plan
 
 if TYPE_CHECKING:
@@ -36,7 +38,28 @@ _META_DDL = (
     "(store text PRIMARY KEY, version int, updated_at_ms bigint)"
 )
 
-THREADS: Final[CassandraLayout] = Layout(store="threads", current=1)
+
+async def _threads_v2(session: CassandraSession) -> None:
+    """The ThreadStore's step to 2: its new tables come with the layout. Every mapped thread
+    gets its mailbox row (``thread_msgs`` with an empty key, `storage.cassandra.
+    threads_unweave`), so an erasure finds the threads 1.0.0 wove; one page at a time,
+    idempotent."""
+    ks = session.keyspace
+    select = await session.prepare(f"SELECT gid, thread_id FROM {ks}.thread_ut")
+    insert = await session.prepare(
+        f"INSERT INTO {ks}.thread_msgs (gid, thread_id, rfc_key, sent_at) VALUES (?, ?, ?, 0)"
+    )
+    state: bytes | None = None
+    while True:
+        rows, state = await session.run_page(select, (), fetch_size=500, paging_state=state)
+        await asyncio.gather(*(session.run(insert, [r["gid"], r["thread_id"], b""]) for r in rows))
+        if state is None:
+            return
+
+
+THREADS: Final[CassandraLayout] = Layout(
+    store="threads", current=2, steps=(Step(to=2, does=THREADS_V2, run=_threads_v2),)
+)
 
 
 async def _tables_only(session: CassandraSession) -> None:

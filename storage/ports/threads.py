@@ -15,14 +15,23 @@ from dataclasses import dataclass
 from typing import Protocol
 
 __all__ = [
+    "THREADS_V2",
     "MessageMapping",
     "PortableThreadStore",
     "ThreadKey",
+    "ThreadMessage",
     "ThreadPortability",
     "ThreadStore",
     "UnifiedStats",
     "UtRows",
 ]
+
+THREADS_V2 = (
+    "thread -> message edges and retired-UT marks kept, for deletions; threads woven before "
+    "have none, so a deletion removes them without splitting their unified thread"
+)
+"""The ThreadStore's layout step to version 2, alike on every engine: the new tables (families)
+are created by the layout itself and nothing is rewritten (1.0.0 kept no edges to backfill)."""
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -43,6 +52,19 @@ class MessageMapping:
 
     rfc_key: bytes
     ut: str
+    sent_at_ms: int
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class ThreadMessage:
+    """An edge of the thread <-> Message-ID graph: `thread` holds the message `rfc_key`.
+
+    The edges are what a deletion recomputes unified threads from (`ThreadStore.rehome`):
+    the mappings alone cannot tell which thread held which message.
+    """
+
+    thread: ThreadKey
+    rfc_key: bytes
     sent_at_ms: int
 
 
@@ -138,6 +160,70 @@ class ThreadStore(Protocol):
         One round trip for everything a read needs of one level of the link graph.
         `thread_limit` 0 reads no threads.
         """
+        ...
+
+    async def put_thread_messages(self, edges: Sequence[ThreadMessage]) -> None:
+        """Records each edge (idempotent: an edge written again changes nothing).
+
+        Written before the thread's mapping, so a mapped thread always has its edges (a thread
+        mapped by a release that kept no edges has none: the domain then cannot split it).
+        """
+        ...
+
+    async def get_thread_messages(
+        self, threads: Sequence[ThreadKey]
+    ) -> dict[ThreadKey, dict[bytes, int]]:
+        """Each thread's edges as {rfc_key: sent_at_ms}; threads without edges are left out."""
+        ...
+
+    async def get_message_uts(self, keys: Sequence[bytes]) -> dict[bytes, MessageMapping]:
+        """The stored mapping of each Message-ID key that has one (others left out)."""
+        ...
+
+    async def get_ut_messages(self, uts: Sequence[str]) -> list[MessageMapping]:
+        """Every stored Message-ID mapping whose UT is one of `uts` (by the reverse rows)."""
+        ...
+
+    async def rehome(
+        self,
+        threads: Sequence[tuple[ThreadKey, str | None]],
+        messages: Sequence[MessageMapping],
+        dropped_messages: Sequence[bytes],
+    ) -> None:
+        """Unconditionally rewrites stored mappings, with their reverse rows (a rebuild).
+
+        Each (thread, ut) maps a mapped thread -> ut; (thread, None) removes the thread's
+        mapping (its edges stay: `remove_thread_messages`). Each message mapping replaces the
+        stored one (ut and sent_at); each dropped key loses its mapping. Keys that have no
+        mapping are left without one. Reads after it returns see only the new rows (a UT's
+        members and statistics included); idempotent.
+        """
+        ...
+
+    async def remove_thread_messages(self, threads: Sequence[ThreadKey]) -> None:
+        """Deletes every edge of each thread (idempotent)."""
+        ...
+
+    async def get_mailbox_threads(self, gid: str) -> list[ThreadKey]:
+        """Every thread of mailbox `gid` that has edges or a mapping, each once, any order
+        (a thread mapped without edges, by a load or by release 1.0.0, included)."""
+        ...
+
+    async def retire_uts(self, uts: Sequence[str]) -> None:
+        """Marks UTs retired: a rebuild is moving their rows away (idempotent)."""
+        ...
+
+    async def get_retired(self, uts: Sequence[str]) -> frozenset[str]:
+        """Which of `uts` are marked retired."""
+        ...
+
+    async def forget_retired(self, uts: Sequence[str]) -> None:
+        """Drops the retired marks of `uts` (once no writer can still be using them)."""
+        ...
+
+    async def scrub(self) -> None:
+        """Leaves no byte of deleted rows in the engine's files where the engine allows it
+        (SQLite: `SqliteDatabase.scrub`); a no-op elsewhere."""
         ...
 
     async def close(self) -> None:

@@ -5,6 +5,8 @@ Tables mirror the seed's Scylla schema, with the reverse lookups as covering ind
     thread_ut (gid, thread_id) -> ut          index by (ut, gid, thread_id): UT -> threads
     rfc_ut    (md5 Message-ID) -> ut, sent_at index by (ut, sent_at):      UT -> stats
     ut_merge  (a, b)            both directions stored:                    UT -> links
+    thread_msg (gid, thread_id, md5 Message-ID) -> sent_at   thread -> its messages (edges)
+    ut_retired (ut)             UTs a deletion's rebuild is moving rows away from
 
 `get_links` and `read_uts` walk the link graph themselves (one recursive query) and cover
 every UT they reach, with its team threads and stats, in one read transaction: a whole
@@ -34,6 +36,7 @@ from storage.ports import MessageMapping, ThreadKey, UnifiedStats, UtRows
 from storage.slices import slices
 from storage.sqlite import versions
 from storage.sqlite.database import SqliteDatabase
+from storage.sqlite.thread_unweave import SqliteThreadUnweaving
 
 __all__ = ["SqliteThreadStore"]
 
@@ -48,6 +51,10 @@ CREATE TABLE IF NOT EXISTS rfc_ut (
 CREATE INDEX IF NOT EXISTS rfc_ut_by_ut ON rfc_ut (ut, sent_at);
 CREATE TABLE IF NOT EXISTS ut_merge (
     a TEXT NOT NULL, b TEXT NOT NULL, PRIMARY KEY (a, b)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS thread_msg (
+    gid TEXT NOT NULL, thread_id TEXT NOT NULL, rfc_key BLOB NOT NULL, sent_at INTEGER NOT NULL,
+    PRIMARY KEY (gid, thread_id, rfc_key)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS ut_retired (ut TEXT NOT NULL PRIMARY KEY) WITHOUT ROWID;
 """
 
 T = TypeVar("T")
@@ -56,7 +63,7 @@ _CHUNK = 500  # bound parameters per statement, well under SQLite's limit
 _MAX_REACH = 20_000  # UTs one walk of the link graph may visit
 
 
-class SqliteThreadStore:
+class SqliteThreadStore(SqliteThreadUnweaving):
     """`storage.ports.ThreadStore` on one SQLite file."""
 
     def __init__(self, db: SqliteDatabase) -> None:

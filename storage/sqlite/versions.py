@@ -19,6 +19,7 @@ from typing import Final
 
 from storage.clock import now_ms
 from storage.errors import DriverErrors
+from storage.ports.threads import THREADS_V2
 from storage.versions import TEMPLATES_V2, Layout, Plan, Step, plan
 
 __all__ = [
@@ -66,7 +67,17 @@ def _nothing_to_rewrite(conn: sqlite3.Connection) -> None:
     del conn
 
 
-THREADS: Final[SqliteLayout] = Layout(store="threads", current=1)
+THREADS: Final[SqliteLayout] = Layout(
+    store="threads",
+    current=2,
+    steps=(
+        Step(
+            to=2,
+            does=THREADS_V2,
+            run=_nothing_to_rewrite,
+        ),
+    ),
+)
 SUMMARIES: Final[SqliteLayout] = Layout(store="summaries", current=1)
 INBOX: Final[SqliteLayout] = Layout(
     store="inbox",

@@ -373,3 +373,99 @@ class ResolveThreadsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ResolveThreadsResponse: _TypeAlias = ResolveThreadsResponse  # noqa: Y015
+
+@_typing.final
+class UnweaveThreadsRequest(_message.Message):
+    """The request of UnweaveThreads."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    THREADS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def threads(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.ThreadRef]:
+        """1..1,000 threads to remove (each gid and thread_id 1..512 bytes)."""
+
+    def __init__(
+        self,
+        *,
+        threads: _abc.Iterable[_common_pb2.ThreadRef] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["threads", b"threads"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UnweaveThreadsRequest: _TypeAlias = UnweaveThreadsRequest  # noqa: Y015
+
+@_typing.final
+class UnweaveThreadsResponse(_message.Message):
+    """The response of UnweaveThreads."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OPERATION_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def operation(self) -> _common_pb2.Operation:
+        """The removal's operation: reads are already exact; DONE once every row of
+        the removed threads is physically gone.
+        """
+
+    def __init__(
+        self,
+        *,
+        operation: _common_pb2.Operation | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["operation", b"operation"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["operation", b"operation"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UnweaveThreadsResponse: _TypeAlias = UnweaveThreadsResponse  # noqa: Y015
+
+@_typing.final
+class UnweaveMailboxRequest(_message.Message):
+    """The request of UnweaveMailbox."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GID_FIELD_NUMBER: _builtins.int
+    gid: _builtins.str
+    """The mailbox owner (1..512 bytes)."""
+    def __init__(
+        self,
+        *,
+        gid: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["gid", b"gid"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UnweaveMailboxRequest: _TypeAlias = UnweaveMailboxRequest  # noqa: Y015
+
+@_typing.final
+class UnweaveMailboxResponse(_message.Message):
+    """The response of UnweaveMailbox."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OPERATION_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def operation(self) -> _common_pb2.Operation:
+        """The erasure's operation, as UnweaveThreadsResponse.operation."""
+
+    def __init__(
+        self,
+        *,
+        operation: _common_pb2.Operation | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["operation", b"operation"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["operation", b"operation"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UnweaveMailboxResponse: _TypeAlias = UnweaveMailboxResponse  # noqa: Y015

@@ -3,6 +3,7 @@
 import grpc
 import warnings
 
+from loom.v1 import common_pb2 as loom_dot_v1_dot_common__pb2
 from loom.v1 import threadweaver_pb2 as loom_dot_v1_dot_threadweaver__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
@@ -61,6 +62,21 @@ class ThreadWeaverStub:
                 request_serializer=loom_dot_v1_dot_threadweaver__pb2.ResolveThreadsRequest.SerializeToString,
                 response_deserializer=loom_dot_v1_dot_threadweaver__pb2.ResolveThreadsResponse.FromString,
                 _registered_method=True)
+        self.UnweaveThreads = channel.unary_unary(
+                '/loom.v1.ThreadWeaver/UnweaveThreads',
+                request_serializer=loom_dot_v1_dot_threadweaver__pb2.UnweaveThreadsRequest.SerializeToString,
+                response_deserializer=loom_dot_v1_dot_threadweaver__pb2.UnweaveThreadsResponse.FromString,
+                _registered_method=True)
+        self.UnweaveMailbox = channel.unary_unary(
+                '/loom.v1.ThreadWeaver/UnweaveMailbox',
+                request_serializer=loom_dot_v1_dot_threadweaver__pb2.UnweaveMailboxRequest.SerializeToString,
+                response_deserializer=loom_dot_v1_dot_threadweaver__pb2.UnweaveMailboxResponse.FromString,
+                _registered_method=True)
+        self.GetOperation = channel.unary_unary(
+                '/loom.v1.ThreadWeaver/GetOperation',
+                request_serializer=loom_dot_v1_dot_common__pb2.GetOperationRequest.SerializeToString,
+                response_deserializer=loom_dot_v1_dot_common__pb2.Operation.FromString,
+                _registered_method=True)
 
 
 class ThreadWeaverServicer:
@@ -111,6 +127,44 @@ class ThreadWeaverServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UnweaveThreads(self, request, context):
+        """Removes up to 1,000 threads from the unified-thread graph: their mailboxes
+        no longer hold them. Once it returns, every read answers as if they had
+        never been woven: GetUnifiedThread and ResolveThreads agree with a
+        union-find over the messages that remain, threads unified only through a
+        removed thread come apart (under new unified thread ids), and the
+        statistics count only the remaining messages. Unknown threads are
+        ignored (not an error). A unified thread past the spam guard (more than
+        10,000 member threads) is rebuilt in the background: the removed threads
+        leave every read at once and the operation reports the rest. The returned
+        operation is DONE once nothing of the removed threads is stored.
+        Idempotent, safe to retry: removing a removed thread changes nothing, and
+        a retry resumes a removal that was interrupted.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UnweaveMailbox(self, request, context):
+        """Removes every thread of one mailbox (the user left, or asked for
+        erasure), as UnweaveThreads does; requires the threadweaver:admin scope.
+        Once the operation is DONE no row holds the gid. An unknown gid does
+        nothing (not an error).
+        Idempotent, safe to retry.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetOperation(self, request, context):
+        """The state and progress of an operation started by UnweaveThreads or
+        UnweaveMailbox on this server. NOT_FOUND for an id it does not know.
+        Idempotent, safe to retry: a read.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ThreadWeaverServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -133,6 +187,21 @@ def add_ThreadWeaverServicer_to_server(servicer, server):
                     servicer.ResolveThreads,
                     request_deserializer=loom_dot_v1_dot_threadweaver__pb2.ResolveThreadsRequest.FromString,
                     response_serializer=loom_dot_v1_dot_threadweaver__pb2.ResolveThreadsResponse.SerializeToString,
+            ),
+            'UnweaveThreads': grpc.unary_unary_rpc_method_handler(
+                    servicer.UnweaveThreads,
+                    request_deserializer=loom_dot_v1_dot_threadweaver__pb2.UnweaveThreadsRequest.FromString,
+                    response_serializer=loom_dot_v1_dot_threadweaver__pb2.UnweaveThreadsResponse.SerializeToString,
+            ),
+            'UnweaveMailbox': grpc.unary_unary_rpc_method_handler(
+                    servicer.UnweaveMailbox,
+                    request_deserializer=loom_dot_v1_dot_threadweaver__pb2.UnweaveMailboxRequest.FromString,
+                    response_serializer=loom_dot_v1_dot_threadweaver__pb2.UnweaveMailboxResponse.SerializeToString,
+            ),
+            'GetOperation': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetOperation,
+                    request_deserializer=loom_dot_v1_dot_common__pb2.GetOperationRequest.FromString,
+                    response_serializer=loom_dot_v1_dot_common__pb2.Operation.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -250,6 +319,87 @@ class ThreadWeaver:
             '/loom.v1.ThreadWeaver/ResolveThreads',
             loom_dot_v1_dot_threadweaver__pb2.ResolveThreadsRequest.SerializeToString,
             loom_dot_v1_dot_threadweaver__pb2.ResolveThreadsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UnweaveThreads(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/loom.v1.ThreadWeaver/UnweaveThreads',
+            loom_dot_v1_dot_threadweaver__pb2.UnweaveThreadsRequest.SerializeToString,
+            loom_dot_v1_dot_threadweaver__pb2.UnweaveThreadsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UnweaveMailbox(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/loom.v1.ThreadWeaver/UnweaveMailbox',
+            loom_dot_v1_dot_threadweaver__pb2.UnweaveMailboxRequest.SerializeToString,
+            loom_dot_v1_dot_threadweaver__pb2.UnweaveMailboxResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetOperation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/loom.v1.ThreadWeaver/GetOperation',
+            loom_dot_v1_dot_common__pb2.GetOperationRequest.SerializeToString,
+            loom_dot_v1_dot_common__pb2.Operation.FromString,
             options,
             channel_credentials,
             insecure,

@@ -5,6 +5,7 @@ isort:skip_file
 
 from collections import abc as _abc
 from grpc import aio as _aio
+from loom.v1 import common_pb2 as _common_pb2
 from loom.v1 import threadweaver_pb2 as _threadweaver_pb2
 import abc as _abc_1
 import grpc as _grpc
@@ -62,6 +63,32 @@ class ThreadWeaverStub:
     """Resolves up to 100 threads (an inbox page) to their unified thread ids.
     Idempotent, safe to retry: a read.
     """
+    UnweaveThreads: _grpc.UnaryUnaryMultiCallable[_threadweaver_pb2.UnweaveThreadsRequest, _threadweaver_pb2.UnweaveThreadsResponse]
+    """Removes up to 1,000 threads from the unified-thread graph: their mailboxes
+    no longer hold them. Once it returns, every read answers as if they had
+    never been woven: GetUnifiedThread and ResolveThreads agree with a
+    union-find over the messages that remain, threads unified only through a
+    removed thread come apart (under new unified thread ids), and the
+    statistics count only the remaining messages. Unknown threads are
+    ignored (not an error). A unified thread past the spam guard (more than
+    10,000 member threads) is rebuilt in the background: the removed threads
+    leave every read at once and the operation reports the rest. The returned
+    operation is DONE once nothing of the removed threads is stored.
+    Idempotent, safe to retry: removing a removed thread changes nothing, and
+    a retry resumes a removal that was interrupted.
+    """
+    UnweaveMailbox: _grpc.UnaryUnaryMultiCallable[_threadweaver_pb2.UnweaveMailboxRequest, _threadweaver_pb2.UnweaveMailboxResponse]
+    """Removes every thread of one mailbox (the user left, or asked for
+    erasure), as UnweaveThreads does; requires the threadweaver:admin scope.
+    Once the operation is DONE no row holds the gid. An unknown gid does
+    nothing (not an error).
+    Idempotent, safe to retry.
+    """
+    GetOperation: _grpc.UnaryUnaryMultiCallable[_common_pb2.GetOperationRequest, _common_pb2.Operation]
+    """The state and progress of an operation started by UnweaveThreads or
+    UnweaveMailbox on this server. NOT_FOUND for an id it does not know.
+    Idempotent, safe to retry: a read.
+    """
 
 @_typing.type_check_only
 class ThreadWeaverAsyncStub(ThreadWeaverStub):
@@ -95,6 +122,32 @@ class ThreadWeaverAsyncStub(ThreadWeaverStub):
     """
     ResolveThreads: _aio.UnaryUnaryMultiCallable[_threadweaver_pb2.ResolveThreadsRequest, _threadweaver_pb2.ResolveThreadsResponse]  # type: ignore[assignment]
     """Resolves up to 100 threads (an inbox page) to their unified thread ids.
+    Idempotent, safe to retry: a read.
+    """
+    UnweaveThreads: _aio.UnaryUnaryMultiCallable[_threadweaver_pb2.UnweaveThreadsRequest, _threadweaver_pb2.UnweaveThreadsResponse]  # type: ignore[assignment]
+    """Removes up to 1,000 threads from the unified-thread graph: their mailboxes
+    no longer hold them. Once it returns, every read answers as if they had
+    never been woven: GetUnifiedThread and ResolveThreads agree with a
+    union-find over the messages that remain, threads unified only through a
+    removed thread come apart (under new unified thread ids), and the
+    statistics count only the remaining messages. Unknown threads are
+    ignored (not an error). A unified thread past the spam guard (more than
+    10,000 member threads) is rebuilt in the background: the removed threads
+    leave every read at once and the operation reports the rest. The returned
+    operation is DONE once nothing of the removed threads is stored.
+    Idempotent, safe to retry: removing a removed thread changes nothing, and
+    a retry resumes a removal that was interrupted.
+    """
+    UnweaveMailbox: _aio.UnaryUnaryMultiCallable[_threadweaver_pb2.UnweaveMailboxRequest, _threadweaver_pb2.UnweaveMailboxResponse]  # type: ignore[assignment]
+    """Removes every thread of one mailbox (the user left, or asked for
+    erasure), as UnweaveThreads does; requires the threadweaver:admin scope.
+    Once the operation is DONE no row holds the gid. An unknown gid does
+    nothing (not an error).
+    Idempotent, safe to retry.
+    """
+    GetOperation: _aio.UnaryUnaryMultiCallable[_common_pb2.GetOperationRequest, _common_pb2.Operation]  # type: ignore[assignment]
+    """The state and progress of an operation started by UnweaveThreads or
+    UnweaveMailbox on this server. NOT_FOUND for an id it does not know.
     Idempotent, safe to retry: a read.
     """
 
@@ -151,6 +204,50 @@ class ThreadWeaverServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_threadweaver_pb2.ResolveThreadsResponse, _abc.Awaitable[_threadweaver_pb2.ResolveThreadsResponse]]:
         """Resolves up to 100 threads (an inbox page) to their unified thread ids.
+        Idempotent, safe to retry: a read.
+        """
+
+    @_abc_1.abstractmethod
+    def UnweaveThreads(
+        self,
+        request: _threadweaver_pb2.UnweaveThreadsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_threadweaver_pb2.UnweaveThreadsResponse, _abc.Awaitable[_threadweaver_pb2.UnweaveThreadsResponse]]:
+        """Removes up to 1,000 threads from the unified-thread graph: their mailboxes
+        no longer hold them. Once it returns, every read answers as if they had
+        never been woven: GetUnifiedThread and ResolveThreads agree with a
+        union-find over the messages that remain, threads unified only through a
+        removed thread come apart (under new unified thread ids), and the
+        statistics count only the remaining messages. Unknown threads are
+        ignored (not an error). A unified thread past the spam guard (more than
+        10,000 member threads) is rebuilt in the background: the removed threads
+        leave every read at once and the operation reports the rest. The returned
+        operation is DONE once nothing of the removed threads is stored.
+        Idempotent, safe to retry: removing a removed thread changes nothing, and
+        a retry resumes a removal that was interrupted.
+        """
+
+    @_abc_1.abstractmethod
+    def UnweaveMailbox(
+        self,
+        request: _threadweaver_pb2.UnweaveMailboxRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_threadweaver_pb2.UnweaveMailboxResponse, _abc.Awaitable[_threadweaver_pb2.UnweaveMailboxResponse]]:
+        """Removes every thread of one mailbox (the user left, or asked for
+        erasure), as UnweaveThreads does; requires the threadweaver:admin scope.
+        Once the operation is DONE no row holds the gid. An unknown gid does
+        nothing (not an error).
+        Idempotent, safe to retry.
+        """
+
+    @_abc_1.abstractmethod
+    def GetOperation(
+        self,
+        request: _common_pb2.GetOperationRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_common_pb2.Operation, _abc.Awaitable[_common_pb2.Operation]]:
+        """The state and progress of an operation started by UnweaveThreads or
+        UnweaveMailbox on this server. NOT_FOUND for an id it does not know.
         Idempotent, safe to retry: a read.
         """
 
