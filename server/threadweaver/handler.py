@@ -5,6 +5,7 @@ from __future__ import annotations
 import grpc
 from loom.v1 import common_pb2, threadweaver_pb2, threadweaver_pb2_grpc
 
+from server.runtime.erasures import ErasureRecorder
 from server.runtime.policies import MethodPolicy
 from server.threadweaver import convert
 from server.threadweaver.service import ThreadWeaverService
@@ -29,9 +30,15 @@ POLICIES: dict[str, MethodPolicy] = {
 class ThreadWeaverHandler(threadweaver_pb2_grpc.ThreadWeaverServicer):
     """Serves `loom.v1.ThreadWeaver` from a `ThreadWeaver`."""
 
-    def __init__(self, weaver: ThreadWeaverService, limits: ThreadWeaverSettings) -> None:
+    def __init__(
+        self,
+        weaver: ThreadWeaverService,
+        limits: ThreadWeaverSettings,
+        erasures: ErasureRecorder,
+    ) -> None:
         self._weaver = weaver
         self._limits = limits
+        self._erasures = erasures
 
     async def WeaveMessage(  # noqa: N802 - gRPC method name
         self, request: threadweaver_pb2.WeaveMessageRequest, context: grpc.aio.ServicerContext
@@ -85,6 +92,7 @@ class ThreadWeaverHandler(threadweaver_pb2_grpc.ThreadWeaverServicer):
         self, request: threadweaver_pb2.UnweaveMailboxRequest, context: grpc.aio.ServicerContext
     ) -> threadweaver_pb2.UnweaveMailboxResponse:
         gid = convert.gid_from_proto(request.gid)
+        await self._erasures.erased("threadweaver", [gid])  # first: a restore finishes it
         op = await self._weaver.unweave_mailbox(gid)
         return threadweaver_pb2.UnweaveMailboxResponse(operation=convert.operation_to_proto(op))
 

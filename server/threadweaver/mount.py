@@ -30,7 +30,7 @@ async def mount(server: grpc.aio.Server, settings: Settings, resources: Resource
         retire_grace_s=limits.retire_grace_s,
     )
     threadweaver_pb2_grpc.add_ThreadWeaverServicer_to_server(
-        ThreadWeaverHandler(weaver, settings.threadweaver), server
+        ThreadWeaverHandler(weaver, settings.threadweaver, resources.erasure_log()), server
     )
     return Mounted(closers=[store.close])
 

@@ -60,6 +60,22 @@ class ThreadData:
         async for links in self.store.scan_links(PAGE):
             yield "links", [dump_pb2.LinkRecord(a=a, b=b) for a, b in links]
 
+    async def subjects(self) -> AsyncIterator[str]:
+        """Mailbox gids: of every mapped thread."""
+        async for threads in self.store.scan_thread_uts(PAGE):
+            for key, _ in threads:
+                yield key.gid
+
+    async def erase(self, subjects: Sequence[str]) -> None:
+        """`UnweaveMailbox` of each gid, waited until DONE (after the retire grace of the
+        settings: other servers may be weaving into the same store meanwhile)."""
+        for gid in subjects:
+            op = await self._weaver.wait_operation(
+                (await self._weaver.unweave_mailbox(gid)).operation_id
+            )
+            if op.state != "done":
+                raise RuntimeError(f"unweaving a mailbox failed: {op.error}")
+
     async def load(self, kind: str, records: Sequence[Message]) -> None:
         # A key the target already maps elsewhere joins the two conversations: a union.
         if kind == "thread_uts":
