@@ -12,6 +12,7 @@ import asyncio
 import shutil
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -219,5 +220,8 @@ def _restore(args: argparse.Namespace) -> int:
         for name, entry in registry.portable().items()
         if entry.sqlite_file in restored and entry.engine(settings) == "sqlite"
     ]
-    _reapply(args, settings, services)
+    # A fresh data directory: no server weaves into it yet, so a mailbox's unweaving need
+    # not wait out the grace that lets concurrent weaves see its marks.
+    offline = replace(settings, threadweaver=replace(settings.threadweaver, retire_grace_s=0.0))
+    _reapply(args, offline, services)
     return 0

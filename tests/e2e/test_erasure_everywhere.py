@@ -18,9 +18,11 @@ EraseRecipients, DeleteJob), each waited to DONE. Then:
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import random
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +78,9 @@ ENGINE_SETS = {
 
 def _settings(tmp: Path, stores: dict[str, str]) -> Settings:
     engines = set(stores.values()) or {"sqlite"}
-    return settings_for(next(iter(sorted(engines))), tmp, **stores)
+    settings = settings_for(next(iter(sorted(engines))), tmp, **stores)
+    # An unweaving is DONE once concurrent weaves had time to see its marks; short here.
+    return replace(settings, threadweaver=replace(settings.threadweaver, retire_grace_s=0.5))
 
 
 def _template_hash(settings: Settings, subject: str) -> str:
@@ -101,14 +105,14 @@ async def _write(running: Running, subject: str, *, unified_with: str) -> None:
     inbox = inbox_pb2_grpc.InboxStub(channel)
     await inbox.PostMessage(
         inbox_pb2.PostMessageRequest(
-            thread_id=f"it-{subject}", message_id=7, sender_inbox_id="erasure-sender",
+            thread_id="it-shared", message_id=7, sender_inbox_id="erasure-sender",
             recipient_inbox_ids=[subject, unified_with],
         )
     )  # fmt: skip
     summary = summary_pb2_grpc.SummaryStub(channel)
     await summary.RecordDeliveryEvents(
         summary_pb2.RecordDeliveryEventsRequest(
-            message_id=f"m-{subject}",
+            message_id="m-shared",
             events=[
                 summary_pb2.DeliveryEvent(recipient_id=r, status=summary_pb2.DELIVERY_STATUS_READ)
                 for r in (subject, unified_with, "erasure-third")
@@ -143,10 +147,15 @@ async def _submit(running: Running, recipients: list[str]) -> None:
     await eventually(idle, bool, timeout_s=120, what="every email stored")
 
 
+def _job_id(subject: str) -> str:
+    """The id of `subject`'s job (job ids are 32 hex characters: the scope is in its spec)."""
+    return hashlib.md5(subject.encode()).hexdigest()
+
+
 async def _job(settings: Settings, subject: str) -> str:
     """A finished Iterator job scoped to `subject` (a job's life is the Iterator tests')."""
     store = await factory.open_job_store(settings)
-    job_id = f"job-{subject}"
+    job_id = _job_id(subject)
     try:
         job = JobRecord(
             job_id=job_id, created_ms=1_700_000_000_000, spec=json.dumps({"user_id": subject}),
@@ -193,7 +202,7 @@ async def _erase(running: Running, subject: str) -> None:
     )
     await _done(templates.GetOperation, op)
     iterator = iterator_pb2_grpc.IteratorStub(channel)
-    await iterator.DeleteJob(iterator_pb2.DeleteJobRequest(job_id=f"job-{subject}"))
+    await iterator.DeleteJob(iterator_pb2.DeleteJobRequest(job_id=_job_id(subject)))
 
 
 async def _dump_all(settings: Settings, out: Path) -> None:
@@ -254,11 +263,13 @@ async def test_an_erased_subject_leaves_no_byte_in_any_dump_or_file(
         before = tmp_path / "before"
         await _dump_all(settings, before)
         assert _traces(before, [SUBJECT.encode()]), "the subject was written everywhere"
+        data_dir = Path(settings.sqlite.data_dir)
+        if engine_set != "distributed":  # some store is on SQLite: the search can fail
+            assert _traces(data_dir, [SUBJECT.encode()])
         await _erase(running, SUBJECT)
         after = tmp_path / "after"
         await _dump_all(settings, after)
     _assert_gone(settings, after)
-    data_dir = Path(settings.sqlite.data_dir)
     needles = [SUBJECT.encode(), _template_hash(settings, SUBJECT).encode()]
     assert _traces(data_dir, needles, skip=("erasure.key",)) == []
     assert (data_dir / "erasures.sqlite3").exists()
@@ -303,8 +314,9 @@ async def test_restore_and_load_of_copies_taken_before_bring_nothing_back(
 
     loaded = tmp_path / "loaded"
     done = run_loom(
-        "load", "--in", str(dumped), "--data-dir", str(loaded), "--erasure-log", str(log)
-    )
+        "load", "--in", str(dumped), "--data-dir", str(loaded), "--erasure-log", str(log),
+        env={"LOOM_THREADWEAVER__RETIRE_GRACE_S": "0.5"},
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "erasure log: inbox: 1 of the" in done.stdout, done.stdout
     out = tmp_path / "loaded-dump"
