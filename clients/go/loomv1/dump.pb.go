@@ -131,7 +131,8 @@ type DumpFile struct {
 	// The file's name inside the dump directory.
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// The record kind (thread_uts, message_uts, links, inbox_entries,
-	// deliveries, summaries, template_emails, template_users, templates, jobs).
+	// deliveries, deleted_threads, summaries, template_emails, template_users,
+	// templates, jobs).
 	Kind string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
 	// The fully qualified protobuf message type of every record in the file.
 	RecordType string `protobuf:"bytes,3,opt,name=record_type,json=recordType,proto3" json:"record_type,omitempty"`
@@ -591,6 +592,70 @@ func (x *DeliveryDumpRecord) GetUpdatedAtMs() int64 {
 	return 0
 }
 
+// Inbox: one deleted thread's marker (kept for ever: a post to it is refused).
+type InboxDeletedThreadRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The deleted thread.
+	ThreadId string `protobuf:"bytes,1,opt,name=thread_id,json=threadId,proto3" json:"thread_id,omitempty"`
+	// The deletion's operation id.
+	OperationId string `protobuf:"bytes,2,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
+	// When it was deleted, in milliseconds since the Unix epoch.
+	DeletedAtMs   int64 `protobuf:"varint,3,opt,name=deleted_at_ms,json=deletedAtMs,proto3" json:"deleted_at_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InboxDeletedThreadRecord) Reset() {
+	*x = InboxDeletedThreadRecord{}
+	mi := &file_loom_v1_dump_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InboxDeletedThreadRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InboxDeletedThreadRecord) ProtoMessage() {}
+
+func (x *InboxDeletedThreadRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_dump_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InboxDeletedThreadRecord.ProtoReflect.Descriptor instead.
+func (*InboxDeletedThreadRecord) Descriptor() ([]byte, []int) {
+	return file_loom_v1_dump_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *InboxDeletedThreadRecord) GetThreadId() string {
+	if x != nil {
+		return x.ThreadId
+	}
+	return ""
+}
+
+func (x *InboxDeletedThreadRecord) GetOperationId() string {
+	if x != nil {
+		return x.OperationId
+	}
+	return ""
+}
+
+func (x *InboxDeletedThreadRecord) GetDeletedAtMs() int64 {
+	if x != nil {
+		return x.DeletedAtMs
+	}
+	return 0
+}
+
 // Summary: one message's encoded summary, byte for byte.
 type SummaryRecord struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -606,7 +671,7 @@ type SummaryRecord struct {
 
 func (x *SummaryRecord) Reset() {
 	*x = SummaryRecord{}
-	mi := &file_loom_v1_dump_proto_msgTypes[7]
+	mi := &file_loom_v1_dump_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -618,7 +683,7 @@ func (x *SummaryRecord) String() string {
 func (*SummaryRecord) ProtoMessage() {}
 
 func (x *SummaryRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_dump_proto_msgTypes[7]
+	mi := &file_loom_v1_dump_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -631,7 +696,7 @@ func (x *SummaryRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SummaryRecord.ProtoReflect.Descriptor instead.
 func (*SummaryRecord) Descriptor() ([]byte, []int) {
-	return file_loom_v1_dump_proto_rawDescGZIP(), []int{7}
+	return file_loom_v1_dump_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SummaryRecord) GetMessageId() string {
@@ -672,7 +737,7 @@ type TemplateEmailRecord struct {
 
 func (x *TemplateEmailRecord) Reset() {
 	*x = TemplateEmailRecord{}
-	mi := &file_loom_v1_dump_proto_msgTypes[8]
+	mi := &file_loom_v1_dump_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -684,7 +749,7 @@ func (x *TemplateEmailRecord) String() string {
 func (*TemplateEmailRecord) ProtoMessage() {}
 
 func (x *TemplateEmailRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_dump_proto_msgTypes[8]
+	mi := &file_loom_v1_dump_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -697,7 +762,7 @@ func (x *TemplateEmailRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateEmailRecord.ProtoReflect.Descriptor instead.
 func (*TemplateEmailRecord) Descriptor() ([]byte, []int) {
-	return file_loom_v1_dump_proto_rawDescGZIP(), []int{8}
+	return file_loom_v1_dump_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *TemplateEmailRecord) GetKey() []byte {
@@ -743,7 +808,7 @@ type TemplateUserRecord struct {
 
 func (x *TemplateUserRecord) Reset() {
 	*x = TemplateUserRecord{}
-	mi := &file_loom_v1_dump_proto_msgTypes[9]
+	mi := &file_loom_v1_dump_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -755,7 +820,7 @@ func (x *TemplateUserRecord) String() string {
 func (*TemplateUserRecord) ProtoMessage() {}
 
 func (x *TemplateUserRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_dump_proto_msgTypes[9]
+	mi := &file_loom_v1_dump_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -768,7 +833,7 @@ func (x *TemplateUserRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateUserRecord.ProtoReflect.Descriptor instead.
 func (*TemplateUserRecord) Descriptor() ([]byte, []int) {
-	return file_loom_v1_dump_proto_rawDescGZIP(), []int{9}
+	return file_loom_v1_dump_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *TemplateUserRecord) GetKey() []byte {
@@ -809,7 +874,7 @@ type TemplatesRecord struct {
 
 func (x *TemplatesRecord) Reset() {
 	*x = TemplatesRecord{}
-	mi := &file_loom_v1_dump_proto_msgTypes[10]
+	mi := &file_loom_v1_dump_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -821,7 +886,7 @@ func (x *TemplatesRecord) String() string {
 func (*TemplatesRecord) ProtoMessage() {}
 
 func (x *TemplatesRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_dump_proto_msgTypes[10]
+	mi := &file_loom_v1_dump_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -834,7 +899,7 @@ func (x *TemplatesRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplatesRecord.ProtoReflect.Descriptor instead.
 func (*TemplatesRecord) Descriptor() ([]byte, []int) {
-	return file_loom_v1_dump_proto_rawDescGZIP(), []int{10}
+	return file_loom_v1_dump_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TemplatesRecord) GetKey() []byte {
@@ -894,7 +959,7 @@ type JobDumpRecord struct {
 
 func (x *JobDumpRecord) Reset() {
 	*x = JobDumpRecord{}
-	mi := &file_loom_v1_dump_proto_msgTypes[11]
+	mi := &file_loom_v1_dump_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -906,7 +971,7 @@ func (x *JobDumpRecord) String() string {
 func (*JobDumpRecord) ProtoMessage() {}
 
 func (x *JobDumpRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_dump_proto_msgTypes[11]
+	mi := &file_loom_v1_dump_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -919,7 +984,7 @@ func (x *JobDumpRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobDumpRecord.ProtoReflect.Descriptor instead.
 func (*JobDumpRecord) Descriptor() ([]byte, []int) {
-	return file_loom_v1_dump_proto_rawDescGZIP(), []int{11}
+	return file_loom_v1_dump_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *JobDumpRecord) GetJobId() string {
@@ -1042,7 +1107,11 @@ const file_loom_v1_dump_proto_rawDesc = "" +
 	"\x04done\x18\x06 \x01(\x03R\x04done\x12\x14\n" +
 	"\x05state\x18\a \x01(\tR\x05state\x12\x14\n" +
 	"\x05error\x18\b \x01(\tR\x05error\x12\"\n" +
-	"\rupdated_at_ms\x18\t \x01(\x03R\vupdatedAtMs\"\\\n" +
+	"\rupdated_at_ms\x18\t \x01(\x03R\vupdatedAtMs\"~\n" +
+	"\x18InboxDeletedThreadRecord\x12\x1b\n" +
+	"\tthread_id\x18\x01 \x01(\tR\bthreadId\x12!\n" +
+	"\foperation_id\x18\x02 \x01(\tR\voperationId\x12\"\n" +
+	"\rdeleted_at_ms\x18\x03 \x01(\x03R\vdeletedAtMs\"\\\n" +
 	"\rSummaryRecord\x12\x1d\n" +
 	"\n" +
 	"message_id\x18\x01 \x01(\tR\tmessageId\x12\x12\n" +
@@ -1093,27 +1162,28 @@ func file_loom_v1_dump_proto_rawDescGZIP() []byte {
 	return file_loom_v1_dump_proto_rawDescData
 }
 
-var file_loom_v1_dump_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_loom_v1_dump_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_loom_v1_dump_proto_goTypes = []any{
-	(*DumpManifest)(nil),          // 0: loom.v1.DumpManifest
-	(*DumpFile)(nil),              // 1: loom.v1.DumpFile
-	(*ThreadUtRecord)(nil),        // 2: loom.v1.ThreadUtRecord
-	(*MessageUtRecord)(nil),       // 3: loom.v1.MessageUtRecord
-	(*LinkRecord)(nil),            // 4: loom.v1.LinkRecord
-	(*InboxEntryRecord)(nil),      // 5: loom.v1.InboxEntryRecord
-	(*DeliveryDumpRecord)(nil),    // 6: loom.v1.DeliveryDumpRecord
-	(*SummaryRecord)(nil),         // 7: loom.v1.SummaryRecord
-	(*TemplateEmailRecord)(nil),   // 8: loom.v1.TemplateEmailRecord
-	(*TemplateUserRecord)(nil),    // 9: loom.v1.TemplateUserRecord
-	(*TemplatesRecord)(nil),       // 10: loom.v1.TemplatesRecord
-	(*JobDumpRecord)(nil),         // 11: loom.v1.JobDumpRecord
-	nil,                           // 12: loom.v1.JobDumpRecord.CountersEntry
-	(*timestamppb.Timestamp)(nil), // 13: google.protobuf.Timestamp
+	(*DumpManifest)(nil),             // 0: loom.v1.DumpManifest
+	(*DumpFile)(nil),                 // 1: loom.v1.DumpFile
+	(*ThreadUtRecord)(nil),           // 2: loom.v1.ThreadUtRecord
+	(*MessageUtRecord)(nil),          // 3: loom.v1.MessageUtRecord
+	(*LinkRecord)(nil),               // 4: loom.v1.LinkRecord
+	(*InboxEntryRecord)(nil),         // 5: loom.v1.InboxEntryRecord
+	(*DeliveryDumpRecord)(nil),       // 6: loom.v1.DeliveryDumpRecord
+	(*InboxDeletedThreadRecord)(nil), // 7: loom.v1.InboxDeletedThreadRecord
+	(*SummaryRecord)(nil),            // 8: loom.v1.SummaryRecord
+	(*TemplateEmailRecord)(nil),      // 9: loom.v1.TemplateEmailRecord
+	(*TemplateUserRecord)(nil),       // 10: loom.v1.TemplateUserRecord
+	(*TemplatesRecord)(nil),          // 11: loom.v1.TemplatesRecord
+	(*JobDumpRecord)(nil),            // 12: loom.v1.JobDumpRecord
+	nil,                              // 13: loom.v1.JobDumpRecord.CountersEntry
+	(*timestamppb.Timestamp)(nil),    // 14: google.protobuf.Timestamp
 }
 var file_loom_v1_dump_proto_depIdxs = []int32{
-	13, // 0: loom.v1.DumpManifest.dumped_at:type_name -> google.protobuf.Timestamp
+	14, // 0: loom.v1.DumpManifest.dumped_at:type_name -> google.protobuf.Timestamp
 	1,  // 1: loom.v1.DumpManifest.files:type_name -> loom.v1.DumpFile
-	12, // 2: loom.v1.JobDumpRecord.counters:type_name -> loom.v1.JobDumpRecord.CountersEntry
+	13, // 2: loom.v1.JobDumpRecord.counters:type_name -> loom.v1.JobDumpRecord.CountersEntry
 	3,  // [3:3] is the sub-list for method output_type
 	3,  // [3:3] is the sub-list for method input_type
 	3,  // [3:3] is the sub-list for extension type_name
@@ -1132,7 +1202,7 @@ func file_loom_v1_dump_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loom_v1_dump_proto_rawDesc), len(file_loom_v1_dump_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -884,6 +884,304 @@ func (x *MarkThreadsResponse) GetUnreadCount() int64 {
 	return 0
 }
 
+// The request of DeleteThreads.
+type DeleteThreadsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 1..1,000 thread ids (each 1..256 bytes); duplicates count once.
+	ThreadIds     []string `protobuf:"bytes,1,rep,name=thread_ids,json=threadIds,proto3" json:"thread_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteThreadsRequest) Reset() {
+	*x = DeleteThreadsRequest{}
+	mi := &file_loom_v1_inbox_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteThreadsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteThreadsRequest) ProtoMessage() {}
+
+func (x *DeleteThreadsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_inbox_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteThreadsRequest.ProtoReflect.Descriptor instead.
+func (*DeleteThreadsRequest) Descriptor() ([]byte, []int) {
+	return file_loom_v1_inbox_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *DeleteThreadsRequest) GetThreadIds() []string {
+	if x != nil {
+		return x.ThreadIds
+	}
+	return nil
+}
+
+// The response of DeleteThreads.
+type DeleteThreadsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The background removal of the threads' rows (kind "delete_threads"):
+	// RUNNING until every row is physically gone, then DONE. Reads already
+	// ignore the threads while it runs. Its progress counts units of the
+	// store's walk (rows on the embedded engine, thousandths of the token ring
+	// on Cassandra).
+	Operation     *Operation `protobuf:"bytes,1,opt,name=operation,proto3" json:"operation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteThreadsResponse) Reset() {
+	*x = DeleteThreadsResponse{}
+	mi := &file_loom_v1_inbox_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteThreadsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteThreadsResponse) ProtoMessage() {}
+
+func (x *DeleteThreadsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_inbox_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteThreadsResponse.ProtoReflect.Descriptor instead.
+func (*DeleteThreadsResponse) Descriptor() ([]byte, []int) {
+	return file_loom_v1_inbox_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *DeleteThreadsResponse) GetOperation() *Operation {
+	if x != nil {
+		return x.Operation
+	}
+	return nil
+}
+
+// The request of RemoveThreads.
+type RemoveThreadsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The inbox.
+	InboxId string `protobuf:"bytes,1,opt,name=inbox_id,json=inboxId,proto3" json:"inbox_id,omitempty"`
+	// 1..1,000 thread ids (each 1..256 bytes).
+	ThreadIds     []string `protobuf:"bytes,2,rep,name=thread_ids,json=threadIds,proto3" json:"thread_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveThreadsRequest) Reset() {
+	*x = RemoveThreadsRequest{}
+	mi := &file_loom_v1_inbox_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveThreadsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveThreadsRequest) ProtoMessage() {}
+
+func (x *RemoveThreadsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_inbox_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveThreadsRequest.ProtoReflect.Descriptor instead.
+func (*RemoveThreadsRequest) Descriptor() ([]byte, []int) {
+	return file_loom_v1_inbox_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *RemoveThreadsRequest) GetInboxId() string {
+	if x != nil {
+		return x.InboxId
+	}
+	return ""
+}
+
+func (x *RemoveThreadsRequest) GetThreadIds() []string {
+	if x != nil {
+		return x.ThreadIds
+	}
+	return nil
+}
+
+// The response of RemoveThreads.
+type RemoveThreadsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Threads the inbox held and no longer holds (0 on a repeat).
+	Removed int64 `protobuf:"varint,1,opt,name=removed,proto3" json:"removed,omitempty"`
+	// The inbox's unread count afterwards.
+	UnreadCount   int64 `protobuf:"varint,2,opt,name=unread_count,json=unreadCount,proto3" json:"unread_count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveThreadsResponse) Reset() {
+	*x = RemoveThreadsResponse{}
+	mi := &file_loom_v1_inbox_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveThreadsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveThreadsResponse) ProtoMessage() {}
+
+func (x *RemoveThreadsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_inbox_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveThreadsResponse.ProtoReflect.Descriptor instead.
+func (*RemoveThreadsResponse) Descriptor() ([]byte, []int) {
+	return file_loom_v1_inbox_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *RemoveThreadsResponse) GetRemoved() int64 {
+	if x != nil {
+		return x.Removed
+	}
+	return 0
+}
+
+func (x *RemoveThreadsResponse) GetUnreadCount() int64 {
+	if x != nil {
+		return x.UnreadCount
+	}
+	return 0
+}
+
+// The request of DeleteInbox.
+type DeleteInboxRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The inbox to erase (1..256 bytes).
+	InboxId       string `protobuf:"bytes,1,opt,name=inbox_id,json=inboxId,proto3" json:"inbox_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteInboxRequest) Reset() {
+	*x = DeleteInboxRequest{}
+	mi := &file_loom_v1_inbox_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteInboxRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteInboxRequest) ProtoMessage() {}
+
+func (x *DeleteInboxRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_inbox_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteInboxRequest.ProtoReflect.Descriptor instead.
+func (*DeleteInboxRequest) Descriptor() ([]byte, []int) {
+	return file_loom_v1_inbox_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *DeleteInboxRequest) GetInboxId() string {
+	if x != nil {
+		return x.InboxId
+	}
+	return ""
+}
+
+// The response of DeleteInbox.
+type DeleteInboxResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Threads the inbox held (0 on a repeat or for an unknown inbox).
+	Removed       int64 `protobuf:"varint,1,opt,name=removed,proto3" json:"removed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteInboxResponse) Reset() {
+	*x = DeleteInboxResponse{}
+	mi := &file_loom_v1_inbox_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteInboxResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteInboxResponse) ProtoMessage() {}
+
+func (x *DeleteInboxResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_inbox_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteInboxResponse.ProtoReflect.Descriptor instead.
+func (*DeleteInboxResponse) Descriptor() ([]byte, []int) {
+	return file_loom_v1_inbox_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *DeleteInboxResponse) GetRemoved() int64 {
+	if x != nil {
+		return x.Removed
+	}
+	return 0
+}
+
 var File_loom_v1_inbox_proto protoreflect.FileDescriptor
 
 const file_loom_v1_inbox_proto_rawDesc = "" +
@@ -938,7 +1236,23 @@ const file_loom_v1_inbox_proto_rawDesc = "" +
 	"\x06target\"R\n" +
 	"\x13MarkThreadsResponse\x12\x18\n" +
 	"\achanged\x18\x01 \x01(\x03R\achanged\x12!\n" +
-	"\funread_count\x18\x02 \x01(\x03R\vunreadCount*\x7f\n" +
+	"\funread_count\x18\x02 \x01(\x03R\vunreadCount\"5\n" +
+	"\x14DeleteThreadsRequest\x12\x1d\n" +
+	"\n" +
+	"thread_ids\x18\x01 \x03(\tR\tthreadIds\"I\n" +
+	"\x15DeleteThreadsResponse\x120\n" +
+	"\toperation\x18\x01 \x01(\v2\x12.loom.v1.OperationR\toperation\"P\n" +
+	"\x14RemoveThreadsRequest\x12\x19\n" +
+	"\binbox_id\x18\x01 \x01(\tR\ainboxId\x12\x1d\n" +
+	"\n" +
+	"thread_ids\x18\x02 \x03(\tR\tthreadIds\"T\n" +
+	"\x15RemoveThreadsResponse\x12\x18\n" +
+	"\aremoved\x18\x01 \x01(\x03R\aremoved\x12!\n" +
+	"\funread_count\x18\x02 \x01(\x03R\vunreadCount\"/\n" +
+	"\x12DeleteInboxRequest\x12\x19\n" +
+	"\binbox_id\x18\x01 \x01(\tR\ainboxId\"/\n" +
+	"\x13DeleteInboxResponse\x12\x18\n" +
+	"\aremoved\x18\x01 \x01(\x03R\aremoved*\x7f\n" +
 	"\rDeliveryState\x12\x1e\n" +
 	"\x1aDELIVERY_STATE_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16DELIVERY_STATE_RUNNING\x10\x01\x12\x17\n" +
@@ -948,13 +1262,17 @@ const file_loom_v1_inbox_proto_rawDesc = "" +
 	"\x18INBOX_FILTER_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10INBOX_FILTER_ALL\x10\x01\x12\x17\n" +
 	"\x13INBOX_FILTER_UNREAD\x10\x02\x12\x15\n" +
-	"\x11INBOX_FILTER_READ\x10\x032\xf1\x02\n" +
+	"\x11INBOX_FILTER_READ\x10\x032\x9d\x05\n" +
 	"\x05Inbox\x12H\n" +
 	"\vPostMessage\x12\x1b.loom.v1.PostMessageRequest\x1a\x1c.loom.v1.PostMessageResponse\x12=\n" +
 	"\vGetDelivery\x12\x1b.loom.v1.GetDeliveryRequest\x1a\x11.loom.v1.Delivery\x12B\n" +
 	"\tListInbox\x12\x19.loom.v1.ListInboxRequest\x1a\x1a.loom.v1.ListInboxResponse\x12Q\n" +
 	"\x0eGetUnreadCount\x12\x1e.loom.v1.GetUnreadCountRequest\x1a\x1f.loom.v1.GetUnreadCountResponse\x12H\n" +
-	"\vMarkThreads\x12\x1b.loom.v1.MarkThreadsRequest\x1a\x1c.loom.v1.MarkThreadsResponseB/Z-github.com/loom/loom/clients/go/loomv1;loomv1b\x06proto3"
+	"\vMarkThreads\x12\x1b.loom.v1.MarkThreadsRequest\x1a\x1c.loom.v1.MarkThreadsResponse\x12N\n" +
+	"\rDeleteThreads\x12\x1d.loom.v1.DeleteThreadsRequest\x1a\x1e.loom.v1.DeleteThreadsResponse\x12N\n" +
+	"\rRemoveThreads\x12\x1d.loom.v1.RemoveThreadsRequest\x1a\x1e.loom.v1.RemoveThreadsResponse\x12H\n" +
+	"\vDeleteInbox\x12\x1b.loom.v1.DeleteInboxRequest\x1a\x1c.loom.v1.DeleteInboxResponse\x12@\n" +
+	"\fGetOperation\x12\x1c.loom.v1.GetOperationRequest\x1a\x12.loom.v1.OperationB/Z-github.com/loom/loom/clients/go/loomv1;loomv1b\x06proto3"
 
 var (
 	file_loom_v1_inbox_proto_rawDescOnce sync.Once
@@ -969,7 +1287,7 @@ func file_loom_v1_inbox_proto_rawDescGZIP() []byte {
 }
 
 var file_loom_v1_inbox_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_loom_v1_inbox_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_loom_v1_inbox_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_loom_v1_inbox_proto_goTypes = []any{
 	(DeliveryState)(0),             // 0: loom.v1.DeliveryState
 	(InboxFilter)(0),               // 1: loom.v1.InboxFilter
@@ -985,29 +1303,46 @@ var file_loom_v1_inbox_proto_goTypes = []any{
 	(*ThreadIdList)(nil),           // 11: loom.v1.ThreadIdList
 	(*MarkThreadsRequest)(nil),     // 12: loom.v1.MarkThreadsRequest
 	(*MarkThreadsResponse)(nil),    // 13: loom.v1.MarkThreadsResponse
-	(*Progress)(nil),               // 14: loom.v1.Progress
+	(*DeleteThreadsRequest)(nil),   // 14: loom.v1.DeleteThreadsRequest
+	(*DeleteThreadsResponse)(nil),  // 15: loom.v1.DeleteThreadsResponse
+	(*RemoveThreadsRequest)(nil),   // 16: loom.v1.RemoveThreadsRequest
+	(*RemoveThreadsResponse)(nil),  // 17: loom.v1.RemoveThreadsResponse
+	(*DeleteInboxRequest)(nil),     // 18: loom.v1.DeleteInboxRequest
+	(*DeleteInboxResponse)(nil),    // 19: loom.v1.DeleteInboxResponse
+	(*Progress)(nil),               // 20: loom.v1.Progress
+	(*Operation)(nil),              // 21: loom.v1.Operation
+	(*GetOperationRequest)(nil),    // 22: loom.v1.GetOperationRequest
 }
 var file_loom_v1_inbox_proto_depIdxs = []int32{
 	0,  // 0: loom.v1.Delivery.state:type_name -> loom.v1.DeliveryState
-	14, // 1: loom.v1.Delivery.progress:type_name -> loom.v1.Progress
+	20, // 1: loom.v1.Delivery.progress:type_name -> loom.v1.Progress
 	1,  // 2: loom.v1.ListInboxRequest.filter:type_name -> loom.v1.InboxFilter
 	7,  // 3: loom.v1.ListInboxResponse.entries:type_name -> loom.v1.InboxEntry
 	11, // 4: loom.v1.MarkThreadsRequest.threads:type_name -> loom.v1.ThreadIdList
-	2,  // 5: loom.v1.Inbox.PostMessage:input_type -> loom.v1.PostMessageRequest
-	4,  // 6: loom.v1.Inbox.GetDelivery:input_type -> loom.v1.GetDeliveryRequest
-	6,  // 7: loom.v1.Inbox.ListInbox:input_type -> loom.v1.ListInboxRequest
-	9,  // 8: loom.v1.Inbox.GetUnreadCount:input_type -> loom.v1.GetUnreadCountRequest
-	12, // 9: loom.v1.Inbox.MarkThreads:input_type -> loom.v1.MarkThreadsRequest
-	3,  // 10: loom.v1.Inbox.PostMessage:output_type -> loom.v1.PostMessageResponse
-	5,  // 11: loom.v1.Inbox.GetDelivery:output_type -> loom.v1.Delivery
-	8,  // 12: loom.v1.Inbox.ListInbox:output_type -> loom.v1.ListInboxResponse
-	10, // 13: loom.v1.Inbox.GetUnreadCount:output_type -> loom.v1.GetUnreadCountResponse
-	13, // 14: loom.v1.Inbox.MarkThreads:output_type -> loom.v1.MarkThreadsResponse
-	10, // [10:15] is the sub-list for method output_type
-	5,  // [5:10] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	21, // 5: loom.v1.DeleteThreadsResponse.operation:type_name -> loom.v1.Operation
+	2,  // 6: loom.v1.Inbox.PostMessage:input_type -> loom.v1.PostMessageRequest
+	4,  // 7: loom.v1.Inbox.GetDelivery:input_type -> loom.v1.GetDeliveryRequest
+	6,  // 8: loom.v1.Inbox.ListInbox:input_type -> loom.v1.ListInboxRequest
+	9,  // 9: loom.v1.Inbox.GetUnreadCount:input_type -> loom.v1.GetUnreadCountRequest
+	12, // 10: loom.v1.Inbox.MarkThreads:input_type -> loom.v1.MarkThreadsRequest
+	14, // 11: loom.v1.Inbox.DeleteThreads:input_type -> loom.v1.DeleteThreadsRequest
+	16, // 12: loom.v1.Inbox.RemoveThreads:input_type -> loom.v1.RemoveThreadsRequest
+	18, // 13: loom.v1.Inbox.DeleteInbox:input_type -> loom.v1.DeleteInboxRequest
+	22, // 14: loom.v1.Inbox.GetOperation:input_type -> loom.v1.GetOperationRequest
+	3,  // 15: loom.v1.Inbox.PostMessage:output_type -> loom.v1.PostMessageResponse
+	5,  // 16: loom.v1.Inbox.GetDelivery:output_type -> loom.v1.Delivery
+	8,  // 17: loom.v1.Inbox.ListInbox:output_type -> loom.v1.ListInboxResponse
+	10, // 18: loom.v1.Inbox.GetUnreadCount:output_type -> loom.v1.GetUnreadCountResponse
+	13, // 19: loom.v1.Inbox.MarkThreads:output_type -> loom.v1.MarkThreadsResponse
+	15, // 20: loom.v1.Inbox.DeleteThreads:output_type -> loom.v1.DeleteThreadsResponse
+	17, // 21: loom.v1.Inbox.RemoveThreads:output_type -> loom.v1.RemoveThreadsResponse
+	19, // 22: loom.v1.Inbox.DeleteInbox:output_type -> loom.v1.DeleteInboxResponse
+	21, // 23: loom.v1.Inbox.GetOperation:output_type -> loom.v1.Operation
+	15, // [15:24] is the sub-list for method output_type
+	6,  // [6:15] is the sub-list for method input_type
+	6,  // [6:6] is the sub-list for extension type_name
+	6,  // [6:6] is the sub-list for extension extendee
+	0,  // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_loom_v1_inbox_proto_init() }
@@ -1026,7 +1361,7 @@ func file_loom_v1_inbox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loom_v1_inbox_proto_rawDesc), len(file_loom_v1_inbox_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   12,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

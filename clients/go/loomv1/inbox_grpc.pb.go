@@ -24,6 +24,10 @@ const (
 	Inbox_ListInbox_FullMethodName      = "/loom.v1.Inbox/ListInbox"
 	Inbox_GetUnreadCount_FullMethodName = "/loom.v1.Inbox/GetUnreadCount"
 	Inbox_MarkThreads_FullMethodName    = "/loom.v1.Inbox/MarkThreads"
+	Inbox_DeleteThreads_FullMethodName  = "/loom.v1.Inbox/DeleteThreads"
+	Inbox_RemoveThreads_FullMethodName  = "/loom.v1.Inbox/RemoveThreads"
+	Inbox_DeleteInbox_FullMethodName    = "/loom.v1.Inbox/DeleteInbox"
+	Inbox_GetOperation_FullMethodName   = "/loom.v1.Inbox/GetOperation"
 )
 
 // InboxClient is the client API for Inbox service.
@@ -56,6 +60,33 @@ type InboxClient interface {
 	// Idempotent, safe to retry: it sets a state, so a repeat leaves the inbox
 	// as the first call did (a repeat's `changed` count is then 0).
 	MarkThreads(ctx context.Context, in *MarkThreadsRequest, opts ...grpc.CallOption) (*MarkThreadsResponse, error)
+	// Deletes conversations everywhere (by their author or an admin). From the
+	// answer on, no inbox lists a deleted thread, through any replica: listings
+	// skip it (pages stay full and in order) and every unread count excludes
+	// it. Its rows are removed in the background (a sweep, and any listing that
+	// meets one); the answer carries that operation, read with GetOperation.
+	// A later PostMessage to a deleted thread is refused FAILED_PRECONDITION.
+	// Idempotent, safe to retry: a retry of the same thread ids answers the
+	// same operation. Unknown thread ids are not an error (they are recorded
+	// as deleted, so they can never be posted to).
+	DeleteThreads(ctx context.Context, in *DeleteThreadsRequest, opts ...grpc.CallOption) (*DeleteThreadsResponse, error)
+	// Removes threads from one inbox only (its owner's "remove from inbox"),
+	// with their unread state; other inboxes keep them. A later message in the
+	// thread (a message id above the newest one the inbox held) brings the
+	// thread back, unread, as a new reply does in every inbox product.
+	// Idempotent, safe to retry: a repeat removes nothing more (its `removed`
+	// is then 0). Threads the inbox does not hold, and unknown inboxes, are not
+	// an error.
+	RemoveThreads(ctx context.Context, in *RemoveThreadsRequest, opts ...grpc.CallOption) (*RemoveThreadsResponse, error)
+	// Erases one inbox: every row and the unread count of `inbox_id` are gone
+	// when it answers (and, on the embedded engine, no byte of them stays in
+	// the files). A later message addressed to the inbox starts it anew.
+	// Requires the inbox:admin scope. Idempotent, safe to retry; an unknown
+	// inbox is not an error.
+	DeleteInbox(ctx context.Context, in *DeleteInboxRequest, opts ...grpc.CallOption) (*DeleteInboxResponse, error)
+	// Progress of a background operation started by DeleteThreads. NOT_FOUND
+	// for an unknown operation id. Idempotent, safe to retry: a read.
+	GetOperation(ctx context.Context, in *GetOperationRequest, opts ...grpc.CallOption) (*Operation, error)
 }
 
 type inboxClient struct {
@@ -116,6 +147,46 @@ func (c *inboxClient) MarkThreads(ctx context.Context, in *MarkThreadsRequest, o
 	return out, nil
 }
 
+func (c *inboxClient) DeleteThreads(ctx context.Context, in *DeleteThreadsRequest, opts ...grpc.CallOption) (*DeleteThreadsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteThreadsResponse)
+	err := c.cc.Invoke(ctx, Inbox_DeleteThreads_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *inboxClient) RemoveThreads(ctx context.Context, in *RemoveThreadsRequest, opts ...grpc.CallOption) (*RemoveThreadsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RemoveThreadsResponse)
+	err := c.cc.Invoke(ctx, Inbox_RemoveThreads_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *inboxClient) DeleteInbox(ctx context.Context, in *DeleteInboxRequest, opts ...grpc.CallOption) (*DeleteInboxResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteInboxResponse)
+	err := c.cc.Invoke(ctx, Inbox_DeleteInbox_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *inboxClient) GetOperation(ctx context.Context, in *GetOperationRequest, opts ...grpc.CallOption) (*Operation, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Operation)
+	err := c.cc.Invoke(ctx, Inbox_GetOperation_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // InboxServer is the server API for Inbox service.
 // All implementations must embed UnimplementedInboxServer
 // for forward compatibility.
@@ -146,6 +217,33 @@ type InboxServer interface {
 	// Idempotent, safe to retry: it sets a state, so a repeat leaves the inbox
 	// as the first call did (a repeat's `changed` count is then 0).
 	MarkThreads(context.Context, *MarkThreadsRequest) (*MarkThreadsResponse, error)
+	// Deletes conversations everywhere (by their author or an admin). From the
+	// answer on, no inbox lists a deleted thread, through any replica: listings
+	// skip it (pages stay full and in order) and every unread count excludes
+	// it. Its rows are removed in the background (a sweep, and any listing that
+	// meets one); the answer carries that operation, read with GetOperation.
+	// A later PostMessage to a deleted thread is refused FAILED_PRECONDITION.
+	// Idempotent, safe to retry: a retry of the same thread ids answers the
+	// same operation. Unknown thread ids are not an error (they are recorded
+	// as deleted, so they can never be posted to).
+	DeleteThreads(context.Context, *DeleteThreadsRequest) (*DeleteThreadsResponse, error)
+	// Removes threads from one inbox only (its owner's "remove from inbox"),
+	// with their unread state; other inboxes keep them. A later message in the
+	// thread (a message id above the newest one the inbox held) brings the
+	// thread back, unread, as a new reply does in every inbox product.
+	// Idempotent, safe to retry: a repeat removes nothing more (its `removed`
+	// is then 0). Threads the inbox does not hold, and unknown inboxes, are not
+	// an error.
+	RemoveThreads(context.Context, *RemoveThreadsRequest) (*RemoveThreadsResponse, error)
+	// Erases one inbox: every row and the unread count of `inbox_id` are gone
+	// when it answers (and, on the embedded engine, no byte of them stays in
+	// the files). A later message addressed to the inbox starts it anew.
+	// Requires the inbox:admin scope. Idempotent, safe to retry; an unknown
+	// inbox is not an error.
+	DeleteInbox(context.Context, *DeleteInboxRequest) (*DeleteInboxResponse, error)
+	// Progress of a background operation started by DeleteThreads. NOT_FOUND
+	// for an unknown operation id. Idempotent, safe to retry: a read.
+	GetOperation(context.Context, *GetOperationRequest) (*Operation, error)
 	mustEmbedUnimplementedInboxServer()
 }
 
@@ -170,6 +268,18 @@ func (UnimplementedInboxServer) GetUnreadCount(context.Context, *GetUnreadCountR
 }
 func (UnimplementedInboxServer) MarkThreads(context.Context, *MarkThreadsRequest) (*MarkThreadsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method MarkThreads not implemented")
+}
+func (UnimplementedInboxServer) DeleteThreads(context.Context, *DeleteThreadsRequest) (*DeleteThreadsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteThreads not implemented")
+}
+func (UnimplementedInboxServer) RemoveThreads(context.Context, *RemoveThreadsRequest) (*RemoveThreadsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RemoveThreads not implemented")
+}
+func (UnimplementedInboxServer) DeleteInbox(context.Context, *DeleteInboxRequest) (*DeleteInboxResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteInbox not implemented")
+}
+func (UnimplementedInboxServer) GetOperation(context.Context, *GetOperationRequest) (*Operation, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetOperation not implemented")
 }
 func (UnimplementedInboxServer) mustEmbedUnimplementedInboxServer() {}
 func (UnimplementedInboxServer) testEmbeddedByValue()               {}
@@ -282,6 +392,78 @@ func _Inbox_MarkThreads_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Inbox_DeleteThreads_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteThreadsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(InboxServer).DeleteThreads(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Inbox_DeleteThreads_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(InboxServer).DeleteThreads(ctx, req.(*DeleteThreadsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Inbox_RemoveThreads_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RemoveThreadsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(InboxServer).RemoveThreads(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Inbox_RemoveThreads_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(InboxServer).RemoveThreads(ctx, req.(*RemoveThreadsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Inbox_DeleteInbox_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteInboxRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(InboxServer).DeleteInbox(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Inbox_DeleteInbox_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(InboxServer).DeleteInbox(ctx, req.(*DeleteInboxRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Inbox_GetOperation_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetOperationRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(InboxServer).GetOperation(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Inbox_GetOperation_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(InboxServer).GetOperation(ctx, req.(*GetOperationRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Inbox_ServiceDesc is the grpc.ServiceDesc for Inbox service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -308,6 +490,22 @@ var Inbox_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "MarkThreads",
 			Handler:    _Inbox_MarkThreads_Handler,
+		},
+		{
+			MethodName: "DeleteThreads",
+			Handler:    _Inbox_DeleteThreads_Handler,
+		},
+		{
+			MethodName: "RemoveThreads",
+			Handler:    _Inbox_RemoveThreads_Handler,
+		},
+		{
+			MethodName: "DeleteInbox",
+			Handler:    _Inbox_DeleteInbox_Handler,
+		},
+		{
+			MethodName: "GetOperation",
+			Handler:    _Inbox_GetOperation_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -1391,6 +1391,109 @@ func (x *ListJobsResponse) GetNextPageToken() string {
 	return ""
 }
 
+// The request of DeleteJob.
+type DeleteJobRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The job.
+	JobId         string `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteJobRequest) Reset() {
+	*x = DeleteJobRequest{}
+	mi := &file_loom_v1_iterator_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteJobRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteJobRequest) ProtoMessage() {}
+
+func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_iterator_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteJobRequest.ProtoReflect.Descriptor instead.
+func (*DeleteJobRequest) Descriptor() ([]byte, []int) {
+	return file_loom_v1_iterator_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *DeleteJobRequest) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+// The response of DeleteJob.
+type DeleteJobResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// True when this call found the job and deleted it; false when there was
+	// nothing to delete (an unknown or already deleted job id).
+	Deleted bool `protobuf:"varint,1,opt,name=deleted,proto3" json:"deleted,omitempty"`
+	// Stored records this call removed (job, ranges, counters, chunks, queued
+	// work messages).
+	RecordsRemoved int64 `protobuf:"varint,2,opt,name=records_removed,json=recordsRemoved,proto3" json:"records_removed,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *DeleteJobResponse) Reset() {
+	*x = DeleteJobResponse{}
+	mi := &file_loom_v1_iterator_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteJobResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteJobResponse) ProtoMessage() {}
+
+func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_iterator_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteJobResponse.ProtoReflect.Descriptor instead.
+func (*DeleteJobResponse) Descriptor() ([]byte, []int) {
+	return file_loom_v1_iterator_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *DeleteJobResponse) GetDeleted() bool {
+	if x != nil {
+		return x.Deleted
+	}
+	return false
+}
+
+func (x *DeleteJobResponse) GetRecordsRemoved() int64 {
+	if x != nil {
+		return x.RecordsRemoved
+	}
+	return 0
+}
+
 var File_loom_v1_iterator_proto protoreflect.FileDescriptor
 
 const file_loom_v1_iterator_proto_rawDesc = "" +
@@ -1494,14 +1597,19 @@ const file_loom_v1_iterator_proto_rawDesc = "" +
 	"page_token\x18\x02 \x01(\tR\tpageToken\"\\\n" +
 	"\x10ListJobsResponse\x12 \n" +
 	"\x04jobs\x18\x01 \x03(\v2\f.loom.v1.JobR\x04jobs\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken*\x9a\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\")\n" +
+	"\x10DeleteJobRequest\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\"V\n" +
+	"\x11DeleteJobResponse\x12\x18\n" +
+	"\adeleted\x18\x01 \x01(\bR\adeleted\x12'\n" +
+	"\x0frecords_removed\x18\x02 \x01(\x03R\x0erecordsRemoved*\x9a\x01\n" +
 	"\bJobState\x12\x19\n" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11JOB_STATE_RUNNING\x10\x01\x12\x17\n" +
 	"\x13JOB_STATE_COMPLETED\x10\x02\x12\x17\n" +
 	"\x13JOB_STATE_CANCELLED\x10\x03\x12\x14\n" +
 	"\x10JOB_STATE_FAILED\x10\x04\x12\x14\n" +
-	"\x10JOB_STATE_PAUSED\x10\x052\xa0\x04\n" +
+	"\x10JOB_STATE_PAUSED\x10\x052\xe4\x04\n" +
 	"\bIterator\x12>\n" +
 	"\x0eStartIteration\x12\x1e.loom.v1.StartIterationRequest\x1a\f.loom.v1.Job\x12.\n" +
 	"\x06GetJob\x12\x16.loom.v1.GetJobRequest\x1a\f.loom.v1.Job\x12F\n" +
@@ -1512,7 +1620,8 @@ const file_loom_v1_iterator_proto_rawDesc = "" +
 	"\tResumeJob\x12\x19.loom.v1.ResumeJobRequest\x1a\f.loom.v1.Job\x124\n" +
 	"\tUpdateJob\x12\x19.loom.v1.UpdateJobRequest\x1a\f.loom.v1.Job\x124\n" +
 	"\tCancelJob\x12\x19.loom.v1.CancelJobRequest\x1a\f.loom.v1.Job\x12?\n" +
-	"\bListJobs\x12\x18.loom.v1.ListJobsRequest\x1a\x19.loom.v1.ListJobsResponseB/Z-github.com/loom/loom/clients/go/loomv1;loomv1b\x06proto3"
+	"\bListJobs\x12\x18.loom.v1.ListJobsRequest\x1a\x19.loom.v1.ListJobsResponse\x12B\n" +
+	"\tDeleteJob\x12\x19.loom.v1.DeleteJobRequest\x1a\x1a.loom.v1.DeleteJobResponseB/Z-github.com/loom/loom/clients/go/loomv1;loomv1b\x06proto3"
 
 var (
 	file_loom_v1_iterator_proto_rawDescOnce sync.Once
@@ -1527,7 +1636,7 @@ func file_loom_v1_iterator_proto_rawDescGZIP() []byte {
 }
 
 var file_loom_v1_iterator_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_loom_v1_iterator_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_loom_v1_iterator_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_loom_v1_iterator_proto_goTypes = []any{
 	(JobState)(0),                 // 0: loom.v1.JobState
 	(*EnterpriseRange)(nil),       // 1: loom.v1.EnterpriseRange
@@ -1547,16 +1656,18 @@ var file_loom_v1_iterator_proto_goTypes = []any{
 	(*CancelJobRequest)(nil),      // 15: loom.v1.CancelJobRequest
 	(*ListJobsRequest)(nil),       // 16: loom.v1.ListJobsRequest
 	(*ListJobsResponse)(nil),      // 17: loom.v1.ListJobsResponse
-	(*timestamppb.Timestamp)(nil), // 18: google.protobuf.Timestamp
+	(*DeleteJobRequest)(nil),      // 18: loom.v1.DeleteJobRequest
+	(*DeleteJobResponse)(nil),     // 19: loom.v1.DeleteJobResponse
+	(*timestamppb.Timestamp)(nil), // 20: google.protobuf.Timestamp
 }
 var file_loom_v1_iterator_proto_depIdxs = []int32{
 	1,  // 0: loom.v1.StartIterationRequest.enterprise_range:type_name -> loom.v1.EnterpriseRange
 	2,  // 1: loom.v1.StartIterationRequest.level_scope:type_name -> loom.v1.LevelScope
 	0,  // 2: loom.v1.Job.state:type_name -> loom.v1.JobState
 	3,  // 3: loom.v1.Job.request:type_name -> loom.v1.StartIterationRequest
-	18, // 4: loom.v1.Job.created_at:type_name -> google.protobuf.Timestamp
+	20, // 4: loom.v1.Job.created_at:type_name -> google.protobuf.Timestamp
 	4,  // 5: loom.v1.Job.levels:type_name -> loom.v1.LevelProgress
-	18, // 6: loom.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
+	20, // 6: loom.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
 	8,  // 7: loom.v1.ObjectBatch.chunks:type_name -> loom.v1.ObjectChunk
 	5,  // 8: loom.v1.ListJobsResponse.jobs:type_name -> loom.v1.Job
 	3,  // 9: loom.v1.Iterator.StartIteration:input_type -> loom.v1.StartIterationRequest
@@ -1568,17 +1679,19 @@ var file_loom_v1_iterator_proto_depIdxs = []int32{
 	14, // 15: loom.v1.Iterator.UpdateJob:input_type -> loom.v1.UpdateJobRequest
 	15, // 16: loom.v1.Iterator.CancelJob:input_type -> loom.v1.CancelJobRequest
 	16, // 17: loom.v1.Iterator.ListJobs:input_type -> loom.v1.ListJobsRequest
-	5,  // 18: loom.v1.Iterator.StartIteration:output_type -> loom.v1.Job
-	5,  // 19: loom.v1.Iterator.GetJob:output_type -> loom.v1.Job
-	9,  // 20: loom.v1.Iterator.StreamObjects:output_type -> loom.v1.ObjectBatch
-	11, // 21: loom.v1.Iterator.AckObjects:output_type -> loom.v1.AckObjectsResponse
-	5,  // 22: loom.v1.Iterator.PauseJob:output_type -> loom.v1.Job
-	5,  // 23: loom.v1.Iterator.ResumeJob:output_type -> loom.v1.Job
-	5,  // 24: loom.v1.Iterator.UpdateJob:output_type -> loom.v1.Job
-	5,  // 25: loom.v1.Iterator.CancelJob:output_type -> loom.v1.Job
-	17, // 26: loom.v1.Iterator.ListJobs:output_type -> loom.v1.ListJobsResponse
-	18, // [18:27] is the sub-list for method output_type
-	9,  // [9:18] is the sub-list for method input_type
+	18, // 18: loom.v1.Iterator.DeleteJob:input_type -> loom.v1.DeleteJobRequest
+	5,  // 19: loom.v1.Iterator.StartIteration:output_type -> loom.v1.Job
+	5,  // 20: loom.v1.Iterator.GetJob:output_type -> loom.v1.Job
+	9,  // 21: loom.v1.Iterator.StreamObjects:output_type -> loom.v1.ObjectBatch
+	11, // 22: loom.v1.Iterator.AckObjects:output_type -> loom.v1.AckObjectsResponse
+	5,  // 23: loom.v1.Iterator.PauseJob:output_type -> loom.v1.Job
+	5,  // 24: loom.v1.Iterator.ResumeJob:output_type -> loom.v1.Job
+	5,  // 25: loom.v1.Iterator.UpdateJob:output_type -> loom.v1.Job
+	5,  // 26: loom.v1.Iterator.CancelJob:output_type -> loom.v1.Job
+	17, // 27: loom.v1.Iterator.ListJobs:output_type -> loom.v1.ListJobsResponse
+	19, // 28: loom.v1.Iterator.DeleteJob:output_type -> loom.v1.DeleteJobResponse
+	19, // [19:29] is the sub-list for method output_type
+	9,  // [9:19] is the sub-list for method input_type
 	9,  // [9:9] is the sub-list for extension type_name
 	9,  // [9:9] is the sub-list for extension extendee
 	0,  // [0:9] is the sub-list for field type_name
@@ -1601,7 +1714,7 @@ func file_loom_v1_iterator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loom_v1_iterator_proto_rawDesc), len(file_loom_v1_iterator_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   17,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

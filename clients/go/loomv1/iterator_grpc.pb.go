@@ -28,6 +28,7 @@ const (
 	Iterator_UpdateJob_FullMethodName      = "/loom.v1.Iterator/UpdateJob"
 	Iterator_CancelJob_FullMethodName      = "/loom.v1.Iterator/CancelJob"
 	Iterator_ListJobs_FullMethodName       = "/loom.v1.Iterator/ListJobs"
+	Iterator_DeleteJob_FullMethodName      = "/loom.v1.Iterator/DeleteJob"
 )
 
 // IteratorClient is the client API for Iterator service.
@@ -78,6 +79,20 @@ type IteratorClient interface {
 	// Lists jobs, newest first.
 	// Idempotent, safe to retry: a read.
 	ListJobs(ctx context.Context, in *ListJobsRequest, opts ...grpc.CallOption) (*ListJobsResponse, error)
+	// Deletes a finished job (completed, failed or cancelled): its record and
+	// scope, its ranges and counters, its chunk ledger, and its work messages
+	// still queued. Synchronous: it answers once every record of the job is
+	// removed (one transaction on SQLite, one partition on DynamoDB), so from
+	// then on GetJob, StreamObjects and AckObjects answer NOT_FOUND for it and
+	// ListJobs does not list it. Queued work messages are removed with it on
+	// the embedded queue; on SQS those visible are removed and any a worker
+	// holds at that moment is dropped by that worker (a message names only the
+	// job, a range and a step). A running or paused job: FAILED_PRECONDITION
+	// (cancel it first). The server also deletes finished jobs by itself after
+	// `iterator.finished_job_retention_s`.
+	// Idempotent, safe to retry: an unknown or already deleted job id is not an
+	// error and does nothing; a retry after an interrupted call removes the rest.
+	DeleteJob(ctx context.Context, in *DeleteJobRequest, opts ...grpc.CallOption) (*DeleteJobResponse, error)
 }
 
 type iteratorClient struct {
@@ -187,6 +202,16 @@ func (c *iteratorClient) ListJobs(ctx context.Context, in *ListJobsRequest, opts
 	return out, nil
 }
 
+func (c *iteratorClient) DeleteJob(ctx context.Context, in *DeleteJobRequest, opts ...grpc.CallOption) (*DeleteJobResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteJobResponse)
+	err := c.cc.Invoke(ctx, Iterator_DeleteJob_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // IteratorServer is the server API for Iterator service.
 // All implementations must embed UnimplementedIteratorServer
 // for forward compatibility.
@@ -235,6 +260,20 @@ type IteratorServer interface {
 	// Lists jobs, newest first.
 	// Idempotent, safe to retry: a read.
 	ListJobs(context.Context, *ListJobsRequest) (*ListJobsResponse, error)
+	// Deletes a finished job (completed, failed or cancelled): its record and
+	// scope, its ranges and counters, its chunk ledger, and its work messages
+	// still queued. Synchronous: it answers once every record of the job is
+	// removed (one transaction on SQLite, one partition on DynamoDB), so from
+	// then on GetJob, StreamObjects and AckObjects answer NOT_FOUND for it and
+	// ListJobs does not list it. Queued work messages are removed with it on
+	// the embedded queue; on SQS those visible are removed and any a worker
+	// holds at that moment is dropped by that worker (a message names only the
+	// job, a range and a step). A running or paused job: FAILED_PRECONDITION
+	// (cancel it first). The server also deletes finished jobs by itself after
+	// `iterator.finished_job_retention_s`.
+	// Idempotent, safe to retry: an unknown or already deleted job id is not an
+	// error and does nothing; a retry after an interrupted call removes the rest.
+	DeleteJob(context.Context, *DeleteJobRequest) (*DeleteJobResponse, error)
 	mustEmbedUnimplementedIteratorServer()
 }
 
@@ -271,6 +310,9 @@ func (UnimplementedIteratorServer) CancelJob(context.Context, *CancelJobRequest)
 }
 func (UnimplementedIteratorServer) ListJobs(context.Context, *ListJobsRequest) (*ListJobsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListJobs not implemented")
+}
+func (UnimplementedIteratorServer) DeleteJob(context.Context, *DeleteJobRequest) (*DeleteJobResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteJob not implemented")
 }
 func (UnimplementedIteratorServer) mustEmbedUnimplementedIteratorServer() {}
 func (UnimplementedIteratorServer) testEmbeddedByValue()                  {}
@@ -448,6 +490,24 @@ func _Iterator_ListJobs_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Iterator_DeleteJob_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteJobRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(IteratorServer).DeleteJob(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Iterator_DeleteJob_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(IteratorServer).DeleteJob(ctx, req.(*DeleteJobRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Iterator_ServiceDesc is the grpc.ServiceDesc for Iterator service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -486,6 +546,10 @@ var Iterator_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListJobs",
 			Handler:    _Iterator_ListJobs_Handler,
+		},
+		{
+			MethodName: "DeleteJob",
+			Handler:    _Iterator_DeleteJob_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -255,7 +255,8 @@ func (x *RecordDeliveryEventsRequest) GetEvents() []*DeliveryEvent {
 // The response of RecordDeliveryEvents.
 type RecordDeliveryEventsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Events accepted (all of them, on success).
+	// Events accepted (all of them, on success; 0 when the message's summary was
+	// deleted: its events are ignored).
 	Recorded      int32 `protobuf:"varint,1,opt,name=recorded,proto3" json:"recorded,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -499,11 +500,140 @@ func (x *MessageSummary) GetEncodedSizeBytes() int64 {
 	return 0
 }
 
+// The request of DeleteMessageSummaries.
+type DeleteMessageSummariesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The messages (1..1,000 ids of 1..256 bytes).
+	MessageIds    []string `protobuf:"bytes,1,rep,name=message_ids,json=messageIds,proto3" json:"message_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteMessageSummariesRequest) Reset() {
+	*x = DeleteMessageSummariesRequest{}
+	mi := &file_loom_v1_summary_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteMessageSummariesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteMessageSummariesRequest) ProtoMessage() {}
+
+func (x *DeleteMessageSummariesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_summary_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteMessageSummariesRequest.ProtoReflect.Descriptor instead.
+func (*DeleteMessageSummariesRequest) Descriptor() ([]byte, []int) {
+	return file_loom_v1_summary_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *DeleteMessageSummariesRequest) GetMessageIds() []string {
+	if x != nil {
+		return x.MessageIds
+	}
+	return nil
+}
+
+// The response of DeleteMessageSummaries.
+type DeleteMessageSummariesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteMessageSummariesResponse) Reset() {
+	*x = DeleteMessageSummariesResponse{}
+	mi := &file_loom_v1_summary_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteMessageSummariesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteMessageSummariesResponse) ProtoMessage() {}
+
+func (x *DeleteMessageSummariesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_summary_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteMessageSummariesResponse.ProtoReflect.Descriptor instead.
+func (*DeleteMessageSummariesResponse) Descriptor() ([]byte, []int) {
+	return file_loom_v1_summary_proto_rawDescGZIP(), []int{7}
+}
+
+// The request of Summary's EraseRecipients.
+type SummaryEraseRecipientsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The recipients to erase (1..1,000 ids of 1..256 bytes).
+	RecipientIds  []string `protobuf:"bytes,1,rep,name=recipient_ids,json=recipientIds,proto3" json:"recipient_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SummaryEraseRecipientsRequest) Reset() {
+	*x = SummaryEraseRecipientsRequest{}
+	mi := &file_loom_v1_summary_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SummaryEraseRecipientsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SummaryEraseRecipientsRequest) ProtoMessage() {}
+
+func (x *SummaryEraseRecipientsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_summary_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SummaryEraseRecipientsRequest.ProtoReflect.Descriptor instead.
+func (*SummaryEraseRecipientsRequest) Descriptor() ([]byte, []int) {
+	return file_loom_v1_summary_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *SummaryEraseRecipientsRequest) GetRecipientIds() []string {
+	if x != nil {
+		return x.RecipientIds
+	}
+	return nil
+}
+
 var File_loom_v1_summary_proto protoreflect.FileDescriptor
 
 const file_loom_v1_summary_proto_rawDesc = "" +
 	"\n" +
-	"\x15loom/v1/summary.proto\x12\aloom.v1\"c\n" +
+	"\x15loom/v1/summary.proto\x12\aloom.v1\x1a\x14loom/v1/common.proto\"c\n" +
 	"\rDeliveryEvent\x12!\n" +
 	"\frecipient_id\x18\x01 \x01(\tR\vrecipientId\x12/\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x17.loom.v1.DeliveryStatusR\x06status\"l\n" +
@@ -527,7 +657,13 @@ const file_loom_v1_summary_proto_rawDesc = "" +
 	"\n" +
 	"message_id\x18\x01 \x01(\tR\tmessageId\x122\n" +
 	"\bstatuses\x18\x02 \x03(\v2\x16.loom.v1.StatusSummaryR\bstatuses\x12,\n" +
-	"\x12encoded_size_bytes\x18\x03 \x01(\x03R\x10encodedSizeBytes*\x86\x01\n" +
+	"\x12encoded_size_bytes\x18\x03 \x01(\x03R\x10encodedSizeBytes\"@\n" +
+	"\x1dDeleteMessageSummariesRequest\x12\x1f\n" +
+	"\vmessage_ids\x18\x01 \x03(\tR\n" +
+	"messageIds\" \n" +
+	"\x1eDeleteMessageSummariesResponse\"D\n" +
+	"\x1dSummaryEraseRecipientsRequest\x12#\n" +
+	"\rrecipient_ids\x18\x01 \x03(\tR\frecipientIds*\x86\x01\n" +
 	"\x0eDeliveryStatus\x12\x1f\n" +
 	"\x1bDELIVERY_STATUS_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19DELIVERY_STATUS_DELIVERED\x10\x01\x12\x18\n" +
@@ -538,10 +674,13 @@ const file_loom_v1_summary_proto_rawDesc = "" +
 	"\x0fESTIMATOR_EXACT\x10\x01\x12\x1d\n" +
 	"\x19ESTIMATOR_LINEAR_COUNTING\x10\x02\x12\x19\n" +
 	"\x15ESTIMATOR_HYPERLOGLOG\x10\x03\x12\x11\n" +
-	"\rESTIMATOR_CPC\x10\x042\xbf\x01\n" +
+	"\rESTIMATOR_CPC\x10\x042\xbb\x03\n" +
 	"\aSummary\x12c\n" +
 	"\x14RecordDeliveryEvents\x12$.loom.v1.RecordDeliveryEventsRequest\x1a%.loom.v1.RecordDeliveryEventsResponse\x12O\n" +
-	"\x11GetMessageSummary\x12!.loom.v1.GetMessageSummaryRequest\x1a\x17.loom.v1.MessageSummaryB/Z-github.com/loom/loom/clients/go/loomv1;loomv1b\x06proto3"
+	"\x11GetMessageSummary\x12!.loom.v1.GetMessageSummaryRequest\x1a\x17.loom.v1.MessageSummary\x12i\n" +
+	"\x16DeleteMessageSummaries\x12&.loom.v1.DeleteMessageSummariesRequest\x1a'.loom.v1.DeleteMessageSummariesResponse\x12M\n" +
+	"\x0fEraseRecipients\x12&.loom.v1.SummaryEraseRecipientsRequest\x1a\x12.loom.v1.Operation\x12@\n" +
+	"\fGetOperation\x12\x1c.loom.v1.GetOperationRequest\x1a\x12.loom.v1.OperationB/Z-github.com/loom/loom/clients/go/loomv1;loomv1b\x06proto3"
 
 var (
 	file_loom_v1_summary_proto_rawDescOnce sync.Once
@@ -556,32 +695,43 @@ func file_loom_v1_summary_proto_rawDescGZIP() []byte {
 }
 
 var file_loom_v1_summary_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_loom_v1_summary_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_loom_v1_summary_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_loom_v1_summary_proto_goTypes = []any{
-	(DeliveryStatus)(0),                  // 0: loom.v1.DeliveryStatus
-	(Estimator)(0),                       // 1: loom.v1.Estimator
-	(*DeliveryEvent)(nil),                // 2: loom.v1.DeliveryEvent
-	(*RecordDeliveryEventsRequest)(nil),  // 3: loom.v1.RecordDeliveryEventsRequest
-	(*RecordDeliveryEventsResponse)(nil), // 4: loom.v1.RecordDeliveryEventsResponse
-	(*GetMessageSummaryRequest)(nil),     // 5: loom.v1.GetMessageSummaryRequest
-	(*StatusSummary)(nil),                // 6: loom.v1.StatusSummary
-	(*MessageSummary)(nil),               // 7: loom.v1.MessageSummary
+	(DeliveryStatus)(0),                    // 0: loom.v1.DeliveryStatus
+	(Estimator)(0),                         // 1: loom.v1.Estimator
+	(*DeliveryEvent)(nil),                  // 2: loom.v1.DeliveryEvent
+	(*RecordDeliveryEventsRequest)(nil),    // 3: loom.v1.RecordDeliveryEventsRequest
+	(*RecordDeliveryEventsResponse)(nil),   // 4: loom.v1.RecordDeliveryEventsResponse
+	(*GetMessageSummaryRequest)(nil),       // 5: loom.v1.GetMessageSummaryRequest
+	(*StatusSummary)(nil),                  // 6: loom.v1.StatusSummary
+	(*MessageSummary)(nil),                 // 7: loom.v1.MessageSummary
+	(*DeleteMessageSummariesRequest)(nil),  // 8: loom.v1.DeleteMessageSummariesRequest
+	(*DeleteMessageSummariesResponse)(nil), // 9: loom.v1.DeleteMessageSummariesResponse
+	(*SummaryEraseRecipientsRequest)(nil),  // 10: loom.v1.SummaryEraseRecipientsRequest
+	(*GetOperationRequest)(nil),            // 11: loom.v1.GetOperationRequest
+	(*Operation)(nil),                      // 12: loom.v1.Operation
 }
 var file_loom_v1_summary_proto_depIdxs = []int32{
-	0, // 0: loom.v1.DeliveryEvent.status:type_name -> loom.v1.DeliveryStatus
-	2, // 1: loom.v1.RecordDeliveryEventsRequest.events:type_name -> loom.v1.DeliveryEvent
-	0, // 2: loom.v1.StatusSummary.status:type_name -> loom.v1.DeliveryStatus
-	1, // 3: loom.v1.StatusSummary.estimator:type_name -> loom.v1.Estimator
-	6, // 4: loom.v1.MessageSummary.statuses:type_name -> loom.v1.StatusSummary
-	3, // 5: loom.v1.Summary.RecordDeliveryEvents:input_type -> loom.v1.RecordDeliveryEventsRequest
-	5, // 6: loom.v1.Summary.GetMessageSummary:input_type -> loom.v1.GetMessageSummaryRequest
-	4, // 7: loom.v1.Summary.RecordDeliveryEvents:output_type -> loom.v1.RecordDeliveryEventsResponse
-	7, // 8: loom.v1.Summary.GetMessageSummary:output_type -> loom.v1.MessageSummary
-	7, // [7:9] is the sub-list for method output_type
-	5, // [5:7] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	0,  // 0: loom.v1.DeliveryEvent.status:type_name -> loom.v1.DeliveryStatus
+	2,  // 1: loom.v1.RecordDeliveryEventsRequest.events:type_name -> loom.v1.DeliveryEvent
+	0,  // 2: loom.v1.StatusSummary.status:type_name -> loom.v1.DeliveryStatus
+	1,  // 3: loom.v1.StatusSummary.estimator:type_name -> loom.v1.Estimator
+	6,  // 4: loom.v1.MessageSummary.statuses:type_name -> loom.v1.StatusSummary
+	3,  // 5: loom.v1.Summary.RecordDeliveryEvents:input_type -> loom.v1.RecordDeliveryEventsRequest
+	5,  // 6: loom.v1.Summary.GetMessageSummary:input_type -> loom.v1.GetMessageSummaryRequest
+	8,  // 7: loom.v1.Summary.DeleteMessageSummaries:input_type -> loom.v1.DeleteMessageSummariesRequest
+	10, // 8: loom.v1.Summary.EraseRecipients:input_type -> loom.v1.SummaryEraseRecipientsRequest
+	11, // 9: loom.v1.Summary.GetOperation:input_type -> loom.v1.GetOperationRequest
+	4,  // 10: loom.v1.Summary.RecordDeliveryEvents:output_type -> loom.v1.RecordDeliveryEventsResponse
+	7,  // 11: loom.v1.Summary.GetMessageSummary:output_type -> loom.v1.MessageSummary
+	9,  // 12: loom.v1.Summary.DeleteMessageSummaries:output_type -> loom.v1.DeleteMessageSummariesResponse
+	12, // 13: loom.v1.Summary.EraseRecipients:output_type -> loom.v1.Operation
+	12, // 14: loom.v1.Summary.GetOperation:output_type -> loom.v1.Operation
+	10, // [10:15] is the sub-list for method output_type
+	5,  // [5:10] is the sub-list for method input_type
+	5,  // [5:5] is the sub-list for extension type_name
+	5,  // [5:5] is the sub-list for extension extendee
+	0,  // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_loom_v1_summary_proto_init() }
@@ -589,13 +739,14 @@ func file_loom_v1_summary_proto_init() {
 	if File_loom_v1_summary_proto != nil {
 		return
 	}
+	file_loom_v1_common_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loom_v1_summary_proto_rawDesc), len(file_loom_v1_summary_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   6,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,8 +19,11 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Summary_RecordDeliveryEvents_FullMethodName = "/loom.v1.Summary/RecordDeliveryEvents"
-	Summary_GetMessageSummary_FullMethodName    = "/loom.v1.Summary/GetMessageSummary"
+	Summary_RecordDeliveryEvents_FullMethodName   = "/loom.v1.Summary/RecordDeliveryEvents"
+	Summary_GetMessageSummary_FullMethodName      = "/loom.v1.Summary/GetMessageSummary"
+	Summary_DeleteMessageSummaries_FullMethodName = "/loom.v1.Summary/DeleteMessageSummaries"
+	Summary_EraseRecipients_FullMethodName        = "/loom.v1.Summary/EraseRecipients"
+	Summary_GetOperation_FullMethodName           = "/loom.v1.Summary/GetOperation"
 )
 
 // SummaryClient is the client API for Summary service.
@@ -39,6 +42,31 @@ type SummaryClient interface {
 	// The summary of one message. NOT_FOUND when no event was recorded for it.
 	// Idempotent, safe to retry: a read.
 	GetMessageSummary(ctx context.Context, in *GetMessageSummaryRequest, opts ...grpc.CallOption) (*MessageSummary, error)
+	// Deletes the summaries of these messages: from the answer on, GetMessageSummary
+	// answers NOT_FOUND for each of them. A deleted message keeps a small deletion
+	// marker (its id and nothing else), so a late delivery event for it is ignored
+	// (RecordDeliveryEvents answers recorded = 0) and never starts a fresh summary:
+	// a deleted summary stays deleted, and its message id is not reused. An id never
+	// recorded is not an error: it is marked deleted all the same, so events arriving
+	// after the deletion are ignored too.
+	// Idempotent, safe to retry: deleting twice is deleting once.
+	DeleteMessageSummaries(ctx context.Context, in *DeleteMessageSummariesRequest, opts ...grpc.CallOption) (*DeleteMessageSummariesResponse, error)
+	// Erases recipients from every summary, for a subject's erasure (needs summary:admin).
+	// Every exact recipient set loses these ids and its count drops accordingly. An
+	// estimated set (CPC sketch, linear-counting bitmap, HyperLogLog) cannot forget one
+	// member: it holds only hashed bits, no identifier, so its count is left as it is
+	// and nothing in it names the recipient. Every summary must be scanned, so this
+	// answers at once with a background operation (read it back with GetOperation);
+	// from the answer on, this server's reads already leave the ids out. An event for an
+	// erased recipient recorded while the operation runs may be erased with it; once the
+	// operation is DONE, new events are new data and are kept.
+	// Idempotent, safe to retry: erasing twice is erasing once; unknown ids change nothing.
+	EraseRecipients(ctx context.Context, in *SummaryEraseRecipientsRequest, opts ...grpc.CallOption) (*Operation, error)
+	// A background operation started by EraseRecipients on this server. NOT_FOUND when
+	// unknown (operations are kept in memory for an hour after they end, and not across
+	// a restart; re-issuing the erasure is always safe).
+	// Idempotent, safe to retry: a read.
+	GetOperation(ctx context.Context, in *GetOperationRequest, opts ...grpc.CallOption) (*Operation, error)
 }
 
 type summaryClient struct {
@@ -69,6 +97,36 @@ func (c *summaryClient) GetMessageSummary(ctx context.Context, in *GetMessageSum
 	return out, nil
 }
 
+func (c *summaryClient) DeleteMessageSummaries(ctx context.Context, in *DeleteMessageSummariesRequest, opts ...grpc.CallOption) (*DeleteMessageSummariesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteMessageSummariesResponse)
+	err := c.cc.Invoke(ctx, Summary_DeleteMessageSummaries_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *summaryClient) EraseRecipients(ctx context.Context, in *SummaryEraseRecipientsRequest, opts ...grpc.CallOption) (*Operation, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Operation)
+	err := c.cc.Invoke(ctx, Summary_EraseRecipients_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *summaryClient) GetOperation(ctx context.Context, in *GetOperationRequest, opts ...grpc.CallOption) (*Operation, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Operation)
+	err := c.cc.Invoke(ctx, Summary_GetOperation_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SummaryServer is the server API for Summary service.
 // All implementations must embed UnimplementedSummaryServer
 // for forward compatibility.
@@ -85,6 +143,31 @@ type SummaryServer interface {
 	// The summary of one message. NOT_FOUND when no event was recorded for it.
 	// Idempotent, safe to retry: a read.
 	GetMessageSummary(context.Context, *GetMessageSummaryRequest) (*MessageSummary, error)
+	// Deletes the summaries of these messages: from the answer on, GetMessageSummary
+	// answers NOT_FOUND for each of them. A deleted message keeps a small deletion
+	// marker (its id and nothing else), so a late delivery event for it is ignored
+	// (RecordDeliveryEvents answers recorded = 0) and never starts a fresh summary:
+	// a deleted summary stays deleted, and its message id is not reused. An id never
+	// recorded is not an error: it is marked deleted all the same, so events arriving
+	// after the deletion are ignored too.
+	// Idempotent, safe to retry: deleting twice is deleting once.
+	DeleteMessageSummaries(context.Context, *DeleteMessageSummariesRequest) (*DeleteMessageSummariesResponse, error)
+	// Erases recipients from every summary, for a subject's erasure (needs summary:admin).
+	// Every exact recipient set loses these ids and its count drops accordingly. An
+	// estimated set (CPC sketch, linear-counting bitmap, HyperLogLog) cannot forget one
+	// member: it holds only hashed bits, no identifier, so its count is left as it is
+	// and nothing in it names the recipient. Every summary must be scanned, so this
+	// answers at once with a background operation (read it back with GetOperation);
+	// from the answer on, this server's reads already leave the ids out. An event for an
+	// erased recipient recorded while the operation runs may be erased with it; once the
+	// operation is DONE, new events are new data and are kept.
+	// Idempotent, safe to retry: erasing twice is erasing once; unknown ids change nothing.
+	EraseRecipients(context.Context, *SummaryEraseRecipientsRequest) (*Operation, error)
+	// A background operation started by EraseRecipients on this server. NOT_FOUND when
+	// unknown (operations are kept in memory for an hour after they end, and not across
+	// a restart; re-issuing the erasure is always safe).
+	// Idempotent, safe to retry: a read.
+	GetOperation(context.Context, *GetOperationRequest) (*Operation, error)
 	mustEmbedUnimplementedSummaryServer()
 }
 
@@ -100,6 +183,15 @@ func (UnimplementedSummaryServer) RecordDeliveryEvents(context.Context, *RecordD
 }
 func (UnimplementedSummaryServer) GetMessageSummary(context.Context, *GetMessageSummaryRequest) (*MessageSummary, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetMessageSummary not implemented")
+}
+func (UnimplementedSummaryServer) DeleteMessageSummaries(context.Context, *DeleteMessageSummariesRequest) (*DeleteMessageSummariesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteMessageSummaries not implemented")
+}
+func (UnimplementedSummaryServer) EraseRecipients(context.Context, *SummaryEraseRecipientsRequest) (*Operation, error) {
+	return nil, status.Error(codes.Unimplemented, "method EraseRecipients not implemented")
+}
+func (UnimplementedSummaryServer) GetOperation(context.Context, *GetOperationRequest) (*Operation, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetOperation not implemented")
 }
 func (UnimplementedSummaryServer) mustEmbedUnimplementedSummaryServer() {}
 func (UnimplementedSummaryServer) testEmbeddedByValue()                 {}
@@ -158,6 +250,60 @@ func _Summary_GetMessageSummary_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Summary_DeleteMessageSummaries_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteMessageSummariesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SummaryServer).DeleteMessageSummaries(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Summary_DeleteMessageSummaries_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SummaryServer).DeleteMessageSummaries(ctx, req.(*DeleteMessageSummariesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Summary_EraseRecipients_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SummaryEraseRecipientsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SummaryServer).EraseRecipients(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Summary_EraseRecipients_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SummaryServer).EraseRecipients(ctx, req.(*SummaryEraseRecipientsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Summary_GetOperation_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetOperationRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SummaryServer).GetOperation(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Summary_GetOperation_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SummaryServer).GetOperation(ctx, req.(*GetOperationRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Summary_ServiceDesc is the grpc.ServiceDesc for Summary service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -172,6 +318,18 @@ var Summary_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetMessageSummary",
 			Handler:    _Summary_GetMessageSummary_Handler,
+		},
+		{
+			MethodName: "DeleteMessageSummaries",
+			Handler:    _Summary_DeleteMessageSummaries_Handler,
+		},
+		{
+			MethodName: "EraseRecipients",
+			Handler:    _Summary_EraseRecipients_Handler,
+		},
+		{
+			MethodName: "GetOperation",
+			Handler:    _Summary_GetOperation_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -1251,11 +1251,57 @@ func (x *InductionStats) GetFormationQueueDepth() int64 {
 	return 0
 }
 
+// The request of TemplateInduction's EraseRecipients.
+type TemplateInductionEraseRecipientsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The recipients to erase, as given in Email.recipient_id (1..1,000 ids of 1..512 bytes).
+	RecipientIds  []string `protobuf:"bytes,1,rep,name=recipient_ids,json=recipientIds,proto3" json:"recipient_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TemplateInductionEraseRecipientsRequest) Reset() {
+	*x = TemplateInductionEraseRecipientsRequest{}
+	mi := &file_loom_v1_templates_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TemplateInductionEraseRecipientsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TemplateInductionEraseRecipientsRequest) ProtoMessage() {}
+
+func (x *TemplateInductionEraseRecipientsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_templates_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TemplateInductionEraseRecipientsRequest.ProtoReflect.Descriptor instead.
+func (*TemplateInductionEraseRecipientsRequest) Descriptor() ([]byte, []int) {
+	return file_loom_v1_templates_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *TemplateInductionEraseRecipientsRequest) GetRecipientIds() []string {
+	if x != nil {
+		return x.RecipientIds
+	}
+	return nil
+}
+
 var File_loom_v1_templates_proto protoreflect.FileDescriptor
 
 const file_loom_v1_templates_proto_rawDesc = "" +
 	"\n" +
-	"\x17loom/v1/templates.proto\x12\aloom.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd1\x01\n" +
+	"\x17loom/v1/templates.proto\x12\aloom.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14loom/v1/common.proto\"\xd1\x01\n" +
 	"\x05Email\x12\x19\n" +
 	"\bemail_id\x18\x01 \x01(\tR\aemailId\x12\x16\n" +
 	"\x06sender\x18\x02 \x01(\tR\x06sender\x12!\n" +
@@ -1360,18 +1406,22 @@ const file_loom_v1_templates_proto_rawDesc = "" +
 	" \x01(\x03R\x06failed\x12&\n" +
 	"\x0fcpu_queue_depth\x18\v \x01(\x03R\rcpuQueueDepth\x12$\n" +
 	"\x0eio_queue_depth\x18\f \x01(\x03R\fioQueueDepth\x122\n" +
-	"\x15formation_queue_depth\x18\r \x01(\x03R\x13formationQueueDepth*\x88\x01\n" +
+	"\x15formation_queue_depth\x18\r \x01(\x03R\x13formationQueueDepth\"N\n" +
+	"'TemplateInductionEraseRecipientsRequest\x12#\n" +
+	"\rrecipient_ids\x18\x01 \x03(\tR\frecipientIds*\x88\x01\n" +
 	"\x0eFieldPlacement\x12\x1f\n" +
 	"\x1bFIELD_PLACEMENT_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17FIELD_PLACEMENT_STRETCH\x10\x01\x12\x17\n" +
 	"\x13FIELD_PLACEMENT_ROW\x10\x02\x12\x1f\n" +
-	"\x1bFIELD_PLACEMENT_AFTER_BLOCK\x10\x032\x90\x03\n" +
+	"\x1bFIELD_PLACEMENT_AFTER_BLOCK\x10\x032\xab\x04\n" +
 	"\x11TemplateInduction\x12K\n" +
 	"\fSubmitEmails\x12\x1c.loom.v1.SubmitEmailsRequest\x1a\x1d.loom.v1.SubmitEmailsResponse\x12N\n" +
 	"\rAnnotateEmail\x12\x1d.loom.v1.AnnotateEmailRequest\x1a\x1e.loom.v1.AnnotateEmailResponse\x12=\n" +
 	"\vGetTemplate\x12\x1b.loom.v1.GetTemplateRequest\x1a\x11.loom.v1.Template\x12N\n" +
 	"\rListTemplates\x12\x1d.loom.v1.ListTemplatesRequest\x1a\x1e.loom.v1.ListTemplatesResponse\x12O\n" +
-	"\x11GetInductionStats\x12!.loom.v1.GetInductionStatsRequest\x1a\x17.loom.v1.InductionStatsB/Z-github.com/loom/loom/clients/go/loomv1;loomv1b\x06proto3"
+	"\x11GetInductionStats\x12!.loom.v1.GetInductionStatsRequest\x1a\x17.loom.v1.InductionStats\x12W\n" +
+	"\x0fEraseRecipients\x120.loom.v1.TemplateInductionEraseRecipientsRequest\x1a\x12.loom.v1.Operation\x12@\n" +
+	"\fGetOperation\x12\x1c.loom.v1.GetOperationRequest\x1a\x12.loom.v1.OperationB/Z-github.com/loom/loom/clients/go/loomv1;loomv1b\x06proto3"
 
 var (
 	file_loom_v1_templates_proto_rawDescOnce sync.Once
@@ -1386,28 +1436,31 @@ func file_loom_v1_templates_proto_rawDescGZIP() []byte {
 }
 
 var file_loom_v1_templates_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_loom_v1_templates_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_loom_v1_templates_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_loom_v1_templates_proto_goTypes = []any{
-	(FieldPlacement)(0),              // 0: loom.v1.FieldPlacement
-	(*Email)(nil),                    // 1: loom.v1.Email
-	(*SubmitEmailsRequest)(nil),      // 2: loom.v1.SubmitEmailsRequest
-	(*SubmitEmailsResponse)(nil),     // 3: loom.v1.SubmitEmailsResponse
-	(*AnnotateEmailRequest)(nil),     // 4: loom.v1.AnnotateEmailRequest
-	(*ExtractedField)(nil),           // 5: loom.v1.ExtractedField
-	(*FieldRow)(nil),                 // 6: loom.v1.FieldRow
-	(*ExtractedBlock)(nil),           // 7: loom.v1.ExtractedBlock
-	(*AnnotateEmailResponse)(nil),    // 8: loom.v1.AnnotateEmailResponse
-	(*FieldRule)(nil),                // 9: loom.v1.FieldRule
-	(*Template)(nil),                 // 10: loom.v1.Template
-	(*GetTemplateRequest)(nil),       // 11: loom.v1.GetTemplateRequest
-	(*ListTemplatesRequest)(nil),     // 12: loom.v1.ListTemplatesRequest
-	(*ListTemplatesResponse)(nil),    // 13: loom.v1.ListTemplatesResponse
-	(*GetInductionStatsRequest)(nil), // 14: loom.v1.GetInductionStatsRequest
-	(*InductionStats)(nil),           // 15: loom.v1.InductionStats
-	(*timestamppb.Timestamp)(nil),    // 16: google.protobuf.Timestamp
+	(FieldPlacement)(0),                             // 0: loom.v1.FieldPlacement
+	(*Email)(nil),                                   // 1: loom.v1.Email
+	(*SubmitEmailsRequest)(nil),                     // 2: loom.v1.SubmitEmailsRequest
+	(*SubmitEmailsResponse)(nil),                    // 3: loom.v1.SubmitEmailsResponse
+	(*AnnotateEmailRequest)(nil),                    // 4: loom.v1.AnnotateEmailRequest
+	(*ExtractedField)(nil),                          // 5: loom.v1.ExtractedField
+	(*FieldRow)(nil),                                // 6: loom.v1.FieldRow
+	(*ExtractedBlock)(nil),                          // 7: loom.v1.ExtractedBlock
+	(*AnnotateEmailResponse)(nil),                   // 8: loom.v1.AnnotateEmailResponse
+	(*FieldRule)(nil),                               // 9: loom.v1.FieldRule
+	(*Template)(nil),                                // 10: loom.v1.Template
+	(*GetTemplateRequest)(nil),                      // 11: loom.v1.GetTemplateRequest
+	(*ListTemplatesRequest)(nil),                    // 12: loom.v1.ListTemplatesRequest
+	(*ListTemplatesResponse)(nil),                   // 13: loom.v1.ListTemplatesResponse
+	(*GetInductionStatsRequest)(nil),                // 14: loom.v1.GetInductionStatsRequest
+	(*InductionStats)(nil),                          // 15: loom.v1.InductionStats
+	(*TemplateInductionEraseRecipientsRequest)(nil), // 16: loom.v1.TemplateInductionEraseRecipientsRequest
+	(*timestamppb.Timestamp)(nil),                   // 17: google.protobuf.Timestamp
+	(*GetOperationRequest)(nil),                     // 18: loom.v1.GetOperationRequest
+	(*Operation)(nil),                               // 19: loom.v1.Operation
 }
 var file_loom_v1_templates_proto_depIdxs = []int32{
-	16, // 0: loom.v1.Email.received_at:type_name -> google.protobuf.Timestamp
+	17, // 0: loom.v1.Email.received_at:type_name -> google.protobuf.Timestamp
 	1,  // 1: loom.v1.SubmitEmailsRequest.emails:type_name -> loom.v1.Email
 	1,  // 2: loom.v1.AnnotateEmailRequest.email:type_name -> loom.v1.Email
 	5,  // 3: loom.v1.FieldRow.fields:type_name -> loom.v1.ExtractedField
@@ -1415,7 +1468,7 @@ var file_loom_v1_templates_proto_depIdxs = []int32{
 	5,  // 5: loom.v1.AnnotateEmailResponse.fields:type_name -> loom.v1.ExtractedField
 	7,  // 6: loom.v1.AnnotateEmailResponse.blocks:type_name -> loom.v1.ExtractedBlock
 	0,  // 7: loom.v1.FieldRule.placement:type_name -> loom.v1.FieldPlacement
-	16, // 8: loom.v1.Template.created_at:type_name -> google.protobuf.Timestamp
+	17, // 8: loom.v1.Template.created_at:type_name -> google.protobuf.Timestamp
 	9,  // 9: loom.v1.Template.field_rules:type_name -> loom.v1.FieldRule
 	10, // 10: loom.v1.ListTemplatesResponse.templates:type_name -> loom.v1.Template
 	2,  // 11: loom.v1.TemplateInduction.SubmitEmails:input_type -> loom.v1.SubmitEmailsRequest
@@ -1423,13 +1476,17 @@ var file_loom_v1_templates_proto_depIdxs = []int32{
 	11, // 13: loom.v1.TemplateInduction.GetTemplate:input_type -> loom.v1.GetTemplateRequest
 	12, // 14: loom.v1.TemplateInduction.ListTemplates:input_type -> loom.v1.ListTemplatesRequest
 	14, // 15: loom.v1.TemplateInduction.GetInductionStats:input_type -> loom.v1.GetInductionStatsRequest
-	3,  // 16: loom.v1.TemplateInduction.SubmitEmails:output_type -> loom.v1.SubmitEmailsResponse
-	8,  // 17: loom.v1.TemplateInduction.AnnotateEmail:output_type -> loom.v1.AnnotateEmailResponse
-	10, // 18: loom.v1.TemplateInduction.GetTemplate:output_type -> loom.v1.Template
-	13, // 19: loom.v1.TemplateInduction.ListTemplates:output_type -> loom.v1.ListTemplatesResponse
-	15, // 20: loom.v1.TemplateInduction.GetInductionStats:output_type -> loom.v1.InductionStats
-	16, // [16:21] is the sub-list for method output_type
-	11, // [11:16] is the sub-list for method input_type
+	16, // 16: loom.v1.TemplateInduction.EraseRecipients:input_type -> loom.v1.TemplateInductionEraseRecipientsRequest
+	18, // 17: loom.v1.TemplateInduction.GetOperation:input_type -> loom.v1.GetOperationRequest
+	3,  // 18: loom.v1.TemplateInduction.SubmitEmails:output_type -> loom.v1.SubmitEmailsResponse
+	8,  // 19: loom.v1.TemplateInduction.AnnotateEmail:output_type -> loom.v1.AnnotateEmailResponse
+	10, // 20: loom.v1.TemplateInduction.GetTemplate:output_type -> loom.v1.Template
+	13, // 21: loom.v1.TemplateInduction.ListTemplates:output_type -> loom.v1.ListTemplatesResponse
+	15, // 22: loom.v1.TemplateInduction.GetInductionStats:output_type -> loom.v1.InductionStats
+	19, // 23: loom.v1.TemplateInduction.EraseRecipients:output_type -> loom.v1.Operation
+	19, // 24: loom.v1.TemplateInduction.GetOperation:output_type -> loom.v1.Operation
+	18, // [18:25] is the sub-list for method output_type
+	11, // [11:18] is the sub-list for method input_type
 	11, // [11:11] is the sub-list for extension type_name
 	11, // [11:11] is the sub-list for extension extendee
 	0,  // [0:11] is the sub-list for field type_name
@@ -1440,13 +1497,14 @@ func file_loom_v1_templates_proto_init() {
 	if File_loom_v1_templates_proto != nil {
 		return
 	}
+	file_loom_v1_common_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loom_v1_templates_proto_rawDesc), len(file_loom_v1_templates_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   15,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -24,6 +24,8 @@ const (
 	TemplateInduction_GetTemplate_FullMethodName       = "/loom.v1.TemplateInduction/GetTemplate"
 	TemplateInduction_ListTemplates_FullMethodName     = "/loom.v1.TemplateInduction/ListTemplates"
 	TemplateInduction_GetInductionStats_FullMethodName = "/loom.v1.TemplateInduction/GetInductionStats"
+	TemplateInduction_EraseRecipients_FullMethodName   = "/loom.v1.TemplateInduction/EraseRecipients"
+	TemplateInduction_GetOperation_FullMethodName      = "/loom.v1.TemplateInduction/GetOperation"
 )
 
 // TemplateInductionClient is the client API for TemplateInduction service.
@@ -56,6 +58,24 @@ type TemplateInductionClient interface {
 	// templates formed, queue depths. Counts only, never content.
 	// Idempotent, safe to retry: a read.
 	GetInductionStats(ctx context.Context, in *GetInductionStatsRequest, opts ...grpc.CallOption) (*InductionStats, error)
+	// Erases recipients, for a subject's erasure (needs templates:admin): every stored
+	// email of theirs and every recipient row (the keyed hash of their id) is removed
+	// from every cluster. A template already formed keeps only what at least k distinct
+	// recipients gave it: each cluster that held one of them is formed again from the
+	// emails that remain, and when fewer than k distinct recipients remain its templates
+	// are dropped (the cluster is unformed again, and forms anew once k recipients'
+	// emails arrive). Counters in GetInductionStats are counts only and hold no
+	// identifier. Every cluster must be scanned, so this answers at once with a
+	// background operation (read it back with GetOperation). Emails of these recipients
+	// still queued on this server, or submitted to it while the operation runs, are not
+	// stored; once it is DONE, new emails are new data and are kept.
+	// Idempotent, safe to retry: erasing twice is erasing once; unknown ids change nothing.
+	EraseRecipients(ctx context.Context, in *TemplateInductionEraseRecipientsRequest, opts ...grpc.CallOption) (*Operation, error)
+	// A background operation started by EraseRecipients on this server. NOT_FOUND when
+	// unknown (operations are kept in memory for an hour after they end, and not across
+	// a restart; re-issuing the erasure is always safe).
+	// Idempotent, safe to retry: a read.
+	GetOperation(ctx context.Context, in *GetOperationRequest, opts ...grpc.CallOption) (*Operation, error)
 }
 
 type templateInductionClient struct {
@@ -116,6 +136,26 @@ func (c *templateInductionClient) GetInductionStats(ctx context.Context, in *Get
 	return out, nil
 }
 
+func (c *templateInductionClient) EraseRecipients(ctx context.Context, in *TemplateInductionEraseRecipientsRequest, opts ...grpc.CallOption) (*Operation, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Operation)
+	err := c.cc.Invoke(ctx, TemplateInduction_EraseRecipients_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *templateInductionClient) GetOperation(ctx context.Context, in *GetOperationRequest, opts ...grpc.CallOption) (*Operation, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Operation)
+	err := c.cc.Invoke(ctx, TemplateInduction_GetOperation_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TemplateInductionServer is the server API for TemplateInduction service.
 // All implementations must embed UnimplementedTemplateInductionServer
 // for forward compatibility.
@@ -146,6 +186,24 @@ type TemplateInductionServer interface {
 	// templates formed, queue depths. Counts only, never content.
 	// Idempotent, safe to retry: a read.
 	GetInductionStats(context.Context, *GetInductionStatsRequest) (*InductionStats, error)
+	// Erases recipients, for a subject's erasure (needs templates:admin): every stored
+	// email of theirs and every recipient row (the keyed hash of their id) is removed
+	// from every cluster. A template already formed keeps only what at least k distinct
+	// recipients gave it: each cluster that held one of them is formed again from the
+	// emails that remain, and when fewer than k distinct recipients remain its templates
+	// are dropped (the cluster is unformed again, and forms anew once k recipients'
+	// emails arrive). Counters in GetInductionStats are counts only and hold no
+	// identifier. Every cluster must be scanned, so this answers at once with a
+	// background operation (read it back with GetOperation). Emails of these recipients
+	// still queued on this server, or submitted to it while the operation runs, are not
+	// stored; once it is DONE, new emails are new data and are kept.
+	// Idempotent, safe to retry: erasing twice is erasing once; unknown ids change nothing.
+	EraseRecipients(context.Context, *TemplateInductionEraseRecipientsRequest) (*Operation, error)
+	// A background operation started by EraseRecipients on this server. NOT_FOUND when
+	// unknown (operations are kept in memory for an hour after they end, and not across
+	// a restart; re-issuing the erasure is always safe).
+	// Idempotent, safe to retry: a read.
+	GetOperation(context.Context, *GetOperationRequest) (*Operation, error)
 	mustEmbedUnimplementedTemplateInductionServer()
 }
 
@@ -170,6 +228,12 @@ func (UnimplementedTemplateInductionServer) ListTemplates(context.Context, *List
 }
 func (UnimplementedTemplateInductionServer) GetInductionStats(context.Context, *GetInductionStatsRequest) (*InductionStats, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetInductionStats not implemented")
+}
+func (UnimplementedTemplateInductionServer) EraseRecipients(context.Context, *TemplateInductionEraseRecipientsRequest) (*Operation, error) {
+	return nil, status.Error(codes.Unimplemented, "method EraseRecipients not implemented")
+}
+func (UnimplementedTemplateInductionServer) GetOperation(context.Context, *GetOperationRequest) (*Operation, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetOperation not implemented")
 }
 func (UnimplementedTemplateInductionServer) mustEmbedUnimplementedTemplateInductionServer() {}
 func (UnimplementedTemplateInductionServer) testEmbeddedByValue()                           {}
@@ -282,6 +346,42 @@ func _TemplateInduction_GetInductionStats_Handler(srv interface{}, ctx context.C
 	return interceptor(ctx, in, info, handler)
 }
 
+func _TemplateInduction_EraseRecipients_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TemplateInductionEraseRecipientsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TemplateInductionServer).EraseRecipients(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TemplateInduction_EraseRecipients_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TemplateInductionServer).EraseRecipients(ctx, req.(*TemplateInductionEraseRecipientsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _TemplateInduction_GetOperation_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetOperationRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TemplateInductionServer).GetOperation(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TemplateInduction_GetOperation_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TemplateInductionServer).GetOperation(ctx, req.(*GetOperationRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // TemplateInduction_ServiceDesc is the grpc.ServiceDesc for TemplateInduction service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -308,6 +408,14 @@ var TemplateInduction_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetInductionStats",
 			Handler:    _TemplateInduction_GetInductionStats_Handler,
+		},
+		{
+			MethodName: "EraseRecipients",
+			Handler:    _TemplateInduction_EraseRecipients_Handler,
+		},
+		{
+			MethodName: "GetOperation",
+			Handler:    _TemplateInduction_GetOperation_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

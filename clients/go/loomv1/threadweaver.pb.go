@@ -676,6 +676,191 @@ func (x *ResolveThreadsResponse) GetThreads() []*ResolvedThread {
 	return nil
 }
 
+// The request of UnweaveThreads.
+type UnweaveThreadsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 1..1,000 threads to remove (each gid and thread_id 1..512 bytes).
+	Threads       []*ThreadRef `protobuf:"bytes,1,rep,name=threads,proto3" json:"threads,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnweaveThreadsRequest) Reset() {
+	*x = UnweaveThreadsRequest{}
+	mi := &file_loom_v1_threadweaver_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnweaveThreadsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnweaveThreadsRequest) ProtoMessage() {}
+
+func (x *UnweaveThreadsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_threadweaver_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnweaveThreadsRequest.ProtoReflect.Descriptor instead.
+func (*UnweaveThreadsRequest) Descriptor() ([]byte, []int) {
+	return file_loom_v1_threadweaver_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *UnweaveThreadsRequest) GetThreads() []*ThreadRef {
+	if x != nil {
+		return x.Threads
+	}
+	return nil
+}
+
+// The response of UnweaveThreads.
+type UnweaveThreadsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The removal's operation: reads are already exact; DONE once every row of
+	// the removed threads is physically gone.
+	Operation     *Operation `protobuf:"bytes,1,opt,name=operation,proto3" json:"operation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnweaveThreadsResponse) Reset() {
+	*x = UnweaveThreadsResponse{}
+	mi := &file_loom_v1_threadweaver_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnweaveThreadsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnweaveThreadsResponse) ProtoMessage() {}
+
+func (x *UnweaveThreadsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_threadweaver_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnweaveThreadsResponse.ProtoReflect.Descriptor instead.
+func (*UnweaveThreadsResponse) Descriptor() ([]byte, []int) {
+	return file_loom_v1_threadweaver_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *UnweaveThreadsResponse) GetOperation() *Operation {
+	if x != nil {
+		return x.Operation
+	}
+	return nil
+}
+
+// The request of UnweaveMailbox.
+type UnweaveMailboxRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The mailbox owner (1..512 bytes).
+	Gid           string `protobuf:"bytes,1,opt,name=gid,proto3" json:"gid,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnweaveMailboxRequest) Reset() {
+	*x = UnweaveMailboxRequest{}
+	mi := &file_loom_v1_threadweaver_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnweaveMailboxRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnweaveMailboxRequest) ProtoMessage() {}
+
+func (x *UnweaveMailboxRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_threadweaver_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnweaveMailboxRequest.ProtoReflect.Descriptor instead.
+func (*UnweaveMailboxRequest) Descriptor() ([]byte, []int) {
+	return file_loom_v1_threadweaver_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *UnweaveMailboxRequest) GetGid() string {
+	if x != nil {
+		return x.Gid
+	}
+	return ""
+}
+
+// The response of UnweaveMailbox.
+type UnweaveMailboxResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The erasure's operation, as UnweaveThreadsResponse.operation.
+	Operation     *Operation `protobuf:"bytes,1,opt,name=operation,proto3" json:"operation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnweaveMailboxResponse) Reset() {
+	*x = UnweaveMailboxResponse{}
+	mi := &file_loom_v1_threadweaver_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnweaveMailboxResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnweaveMailboxResponse) ProtoMessage() {}
+
+func (x *UnweaveMailboxResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_threadweaver_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnweaveMailboxResponse.ProtoReflect.Descriptor instead.
+func (*UnweaveMailboxResponse) Descriptor() ([]byte, []int) {
+	return file_loom_v1_threadweaver_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *UnweaveMailboxResponse) GetOperation() *Operation {
+	if x != nil {
+		return x.Operation
+	}
+	return nil
+}
+
 var File_loom_v1_threadweaver_proto protoreflect.FileDescriptor
 
 const file_loom_v1_threadweaver_proto_rawDesc = "" +
@@ -717,12 +902,23 @@ const file_loom_v1_threadweaver_proto_rawDesc = "" +
 	"\x11unified_thread_id\x18\x02 \x01(\tR\x0funifiedThreadId\x12\x14\n" +
 	"\x05found\x18\x03 \x01(\bR\x05found\"K\n" +
 	"\x16ResolveThreadsResponse\x121\n" +
-	"\athreads\x18\x01 \x03(\v2\x17.loom.v1.ResolvedThreadR\athreads2\xd7\x02\n" +
+	"\athreads\x18\x01 \x03(\v2\x17.loom.v1.ResolvedThreadR\athreads\"E\n" +
+	"\x15UnweaveThreadsRequest\x12,\n" +
+	"\athreads\x18\x01 \x03(\v2\x12.loom.v1.ThreadRefR\athreads\"J\n" +
+	"\x16UnweaveThreadsResponse\x120\n" +
+	"\toperation\x18\x01 \x01(\v2\x12.loom.v1.OperationR\toperation\")\n" +
+	"\x15UnweaveMailboxRequest\x12\x10\n" +
+	"\x03gid\x18\x01 \x01(\tR\x03gid\"J\n" +
+	"\x16UnweaveMailboxResponse\x120\n" +
+	"\toperation\x18\x01 \x01(\v2\x12.loom.v1.OperationR\toperation2\xbf\x04\n" +
 	"\fThreadWeaver\x12K\n" +
 	"\fWeaveMessage\x12\x1c.loom.v1.WeaveMessageRequest\x1a\x1d.loom.v1.WeaveMessageResponse\x12N\n" +
 	"\rWeaveMessages\x12\x1d.loom.v1.WeaveMessagesRequest\x1a\x1e.loom.v1.WeaveMessagesResponse\x12W\n" +
 	"\x10GetUnifiedThread\x12 .loom.v1.GetUnifiedThreadRequest\x1a!.loom.v1.GetUnifiedThreadResponse\x12Q\n" +
-	"\x0eResolveThreads\x12\x1e.loom.v1.ResolveThreadsRequest\x1a\x1f.loom.v1.ResolveThreadsResponseB/Z-github.com/loom/loom/clients/go/loomv1;loomv1b\x06proto3"
+	"\x0eResolveThreads\x12\x1e.loom.v1.ResolveThreadsRequest\x1a\x1f.loom.v1.ResolveThreadsResponse\x12Q\n" +
+	"\x0eUnweaveThreads\x12\x1e.loom.v1.UnweaveThreadsRequest\x1a\x1f.loom.v1.UnweaveThreadsResponse\x12Q\n" +
+	"\x0eUnweaveMailbox\x12\x1e.loom.v1.UnweaveMailboxRequest\x1a\x1f.loom.v1.UnweaveMailboxResponse\x12@\n" +
+	"\fGetOperation\x12\x1c.loom.v1.GetOperationRequest\x1a\x12.loom.v1.OperationB/Z-github.com/loom/loom/clients/go/loomv1;loomv1b\x06proto3"
 
 var (
 	file_loom_v1_threadweaver_proto_rawDescOnce sync.Once
@@ -736,7 +932,7 @@ func file_loom_v1_threadweaver_proto_rawDescGZIP() []byte {
 	return file_loom_v1_threadweaver_proto_rawDescData
 }
 
-var file_loom_v1_threadweaver_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_loom_v1_threadweaver_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_loom_v1_threadweaver_proto_goTypes = []any{
 	(*WovenMessage)(nil),             // 0: loom.v1.WovenMessage
 	(*WeaveMessageRequest)(nil),      // 1: loom.v1.WeaveMessageRequest
@@ -749,33 +945,48 @@ var file_loom_v1_threadweaver_proto_goTypes = []any{
 	(*ResolveThreadsRequest)(nil),    // 8: loom.v1.ResolveThreadsRequest
 	(*ResolvedThread)(nil),           // 9: loom.v1.ResolvedThread
 	(*ResolveThreadsResponse)(nil),   // 10: loom.v1.ResolveThreadsResponse
-	(*timestamppb.Timestamp)(nil),    // 11: google.protobuf.Timestamp
-	(*ThreadRef)(nil),                // 12: loom.v1.ThreadRef
+	(*UnweaveThreadsRequest)(nil),    // 11: loom.v1.UnweaveThreadsRequest
+	(*UnweaveThreadsResponse)(nil),   // 12: loom.v1.UnweaveThreadsResponse
+	(*UnweaveMailboxRequest)(nil),    // 13: loom.v1.UnweaveMailboxRequest
+	(*UnweaveMailboxResponse)(nil),   // 14: loom.v1.UnweaveMailboxResponse
+	(*timestamppb.Timestamp)(nil),    // 15: google.protobuf.Timestamp
+	(*ThreadRef)(nil),                // 16: loom.v1.ThreadRef
+	(*Operation)(nil),                // 17: loom.v1.Operation
+	(*GetOperationRequest)(nil),      // 18: loom.v1.GetOperationRequest
 }
 var file_loom_v1_threadweaver_proto_depIdxs = []int32{
-	11, // 0: loom.v1.WovenMessage.sent_at:type_name -> google.protobuf.Timestamp
+	15, // 0: loom.v1.WovenMessage.sent_at:type_name -> google.protobuf.Timestamp
 	0,  // 1: loom.v1.WeaveMessageRequest.message:type_name -> loom.v1.WovenMessage
 	0,  // 2: loom.v1.WeaveMessagesRequest.messages:type_name -> loom.v1.WovenMessage
 	2,  // 3: loom.v1.WeaveMessagesResponse.results:type_name -> loom.v1.WeaveMessageResponse
-	11, // 4: loom.v1.UnifiedThreadStats.last_message_at:type_name -> google.protobuf.Timestamp
-	12, // 5: loom.v1.GetUnifiedThreadResponse.threads:type_name -> loom.v1.ThreadRef
+	15, // 4: loom.v1.UnifiedThreadStats.last_message_at:type_name -> google.protobuf.Timestamp
+	16, // 5: loom.v1.GetUnifiedThreadResponse.threads:type_name -> loom.v1.ThreadRef
 	6,  // 6: loom.v1.GetUnifiedThreadResponse.stats:type_name -> loom.v1.UnifiedThreadStats
-	12, // 7: loom.v1.ResolveThreadsRequest.threads:type_name -> loom.v1.ThreadRef
-	12, // 8: loom.v1.ResolvedThread.thread:type_name -> loom.v1.ThreadRef
+	16, // 7: loom.v1.ResolveThreadsRequest.threads:type_name -> loom.v1.ThreadRef
+	16, // 8: loom.v1.ResolvedThread.thread:type_name -> loom.v1.ThreadRef
 	9,  // 9: loom.v1.ResolveThreadsResponse.threads:type_name -> loom.v1.ResolvedThread
-	1,  // 10: loom.v1.ThreadWeaver.WeaveMessage:input_type -> loom.v1.WeaveMessageRequest
-	3,  // 11: loom.v1.ThreadWeaver.WeaveMessages:input_type -> loom.v1.WeaveMessagesRequest
-	5,  // 12: loom.v1.ThreadWeaver.GetUnifiedThread:input_type -> loom.v1.GetUnifiedThreadRequest
-	8,  // 13: loom.v1.ThreadWeaver.ResolveThreads:input_type -> loom.v1.ResolveThreadsRequest
-	2,  // 14: loom.v1.ThreadWeaver.WeaveMessage:output_type -> loom.v1.WeaveMessageResponse
-	4,  // 15: loom.v1.ThreadWeaver.WeaveMessages:output_type -> loom.v1.WeaveMessagesResponse
-	7,  // 16: loom.v1.ThreadWeaver.GetUnifiedThread:output_type -> loom.v1.GetUnifiedThreadResponse
-	10, // 17: loom.v1.ThreadWeaver.ResolveThreads:output_type -> loom.v1.ResolveThreadsResponse
-	14, // [14:18] is the sub-list for method output_type
-	10, // [10:14] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	16, // 10: loom.v1.UnweaveThreadsRequest.threads:type_name -> loom.v1.ThreadRef
+	17, // 11: loom.v1.UnweaveThreadsResponse.operation:type_name -> loom.v1.Operation
+	17, // 12: loom.v1.UnweaveMailboxResponse.operation:type_name -> loom.v1.Operation
+	1,  // 13: loom.v1.ThreadWeaver.WeaveMessage:input_type -> loom.v1.WeaveMessageRequest
+	3,  // 14: loom.v1.ThreadWeaver.WeaveMessages:input_type -> loom.v1.WeaveMessagesRequest
+	5,  // 15: loom.v1.ThreadWeaver.GetUnifiedThread:input_type -> loom.v1.GetUnifiedThreadRequest
+	8,  // 16: loom.v1.ThreadWeaver.ResolveThreads:input_type -> loom.v1.ResolveThreadsRequest
+	11, // 17: loom.v1.ThreadWeaver.UnweaveThreads:input_type -> loom.v1.UnweaveThreadsRequest
+	13, // 18: loom.v1.ThreadWeaver.UnweaveMailbox:input_type -> loom.v1.UnweaveMailboxRequest
+	18, // 19: loom.v1.ThreadWeaver.GetOperation:input_type -> loom.v1.GetOperationRequest
+	2,  // 20: loom.v1.ThreadWeaver.WeaveMessage:output_type -> loom.v1.WeaveMessageResponse
+	4,  // 21: loom.v1.ThreadWeaver.WeaveMessages:output_type -> loom.v1.WeaveMessagesResponse
+	7,  // 22: loom.v1.ThreadWeaver.GetUnifiedThread:output_type -> loom.v1.GetUnifiedThreadResponse
+	10, // 23: loom.v1.ThreadWeaver.ResolveThreads:output_type -> loom.v1.ResolveThreadsResponse
+	12, // 24: loom.v1.ThreadWeaver.UnweaveThreads:output_type -> loom.v1.UnweaveThreadsResponse
+	14, // 25: loom.v1.ThreadWeaver.UnweaveMailbox:output_type -> loom.v1.UnweaveMailboxResponse
+	17, // 26: loom.v1.ThreadWeaver.GetOperation:output_type -> loom.v1.Operation
+	20, // [20:27] is the sub-list for method output_type
+	13, // [13:20] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_loom_v1_threadweaver_proto_init() }
@@ -790,7 +1001,7 @@ func file_loom_v1_threadweaver_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loom_v1_threadweaver_proto_rawDesc), len(file_loom_v1_threadweaver_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

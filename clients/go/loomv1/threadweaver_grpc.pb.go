@@ -23,6 +23,9 @@ const (
 	ThreadWeaver_WeaveMessages_FullMethodName    = "/loom.v1.ThreadWeaver/WeaveMessages"
 	ThreadWeaver_GetUnifiedThread_FullMethodName = "/loom.v1.ThreadWeaver/GetUnifiedThread"
 	ThreadWeaver_ResolveThreads_FullMethodName   = "/loom.v1.ThreadWeaver/ResolveThreads"
+	ThreadWeaver_UnweaveThreads_FullMethodName   = "/loom.v1.ThreadWeaver/UnweaveThreads"
+	ThreadWeaver_UnweaveMailbox_FullMethodName   = "/loom.v1.ThreadWeaver/UnweaveMailbox"
+	ThreadWeaver_GetOperation_FullMethodName     = "/loom.v1.ThreadWeaver/GetOperation"
 )
 
 // ThreadWeaverClient is the client API for ThreadWeaver service.
@@ -55,6 +58,29 @@ type ThreadWeaverClient interface {
 	// Resolves up to 100 threads (an inbox page) to their unified thread ids.
 	// Idempotent, safe to retry: a read.
 	ResolveThreads(ctx context.Context, in *ResolveThreadsRequest, opts ...grpc.CallOption) (*ResolveThreadsResponse, error)
+	// Removes up to 1,000 threads from the unified-thread graph: their mailboxes
+	// no longer hold them. Once it returns, every read answers as if they had
+	// never been woven: GetUnifiedThread and ResolveThreads agree with a
+	// union-find over the messages that remain, threads unified only through a
+	// removed thread come apart (under new unified thread ids), and the
+	// statistics count only the remaining messages. Unknown threads are
+	// ignored (not an error). A unified thread past the spam guard (more than
+	// 10,000 member threads) is rebuilt in the background: the removed threads
+	// leave every read at once and the operation reports the rest. The returned
+	// operation is DONE once nothing of the removed threads is stored.
+	// Idempotent, safe to retry: removing a removed thread changes nothing, and
+	// a retry resumes a removal that was interrupted.
+	UnweaveThreads(ctx context.Context, in *UnweaveThreadsRequest, opts ...grpc.CallOption) (*UnweaveThreadsResponse, error)
+	// Removes every thread of one mailbox (the user left, or asked for
+	// erasure), as UnweaveThreads does; requires the threadweaver:admin scope.
+	// Once the operation is DONE no row holds the gid. An unknown gid does
+	// nothing (not an error).
+	// Idempotent, safe to retry.
+	UnweaveMailbox(ctx context.Context, in *UnweaveMailboxRequest, opts ...grpc.CallOption) (*UnweaveMailboxResponse, error)
+	// The state and progress of an operation started by UnweaveThreads or
+	// UnweaveMailbox on this server. NOT_FOUND for an id it does not know.
+	// Idempotent, safe to retry: a read.
+	GetOperation(ctx context.Context, in *GetOperationRequest, opts ...grpc.CallOption) (*Operation, error)
 }
 
 type threadWeaverClient struct {
@@ -105,6 +131,36 @@ func (c *threadWeaverClient) ResolveThreads(ctx context.Context, in *ResolveThre
 	return out, nil
 }
 
+func (c *threadWeaverClient) UnweaveThreads(ctx context.Context, in *UnweaveThreadsRequest, opts ...grpc.CallOption) (*UnweaveThreadsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UnweaveThreadsResponse)
+	err := c.cc.Invoke(ctx, ThreadWeaver_UnweaveThreads_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *threadWeaverClient) UnweaveMailbox(ctx context.Context, in *UnweaveMailboxRequest, opts ...grpc.CallOption) (*UnweaveMailboxResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UnweaveMailboxResponse)
+	err := c.cc.Invoke(ctx, ThreadWeaver_UnweaveMailbox_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *threadWeaverClient) GetOperation(ctx context.Context, in *GetOperationRequest, opts ...grpc.CallOption) (*Operation, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Operation)
+	err := c.cc.Invoke(ctx, ThreadWeaver_GetOperation_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ThreadWeaverServer is the server API for ThreadWeaver service.
 // All implementations must embed UnimplementedThreadWeaverServer
 // for forward compatibility.
@@ -135,6 +191,29 @@ type ThreadWeaverServer interface {
 	// Resolves up to 100 threads (an inbox page) to their unified thread ids.
 	// Idempotent, safe to retry: a read.
 	ResolveThreads(context.Context, *ResolveThreadsRequest) (*ResolveThreadsResponse, error)
+	// Removes up to 1,000 threads from the unified-thread graph: their mailboxes
+	// no longer hold them. Once it returns, every read answers as if they had
+	// never been woven: GetUnifiedThread and ResolveThreads agree with a
+	// union-find over the messages that remain, threads unified only through a
+	// removed thread come apart (under new unified thread ids), and the
+	// statistics count only the remaining messages. Unknown threads are
+	// ignored (not an error). A unified thread past the spam guard (more than
+	// 10,000 member threads) is rebuilt in the background: the removed threads
+	// leave every read at once and the operation reports the rest. The returned
+	// operation is DONE once nothing of the removed threads is stored.
+	// Idempotent, safe to retry: removing a removed thread changes nothing, and
+	// a retry resumes a removal that was interrupted.
+	UnweaveThreads(context.Context, *UnweaveThreadsRequest) (*UnweaveThreadsResponse, error)
+	// Removes every thread of one mailbox (the user left, or asked for
+	// erasure), as UnweaveThreads does; requires the threadweaver:admin scope.
+	// Once the operation is DONE no row holds the gid. An unknown gid does
+	// nothing (not an error).
+	// Idempotent, safe to retry.
+	UnweaveMailbox(context.Context, *UnweaveMailboxRequest) (*UnweaveMailboxResponse, error)
+	// The state and progress of an operation started by UnweaveThreads or
+	// UnweaveMailbox on this server. NOT_FOUND for an id it does not know.
+	// Idempotent, safe to retry: a read.
+	GetOperation(context.Context, *GetOperationRequest) (*Operation, error)
 	mustEmbedUnimplementedThreadWeaverServer()
 }
 
@@ -156,6 +235,15 @@ func (UnimplementedThreadWeaverServer) GetUnifiedThread(context.Context, *GetUni
 }
 func (UnimplementedThreadWeaverServer) ResolveThreads(context.Context, *ResolveThreadsRequest) (*ResolveThreadsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ResolveThreads not implemented")
+}
+func (UnimplementedThreadWeaverServer) UnweaveThreads(context.Context, *UnweaveThreadsRequest) (*UnweaveThreadsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UnweaveThreads not implemented")
+}
+func (UnimplementedThreadWeaverServer) UnweaveMailbox(context.Context, *UnweaveMailboxRequest) (*UnweaveMailboxResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UnweaveMailbox not implemented")
+}
+func (UnimplementedThreadWeaverServer) GetOperation(context.Context, *GetOperationRequest) (*Operation, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetOperation not implemented")
 }
 func (UnimplementedThreadWeaverServer) mustEmbedUnimplementedThreadWeaverServer() {}
 func (UnimplementedThreadWeaverServer) testEmbeddedByValue()                      {}
@@ -250,6 +338,60 @@ func _ThreadWeaver_ResolveThreads_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ThreadWeaver_UnweaveThreads_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UnweaveThreadsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ThreadWeaverServer).UnweaveThreads(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ThreadWeaver_UnweaveThreads_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ThreadWeaverServer).UnweaveThreads(ctx, req.(*UnweaveThreadsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ThreadWeaver_UnweaveMailbox_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UnweaveMailboxRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ThreadWeaverServer).UnweaveMailbox(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ThreadWeaver_UnweaveMailbox_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ThreadWeaverServer).UnweaveMailbox(ctx, req.(*UnweaveMailboxRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ThreadWeaver_GetOperation_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetOperationRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ThreadWeaverServer).GetOperation(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ThreadWeaver_GetOperation_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ThreadWeaverServer).GetOperation(ctx, req.(*GetOperationRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ThreadWeaver_ServiceDesc is the grpc.ServiceDesc for ThreadWeaver service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -272,6 +414,18 @@ var ThreadWeaver_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ResolveThreads",
 			Handler:    _ThreadWeaver_ResolveThreads_Handler,
+		},
+		{
+			MethodName: "UnweaveThreads",
+			Handler:    _ThreadWeaver_UnweaveThreads_Handler,
+		},
+		{
+			MethodName: "UnweaveMailbox",
+			Handler:    _ThreadWeaver_UnweaveMailbox_Handler,
+		},
+		{
+			MethodName: "GetOperation",
+			Handler:    _ThreadWeaver_GetOperation_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

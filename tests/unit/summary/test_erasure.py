@@ -13,6 +13,7 @@ from server.summary.operations import OperationState
 from server.summary.portable import SummaryData
 from server.summary.recipients import SketchParams, Tier
 from server.summary.service import SummaryService
+from server.summary.settings import SummarySettings
 from storage.sqlite.summaries import SqliteSummaryStore
 
 D, R, F = DeliveryStatus.DELIVERED, DeliveryStatus.READ, DeliveryStatus.FAILED
@@ -112,15 +113,15 @@ async def test_a_loaded_dump_never_brings_a_deleted_summary_back(tmp_path: Path)
         await SummaryService(source).record("m", [DeliveryEvent("a", D)])
         await SummaryService(target).record("m", [DeliveryEvent("b", D)])
         await SummaryService(source).delete_messages(["m"])
-        data = SummaryData(target, None)
-        async for kind, records in SummaryData(source, None).scan():
+        data = SummaryData(target, SummarySettings())
+        async for kind, records in SummaryData(source, SummarySettings()).scan():
             await data.load(kind, records)
         with pytest.raises(NotFound):
             await SummaryService(target).view("m")
         await SummaryService(target).record("n", [DeliveryEvent("b", D)])
         await SummaryService(target).delete_messages(["n"])
         await SummaryService(source).record("n", [DeliveryEvent("a", D)])
-        async for kind, records in SummaryData(source, None).scan():
+        async for kind, records in SummaryData(source, SummarySettings()).scan():
             await data.load(kind, records)
         with pytest.raises(NotFound):
             await SummaryService(target).view("n")

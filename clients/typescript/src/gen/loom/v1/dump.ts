@@ -45,7 +45,8 @@ export interface DumpFile {
   name: string;
   /**
    * The record kind (thread_uts, message_uts, links, inbox_entries,
-   * deliveries, summaries, template_emails, template_users, templates, jobs).
+   * deliveries, deleted_threads, summaries, template_emails, template_users,
+   * templates, jobs).
    */
   kind: string;
   /** The fully qualified protobuf message type of every record in the file. */
@@ -118,6 +119,16 @@ export interface DeliveryDumpRecord {
   error: string;
   /** When it last made progress, in milliseconds since the Unix epoch. */
   updatedAtMs: string;
+}
+
+/** Inbox: one deleted thread's marker (kept for ever: a post to it is refused). */
+export interface InboxDeletedThreadRecord {
+  /** The deleted thread. */
+  threadId: string;
+  /** The deletion's operation id. */
+  operationId: string;
+  /** When it was deleted, in milliseconds since the Unix epoch. */
+  deletedAtMs: string;
 }
 
 /** Summary: one message's encoded summary, byte for byte. */
@@ -1190,6 +1201,119 @@ export const DeliveryDumpRecord: MessageFns<DeliveryDumpRecord> = {
     message.state = object.state ?? "";
     message.error = object.error ?? "";
     message.updatedAtMs = object.updatedAtMs ?? "0";
+    return message;
+  },
+};
+
+function createBaseInboxDeletedThreadRecord(): InboxDeletedThreadRecord {
+  return { threadId: "", operationId: "", deletedAtMs: "0" };
+}
+
+export const InboxDeletedThreadRecord: MessageFns<InboxDeletedThreadRecord> = {
+  encode(message: InboxDeletedThreadRecord, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.threadId !== "") {
+      writer.uint32(10).string(message.threadId);
+    }
+    if (message.operationId !== "") {
+      writer.uint32(18).string(message.operationId);
+    }
+    if (message.deletedAtMs !== "0") {
+      writer.uint32(24).int64(message.deletedAtMs);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): InboxDeletedThreadRecord {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseInboxDeletedThreadRecord();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.threadId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.operationId = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.deletedAtMs = reader.int64().toString();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): InboxDeletedThreadRecord {
+    return {
+      threadId: isSet(object.threadId)
+        ? globalThis.String(object.threadId)
+        : isSet(object.thread_id)
+        ? globalThis.String(object.thread_id)
+        : "",
+      operationId: isSet(object.operationId)
+        ? globalThis.String(object.operationId)
+        : isSet(object.operation_id)
+        ? globalThis.String(object.operation_id)
+        : "",
+      deletedAtMs: isSet(object.deletedAtMs)
+        ? globalThis.String(object.deletedAtMs)
+        : isSet(object.deleted_at_ms)
+        ? globalThis.String(object.deleted_at_ms)
+        : "0",
+    };
+  },
+
+  toJSON(message: InboxDeletedThreadRecord): unknown {
+    const obj: any = {};
+    if (message.threadId !== "") {
+      obj.threadId = message.threadId;
+    }
+    if (message.operationId !== "") {
+      obj.operationId = message.operationId;
+    }
+    if (message.deletedAtMs !== "0") {
+      obj.deletedAtMs = message.deletedAtMs;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<InboxDeletedThreadRecord>): InboxDeletedThreadRecord {
+    return InboxDeletedThreadRecord.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<InboxDeletedThreadRecord>): InboxDeletedThreadRecord {
+    const message = createBaseInboxDeletedThreadRecord();
+    message.threadId = object.threadId ?? "";
+    message.operationId = object.operationId ?? "";
+    message.deletedAtMs = object.deletedAtMs ?? "0";
     return message;
   },
 };

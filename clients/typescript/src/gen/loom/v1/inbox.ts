@@ -18,7 +18,7 @@ import {
   type ServiceError,
   type UntypedServiceImplementation,
 } from "@grpc/grpc-js";
-import { Progress } from "./common";
+import { GetOperationRequest, Operation, Progress } from "./common";
 
 export const protobufPackage = "loom.v1";
 
@@ -246,6 +246,52 @@ export interface MarkThreadsResponse {
   changed: string;
   /** The inbox's unread count afterwards. */
   unreadCount: string;
+}
+
+/** The request of DeleteThreads. */
+export interface DeleteThreadsRequest {
+  /** 1..1,000 thread ids (each 1..256 bytes); duplicates count once. */
+  threadIds: string[];
+}
+
+/** The response of DeleteThreads. */
+export interface DeleteThreadsResponse {
+  /**
+   * The background removal of the threads' rows (kind "delete_threads"):
+   * RUNNING until every row is physically gone, then DONE. Reads already
+   * ignore the threads while it runs. Its progress counts units of the
+   * store's walk (rows on the embedded engine, thousandths of the token ring
+   * on Cassandra).
+   */
+  operation: Operation | undefined;
+}
+
+/** The request of RemoveThreads. */
+export interface RemoveThreadsRequest {
+  /** The inbox. */
+  inboxId: string;
+  /** 1..1,000 thread ids (each 1..256 bytes). */
+  threadIds: string[];
+}
+
+/** The response of RemoveThreads. */
+export interface RemoveThreadsResponse {
+  /** Threads the inbox held and no longer holds (0 on a repeat). */
+  removed: string;
+  /** The inbox's unread count afterwards. */
+  unreadCount: string;
+}
+
+/** The request of DeleteInbox. */
+export interface DeleteInboxRequest {
+  /** The inbox to erase (1..256 bytes). */
+  inboxId: string;
+}
+
+/** The response of DeleteInbox. */
+export interface DeleteInboxResponse {
+  /** Threads the inbox held (0 on a repeat or for an unknown inbox). */
+  removed: string;
 }
 
 function createBasePostMessageRequest(): PostMessageRequest {
@@ -1462,6 +1508,470 @@ export const MarkThreadsResponse: MessageFns<MarkThreadsResponse> = {
   },
 };
 
+function createBaseDeleteThreadsRequest(): DeleteThreadsRequest {
+  return { threadIds: [] };
+}
+
+export const DeleteThreadsRequest: MessageFns<DeleteThreadsRequest> = {
+  encode(message: DeleteThreadsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.threadIds) {
+      writer.uint32(10).string(v!);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): DeleteThreadsRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseDeleteThreadsRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.threadIds.push(reader.string());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): DeleteThreadsRequest {
+    return {
+      threadIds: globalThis.Array.isArray(object?.threadIds)
+        ? object.threadIds.map((e: any) => globalThis.String(e))
+        : globalThis.Array.isArray(object?.thread_ids)
+        ? object.thread_ids.map((e: any) => globalThis.String(e))
+        : [],
+    };
+  },
+
+  toJSON(message: DeleteThreadsRequest): unknown {
+    const obj: any = {};
+    if (message.threadIds?.length) {
+      obj.threadIds = message.threadIds;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<DeleteThreadsRequest>): DeleteThreadsRequest {
+    return DeleteThreadsRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<DeleteThreadsRequest>): DeleteThreadsRequest {
+    const message = createBaseDeleteThreadsRequest();
+    message.threadIds = object.threadIds?.map((e) => e) || [];
+    return message;
+  },
+};
+
+function createBaseDeleteThreadsResponse(): DeleteThreadsResponse {
+  return { operation: undefined };
+}
+
+export const DeleteThreadsResponse: MessageFns<DeleteThreadsResponse> = {
+  encode(message: DeleteThreadsResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.operation !== undefined) {
+      Operation.encode(message.operation, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): DeleteThreadsResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseDeleteThreadsResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.operation = Operation.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): DeleteThreadsResponse {
+    return { operation: isSet(object.operation) ? Operation.fromJSON(object.operation) : undefined };
+  },
+
+  toJSON(message: DeleteThreadsResponse): unknown {
+    const obj: any = {};
+    if (message.operation !== undefined) {
+      obj.operation = Operation.toJSON(message.operation);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<DeleteThreadsResponse>): DeleteThreadsResponse {
+    return DeleteThreadsResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<DeleteThreadsResponse>): DeleteThreadsResponse {
+    const message = createBaseDeleteThreadsResponse();
+    message.operation = (object.operation !== undefined && object.operation !== null)
+      ? Operation.fromPartial(object.operation)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseRemoveThreadsRequest(): RemoveThreadsRequest {
+  return { inboxId: "", threadIds: [] };
+}
+
+export const RemoveThreadsRequest: MessageFns<RemoveThreadsRequest> = {
+  encode(message: RemoveThreadsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.inboxId !== "") {
+      writer.uint32(10).string(message.inboxId);
+    }
+    for (const v of message.threadIds) {
+      writer.uint32(18).string(v!);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RemoveThreadsRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRemoveThreadsRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.inboxId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.threadIds.push(reader.string());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RemoveThreadsRequest {
+    return {
+      inboxId: isSet(object.inboxId)
+        ? globalThis.String(object.inboxId)
+        : isSet(object.inbox_id)
+        ? globalThis.String(object.inbox_id)
+        : "",
+      threadIds: globalThis.Array.isArray(object?.threadIds)
+        ? object.threadIds.map((e: any) => globalThis.String(e))
+        : globalThis.Array.isArray(object?.thread_ids)
+        ? object.thread_ids.map((e: any) => globalThis.String(e))
+        : [],
+    };
+  },
+
+  toJSON(message: RemoveThreadsRequest): unknown {
+    const obj: any = {};
+    if (message.inboxId !== "") {
+      obj.inboxId = message.inboxId;
+    }
+    if (message.threadIds?.length) {
+      obj.threadIds = message.threadIds;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<RemoveThreadsRequest>): RemoveThreadsRequest {
+    return RemoveThreadsRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<RemoveThreadsRequest>): RemoveThreadsRequest {
+    const message = createBaseRemoveThreadsRequest();
+    message.inboxId = object.inboxId ?? "";
+    message.threadIds = object.threadIds?.map((e) => e) || [];
+    return message;
+  },
+};
+
+function createBaseRemoveThreadsResponse(): RemoveThreadsResponse {
+  return { removed: "0", unreadCount: "0" };
+}
+
+export const RemoveThreadsResponse: MessageFns<RemoveThreadsResponse> = {
+  encode(message: RemoveThreadsResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.removed !== "0") {
+      writer.uint32(8).int64(message.removed);
+    }
+    if (message.unreadCount !== "0") {
+      writer.uint32(16).int64(message.unreadCount);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RemoveThreadsResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRemoveThreadsResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.removed = reader.int64().toString();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.unreadCount = reader.int64().toString();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RemoveThreadsResponse {
+    return {
+      removed: isSet(object.removed) ? globalThis.String(object.removed) : "0",
+      unreadCount: isSet(object.unreadCount)
+        ? globalThis.String(object.unreadCount)
+        : isSet(object.unread_count)
+        ? globalThis.String(object.unread_count)
+        : "0",
+    };
+  },
+
+  toJSON(message: RemoveThreadsResponse): unknown {
+    const obj: any = {};
+    if (message.removed !== "0") {
+      obj.removed = message.removed;
+    }
+    if (message.unreadCount !== "0") {
+      obj.unreadCount = message.unreadCount;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<RemoveThreadsResponse>): RemoveThreadsResponse {
+    return RemoveThreadsResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<RemoveThreadsResponse>): RemoveThreadsResponse {
+    const message = createBaseRemoveThreadsResponse();
+    message.removed = object.removed ?? "0";
+    message.unreadCount = object.unreadCount ?? "0";
+    return message;
+  },
+};
+
+function createBaseDeleteInboxRequest(): DeleteInboxRequest {
+  return { inboxId: "" };
+}
+
+export const DeleteInboxRequest: MessageFns<DeleteInboxRequest> = {
+  encode(message: DeleteInboxRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.inboxId !== "") {
+      writer.uint32(10).string(message.inboxId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): DeleteInboxRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseDeleteInboxRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.inboxId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): DeleteInboxRequest {
+    return {
+      inboxId: isSet(object.inboxId)
+        ? globalThis.String(object.inboxId)
+        : isSet(object.inbox_id)
+        ? globalThis.String(object.inbox_id)
+        : "",
+    };
+  },
+
+  toJSON(message: DeleteInboxRequest): unknown {
+    const obj: any = {};
+    if (message.inboxId !== "") {
+      obj.inboxId = message.inboxId;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<DeleteInboxRequest>): DeleteInboxRequest {
+    return DeleteInboxRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<DeleteInboxRequest>): DeleteInboxRequest {
+    const message = createBaseDeleteInboxRequest();
+    message.inboxId = object.inboxId ?? "";
+    return message;
+  },
+};
+
+function createBaseDeleteInboxResponse(): DeleteInboxResponse {
+  return { removed: "0" };
+}
+
+export const DeleteInboxResponse: MessageFns<DeleteInboxResponse> = {
+  encode(message: DeleteInboxResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.removed !== "0") {
+      writer.uint32(8).int64(message.removed);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): DeleteInboxResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseDeleteInboxResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.removed = reader.int64().toString();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): DeleteInboxResponse {
+    return { removed: isSet(object.removed) ? globalThis.String(object.removed) : "0" };
+  },
+
+  toJSON(message: DeleteInboxResponse): unknown {
+    const obj: any = {};
+    if (message.removed !== "0") {
+      obj.removed = message.removed;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<DeleteInboxResponse>): DeleteInboxResponse {
+    return DeleteInboxResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<DeleteInboxResponse>): DeleteInboxResponse {
+    const message = createBaseDeleteInboxResponse();
+    message.removed = object.removed ?? "0";
+    return message;
+  },
+};
+
 /**
  * Inbox keeps, per user, the threads addressed to or watched by them, newest
  * activity first (Yammer's inbox on Cassandra): fan-out on write to one row
@@ -1543,6 +2053,75 @@ export const InboxService = {
     responseSerialize: (value: MarkThreadsResponse): Buffer => Buffer.from(MarkThreadsResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): MarkThreadsResponse => MarkThreadsResponse.decode(value),
   },
+  /**
+   * Deletes conversations everywhere (by their author or an admin). From the
+   * answer on, no inbox lists a deleted thread, through any replica: listings
+   * skip it (pages stay full and in order) and every unread count excludes
+   * it. Its rows are removed in the background (a sweep, and any listing that
+   * meets one); the answer carries that operation, read with GetOperation.
+   * A later PostMessage to a deleted thread is refused FAILED_PRECONDITION.
+   * Idempotent, safe to retry: a retry of the same thread ids answers the
+   * same operation. Unknown thread ids are not an error (they are recorded
+   * as deleted, so they can never be posted to).
+   */
+  deleteThreads: {
+    path: "/loom.v1.Inbox/DeleteThreads" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: DeleteThreadsRequest): Buffer => Buffer.from(DeleteThreadsRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): DeleteThreadsRequest => DeleteThreadsRequest.decode(value),
+    responseSerialize: (value: DeleteThreadsResponse): Buffer =>
+      Buffer.from(DeleteThreadsResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): DeleteThreadsResponse => DeleteThreadsResponse.decode(value),
+  },
+  /**
+   * Removes threads from one inbox only (its owner's "remove from inbox"),
+   * with their unread state; other inboxes keep them. A later message in the
+   * thread (a message id above the newest one the inbox held) brings the
+   * thread back, unread, as a new reply does in every inbox product.
+   * Idempotent, safe to retry: a repeat removes nothing more (its `removed`
+   * is then 0). Threads the inbox does not hold, and unknown inboxes, are not
+   * an error.
+   */
+  removeThreads: {
+    path: "/loom.v1.Inbox/RemoveThreads" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: RemoveThreadsRequest): Buffer => Buffer.from(RemoveThreadsRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): RemoveThreadsRequest => RemoveThreadsRequest.decode(value),
+    responseSerialize: (value: RemoveThreadsResponse): Buffer =>
+      Buffer.from(RemoveThreadsResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): RemoveThreadsResponse => RemoveThreadsResponse.decode(value),
+  },
+  /**
+   * Erases one inbox: every row and the unread count of `inbox_id` are gone
+   * when it answers (and, on the embedded engine, no byte of them stays in
+   * the files). A later message addressed to the inbox starts it anew.
+   * Requires the inbox:admin scope. Idempotent, safe to retry; an unknown
+   * inbox is not an error.
+   */
+  deleteInbox: {
+    path: "/loom.v1.Inbox/DeleteInbox" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: DeleteInboxRequest): Buffer => Buffer.from(DeleteInboxRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): DeleteInboxRequest => DeleteInboxRequest.decode(value),
+    responseSerialize: (value: DeleteInboxResponse): Buffer => Buffer.from(DeleteInboxResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): DeleteInboxResponse => DeleteInboxResponse.decode(value),
+  },
+  /**
+   * Progress of a background operation started by DeleteThreads. NOT_FOUND
+   * for an unknown operation id. Idempotent, safe to retry: a read.
+   */
+  getOperation: {
+    path: "/loom.v1.Inbox/GetOperation" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: GetOperationRequest): Buffer => Buffer.from(GetOperationRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): GetOperationRequest => GetOperationRequest.decode(value),
+    responseSerialize: (value: Operation): Buffer => Buffer.from(Operation.encode(value).finish()),
+    responseDeserialize: (value: Buffer): Operation => Operation.decode(value),
+  },
 } as const;
 
 export interface InboxServer extends UntypedServiceImplementation {
@@ -1577,6 +2156,41 @@ export interface InboxServer extends UntypedServiceImplementation {
    * as the first call did (a repeat's `changed` count is then 0).
    */
   markThreads: handleUnaryCall<MarkThreadsRequest, MarkThreadsResponse>;
+  /**
+   * Deletes conversations everywhere (by their author or an admin). From the
+   * answer on, no inbox lists a deleted thread, through any replica: listings
+   * skip it (pages stay full and in order) and every unread count excludes
+   * it. Its rows are removed in the background (a sweep, and any listing that
+   * meets one); the answer carries that operation, read with GetOperation.
+   * A later PostMessage to a deleted thread is refused FAILED_PRECONDITION.
+   * Idempotent, safe to retry: a retry of the same thread ids answers the
+   * same operation. Unknown thread ids are not an error (they are recorded
+   * as deleted, so they can never be posted to).
+   */
+  deleteThreads: handleUnaryCall<DeleteThreadsRequest, DeleteThreadsResponse>;
+  /**
+   * Removes threads from one inbox only (its owner's "remove from inbox"),
+   * with their unread state; other inboxes keep them. A later message in the
+   * thread (a message id above the newest one the inbox held) brings the
+   * thread back, unread, as a new reply does in every inbox product.
+   * Idempotent, safe to retry: a repeat removes nothing more (its `removed`
+   * is then 0). Threads the inbox does not hold, and unknown inboxes, are not
+   * an error.
+   */
+  removeThreads: handleUnaryCall<RemoveThreadsRequest, RemoveThreadsResponse>;
+  /**
+   * Erases one inbox: every row and the unread count of `inbox_id` are gone
+   * when it answers (and, on the embedded engine, no byte of them stays in
+   * the files). A later message addressed to the inbox starts it anew.
+   * Requires the inbox:admin scope. Idempotent, safe to retry; an unknown
+   * inbox is not an error.
+   */
+  deleteInbox: handleUnaryCall<DeleteInboxRequest, DeleteInboxResponse>;
+  /**
+   * Progress of a background operation started by DeleteThreads. NOT_FOUND
+   * for an unknown operation id. Idempotent, safe to retry: a read.
+   */
+  getOperation: handleUnaryCall<GetOperationRequest, Operation>;
 }
 
 export interface InboxClient extends Client {
@@ -1680,6 +2294,97 @@ export interface InboxClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: MarkThreadsResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Deletes conversations everywhere (by their author or an admin). From the
+   * answer on, no inbox lists a deleted thread, through any replica: listings
+   * skip it (pages stay full and in order) and every unread count excludes
+   * it. Its rows are removed in the background (a sweep, and any listing that
+   * meets one); the answer carries that operation, read with GetOperation.
+   * A later PostMessage to a deleted thread is refused FAILED_PRECONDITION.
+   * Idempotent, safe to retry: a retry of the same thread ids answers the
+   * same operation. Unknown thread ids are not an error (they are recorded
+   * as deleted, so they can never be posted to).
+   */
+  deleteThreads(
+    request: DeleteThreadsRequest,
+    callback: (error: ServiceError | null, response: DeleteThreadsResponse) => void,
+  ): ClientUnaryCall;
+  deleteThreads(
+    request: DeleteThreadsRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: DeleteThreadsResponse) => void,
+  ): ClientUnaryCall;
+  deleteThreads(
+    request: DeleteThreadsRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: DeleteThreadsResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Removes threads from one inbox only (its owner's "remove from inbox"),
+   * with their unread state; other inboxes keep them. A later message in the
+   * thread (a message id above the newest one the inbox held) brings the
+   * thread back, unread, as a new reply does in every inbox product.
+   * Idempotent, safe to retry: a repeat removes nothing more (its `removed`
+   * is then 0). Threads the inbox does not hold, and unknown inboxes, are not
+   * an error.
+   */
+  removeThreads(
+    request: RemoveThreadsRequest,
+    callback: (error: ServiceError | null, response: RemoveThreadsResponse) => void,
+  ): ClientUnaryCall;
+  removeThreads(
+    request: RemoveThreadsRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: RemoveThreadsResponse) => void,
+  ): ClientUnaryCall;
+  removeThreads(
+    request: RemoveThreadsRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: RemoveThreadsResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Erases one inbox: every row and the unread count of `inbox_id` are gone
+   * when it answers (and, on the embedded engine, no byte of them stays in
+   * the files). A later message addressed to the inbox starts it anew.
+   * Requires the inbox:admin scope. Idempotent, safe to retry; an unknown
+   * inbox is not an error.
+   */
+  deleteInbox(
+    request: DeleteInboxRequest,
+    callback: (error: ServiceError | null, response: DeleteInboxResponse) => void,
+  ): ClientUnaryCall;
+  deleteInbox(
+    request: DeleteInboxRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: DeleteInboxResponse) => void,
+  ): ClientUnaryCall;
+  deleteInbox(
+    request: DeleteInboxRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: DeleteInboxResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Progress of a background operation started by DeleteThreads. NOT_FOUND
+   * for an unknown operation id. Idempotent, safe to retry: a read.
+   */
+  getOperation(
+    request: GetOperationRequest,
+    callback: (error: ServiceError | null, response: Operation) => void,
+  ): ClientUnaryCall;
+  getOperation(
+    request: GetOperationRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: Operation) => void,
+  ): ClientUnaryCall;
+  getOperation(
+    request: GetOperationRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: Operation) => void,
   ): ClientUnaryCall;
 }
 

@@ -348,6 +348,26 @@ export interface ListJobsResponse {
   nextPageToken: string;
 }
 
+/** The request of DeleteJob. */
+export interface DeleteJobRequest {
+  /** The job. */
+  jobId: string;
+}
+
+/** The response of DeleteJob. */
+export interface DeleteJobResponse {
+  /**
+   * True when this call found the job and deleted it; false when there was
+   * nothing to delete (an unknown or already deleted job id).
+   */
+  deleted: boolean;
+  /**
+   * Stored records this call removed (job, ranges, counters, chunks, queued
+   * work messages).
+   */
+  recordsRemoved: string;
+}
+
 function createBaseEnterpriseRange(): EnterpriseRange {
   return { firstEnterpriseId: "0", lastEnterpriseId: "0" };
 }
@@ -2660,6 +2680,168 @@ export const ListJobsResponse: MessageFns<ListJobsResponse> = {
   },
 };
 
+function createBaseDeleteJobRequest(): DeleteJobRequest {
+  return { jobId: "" };
+}
+
+export const DeleteJobRequest: MessageFns<DeleteJobRequest> = {
+  encode(message: DeleteJobRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.jobId !== "") {
+      writer.uint32(10).string(message.jobId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): DeleteJobRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseDeleteJobRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.jobId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): DeleteJobRequest {
+    return {
+      jobId: isSet(object.jobId)
+        ? globalThis.String(object.jobId)
+        : isSet(object.job_id)
+        ? globalThis.String(object.job_id)
+        : "",
+    };
+  },
+
+  toJSON(message: DeleteJobRequest): unknown {
+    const obj: any = {};
+    if (message.jobId !== "") {
+      obj.jobId = message.jobId;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<DeleteJobRequest>): DeleteJobRequest {
+    return DeleteJobRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<DeleteJobRequest>): DeleteJobRequest {
+    const message = createBaseDeleteJobRequest();
+    message.jobId = object.jobId ?? "";
+    return message;
+  },
+};
+
+function createBaseDeleteJobResponse(): DeleteJobResponse {
+  return { deleted: false, recordsRemoved: "0" };
+}
+
+export const DeleteJobResponse: MessageFns<DeleteJobResponse> = {
+  encode(message: DeleteJobResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.deleted !== false) {
+      writer.uint32(8).bool(message.deleted);
+    }
+    if (message.recordsRemoved !== "0") {
+      writer.uint32(16).int64(message.recordsRemoved);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): DeleteJobResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseDeleteJobResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.deleted = reader.bool();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.recordsRemoved = reader.int64().toString();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): DeleteJobResponse {
+    return {
+      deleted: isSet(object.deleted) ? globalThis.Boolean(object.deleted) : false,
+      recordsRemoved: isSet(object.recordsRemoved)
+        ? globalThis.String(object.recordsRemoved)
+        : isSet(object.records_removed)
+        ? globalThis.String(object.records_removed)
+        : "0",
+    };
+  },
+
+  toJSON(message: DeleteJobResponse): unknown {
+    const obj: any = {};
+    if (message.deleted !== false) {
+      obj.deleted = message.deleted;
+    }
+    if (message.recordsRemoved !== "0") {
+      obj.recordsRemoved = message.recordsRemoved;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<DeleteJobResponse>): DeleteJobResponse {
+    return DeleteJobResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<DeleteJobResponse>): DeleteJobResponse {
+    const message = createBaseDeleteJobResponse();
+    message.deleted = object.deleted ?? false;
+    message.recordsRemoved = object.recordsRemoved ?? "0";
+    return message;
+  },
+};
+
 /**
  * Iterator walks a relational hierarchy (enterprise -> user -> file -> version
  * by default; the hierarchy is configuration, not code) at high throughput
@@ -2798,6 +2980,30 @@ export const IteratorService = {
     responseSerialize: (value: ListJobsResponse): Buffer => Buffer.from(ListJobsResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): ListJobsResponse => ListJobsResponse.decode(value),
   },
+  /**
+   * Deletes a finished job (completed, failed or cancelled): its record and
+   * scope, its ranges and counters, its chunk ledger, and its work messages
+   * still queued. Synchronous: it answers once every record of the job is
+   * removed (one transaction on SQLite, one partition on DynamoDB), so from
+   * then on GetJob, StreamObjects and AckObjects answer NOT_FOUND for it and
+   * ListJobs does not list it. Queued work messages are removed with it on
+   * the embedded queue; on SQS those visible are removed and any a worker
+   * holds at that moment is dropped by that worker (a message names only the
+   * job, a range and a step). A running or paused job: FAILED_PRECONDITION
+   * (cancel it first). The server also deletes finished jobs by itself after
+   * `iterator.finished_job_retention_s`.
+   * Idempotent, safe to retry: an unknown or already deleted job id is not an
+   * error and does nothing; a retry after an interrupted call removes the rest.
+   */
+  deleteJob: {
+    path: "/loom.v1.Iterator/DeleteJob" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: DeleteJobRequest): Buffer => Buffer.from(DeleteJobRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): DeleteJobRequest => DeleteJobRequest.decode(value),
+    responseSerialize: (value: DeleteJobResponse): Buffer => Buffer.from(DeleteJobResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): DeleteJobResponse => DeleteJobResponse.decode(value),
+  },
 } as const;
 
 export interface IteratorServer extends UntypedServiceImplementation {
@@ -2854,6 +3060,22 @@ export interface IteratorServer extends UntypedServiceImplementation {
    * Idempotent, safe to retry: a read.
    */
   listJobs: handleUnaryCall<ListJobsRequest, ListJobsResponse>;
+  /**
+   * Deletes a finished job (completed, failed or cancelled): its record and
+   * scope, its ranges and counters, its chunk ledger, and its work messages
+   * still queued. Synchronous: it answers once every record of the job is
+   * removed (one transaction on SQLite, one partition on DynamoDB), so from
+   * then on GetJob, StreamObjects and AckObjects answer NOT_FOUND for it and
+   * ListJobs does not list it. Queued work messages are removed with it on
+   * the embedded queue; on SQS those visible are removed and any a worker
+   * holds at that moment is dropped by that worker (a message names only the
+   * job, a range and a step). A running or paused job: FAILED_PRECONDITION
+   * (cancel it first). The server also deletes finished jobs by itself after
+   * `iterator.finished_job_retention_s`.
+   * Idempotent, safe to retry: an unknown or already deleted job id is not an
+   * error and does nothing; a retry after an interrupted call removes the rest.
+   */
+  deleteJob: handleUnaryCall<DeleteJobRequest, DeleteJobResponse>;
 }
 
 export interface IteratorClient extends Client {
@@ -3011,6 +3233,36 @@ export interface IteratorClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: ListJobsResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Deletes a finished job (completed, failed or cancelled): its record and
+   * scope, its ranges and counters, its chunk ledger, and its work messages
+   * still queued. Synchronous: it answers once every record of the job is
+   * removed (one transaction on SQLite, one partition on DynamoDB), so from
+   * then on GetJob, StreamObjects and AckObjects answer NOT_FOUND for it and
+   * ListJobs does not list it. Queued work messages are removed with it on
+   * the embedded queue; on SQS those visible are removed and any a worker
+   * holds at that moment is dropped by that worker (a message names only the
+   * job, a range and a step). A running or paused job: FAILED_PRECONDITION
+   * (cancel it first). The server also deletes finished jobs by itself after
+   * `iterator.finished_job_retention_s`.
+   * Idempotent, safe to retry: an unknown or already deleted job id is not an
+   * error and does nothing; a retry after an interrupted call removes the rest.
+   */
+  deleteJob(
+    request: DeleteJobRequest,
+    callback: (error: ServiceError | null, response: DeleteJobResponse) => void,
+  ): ClientUnaryCall;
+  deleteJob(
+    request: DeleteJobRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: DeleteJobResponse) => void,
+  ): ClientUnaryCall;
+  deleteJob(
+    request: DeleteJobRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: DeleteJobResponse) => void,
   ): ClientUnaryCall;
 }
 

@@ -18,6 +18,7 @@ import {
   type ServiceError,
   type UntypedServiceImplementation,
 } from "@grpc/grpc-js";
+import { GetOperationRequest, Operation } from "./common";
 
 export const protobufPackage = "loom.v1";
 
@@ -157,7 +158,10 @@ export interface RecordDeliveryEventsRequest {
 
 /** The response of RecordDeliveryEvents. */
 export interface RecordDeliveryEventsResponse {
-  /** Events accepted (all of them, on success). */
+  /**
+   * Events accepted (all of them, on success; 0 when the message's summary was
+   * deleted: its events are ignored).
+   */
   recorded: number;
 }
 
@@ -191,6 +195,22 @@ export interface MessageSummary {
   statuses: StatusSummary[];
   /** Size of the stored, encoded summary in bytes. */
   encodedSizeBytes: string;
+}
+
+/** The request of DeleteMessageSummaries. */
+export interface DeleteMessageSummariesRequest {
+  /** The messages (1..1,000 ids of 1..256 bytes). */
+  messageIds: string[];
+}
+
+/** The response of DeleteMessageSummaries. */
+export interface DeleteMessageSummariesResponse {
+}
+
+/** The request of Summary's EraseRecipients. */
+export interface SummaryEraseRecipientsRequest {
+  /** The recipients to erase (1..1,000 ids of 1..256 bytes). */
+  recipientIds: string[];
 }
 
 function createBaseDeliveryEvent(): DeliveryEvent {
@@ -779,6 +799,204 @@ export const MessageSummary: MessageFns<MessageSummary> = {
   },
 };
 
+function createBaseDeleteMessageSummariesRequest(): DeleteMessageSummariesRequest {
+  return { messageIds: [] };
+}
+
+export const DeleteMessageSummariesRequest: MessageFns<DeleteMessageSummariesRequest> = {
+  encode(message: DeleteMessageSummariesRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.messageIds) {
+      writer.uint32(10).string(v!);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): DeleteMessageSummariesRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseDeleteMessageSummariesRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.messageIds.push(reader.string());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): DeleteMessageSummariesRequest {
+    return {
+      messageIds: globalThis.Array.isArray(object?.messageIds)
+        ? object.messageIds.map((e: any) => globalThis.String(e))
+        : globalThis.Array.isArray(object?.message_ids)
+        ? object.message_ids.map((e: any) => globalThis.String(e))
+        : [],
+    };
+  },
+
+  toJSON(message: DeleteMessageSummariesRequest): unknown {
+    const obj: any = {};
+    if (message.messageIds?.length) {
+      obj.messageIds = message.messageIds;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<DeleteMessageSummariesRequest>): DeleteMessageSummariesRequest {
+    return DeleteMessageSummariesRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<DeleteMessageSummariesRequest>): DeleteMessageSummariesRequest {
+    const message = createBaseDeleteMessageSummariesRequest();
+    message.messageIds = object.messageIds?.map((e) => e) || [];
+    return message;
+  },
+};
+
+function createBaseDeleteMessageSummariesResponse(): DeleteMessageSummariesResponse {
+  return {};
+}
+
+export const DeleteMessageSummariesResponse: MessageFns<DeleteMessageSummariesResponse> = {
+  encode(_: DeleteMessageSummariesResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): DeleteMessageSummariesResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseDeleteMessageSummariesResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(_: any): DeleteMessageSummariesResponse {
+    return {};
+  },
+
+  toJSON(_: DeleteMessageSummariesResponse): unknown {
+    const obj: any = {};
+    return obj;
+  },
+
+  create(base?: DeepPartial<DeleteMessageSummariesResponse>): DeleteMessageSummariesResponse {
+    return DeleteMessageSummariesResponse.fromPartial(base ?? {});
+  },
+  fromPartial(_: DeepPartial<DeleteMessageSummariesResponse>): DeleteMessageSummariesResponse {
+    const message = createBaseDeleteMessageSummariesResponse();
+    return message;
+  },
+};
+
+function createBaseSummaryEraseRecipientsRequest(): SummaryEraseRecipientsRequest {
+  return { recipientIds: [] };
+}
+
+export const SummaryEraseRecipientsRequest: MessageFns<SummaryEraseRecipientsRequest> = {
+  encode(message: SummaryEraseRecipientsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.recipientIds) {
+      writer.uint32(10).string(v!);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SummaryEraseRecipientsRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSummaryEraseRecipientsRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.recipientIds.push(reader.string());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): SummaryEraseRecipientsRequest {
+    return {
+      recipientIds: globalThis.Array.isArray(object?.recipientIds)
+        ? object.recipientIds.map((e: any) => globalThis.String(e))
+        : globalThis.Array.isArray(object?.recipient_ids)
+        ? object.recipient_ids.map((e: any) => globalThis.String(e))
+        : [],
+    };
+  },
+
+  toJSON(message: SummaryEraseRecipientsRequest): unknown {
+    const obj: any = {};
+    if (message.recipientIds?.length) {
+      obj.recipientIds = message.recipientIds;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<SummaryEraseRecipientsRequest>): SummaryEraseRecipientsRequest {
+    return SummaryEraseRecipientsRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<SummaryEraseRecipientsRequest>): SummaryEraseRecipientsRequest {
+    const message = createBaseSummaryEraseRecipientsRequest();
+    message.recipientIds = object.recipientIds?.map((e) => e) || [];
+    return message;
+  },
+};
+
 /**
  * Summary counts, per message, how many recipients were delivered, read or
  * failed (Remind's message summaries): exact recipient sets while small,
@@ -817,6 +1035,65 @@ export const SummaryService = {
     responseSerialize: (value: MessageSummary): Buffer => Buffer.from(MessageSummary.encode(value).finish()),
     responseDeserialize: (value: Buffer): MessageSummary => MessageSummary.decode(value),
   },
+  /**
+   * Deletes the summaries of these messages: from the answer on, GetMessageSummary
+   * answers NOT_FOUND for each of them. A deleted message keeps a small deletion
+   * marker (its id and nothing else), so a late delivery event for it is ignored
+   * (RecordDeliveryEvents answers recorded = 0) and never starts a fresh summary:
+   * a deleted summary stays deleted, and its message id is not reused. An id never
+   * recorded is not an error: it is marked deleted all the same, so events arriving
+   * after the deletion are ignored too.
+   * Idempotent, safe to retry: deleting twice is deleting once.
+   */
+  deleteMessageSummaries: {
+    path: "/loom.v1.Summary/DeleteMessageSummaries" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: DeleteMessageSummariesRequest): Buffer =>
+      Buffer.from(DeleteMessageSummariesRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): DeleteMessageSummariesRequest => DeleteMessageSummariesRequest.decode(value),
+    responseSerialize: (value: DeleteMessageSummariesResponse): Buffer =>
+      Buffer.from(DeleteMessageSummariesResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): DeleteMessageSummariesResponse =>
+      DeleteMessageSummariesResponse.decode(value),
+  },
+  /**
+   * Erases recipients from every summary, for a subject's erasure (needs summary:admin).
+   * Every exact recipient set loses these ids and its count drops accordingly. An
+   * estimated set (CPC sketch, linear-counting bitmap, HyperLogLog) cannot forget one
+   * member: it holds only hashed bits, no identifier, so its count is left as it is
+   * and nothing in it names the recipient. Every summary must be scanned, so this
+   * answers at once with a background operation (read it back with GetOperation);
+   * from the answer on, this server's reads already leave the ids out. An event for an
+   * erased recipient recorded while the operation runs may be erased with it; once the
+   * operation is DONE, new events are new data and are kept.
+   * Idempotent, safe to retry: erasing twice is erasing once; unknown ids change nothing.
+   */
+  eraseRecipients: {
+    path: "/loom.v1.Summary/EraseRecipients" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: SummaryEraseRecipientsRequest): Buffer =>
+      Buffer.from(SummaryEraseRecipientsRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): SummaryEraseRecipientsRequest => SummaryEraseRecipientsRequest.decode(value),
+    responseSerialize: (value: Operation): Buffer => Buffer.from(Operation.encode(value).finish()),
+    responseDeserialize: (value: Buffer): Operation => Operation.decode(value),
+  },
+  /**
+   * A background operation started by EraseRecipients on this server. NOT_FOUND when
+   * unknown (operations are kept in memory for an hour after they end, and not across
+   * a restart; re-issuing the erasure is always safe).
+   * Idempotent, safe to retry: a read.
+   */
+  getOperation: {
+    path: "/loom.v1.Summary/GetOperation" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: GetOperationRequest): Buffer => Buffer.from(GetOperationRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): GetOperationRequest => GetOperationRequest.decode(value),
+    responseSerialize: (value: Operation): Buffer => Buffer.from(Operation.encode(value).finish()),
+    responseDeserialize: (value: Buffer): Operation => Operation.decode(value),
+  },
 } as const;
 
 export interface SummaryServer extends UntypedServiceImplementation {
@@ -831,6 +1108,37 @@ export interface SummaryServer extends UntypedServiceImplementation {
    * Idempotent, safe to retry: a read.
    */
   getMessageSummary: handleUnaryCall<GetMessageSummaryRequest, MessageSummary>;
+  /**
+   * Deletes the summaries of these messages: from the answer on, GetMessageSummary
+   * answers NOT_FOUND for each of them. A deleted message keeps a small deletion
+   * marker (its id and nothing else), so a late delivery event for it is ignored
+   * (RecordDeliveryEvents answers recorded = 0) and never starts a fresh summary:
+   * a deleted summary stays deleted, and its message id is not reused. An id never
+   * recorded is not an error: it is marked deleted all the same, so events arriving
+   * after the deletion are ignored too.
+   * Idempotent, safe to retry: deleting twice is deleting once.
+   */
+  deleteMessageSummaries: handleUnaryCall<DeleteMessageSummariesRequest, DeleteMessageSummariesResponse>;
+  /**
+   * Erases recipients from every summary, for a subject's erasure (needs summary:admin).
+   * Every exact recipient set loses these ids and its count drops accordingly. An
+   * estimated set (CPC sketch, linear-counting bitmap, HyperLogLog) cannot forget one
+   * member: it holds only hashed bits, no identifier, so its count is left as it is
+   * and nothing in it names the recipient. Every summary must be scanned, so this
+   * answers at once with a background operation (read it back with GetOperation);
+   * from the answer on, this server's reads already leave the ids out. An event for an
+   * erased recipient recorded while the operation runs may be erased with it; once the
+   * operation is DONE, new events are new data and are kept.
+   * Idempotent, safe to retry: erasing twice is erasing once; unknown ids change nothing.
+   */
+  eraseRecipients: handleUnaryCall<SummaryEraseRecipientsRequest, Operation>;
+  /**
+   * A background operation started by EraseRecipients on this server. NOT_FOUND when
+   * unknown (operations are kept in memory for an hour after they end, and not across
+   * a restart; re-issuing the erasure is always safe).
+   * Idempotent, safe to retry: a read.
+   */
+  getOperation: handleUnaryCall<GetOperationRequest, Operation>;
 }
 
 export interface SummaryClient extends Client {
@@ -872,6 +1180,79 @@ export interface SummaryClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: MessageSummary) => void,
+  ): ClientUnaryCall;
+  /**
+   * Deletes the summaries of these messages: from the answer on, GetMessageSummary
+   * answers NOT_FOUND for each of them. A deleted message keeps a small deletion
+   * marker (its id and nothing else), so a late delivery event for it is ignored
+   * (RecordDeliveryEvents answers recorded = 0) and never starts a fresh summary:
+   * a deleted summary stays deleted, and its message id is not reused. An id never
+   * recorded is not an error: it is marked deleted all the same, so events arriving
+   * after the deletion are ignored too.
+   * Idempotent, safe to retry: deleting twice is deleting once.
+   */
+  deleteMessageSummaries(
+    request: DeleteMessageSummariesRequest,
+    callback: (error: ServiceError | null, response: DeleteMessageSummariesResponse) => void,
+  ): ClientUnaryCall;
+  deleteMessageSummaries(
+    request: DeleteMessageSummariesRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: DeleteMessageSummariesResponse) => void,
+  ): ClientUnaryCall;
+  deleteMessageSummaries(
+    request: DeleteMessageSummariesRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: DeleteMessageSummariesResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Erases recipients from every summary, for a subject's erasure (needs summary:admin).
+   * Every exact recipient set loses these ids and its count drops accordingly. An
+   * estimated set (CPC sketch, linear-counting bitmap, HyperLogLog) cannot forget one
+   * member: it holds only hashed bits, no identifier, so its count is left as it is
+   * and nothing in it names the recipient. Every summary must be scanned, so this
+   * answers at once with a background operation (read it back with GetOperation);
+   * from the answer on, this server's reads already leave the ids out. An event for an
+   * erased recipient recorded while the operation runs may be erased with it; once the
+   * operation is DONE, new events are new data and are kept.
+   * Idempotent, safe to retry: erasing twice is erasing once; unknown ids change nothing.
+   */
+  eraseRecipients(
+    request: SummaryEraseRecipientsRequest,
+    callback: (error: ServiceError | null, response: Operation) => void,
+  ): ClientUnaryCall;
+  eraseRecipients(
+    request: SummaryEraseRecipientsRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: Operation) => void,
+  ): ClientUnaryCall;
+  eraseRecipients(
+    request: SummaryEraseRecipientsRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: Operation) => void,
+  ): ClientUnaryCall;
+  /**
+   * A background operation started by EraseRecipients on this server. NOT_FOUND when
+   * unknown (operations are kept in memory for an hour after they end, and not across
+   * a restart; re-issuing the erasure is always safe).
+   * Idempotent, safe to retry: a read.
+   */
+  getOperation(
+    request: GetOperationRequest,
+    callback: (error: ServiceError | null, response: Operation) => void,
+  ): ClientUnaryCall;
+  getOperation(
+    request: GetOperationRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: Operation) => void,
+  ): ClientUnaryCall;
+  getOperation(
+    request: GetOperationRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: Operation) => void,
   ): ClientUnaryCall;
 }
 

@@ -19,6 +19,7 @@ import {
   type UntypedServiceImplementation,
 } from "@grpc/grpc-js";
 import { Timestamp } from "../../google/protobuf/timestamp";
+import { GetOperationRequest, Operation } from "./common";
 
 export const protobufPackage = "loom.v1";
 
@@ -313,6 +314,12 @@ export interface InductionStats {
   ioQueueDepth: string;
   /** Formations waiting now (queued, or deferred by the re-formation interval). */
   formationQueueDepth: string;
+}
+
+/** The request of TemplateInduction's EraseRecipients. */
+export interface TemplateInductionEraseRecipientsRequest {
+  /** The recipients to erase, as given in Email.recipient_id (1..1,000 ids of 1..512 bytes). */
+  recipientIds: string[];
 }
 
 function createBaseEmail(): Email {
@@ -2346,6 +2353,79 @@ export const InductionStats: MessageFns<InductionStats> = {
   },
 };
 
+function createBaseTemplateInductionEraseRecipientsRequest(): TemplateInductionEraseRecipientsRequest {
+  return { recipientIds: [] };
+}
+
+export const TemplateInductionEraseRecipientsRequest: MessageFns<TemplateInductionEraseRecipientsRequest> = {
+  encode(message: TemplateInductionEraseRecipientsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.recipientIds) {
+      writer.uint32(10).string(v!);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): TemplateInductionEraseRecipientsRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseTemplateInductionEraseRecipientsRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.recipientIds.push(reader.string());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): TemplateInductionEraseRecipientsRequest {
+    return {
+      recipientIds: globalThis.Array.isArray(object?.recipientIds)
+        ? object.recipientIds.map((e: any) => globalThis.String(e))
+        : globalThis.Array.isArray(object?.recipient_ids)
+        ? object.recipient_ids.map((e: any) => globalThis.String(e))
+        : [],
+    };
+  },
+
+  toJSON(message: TemplateInductionEraseRecipientsRequest): unknown {
+    const obj: any = {};
+    if (message.recipientIds?.length) {
+      obj.recipientIds = message.recipientIds;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<TemplateInductionEraseRecipientsRequest>): TemplateInductionEraseRecipientsRequest {
+    return TemplateInductionEraseRecipientsRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<TemplateInductionEraseRecipientsRequest>): TemplateInductionEraseRecipientsRequest {
+    const message = createBaseTemplateInductionEraseRecipientsRequest();
+    message.recipientIds = object.recipientIds?.map((e) => e) || [];
+    return message;
+  },
+};
+
 /**
  * TemplateInduction learns the templates of machine-generated email online
  * (Google's Crusher, VLDB 2019): each email's DOM becomes a set of XPaths,
@@ -2429,6 +2509,46 @@ export const TemplateInductionService = {
     responseSerialize: (value: InductionStats): Buffer => Buffer.from(InductionStats.encode(value).finish()),
     responseDeserialize: (value: Buffer): InductionStats => InductionStats.decode(value),
   },
+  /**
+   * Erases recipients, for a subject's erasure (needs templates:admin): every stored
+   * email of theirs and every recipient row (the keyed hash of their id) is removed
+   * from every cluster. A template already formed keeps only what at least k distinct
+   * recipients gave it: each cluster that held one of them is formed again from the
+   * emails that remain, and when fewer than k distinct recipients remain its templates
+   * are dropped (the cluster is unformed again, and forms anew once k recipients'
+   * emails arrive). Counters in GetInductionStats are counts only and hold no
+   * identifier. Every cluster must be scanned, so this answers at once with a
+   * background operation (read it back with GetOperation). Emails of these recipients
+   * still queued on this server, or submitted to it while the operation runs, are not
+   * stored; once it is DONE, new emails are new data and are kept.
+   * Idempotent, safe to retry: erasing twice is erasing once; unknown ids change nothing.
+   */
+  eraseRecipients: {
+    path: "/loom.v1.TemplateInduction/EraseRecipients" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: TemplateInductionEraseRecipientsRequest): Buffer =>
+      Buffer.from(TemplateInductionEraseRecipientsRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): TemplateInductionEraseRecipientsRequest =>
+      TemplateInductionEraseRecipientsRequest.decode(value),
+    responseSerialize: (value: Operation): Buffer => Buffer.from(Operation.encode(value).finish()),
+    responseDeserialize: (value: Buffer): Operation => Operation.decode(value),
+  },
+  /**
+   * A background operation started by EraseRecipients on this server. NOT_FOUND when
+   * unknown (operations are kept in memory for an hour after they end, and not across
+   * a restart; re-issuing the erasure is always safe).
+   * Idempotent, safe to retry: a read.
+   */
+  getOperation: {
+    path: "/loom.v1.TemplateInduction/GetOperation" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: GetOperationRequest): Buffer => Buffer.from(GetOperationRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): GetOperationRequest => GetOperationRequest.decode(value),
+    responseSerialize: (value: Operation): Buffer => Buffer.from(Operation.encode(value).finish()),
+    responseDeserialize: (value: Buffer): Operation => Operation.decode(value),
+  },
 } as const;
 
 export interface TemplateInductionServer extends UntypedServiceImplementation {
@@ -2461,6 +2581,28 @@ export interface TemplateInductionServer extends UntypedServiceImplementation {
    * Idempotent, safe to retry: a read.
    */
   getInductionStats: handleUnaryCall<GetInductionStatsRequest, InductionStats>;
+  /**
+   * Erases recipients, for a subject's erasure (needs templates:admin): every stored
+   * email of theirs and every recipient row (the keyed hash of their id) is removed
+   * from every cluster. A template already formed keeps only what at least k distinct
+   * recipients gave it: each cluster that held one of them is formed again from the
+   * emails that remain, and when fewer than k distinct recipients remain its templates
+   * are dropped (the cluster is unformed again, and forms anew once k recipients'
+   * emails arrive). Counters in GetInductionStats are counts only and hold no
+   * identifier. Every cluster must be scanned, so this answers at once with a
+   * background operation (read it back with GetOperation). Emails of these recipients
+   * still queued on this server, or submitted to it while the operation runs, are not
+   * stored; once it is DONE, new emails are new data and are kept.
+   * Idempotent, safe to retry: erasing twice is erasing once; unknown ids change nothing.
+   */
+  eraseRecipients: handleUnaryCall<TemplateInductionEraseRecipientsRequest, Operation>;
+  /**
+   * A background operation started by EraseRecipients on this server. NOT_FOUND when
+   * unknown (operations are kept in memory for an hour after they end, and not across
+   * a restart; re-issuing the erasure is always safe).
+   * Idempotent, safe to retry: a read.
+   */
+  getOperation: handleUnaryCall<GetOperationRequest, Operation>;
 }
 
 export interface TemplateInductionClient extends Client {
@@ -2562,6 +2704,56 @@ export interface TemplateInductionClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: InductionStats) => void,
+  ): ClientUnaryCall;
+  /**
+   * Erases recipients, for a subject's erasure (needs templates:admin): every stored
+   * email of theirs and every recipient row (the keyed hash of their id) is removed
+   * from every cluster. A template already formed keeps only what at least k distinct
+   * recipients gave it: each cluster that held one of them is formed again from the
+   * emails that remain, and when fewer than k distinct recipients remain its templates
+   * are dropped (the cluster is unformed again, and forms anew once k recipients'
+   * emails arrive). Counters in GetInductionStats are counts only and hold no
+   * identifier. Every cluster must be scanned, so this answers at once with a
+   * background operation (read it back with GetOperation). Emails of these recipients
+   * still queued on this server, or submitted to it while the operation runs, are not
+   * stored; once it is DONE, new emails are new data and are kept.
+   * Idempotent, safe to retry: erasing twice is erasing once; unknown ids change nothing.
+   */
+  eraseRecipients(
+    request: TemplateInductionEraseRecipientsRequest,
+    callback: (error: ServiceError | null, response: Operation) => void,
+  ): ClientUnaryCall;
+  eraseRecipients(
+    request: TemplateInductionEraseRecipientsRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: Operation) => void,
+  ): ClientUnaryCall;
+  eraseRecipients(
+    request: TemplateInductionEraseRecipientsRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: Operation) => void,
+  ): ClientUnaryCall;
+  /**
+   * A background operation started by EraseRecipients on this server. NOT_FOUND when
+   * unknown (operations are kept in memory for an hour after they end, and not across
+   * a restart; re-issuing the erasure is always safe).
+   * Idempotent, safe to retry: a read.
+   */
+  getOperation(
+    request: GetOperationRequest,
+    callback: (error: ServiceError | null, response: Operation) => void,
+  ): ClientUnaryCall;
+  getOperation(
+    request: GetOperationRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: Operation) => void,
+  ): ClientUnaryCall;
+  getOperation(
+    request: GetOperationRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: Operation) => void,
   ): ClientUnaryCall;
 }
 

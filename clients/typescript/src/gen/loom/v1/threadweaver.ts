@@ -19,7 +19,7 @@ import {
   type UntypedServiceImplementation,
 } from "@grpc/grpc-js";
 import { Timestamp } from "../../google/protobuf/timestamp";
-import { ThreadRef } from "./common";
+import { GetOperationRequest, Operation, ThreadRef } from "./common";
 
 export const protobufPackage = "loom.v1";
 
@@ -163,6 +163,33 @@ export interface ResolvedThread {
 export interface ResolveThreadsResponse {
   /** One entry per requested thread, in request order. */
   threads: ResolvedThread[];
+}
+
+/** The request of UnweaveThreads. */
+export interface UnweaveThreadsRequest {
+  /** 1..1,000 threads to remove (each gid and thread_id 1..512 bytes). */
+  threads: ThreadRef[];
+}
+
+/** The response of UnweaveThreads. */
+export interface UnweaveThreadsResponse {
+  /**
+   * The removal's operation: reads are already exact; DONE once every row of
+   * the removed threads is physically gone.
+   */
+  operation: Operation | undefined;
+}
+
+/** The request of UnweaveMailbox. */
+export interface UnweaveMailboxRequest {
+  /** The mailbox owner (1..512 bytes). */
+  gid: string;
+}
+
+/** The response of UnweaveMailbox. */
+export interface UnweaveMailboxResponse {
+  /** The erasure's operation, as UnweaveThreadsResponse.operation. */
+  operation: Operation | undefined;
 }
 
 function createBaseWovenMessage(): WovenMessage {
@@ -1206,6 +1233,280 @@ export const ResolveThreadsResponse: MessageFns<ResolveThreadsResponse> = {
   },
 };
 
+function createBaseUnweaveThreadsRequest(): UnweaveThreadsRequest {
+  return { threads: [] };
+}
+
+export const UnweaveThreadsRequest: MessageFns<UnweaveThreadsRequest> = {
+  encode(message: UnweaveThreadsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.threads) {
+      ThreadRef.encode(v!, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): UnweaveThreadsRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseUnweaveThreadsRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.threads.push(ThreadRef.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): UnweaveThreadsRequest {
+    return {
+      threads: globalThis.Array.isArray(object?.threads) ? object.threads.map((e: any) => ThreadRef.fromJSON(e)) : [],
+    };
+  },
+
+  toJSON(message: UnweaveThreadsRequest): unknown {
+    const obj: any = {};
+    if (message.threads?.length) {
+      obj.threads = message.threads.map((e) => ThreadRef.toJSON(e));
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<UnweaveThreadsRequest>): UnweaveThreadsRequest {
+    return UnweaveThreadsRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<UnweaveThreadsRequest>): UnweaveThreadsRequest {
+    const message = createBaseUnweaveThreadsRequest();
+    message.threads = object.threads?.map((e) => ThreadRef.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseUnweaveThreadsResponse(): UnweaveThreadsResponse {
+  return { operation: undefined };
+}
+
+export const UnweaveThreadsResponse: MessageFns<UnweaveThreadsResponse> = {
+  encode(message: UnweaveThreadsResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.operation !== undefined) {
+      Operation.encode(message.operation, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): UnweaveThreadsResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseUnweaveThreadsResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.operation = Operation.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): UnweaveThreadsResponse {
+    return { operation: isSet(object.operation) ? Operation.fromJSON(object.operation) : undefined };
+  },
+
+  toJSON(message: UnweaveThreadsResponse): unknown {
+    const obj: any = {};
+    if (message.operation !== undefined) {
+      obj.operation = Operation.toJSON(message.operation);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<UnweaveThreadsResponse>): UnweaveThreadsResponse {
+    return UnweaveThreadsResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<UnweaveThreadsResponse>): UnweaveThreadsResponse {
+    const message = createBaseUnweaveThreadsResponse();
+    message.operation = (object.operation !== undefined && object.operation !== null)
+      ? Operation.fromPartial(object.operation)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseUnweaveMailboxRequest(): UnweaveMailboxRequest {
+  return { gid: "" };
+}
+
+export const UnweaveMailboxRequest: MessageFns<UnweaveMailboxRequest> = {
+  encode(message: UnweaveMailboxRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.gid !== "") {
+      writer.uint32(10).string(message.gid);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): UnweaveMailboxRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseUnweaveMailboxRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.gid = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): UnweaveMailboxRequest {
+    return { gid: isSet(object.gid) ? globalThis.String(object.gid) : "" };
+  },
+
+  toJSON(message: UnweaveMailboxRequest): unknown {
+    const obj: any = {};
+    if (message.gid !== "") {
+      obj.gid = message.gid;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<UnweaveMailboxRequest>): UnweaveMailboxRequest {
+    return UnweaveMailboxRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<UnweaveMailboxRequest>): UnweaveMailboxRequest {
+    const message = createBaseUnweaveMailboxRequest();
+    message.gid = object.gid ?? "";
+    return message;
+  },
+};
+
+function createBaseUnweaveMailboxResponse(): UnweaveMailboxResponse {
+  return { operation: undefined };
+}
+
+export const UnweaveMailboxResponse: MessageFns<UnweaveMailboxResponse> = {
+  encode(message: UnweaveMailboxResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.operation !== undefined) {
+      Operation.encode(message.operation, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): UnweaveMailboxResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseUnweaveMailboxResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.operation = Operation.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): UnweaveMailboxResponse {
+    return { operation: isSet(object.operation) ? Operation.fromJSON(object.operation) : undefined };
+  },
+
+  toJSON(message: UnweaveMailboxResponse): unknown {
+    const obj: any = {};
+    if (message.operation !== undefined) {
+      obj.operation = Operation.toJSON(message.operation);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<UnweaveMailboxResponse>): UnweaveMailboxResponse {
+    return UnweaveMailboxResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<UnweaveMailboxResponse>): UnweaveMailboxResponse {
+    const message = createBaseUnweaveMailboxResponse();
+    message.operation = (object.operation !== undefined && object.operation !== null)
+      ? Operation.fromPartial(object.operation)
+      : undefined;
+    return message;
+  },
+};
+
 /**
  * ThreadWeaver unifies the copies of one email conversation that live in many
  * mailboxes (Streak's "threadweaver"). At write time each message maps its
@@ -1281,6 +1582,63 @@ export const ThreadWeaverService = {
       Buffer.from(ResolveThreadsResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): ResolveThreadsResponse => ResolveThreadsResponse.decode(value),
   },
+  /**
+   * Removes up to 1,000 threads from the unified-thread graph: their mailboxes
+   * no longer hold them. Once it returns, every read answers as if they had
+   * never been woven: GetUnifiedThread and ResolveThreads agree with a
+   * union-find over the messages that remain, threads unified only through a
+   * removed thread come apart (under new unified thread ids), and the
+   * statistics count only the remaining messages. Unknown threads are
+   * ignored (not an error). A unified thread past the spam guard (more than
+   * 10,000 member threads) is rebuilt in the background: the removed threads
+   * leave every read at once and the operation reports the rest. The returned
+   * operation is DONE once nothing of the removed threads is stored.
+   * Idempotent, safe to retry: removing a removed thread changes nothing, and
+   * a retry resumes a removal that was interrupted.
+   */
+  unweaveThreads: {
+    path: "/loom.v1.ThreadWeaver/UnweaveThreads" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: UnweaveThreadsRequest): Buffer =>
+      Buffer.from(UnweaveThreadsRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): UnweaveThreadsRequest => UnweaveThreadsRequest.decode(value),
+    responseSerialize: (value: UnweaveThreadsResponse): Buffer =>
+      Buffer.from(UnweaveThreadsResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): UnweaveThreadsResponse => UnweaveThreadsResponse.decode(value),
+  },
+  /**
+   * Removes every thread of one mailbox (the user left, or asked for
+   * erasure), as UnweaveThreads does; requires the threadweaver:admin scope.
+   * Once the operation is DONE no row holds the gid. An unknown gid does
+   * nothing (not an error).
+   * Idempotent, safe to retry.
+   */
+  unweaveMailbox: {
+    path: "/loom.v1.ThreadWeaver/UnweaveMailbox" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: UnweaveMailboxRequest): Buffer =>
+      Buffer.from(UnweaveMailboxRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): UnweaveMailboxRequest => UnweaveMailboxRequest.decode(value),
+    responseSerialize: (value: UnweaveMailboxResponse): Buffer =>
+      Buffer.from(UnweaveMailboxResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): UnweaveMailboxResponse => UnweaveMailboxResponse.decode(value),
+  },
+  /**
+   * The state and progress of an operation started by UnweaveThreads or
+   * UnweaveMailbox on this server. NOT_FOUND for an id it does not know.
+   * Idempotent, safe to retry: a read.
+   */
+  getOperation: {
+    path: "/loom.v1.ThreadWeaver/GetOperation" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: GetOperationRequest): Buffer => Buffer.from(GetOperationRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): GetOperationRequest => GetOperationRequest.decode(value),
+    responseSerialize: (value: Operation): Buffer => Buffer.from(Operation.encode(value).finish()),
+    responseDeserialize: (value: Buffer): Operation => Operation.decode(value),
+  },
 } as const;
 
 export interface ThreadWeaverServer extends UntypedServiceImplementation {
@@ -1310,6 +1668,35 @@ export interface ThreadWeaverServer extends UntypedServiceImplementation {
    * Idempotent, safe to retry: a read.
    */
   resolveThreads: handleUnaryCall<ResolveThreadsRequest, ResolveThreadsResponse>;
+  /**
+   * Removes up to 1,000 threads from the unified-thread graph: their mailboxes
+   * no longer hold them. Once it returns, every read answers as if they had
+   * never been woven: GetUnifiedThread and ResolveThreads agree with a
+   * union-find over the messages that remain, threads unified only through a
+   * removed thread come apart (under new unified thread ids), and the
+   * statistics count only the remaining messages. Unknown threads are
+   * ignored (not an error). A unified thread past the spam guard (more than
+   * 10,000 member threads) is rebuilt in the background: the removed threads
+   * leave every read at once and the operation reports the rest. The returned
+   * operation is DONE once nothing of the removed threads is stored.
+   * Idempotent, safe to retry: removing a removed thread changes nothing, and
+   * a retry resumes a removal that was interrupted.
+   */
+  unweaveThreads: handleUnaryCall<UnweaveThreadsRequest, UnweaveThreadsResponse>;
+  /**
+   * Removes every thread of one mailbox (the user left, or asked for
+   * erasure), as UnweaveThreads does; requires the threadweaver:admin scope.
+   * Once the operation is DONE no row holds the gid. An unknown gid does
+   * nothing (not an error).
+   * Idempotent, safe to retry.
+   */
+  unweaveMailbox: handleUnaryCall<UnweaveMailboxRequest, UnweaveMailboxResponse>;
+  /**
+   * The state and progress of an operation started by UnweaveThreads or
+   * UnweaveMailbox on this server. NOT_FOUND for an id it does not know.
+   * Idempotent, safe to retry: a read.
+   */
+  getOperation: handleUnaryCall<GetOperationRequest, Operation>;
 }
 
 export interface ThreadWeaverClient extends Client {
@@ -1394,6 +1781,77 @@ export interface ThreadWeaverClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: ResolveThreadsResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Removes up to 1,000 threads from the unified-thread graph: their mailboxes
+   * no longer hold them. Once it returns, every read answers as if they had
+   * never been woven: GetUnifiedThread and ResolveThreads agree with a
+   * union-find over the messages that remain, threads unified only through a
+   * removed thread come apart (under new unified thread ids), and the
+   * statistics count only the remaining messages. Unknown threads are
+   * ignored (not an error). A unified thread past the spam guard (more than
+   * 10,000 member threads) is rebuilt in the background: the removed threads
+   * leave every read at once and the operation reports the rest. The returned
+   * operation is DONE once nothing of the removed threads is stored.
+   * Idempotent, safe to retry: removing a removed thread changes nothing, and
+   * a retry resumes a removal that was interrupted.
+   */
+  unweaveThreads(
+    request: UnweaveThreadsRequest,
+    callback: (error: ServiceError | null, response: UnweaveThreadsResponse) => void,
+  ): ClientUnaryCall;
+  unweaveThreads(
+    request: UnweaveThreadsRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: UnweaveThreadsResponse) => void,
+  ): ClientUnaryCall;
+  unweaveThreads(
+    request: UnweaveThreadsRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: UnweaveThreadsResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Removes every thread of one mailbox (the user left, or asked for
+   * erasure), as UnweaveThreads does; requires the threadweaver:admin scope.
+   * Once the operation is DONE no row holds the gid. An unknown gid does
+   * nothing (not an error).
+   * Idempotent, safe to retry.
+   */
+  unweaveMailbox(
+    request: UnweaveMailboxRequest,
+    callback: (error: ServiceError | null, response: UnweaveMailboxResponse) => void,
+  ): ClientUnaryCall;
+  unweaveMailbox(
+    request: UnweaveMailboxRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: UnweaveMailboxResponse) => void,
+  ): ClientUnaryCall;
+  unweaveMailbox(
+    request: UnweaveMailboxRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: UnweaveMailboxResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * The state and progress of an operation started by UnweaveThreads or
+   * UnweaveMailbox on this server. NOT_FOUND for an id it does not know.
+   * Idempotent, safe to retry: a read.
+   */
+  getOperation(
+    request: GetOperationRequest,
+    callback: (error: ServiceError | null, response: Operation) => void,
+  ): ClientUnaryCall;
+  getOperation(
+    request: GetOperationRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: Operation) => void,
+  ): ClientUnaryCall;
+  getOperation(
+    request: GetOperationRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: Operation) => void,
   ): ClientUnaryCall;
 }
 
