@@ -34,7 +34,7 @@ README = REPO / "README.md"
 TOOLS_BIN = Path.home() / ".cache" / "loom" / "bin"
 ADDRESS = "localhost:50051"
 CALLERS = ("grpcurl", "ghz", "loom_client", "LoomClient")
-EXPECTED_EXAMPLES = 9
+EXPECTED_EXAMPLES = 10
 """Shell and Python blocks in the README that call the server. Change it with the README."""
 
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
