@@ -15,7 +15,6 @@ from loom.v1 import common_pb2, templates_pb2, templates_pb2_grpc
 
 from server.config import AuthSettings
 from server.runtime.auth import mint_token
-from server.templates.model import recipient_hash
 from storage.engines import TEMPLATE_STORES
 from tests.conftest import selected_engines
 from tests.engines import settings_for
@@ -110,25 +109,6 @@ async def test_a_template_still_at_k_is_formed_again_from_the_rest(server: Runni
     after = await s.ListTemplates(templates_pb2.ListTemplatesRequest(sender=sender))
     assert [t.template_id for t in after.templates] == [before.templates[0].template_id]
     assert after.templates[0].distinct_recipients == K
-
-
-async def test_no_hash_of_the_erased_recipient_is_left_in_sqlite(server: Running) -> None:
-    """On SQLite, once DONE, neither the file nor its WAL holds the recipient's hash."""
-    settings = server.settings
-    if settings.storage.templates_store != "sqlite":
-        pytest.skip("a file check of the embedded engine")
-    s, sender = stub(server), "bytes@shop.example"
-    await formed(s, sender, [f"b-user-{i}" for i in range(K)])
-    digest = recipient_hash("b-user-2", settings.templates.recipient_hash_key.encode()).encode()
-    data_dir = Path(settings.sqlite.data_dir)
-    assert holding(data_dir, digest)
-    await erase(s, "b-user-2")
-    assert holding(data_dir, digest) == []
-
-
-def holding(data_dir: Path, needle: bytes) -> list[str]:
-    """The names of the template store's files (database, WAL) that hold `needle`."""
-    return [f.name for f in data_dir.glob("templates.sqlite3*") if needle in f.read_bytes()]
 
 
 async def test_malformed_ids_name_each_bad_field(server: Running) -> None:
