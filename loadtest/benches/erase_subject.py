@@ -240,6 +240,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--engines", nargs="+", default=["sqlite", "distributed"])
     parser.add_argument("--json", type=Path, help="write the rows here")
     args = parser.parse_args(argv)
+    # DynamoDB Local takes any credentials, but the SDK wants some.
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
+    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="erase-subject-") as tmp:
         for engines in args.engines:
