@@ -35,6 +35,7 @@ from storage.errors import StorageUnavailable
 
 __all__ = [
     "TEMPLATES_V2",
+    "THREADS_V2",
     "Layout",
     "Plan",
     "Step",
@@ -71,6 +72,14 @@ class StoreTooNew(ValueError):
         self.where = where
         self.found = found
         self.known = known
+
+
+THREADS_V2 = (
+    "thread -> message edges and retired-UT marks kept, for deletions; threads woven before "
+    "have none, so a deletion removes them without splitting their unified thread"
+)
+"""The ThreadStore's layout step to version 2, alike on every engine: the new tables (families)
+are created by the layout itself and nothing is rewritten (1.0.0 kept no edges to backfill)."""
 
 
 TEMPLATES_V2 = (

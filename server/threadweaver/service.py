@@ -71,7 +71,7 @@ class ThreadWeaverService:
             store.get_thread_uts([m.thread for m in messages]),
             store.put_thread_messages(
                 [
-                    ThreadMessage(m.thread, k, m.sent_at_ms)
+                    ThreadMessage(thread=m.thread, rfc_key=k, sent_at_ms=m.sent_at_ms)
                     for m, k in zip(messages, keys, strict=True)
                 ]
             ),

@@ -20,9 +20,8 @@ from storage.bigtable.client import (
     gc_rule,
 )
 from storage.clock import now_ms
-from storage.ports.threads import THREADS_V2
 from storage.settings import BigtableSettings
-from storage.versions import TEMPLATES_V2, Layout, Plan, Step, apply, inspected, plan
+from storage.versions import TEMPLATES_V2, THREADS_V2, Layout, Plan, Step, apply, inspected, plan
 
 __all__ = ["META_TABLE", "TEMPLATES", "THREADS", "BigtableLayout", "inspect", "upgrade"]
 

@@ -21,8 +21,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Final
 
 from storage.clock import now_ms
-from storage.ports.threads import THREADS_V2
-from storage.versions import Layout, Plan, Step, apply, plan
+from storage.versions import THREADS_V2, Layout, Plan, Step, apply, plan
 
 if TYPE_CHECKING:
     from storage.cassandra.session import CassandraSession

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Protocol
 
 __all__ = [
-    "THREADS_V2",
     "MessageMapping",
     "PortableThreadStore",
     "ThreadKey",
@@ -25,13 +24,6 @@ __all__ = [
     "UnifiedStats",
     "UtRows",
 ]
-
-THREADS_V2 = (
-    "thread -> message edges and retired-UT marks kept, for deletions; threads woven before "
-    "have none, so a deletion removes them without splitting their unified thread"
-)
-"""The ThreadStore's layout step to version 2, alike on every engine: the new tables (families)
-are created by the layout itself and nothing is rewritten (1.0.0 kept no edges to backfill)."""
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -55,7 +47,7 @@ class MessageMapping:
     sent_at_ms: int
 
 
-@dataclass(frozen=True, slots=True, order=True)
+@dataclass(frozen=True, slots=True, order=True, kw_only=True)
 class ThreadMessage:
     """An edge of the thread <-> Message-ID graph: `thread` holds the message `rfc_key`.
 

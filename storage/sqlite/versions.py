@@ -19,8 +19,7 @@ from typing import Final
 
 from storage.clock import now_ms
 from storage.errors import DriverErrors
-from storage.ports.threads import THREADS_V2
-from storage.versions import TEMPLATES_V2, Layout, Plan, Step, plan
+from storage.versions import TEMPLATES_V2, THREADS_V2, Layout, Plan, Step, plan
 
 __all__ = [
     "ERASURES",

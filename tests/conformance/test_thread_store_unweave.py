@@ -33,8 +33,14 @@ class TestEdgesAndRehoming:
     ) -> None:
         """Edges are idempotent, read back per thread; a mailbox lists its threads once."""
         a, b, c = ThreadKey("g1", "a"), ThreadKey("g1", "b"), ThreadKey("g2", "c")
-        edges = [ThreadMessage(a, key("m1"), 10), ThreadMessage(a, key("m2"), 20)]
-        edges += [ThreadMessage(b, key("m2"), 20), ThreadMessage(c, key("m3"), 30)]
+        edges = [
+            ThreadMessage(thread=a, rfc_key=key("m1"), sent_at_ms=10),
+            ThreadMessage(thread=a, rfc_key=key("m2"), sent_at_ms=20),
+        ]
+        edges += [
+            ThreadMessage(thread=b, rfc_key=key("m2"), sent_at_ms=20),
+            ThreadMessage(thread=c, rfc_key=key("m3"), sent_at_ms=30),
+        ]
         await thread_store.put_thread_messages(edges)
         await thread_store.put_thread_messages(edges[:2])
         found = await thread_store.get_thread_messages([a, b, ThreadKey("g1", "none")])
@@ -285,7 +291,9 @@ async def test_a_weave_that_wrote_into_a_retired_unified_thread_rehomes_its_rows
     # What a slow weave of (dave, <m9>) that had read carol's old UT leaves behind:
     dave = ThreadKey(f"{tag}dave", "t")
     probe = Message(dave, f"<{tag}m9>", 9)
-    await thread_store.put_thread_messages([ThreadMessage(dave, rfc_key(probe), 9)])
+    await thread_store.put_thread_messages(
+        [ThreadMessage(thread=dave, rfc_key=rfc_key(probe), sent_at_ms=9)]
+    )
     await thread_store.put_message_uts_if_absent(
         [MessageMapping(rfc_key=rfc_key(probe), ut=old, sent_at_ms=9)]
     )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import grpc
-from loom.v1 import templates_pb2, templates_pb2_grpc
+from loom.v1 import common_pb2, templates_pb2, templates_pb2_grpc
 
 from ._calls import CallDefaults, Metadata, ServiceClient
 from ._retry import RetryPolicy
@@ -74,3 +74,26 @@ class TemplatesClient(ServiceClient):
     ) -> templates_pb2.InductionStats:
         """Counters of the induction pipeline (counts only, never content)."""
         return await self._unary(self._stub.GetInductionStats, request, timeout, metadata, retry)
+
+    async def erase_recipients(
+        self,
+        request: templates_pb2.TemplateInductionEraseRecipientsRequest,
+        *,
+        timeout: float | None = None,
+        metadata: Metadata = (),
+        retry: RetryPolicy | None = None,
+    ) -> common_pb2.Operation:
+        """Erases recipients' stored emails in the background (poll `get_operation`);
+        needs ``templates:admin``. Idempotent."""
+        return await self._unary(self._stub.EraseRecipients, request, timeout, metadata, retry)
+
+    async def get_operation(
+        self,
+        request: common_pb2.GetOperationRequest,
+        *,
+        timeout: float | None = None,
+        metadata: Metadata = (),
+        retry: RetryPolicy | None = None,
+    ) -> common_pb2.Operation:
+        """Progress of an EraseRecipients operation. NOT_FOUND for an unknown operation."""
+        return await self._unary(self._stub.GetOperation, request, timeout, metadata, retry)

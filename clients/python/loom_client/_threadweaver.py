@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import grpc
-from loom.v1 import threadweaver_pb2, threadweaver_pb2_grpc
+from loom.v1 import common_pb2, threadweaver_pb2, threadweaver_pb2_grpc
 
 from ._calls import CallDefaults, Metadata, ServiceClient
 from ._retry import RetryPolicy
@@ -66,3 +66,37 @@ class ThreadWeaverClient(ServiceClient):
     ) -> threadweaver_pb2.ResolveThreadsResponse:
         """Resolves up to 100 threads (an inbox page) to their unified thread ids."""
         return await self._unary(self._stub.ResolveThreads, request, timeout, metadata, retry)
+
+    async def unweave_threads(
+        self,
+        request: threadweaver_pb2.UnweaveThreadsRequest,
+        *,
+        timeout: float | None = None,
+        metadata: Metadata = (),
+        retry: RetryPolicy | None = None,
+    ) -> threadweaver_pb2.UnweaveThreadsResponse:
+        """Removes threads from the unified threads; reads are exact on return, the
+        cleanup is an operation (poll `get_operation`). Idempotent."""
+        return await self._unary(self._stub.UnweaveThreads, request, timeout, metadata, retry)
+
+    async def unweave_mailbox(
+        self,
+        request: threadweaver_pb2.UnweaveMailboxRequest,
+        *,
+        timeout: float | None = None,
+        metadata: Metadata = (),
+        retry: RetryPolicy | None = None,
+    ) -> threadweaver_pb2.UnweaveMailboxResponse:
+        """Removes every thread of a mailbox; needs ``threadweaver:admin``. Idempotent."""
+        return await self._unary(self._stub.UnweaveMailbox, request, timeout, metadata, retry)
+
+    async def get_operation(
+        self,
+        request: common_pb2.GetOperationRequest,
+        *,
+        timeout: float | None = None,
+        metadata: Metadata = (),
+        retry: RetryPolicy | None = None,
+    ) -> common_pb2.Operation:
+        """Progress of an unweaving. NOT_FOUND for an unknown operation."""
+        return await self._unary(self._stub.GetOperation, request, timeout, metadata, retry)
