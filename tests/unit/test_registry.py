@@ -103,3 +103,25 @@ def test_each_service_dumps_under_its_own_name() -> None:
     assert list(portable) == [s.name for s in registry.SERVICES]
     files = [p.sqlite_file for p in portable.values()]
     assert len(files) == len(set(files))
+
+
+def test_subject_erasures_and_job_deletion_need_the_admin_scope() -> None:
+    """Erasing a person (or deleting a job) is an administrator's act; deleting a thread or
+    a summary is an ordinary write, and reading an operation a read."""
+    table = PolicyTable(registry.default_policies())
+    admin = {
+        "loom.v1.ThreadWeaver/UnweaveMailbox": "threadweaver:admin",
+        "loom.v1.Inbox/DeleteInbox": "inbox:admin",
+        "loom.v1.Summary/EraseRecipients": "summary:admin",
+        "loom.v1.TemplateInduction/EraseRecipients": "templates:admin",
+        "loom.v1.Iterator/DeleteJob": "iterator:admin",
+    }
+    for method, scope in admin.items():
+        assert table.policy(method).scope == scope, method
+    for method in (
+        "loom.v1.ThreadWeaver/UnweaveThreads",
+        "loom.v1.Inbox/DeleteThreads",
+        "loom.v1.Inbox/RemoveThreads",
+        "loom.v1.Summary/DeleteMessageSummaries",
+    ):
+        assert table.policy(method).scope.endswith(":write"), method
