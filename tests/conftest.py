@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from server.runtime.logs import configure_logging
-from tests.engines import ALL_ENGINES
+from tests.engines import ALL_ENGINES, KEYSPACES, drop_keyspaces
 
 
 class _SessionLog:
@@ -87,3 +88,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = keep
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _drop_module_keyspaces() -> Iterator[None]:
+    """Drops the Cassandra keyspaces a module created, once its own fixtures are torn down
+    (an autouse fixture of the module scope is set up first, so torn down last)."""
+    start = len(KEYSPACES)
+    yield
+    made = KEYSPACES[start:]
+    del KEYSPACES[start:]
+    drop_keyspaces(made)

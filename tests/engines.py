@@ -8,6 +8,7 @@ passed engine. `--engines sqlite` (or LOOM_TEST_ENGINES) narrows a run on purpos
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 from pathlib import Path
 
@@ -73,6 +74,37 @@ def unique(prefix: str) -> str:
     return f"{prefix}{uuid.uuid4().hex[:10]}"
 
 
+KEYSPACES: list[str] = []
+"""Keyspaces on the test node named by `settings_for` and `server_env`; `tests/conftest.py`
+drops those of a module once it is done (`drop_keyspaces`), so the single node holds a
+module's keyspaces at a time, not the whole run's: every keyspace costs the node heap
+(its tables' metadata and memtables), and a run's few hundred filled a 3 GiB heap."""
+
+
+def drop_keyspaces(names: list[str]) -> None:
+    """Drops `names` on the test node (best effort: a keyspace never created is no error,
+    and a drop that fails only leaves the keyspace behind)."""
+    from cassandra.cluster import Cluster
+
+    points = os.environ.get("LOOM_TEST_CASSANDRA_CONTACT_POINTS")
+    if not points or not names:
+        return
+    cluster = Cluster(
+        points.split(","), port=int(os.environ.get("LOOM_TEST_CASSANDRA_PORT", "9042"))
+    )
+    try:
+        session = cluster.connect()
+        for name in names:
+            try:
+                session.execute(f"DROP KEYSPACE IF EXISTS {name}", timeout=120)
+            except Exception as exc:
+                print(f"could not drop keyspace {name}: {exc}", file=sys.stderr)
+    except Exception as exc:
+        print(f"could not drop keyspaces {names}: {exc}", file=sys.stderr)
+    finally:
+        cluster.shutdown()
+
+
 def settings_for(engine: str, data_dir: Path, **stores: str) -> Settings:
     """Settings whose stores named in `stores` live on `engine`, in a fresh namespace.
 
@@ -83,6 +115,8 @@ def settings_for(engine: str, data_dir: Path, **stores: str) -> Settings:
     for store_engine in stores.values():
         require(store_engine)
     namespace = unique("t")
+    if "cassandra" in {engine, *stores.values()}:
+        KEYSPACES.append(f"loom_{namespace}")
     return load_settings(
         env={},
         overrides={
@@ -125,6 +159,7 @@ def server_env(**stores: str) -> dict[str, str]:
     env = {f"LOOM_STORAGE__{store.upper()}": engine for store, engine in stores.items()}
     engines = set(stores.values())
     if "cassandra" in engines:
+        KEYSPACES.append(f"loom_{namespace}")
         env |= {
             "LOOM_CASSANDRA__CONTACT_POINTS": os.environ["LOOM_TEST_CASSANDRA_CONTACT_POINTS"],
             "LOOM_CASSANDRA__PORT": os.environ["LOOM_TEST_CASSANDRA_PORT"],
