@@ -263,6 +263,12 @@ async def _rewrite(
     messages = [kept[k] for k in sorted(kept)]
     for i in range(0, len(messages), _STEP):
         await store.rehome([], messages[i : i + _STEP], [])
+    if dropped:
+        # A weave through another server may have given a key a new home since the closure
+        # was read (its own repair rebuild ran first): drop only keys still mapped to one of
+        # the retired ids, or to none. What is left of the race is this one round trip.
+        current = await store.get_message_uts(dropped)
+        dropped = [k for k in dropped if k not in current or current[k].ut in c.links]
     # The removed threads go last: a retry after a crash still finds their edges.
     await store.rehome([(t, None) for t in sorted(gone)], [], dropped)
     await store.remove_thread_messages(sorted(gone))
