@@ -24,12 +24,10 @@ import random
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 from loom.v1 import (
-    common_pb2,
     dump_pb2,
     inbox_pb2,
     inbox_pb2_grpc,
@@ -53,6 +51,7 @@ from server.templates.model import decode_cluster_email, recipient_hash
 from storage import factory
 from storage.ports import JobRecord, TaskRecord
 from tests.engines import settings_for
+from tests.operation_waits import wait_done
 from tests.serving import Running, eventually, run_loom, running_server
 from tests.templates_corpus import NAMES, receipt
 
@@ -60,7 +59,6 @@ pytestmark = pytest.mark.timeout(900)
 
 SUBJECT = "erasure-subject-5e1f"
 CONTROL = "erasure-control-9a2b"
-DONE = common_pb2.OPERATION_STATE_DONE
 
 ENGINE_SETS = {
     "sqlite": {},
@@ -172,35 +170,24 @@ async def _job(settings: Settings, subject: str) -> str:
     return job_id
 
 
-async def _done(probe: Any, operation: common_pb2.Operation) -> None:
-    """Polls a service's GetOperation (`probe`) until the operation is DONE."""
-
-    async def read() -> common_pb2.Operation:
-        request = common_pb2.GetOperationRequest(operation_id=operation.operation_id)
-        reply: common_pb2.Operation = await probe(request)
-        return reply
-
-    await eventually(read, lambda op: op.state == DONE, timeout_s=300, what="operation DONE")
-
-
 async def _erase(running: Running, subject: str) -> None:
     """The subject out of every service, each call waited until DONE."""
     channel = running.channel
     weaver = threadweaver_pb2_grpc.ThreadWeaverStub(channel)
     reply = await weaver.UnweaveMailbox(threadweaver_pb2.UnweaveMailboxRequest(gid=subject))
-    await _done(weaver.GetOperation, reply.operation)
+    await wait_done(weaver.GetOperation, reply.operation.operation_id, timeout_s=300)
     inbox = inbox_pb2_grpc.InboxStub(channel)
     await inbox.DeleteInbox(inbox_pb2.DeleteInboxRequest(inbox_id=subject))
     summary = summary_pb2_grpc.SummaryStub(channel)
     op = await summary.EraseRecipients(
         summary_pb2.SummaryEraseRecipientsRequest(recipient_ids=[subject])
     )
-    await _done(summary.GetOperation, op)
+    await wait_done(summary.GetOperation, op.operation_id, timeout_s=300)
     templates = templates_pb2_grpc.TemplateInductionStub(channel)
     op = await templates.EraseRecipients(
         templates_pb2.TemplateInductionEraseRecipientsRequest(recipient_ids=[subject])
     )
-    await _done(templates.GetOperation, op)
+    await wait_done(templates.GetOperation, op.operation_id, timeout_s=300)
     iterator = iterator_pb2_grpc.IteratorStub(channel)
     await iterator.DeleteJob(iterator_pb2.DeleteJobRequest(job_id=_job_id(subject)))
 

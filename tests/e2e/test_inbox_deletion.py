@@ -20,7 +20,8 @@ from storage.ports import PortableInboxStore
 from tests.conftest import selected_engines
 from tests.e2e.test_inbox_grpc import fresh, listing, post, threads_of, unread
 from tests.engines import settings_for
-from tests.serving import Running, eventually, running_server, violations
+from tests.operation_waits import wait_done
+from tests.serving import Running, running_server, violations
 
 DONE = common_pb2.OPERATION_STATE_DONE
 
@@ -72,10 +73,7 @@ async def delete(s: inbox_pb2_grpc.InboxStub, *threads: str) -> common_pb2.Opera
 
 
 async def finished(s: inbox_pb2_grpc.InboxStub, operation_id: str) -> common_pb2.Operation:
-    async def probe() -> common_pb2.Operation:
-        return await s.GetOperation(common_pb2.GetOperationRequest(operation_id=operation_id))
-
-    return await eventually(probe, lambda op: op.state == DONE, what="operation done")
+    return await wait_done(s.GetOperation, operation_id)
 
 
 async def rows_of(store: PortableInboxStore, thread: str) -> list[str]:
