@@ -24,16 +24,16 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from server.iterator.jobcache import JobCache
+from server.iterator.model import FINISHED
 from server.iterator.settings import IteratorSettings
 from server.runtime.errors import FailedPrecondition, LoomError
 from server.runtime.logs import get_logger
 from storage.clock import now_ms
 from storage.ports import JobStore
 
-__all__ = ["FINISHED", "Deleted", "JobDeleter"]
+__all__ = ["Deleted", "JobDeleter"]
 
 _log = get_logger("iterator")
-FINISHED = ("completed", "cancelled", "failed")
 _PAGE = 200
 
 

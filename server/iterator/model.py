@@ -27,6 +27,7 @@ from storage.ports import ChunkRecord, Key
 __all__ = [
     "EMITTED_CHUNKS",
     "EMITTED_OBJECTS",
+    "FINISHED",
     "IGNORED_ACKS",
     "REREAD_CHUNKS",
     "RESENT_CHUNKS",
@@ -41,6 +42,9 @@ __all__ = [
     "tasks_done",
     "unpack",
 ]
+
+FINISHED = ("completed", "cancelled", "failed")
+"""Job states nothing moves on from: what DeleteJob, retention and a dump accept."""
 
 EMITTED_OBJECTS = "emitted_objects"
 EMITTED_CHUNKS = "emitted_chunks"

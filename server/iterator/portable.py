@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Sequence
 from google.protobuf.message import Message
 from loom.v1 import dump_pb2
 
+from server.iterator.model import FINISHED
 from server.portable.records import PAGE, ActiveJobs, Kind, ServiceData, as_record, same_service
 from storage.ports import (
     JobRecord,
@@ -16,9 +17,6 @@ from storage.ports import (
 )
 
 __all__ = ["JobData"]
-
-
-FINISHED = ("completed", "cancelled", "failed")
 
 
 class JobData:

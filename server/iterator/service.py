@@ -44,7 +44,6 @@ from storage.ports import ChunkState, IterationSource, JobRecord, JobStore, Task
 __all__ = ["IteratorService", "JobView"]
 
 _log = get_logger("iterator")
-_FINAL = ("completed", "cancelled", "failed")
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,7 +172,7 @@ class IteratorService:
         counters = await self._store.counters(job_id)
         p = progress.progress(spec, self._names, counters)
         meter = self._meters.setdefault(job_id, progress.RateMeter())
-        if record.state not in _FINAL:
+        if record.state not in model.FINISHED:
             meter.add(p.emitted_objects)
         rate = meter.rate() if record.state == "running" else 0.0
         eta = 0.0 if record.state == "completed" else progress.eta_seconds(p, rate)
@@ -221,7 +220,7 @@ class IteratorService:
             record = await self._store.get_job(job_id)
             if record is None:
                 raise NotFound(f"job {job_id} not found")
-            if record.state in _FINAL:
+            if record.state in model.FINISHED:
                 raise FailedPrecondition(f"job {job_id} is {record.state}")
             if await self._store.update_job(replace(record, rate=rate), record.version):
                 return await self.view(job_id)
@@ -242,11 +241,11 @@ class IteratorService:
                 state=state,  # type: ignore[arg-type]
                 paused_by=paused_by,
                 error="" if state == "running" else record.error,
-                finished_ms=now_ms() if state in _FINAL else 0,
+                finished_ms=now_ms() if state in model.FINISHED else 0,
             )
             if await self._store.update_job(changed, record.version):
                 self._jobs.put(replace(changed, version=record.version + 1))
-                if state in _FINAL:
+                if state in model.FINISHED:
                     self._delivery.notify(job_id)
                 return await self.view(job_id)
 
@@ -291,7 +290,7 @@ class IteratorService:
         """The source refused a read of `job_id` as written: the job fails, saying why."""
         while True:
             record = await self._store.get_job(job_id)
-            if record is None or record.state in _FINAL:
+            if record is None or record.state in model.FINISHED:
                 return
             failed = replace(
                 record,
