@@ -40,6 +40,7 @@ from server.inbox.model import (
 from server.inbox.pagetoken import Cursor
 from server.inbox.settings import InboxSettings
 from server.inbox.trimming import Trimmer
+from server.runtime.deadlines import concurrently
 from server.runtime.errors import FailedPrecondition, NotFound, ResourceExhausted
 from storage.ports import DeliveryRecord, InboxOperation, InboxStore
 from storage.slices import slices
@@ -239,7 +240,7 @@ class InboxService:
         self, inbox_id: str, flt: InboxFilter, page_size: int, after: Cursor | None
     ) -> Page:
         """One page, newest activity first, continuing strictly after `after`."""
-        entries, pending = await asyncio.gather(
+        entries, pending = await concurrently(
             self._store.scan_inbox(inbox_id, self._settings.scan_limit),
             self._store.pending_deletions(),
         )

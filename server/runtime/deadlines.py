@@ -15,15 +15,20 @@ for everyone else.
 
 The deadline belongs to the task that serves the call. A task it spawns inherits the
 context variable but is not that task, so background work started from a handler is never
-held to the call's deadline.
+held to the call's deadline. Engine calls a handler runs side by side are part of the call,
+not background work: `concurrently` runs them in tasks that hold the call's deadline (a
+plain `asyncio.gather` would run them with none, and a hung engine would then outlast the
+call as DEADLINE_EXCEEDED instead of failing UNAVAILABLE).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
+from collections.abc import Coroutine
+from typing import Any
 
-__all__ = ["engine_deadline", "serving"]
+__all__ = ["concurrently", "engine_deadline", "serving"]
 
 _CALL: contextvars.ContextVar[tuple[asyncio.Task[object] | None, float] | None] = (
     contextvars.ContextVar("loom_call_deadline", default=None)
@@ -52,3 +57,27 @@ def engine_deadline() -> float | None:
     if found[1] - asyncio.get_running_loop().time() < _MIN_BUDGET_S:
         return None
     return found[1]
+
+
+async def concurrently(*coros: Coroutine[Any, Any, Any]) -> list[Any]:
+    """Awaits `coros` side by side as part of the call the current task serves, if any.
+
+    Each runs in a task of its own that holds the call's engine deadline. The results come
+    in order; on the first failure the others are cancelled and the failure is raised.
+    """
+    found = _CALL.get()
+    call = found if found is not None and found[0] is asyncio.current_task() else None
+    loop = asyncio.get_running_loop()
+    tasks = []
+    for coro in coros:
+        context = contextvars.copy_context()
+        task = loop.create_task(coro, context=context)
+        if call is not None:
+            context.run(_CALL.set, (task, call[1]))
+        tasks.append(task)
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for t in tasks:
+            t.cancel()
+        raise

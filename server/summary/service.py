@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from server.runtime.deadlines import concurrently
 from server.runtime.errors import CorruptData, NotFound, Unavailable
 from server.summary.model import (
     DELETED,
@@ -189,7 +190,7 @@ class SummaryService:
         distinct = list(dict.fromkeys(message_ids))
         for start in range(0, len(distinct), _DELETE_CONCURRENCY):
             part = distinct[start : start + _DELETE_CONCURRENCY]
-            await asyncio.gather(*(self._delete(message_id) for message_id in part))
+            await concurrently(*(self._delete(message_id) for message_id in part))
 
     async def _delete(self, message_id: str) -> None:
         with self._locks.held(message_id) as lock:

@@ -26,9 +26,9 @@ no write at all.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Collection, Mapping, Sequence
 
+from server.runtime.deadlines import concurrently
 from server.runtime.errors import EngineRejected, NotFound, Unavailable
 from server.runtime.logs import get_logger
 from server.threadweaver.closure import read_component, walk
@@ -67,7 +67,7 @@ class ThreadWeaverService:
         keys = [rfc_key(m) for m in messages]
         # The edges go first (beside the lookup): a deletion's rebuild works from them, and a
         # thread is never mapped before its edges are stored.
-        existing, _ = await asyncio.gather(
+        existing, _ = await concurrently(
             store.get_thread_uts([m.thread for m in messages]),
             store.put_thread_messages(
                 [
@@ -103,7 +103,7 @@ class ThreadWeaverService:
             if ut_t != ut_r:
                 pairs[(min(ut_t, ut_r), max(ut_t, ut_r))] = None
         touched = set(thread_uts.values()) | set(message_uts)
-        canonical, retired = await asyncio.gather(
+        canonical, retired = await concurrently(
             self._join(touched, pairs), store.get_retired(sorted(touched))
         )
         per_thread = {t: canonical[ut] for t, ut in thread_uts.items()}

@@ -12,7 +12,7 @@ import asyncio
 import pytest
 
 from server.runtime.breaker import BreakerState, CircuitBreaker
-from server.runtime.deadlines import engine_deadline, serving
+from server.runtime.deadlines import concurrently, engine_deadline, serving
 from server.runtime.errors import Unavailable
 from server.runtime.guard import guard_store
 
@@ -72,3 +72,53 @@ async def test_a_caller_deadline_too_short_to_judge_the_engine_is_not_a_fault() 
         async with asyncio.timeout(0.005):
             await store.read()
     assert breaker.state is BreakerState.CLOSED
+
+
+async def test_engine_calls_run_side_by_side_hold_the_call_deadline() -> None:
+    """Hung engine calls a handler runs side by side fail UNAVAILABLE before the call's
+    deadline, as one would alone: they are part of the call, not background work."""
+    breaker = CircuitBreaker("engine", failure_threshold=2)
+    store = guard_store(Hangs(), breaker)
+    serving(0.3)
+    async with asyncio.timeout(30):  # only a guard against hanging the suite
+        with pytest.raises(Unavailable):
+            await concurrently(store.read(), store.read())
+    assert breaker.state is BreakerState.OPEN
+
+
+async def test_side_by_side_results_come_in_order_and_a_failure_cancels_the_rest() -> None:
+    """`concurrently` answers in argument order; the first failure cancels its siblings."""
+    assert await concurrently(_after(0.02, "a"), _after(0.0, "b")) == ["a", "b"]
+    hung = asyncio.Event()
+
+    async def fail() -> None:
+        raise ValueError("bad")
+
+    async def wait() -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            hung.set()
+
+    with pytest.raises(ValueError):
+        await concurrently(wait(), fail())
+    await asyncio.sleep(0)
+    assert hung.is_set()
+
+
+async def test_side_by_side_work_outside_a_call_has_no_deadline() -> None:
+    """Outside a served call (background work) the parts get no engine deadline either."""
+    assert await asyncio.create_task(_parts()) == [None, None]
+
+
+async def _parts() -> list[float | None]:
+    return await concurrently(_deadline(), _deadline())
+
+
+async def _deadline() -> float | None:
+    return engine_deadline()
+
+
+async def _after(delay: float, value: str) -> str:
+    await asyncio.sleep(delay)
+    return value
