@@ -151,6 +151,9 @@ corpus = st.lists(
 )
 
 
+_GRACE_S = 2.0
+
+
 @settings(
     max_examples=25,
     deadline=None,
@@ -180,10 +183,11 @@ async def test_unweaving_concurrently_with_weaves_matches_union_find(
     removed = {messages[i % len(messages)].thread for i in removed_raw}
     first, later = messages[: 2 * len(messages) // 3], messages[2 * len(messages) // 3 :]
     later = [m for m in later if m.thread not in removed]
-    # The marks outlive every weave in flight (here well under the grace period), as in
-    # serving; forgetting them sooner lets a weave that read a retired id miss the mark.
-    one = ThreadWeaverService(thread_store, retire_grace_s=0.5)
-    two = ThreadWeaverService(thread_store_twin, retire_grace_s=0.5)
+    # The marks outlive every weave in flight, as in serving (where a weave's deadline bounds
+    # it); forgetting them sooner lets a weave that read a retired id miss the mark. Here no
+    # deadline bounds a weave, and one stalled 0.5 s on a busy machine: 2 s covers it.
+    one = ThreadWeaverService(thread_store, retire_grace_s=_GRACE_S)
+    two = ThreadWeaverService(thread_store_twin, retire_grace_s=_GRACE_S)
     await one.weave(first)
     order: list[Message | None] = [None, *later]
     rng.shuffle(order)  # before any coroutine exists: Hypothesis may stop the example here
