@@ -11,6 +11,7 @@ rules: they store, fetch and compare-and-set, and translate their driver's error
     threads            ThreadStore       ThreadWeaver's thread/Message-ID relations and links
     summaries          SummaryStore      Summary's encoded summaries, compare-and-set
     inbox              InboxStore        Inbox rows, unread rows, background deliveries
+    inbox_changes      InboxChangeLog    the per-inbox change log WatchInbox reads (in InboxStore)
     iteration_source   IterationSource   Iterator's relational source, read by keyset
     work_queue         WorkQueue         Iterator's at-least-once queues
     jobs               JobStore          Iterator's jobs, tasks, counters, chunk ledger, pace
@@ -43,6 +44,7 @@ from storage.ports.inbox import (
     PortableInboxStore,
     SweepStep,
 )
+from storage.ports.inbox_changes import ChangeKind, InboxChange, InboxChangeLog, LoggedChange
 from storage.ports.iteration_source import (
     IterationSource,
     Key,
@@ -89,6 +91,7 @@ from storage.ports.threads import (
 from storage.ports.work_queue import QueuedMessage, WorkQueue
 
 __all__ = [
+    "ChangeKind",
     "ChunkRecord",
     "ChunkState",
     "ClusterCounts",
@@ -98,6 +101,8 @@ __all__ = [
     "DeliveryState",
     "Erasure",
     "ErasureLog",
+    "InboxChange",
+    "InboxChangeLog",
     "InboxEntry",
     "InboxOperation",
     "InboxPortability",
@@ -108,6 +113,7 @@ __all__ = [
     "JobStore",
     "Key",
     "LedgerSummary",
+    "LoggedChange",
     "MessageMapping",
     "PendingDeletion",
     "PortableInboxStore",

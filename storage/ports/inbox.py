@@ -13,6 +13,8 @@ from collections.abc import AsyncIterator, Collection, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from storage.ports.inbox_changes import InboxChangeLog
+
 __all__ = [
     "DeletedThread",
     "DeliveryRecord",
@@ -104,7 +106,7 @@ class SweepStep:
     total: int
 
 
-class InboxStore(Protocol):
+class InboxStore(InboxChangeLog, Protocol):
     """Storage of Yammer's inbox: fan-out on write, unread count materialized separately.
 
     Two row sets, no secondary index, no ordering that relies on deletes:
@@ -117,6 +119,13 @@ class InboxStore(Protocol):
     (small: Yammer's P999 is < 1,000), never a scan of the inbox. The domain reads whole
     inboxes (bounded by trimming) and sorts and filters them itself; deliveries of
     background fan-outs are stored beside the inboxes.
+
+    Every call that changes an inbox (`deliver`, `deliver_unread`, `set_read`,
+    `delete_entries`, `remove_threads`, `delete_inbox`, `sweep_deleted`) appends the change to
+    that inbox's log (`storage.ports.inbox_changes`): `delivered` for each row it advanced
+    (an engine that writes blind logs every inbox it wrote), `marked_read`/`marked_unread`,
+    `removed` (trimmed or removed rows), `deleted` (rows of deleted threads), and
+    `inbox_deleted` after erasing the inbox's log with it.
 
     Cassandra notes (the adapter's business, not the contract's): LeveledCompaction on both
     inbox tables (they mutate), a short gc_grace_seconds (trimming deletes); a write made

@@ -8,8 +8,9 @@ queue behind another service's writer thread):
     inbox_delivery (delivery_id) -> progress of a background fan-out
     inbox_delivery_recipients (delivery_id, part) -> its recipients (`storage.idlists`)
 
-and the deletion tables of `storage.sqlite.inbox_deletes` (deleted threads, pending sweeps,
-operations).
+the deletion tables of `storage.sqlite.inbox_deletes` (deleted threads, pending sweeps,
+operations), and the change log of `storage.sqlite.inbox_changes`, appended by each write
+transaction below.
 
 Both inbox tables are clustered by their primary key (WITHOUT ROWID), so an inbox or its
 unread set is one contiguous range; there is no secondary index. Every write is one
@@ -33,11 +34,18 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from storage.idlists import decode_parts, encode_parts
-from storage.ports import DeletedThread, DeliveryRecord, InboxEntry
+from storage.ports import ChangeKind, DeletedThread, DeliveryRecord, InboxChange, InboxEntry
 from storage.slices import slices
 from storage.sqlite import versions
 from storage.sqlite.database import SqliteDatabase
-from storage.sqlite.inbox_deletes import DELETION_SCHEMA, SqliteInboxDeletes
+from storage.sqlite.inbox_changes import (
+    CHANGE_SCHEMA,
+    SqliteInboxChanges,
+    log_changes,
+    log_delivered,
+    removed_changes,
+)
+from storage.sqlite.inbox_deletes import DELETION_SCHEMA, SqliteInboxDeletes, deleted_among
 
 __all__ = ["SqliteInboxStore"]
 
@@ -144,7 +152,7 @@ async def _keyset_pages(
         after = tuple(rows[-1][:key_width])
 
 
-class SqliteInboxStore(SqliteInboxDeletes):
+class SqliteInboxStore(SqliteInboxDeletes, SqliteInboxChanges):
     """`storage.ports.InboxStore` on one SQLite file."""
 
     def __init__(self, db: SqliteDatabase) -> None:
@@ -156,7 +164,7 @@ class SqliteInboxStore(SqliteInboxDeletes):
     ) -> SqliteInboxStore:
         """Opens (creating when missing) the database at `path`."""
         db = SqliteDatabase(path, synchronous=synchronous, readers=readers)
-        await db.migrate(_SCHEMA + DELETION_SCHEMA, versions.INBOX)
+        await db.migrate(_SCHEMA + DELETION_SCHEMA + CHANGE_SCHEMA, versions.INBOX)
         return cls(db)
 
     async def deliver(
@@ -175,6 +183,7 @@ class SqliteInboxStore(SqliteInboxDeletes):
             advanced = 0
             for inboxes, flag in groups:
                 ids = json.dumps(list(inboxes))
+                log_delivered(conn, ids, thread_id, message_id)
                 before = conn.total_changes
                 conn.execute(_UPSERT, (ids, thread_id, message_id, int(flag)))
                 if conn.total_changes != before:
@@ -217,6 +226,7 @@ class SqliteInboxStore(SqliteInboxDeletes):
 
     async def set_read(self, inbox_id: str, thread_ids: Sequence[str] | None, *, read: bool) -> int:
         flag = int(read)
+        kind: ChangeKind = "marked_read" if read else "marked_unread"
         wanted = None if thread_ids is None else list(dict.fromkeys(thread_ids))
         if wanted == []:
             return 0
@@ -234,6 +244,8 @@ class SqliteInboxStore(SqliteInboxDeletes):
                     "SELECT inbox_id, thread_id FROM inbox_entry WHERE inbox_id = ?",
                     (inbox_id,),
                 )
+            if changed:
+                log_changes(conn, [InboxChange(inbox_id=inbox_id, kind=kind, all_threads=True)])
             return changed
 
         def some(conn: sqlite3.Connection) -> int:
@@ -258,6 +270,10 @@ class SqliteInboxStore(SqliteInboxDeletes):
                         f"WHERE inbox_id = ? AND thread_id IN ({marks})",
                         (inbox_id, *chunk),
                     )
+            if changed:
+                log_changes(
+                    conn, [InboxChange(inbox_id=inbox_id, kind=kind, thread_ids=tuple(wanted))]
+                )
             return changed
 
         return await self._db.write(whole if wanted is None else some)
@@ -268,13 +284,18 @@ class SqliteInboxStore(SqliteInboxDeletes):
             return 0
 
         def run(conn: sqlite3.Connection) -> int:
-            before = conn.total_changes
-            conn.executemany(
-                "DELETE FROM inbox_entry WHERE inbox_id = ? AND thread_id = ? "
-                "AND last_message_id <= ?",
-                rows,
-            )
-            deleted = conn.total_changes - before
+            gone = [
+                t
+                for i, t, m in rows
+                if conn.execute(
+                    "DELETE FROM inbox_entry WHERE inbox_id = ? AND thread_id = ? "
+                    "AND last_message_id <= ?",
+                    (i, t, m),
+                ).rowcount
+            ]
+            deleted = len(gone)
+            if gone:
+                log_changes(conn, removed_changes(inbox_id, gone, deleted_among(conn, gone)))
             # Unread rows whose inbox row is gone (only the threads just named).
             conn.executemany(
                 "DELETE FROM inbox_unread WHERE inbox_id = ? AND thread_id = ? AND NOT EXISTS ("

@@ -20,11 +20,12 @@ import sqlite3
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
-from storage.ports import InboxOperation, PendingDeletion, SweepStep
+from storage.ports import InboxChange, InboxOperation, PendingDeletion, SweepStep
 from storage.slices import slices
 from storage.sqlite.database import SqliteDatabase
+from storage.sqlite.inbox_changes import log_changes
 
-__all__ = ["DELETION_SCHEMA", "SqliteInboxDeletes"]
+__all__ = ["DELETION_SCHEMA", "SqliteInboxDeletes", "deleted_among"]
 
 DELETION_SCHEMA = """
 CREATE TABLE IF NOT EXISTS inbox_deleted_thread (
@@ -43,6 +44,20 @@ _IN_SET = "thread_id IN (SELECT value FROM json_each(?))"
 _RANGE = "(inbox_id, thread_id) > (?, ?) AND (inbox_id, thread_id) <= (?, ?)"
 
 
+def deleted_among(conn: sqlite3.Connection, thread_ids: Sequence[str]) -> set[str]:
+    """Which of `thread_ids` are marked deleted (inside a transaction)."""
+    found: set[str] = set()
+    for chunk in slices(list(thread_ids), _CHUNK):
+        found.update(
+            r[0]
+            for r in conn.execute(
+                f"SELECT thread_id FROM inbox_deleted_thread WHERE {_IN_SET}",
+                (json.dumps(chunk),),
+            )
+        )
+    return found
+
+
 class SqliteInboxDeletes:
     """The deletion half of `storage.sqlite.inbox.SqliteInboxStore` (a mixin)."""
 
@@ -52,16 +67,25 @@ class SqliteInboxDeletes:
         wanted = list(dict.fromkeys(thread_ids))
 
         def run(conn: sqlite3.Connection) -> int:
-            removed = 0
+            gone: list[str] = []
             for chunk in slices(wanted, _CHUNK):
                 ids = json.dumps(chunk)
-                removed += conn.execute(
-                    f"DELETE FROM inbox_entry WHERE inbox_id = ? AND {_IN_SET}", (inbox_id, ids)
-                ).rowcount
+                gone += [
+                    r[0]
+                    for r in conn.execute(
+                        f"DELETE FROM inbox_entry WHERE inbox_id = ? AND {_IN_SET} "
+                        "RETURNING thread_id",
+                        (inbox_id, ids),
+                    ).fetchall()
+                ]
                 conn.execute(
                     f"DELETE FROM inbox_unread WHERE inbox_id = ? AND {_IN_SET}", (inbox_id, ids)
                 )
-            return removed
+            if gone:
+                log_changes(
+                    conn, [InboxChange(inbox_id=inbox_id, kind="removed", thread_ids=tuple(gone))]
+                )
+            return len(gone)
 
         return await self._db.write(run) if wanted else 0
 
@@ -84,6 +108,9 @@ class SqliteInboxDeletes:
                 conn.execute(
                     "DELETE FROM inbox_delivery_recipients WHERE delivery_id = ?", (delivery_id,)
                 )
+            # Its log names its threads: erased with it, and the erasure is its one change.
+            conn.execute("DELETE FROM inbox_change WHERE inbox_id = ?", (inbox_id,))
+            log_changes(conn, [InboxChange(inbox_id=inbox_id, kind="inbox_deleted")])
             return int(removed)
 
         removed = await self._db.write(run)
@@ -168,9 +195,21 @@ class SqliteInboxDeletes:
                 where, params = "(inbox_id, thread_id) > (?, ?)", (*after,)
             else:
                 where, params = _RANGE, (*after, *last)
-            removed = conn.execute(
-                f"DELETE FROM inbox_entry WHERE {where} AND {_IN_SET}", (*params, ids)
-            ).rowcount
+            gone: dict[str, list[str]] = {}
+            for inbox_id, thread_id in conn.execute(
+                f"DELETE FROM inbox_entry WHERE {where} AND {_IN_SET} "
+                "RETURNING inbox_id, thread_id",
+                (*params, ids),
+            ).fetchall():
+                gone.setdefault(inbox_id, []).append(thread_id)
+            removed = sum(len(t) for t in gone.values())
+            log_changes(
+                conn,
+                [
+                    InboxChange(inbox_id=i, kind="deleted", thread_ids=tuple(sorted(t)))
+                    for i, t in gone.items()
+                ],
+            )
             conn.execute(f"DELETE FROM inbox_unread WHERE {where} AND {_IN_SET}", (*params, ids))
             if last is None:  # the walk's end: the threads' delivery records go too
                 for table in ("inbox_delivery_recipients", "inbox_delivery"):

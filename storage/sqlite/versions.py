@@ -80,11 +80,16 @@ THREADS: Final[SqliteLayout] = Layout(
 SUMMARIES: Final[SqliteLayout] = Layout(store="summaries", current=1)
 INBOX: Final[SqliteLayout] = Layout(
     store="inbox",
-    current=2,
+    current=3,
     steps=(
         Step(
             to=2,
             does="deleted-thread markers, pending sweeps and operations tables created",
+            run=_nothing_to_rewrite,
+        ),
+        Step(
+            to=3,
+            does="the change log (inbox_change) created, empty: watching starts from now",
             run=_nothing_to_rewrite,
         ),
     ),

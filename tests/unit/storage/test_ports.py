@@ -31,6 +31,7 @@ def test_one_module_per_port() -> None:
     expected = [
         "erasures",
         "inbox",
+        "inbox_changes",
         "iteration_source",
         "jobs",
         "summaries",
