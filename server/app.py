@@ -59,6 +59,8 @@ class LoomServer:
     """Where the Prometheus exposition listens (0: not served)."""
     monitor: HealthMonitor | None = None
     interceptor: RpcInterceptor | None = None
+    drainers: list[Callable[[], None]] = field(default_factory=list)
+    """What ends the services' long-lived streams once new calls are refused."""
 
     async def stop(self) -> None:
         """Graceful drain within `grace_s`: health NOT_SERVING, new calls UNAVAILABLE,
@@ -78,6 +80,8 @@ class LoomServer:
         await self.health.enter_graceful_shutdown()
         if self.interceptor is not None:
             self.interceptor.drain(retry_after_s=DRAIN_RETRY_AFTER_S)
+        for drain in self.drainers:
+            drain()
         await self.metrics.wait_idle(deadline - time.monotonic())
         await asyncio.sleep(max(0.0, min(DRAIN_REFUSE_S, deadline - time.monotonic())))
         await self.server.stop(max(0.0, deadline - time.monotonic()))
@@ -210,6 +214,7 @@ async def build_server(settings: Settings) -> LoomServer:
         metrics_port,
         monitor,
         interceptor,
+        resources.drainers,
     )
 
 

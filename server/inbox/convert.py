@@ -13,6 +13,8 @@ from server.inbox import pagetoken
 from server.inbox.model import InboxFilter, MarkResult, Page, Post, PostResult
 from server.inbox.pagetoken import Cursor
 from server.inbox.settings import InboxSettings
+from server.inbox.watch import ChangesPage, Event, Watching
+from server.inbox.watchtoken import Resume
 from server.runtime.validation import Violations
 from storage.ports import DeliveryRecord, InboxOperation
 
@@ -20,10 +22,13 @@ __all__ = [
     "MAX_ID_BYTES",
     "MAX_MARK_THREADS",
     "MAX_PAGE_SIZE",
+    "changes_from_proto",
+    "changes_to_proto",
     "delete_inbox_from_proto",
     "delete_threads_from_proto",
     "delivery_id_from_proto",
     "delivery_to_proto",
+    "event_to_proto",
     "inbox_id_from_proto",
     "list_from_proto",
     "mark_from_proto",
@@ -35,11 +40,14 @@ __all__ = [
     "post_to_proto",
     "remove_from_proto",
     "remove_to_proto",
+    "watch_from_proto",
 ]
 
 MAX_ID_BYTES = 256
 MAX_PAGE_SIZE = 500
 MAX_MARK_THREADS = 1000
+MAX_CHANGES_PAGE = 1000
+DEFAULT_CHANGES_PAGE = 100
 # One response should not carry a million violations: report the first few bad ids.
 _MAX_ID_VIOLATIONS = 20
 
@@ -181,6 +189,108 @@ def page_to_proto(page: Page) -> inbox_pb2.ListInboxResponse:
             for e in page.entries
         ],
         next_page_token=page.next_page_token,
+        sync_token=page.sync_token,
+    )
+
+
+def watch_from_proto(
+    request: inbox_pb2.WatchInboxRequest, watching: Watching
+) -> tuple[str, Resume | None]:
+    """(inbox_id, where to resume or None for "from now") of a WatchInbox call; a token
+    past the change log's retention raises ResyncRequired."""
+    v = Violations()
+    inbox_ok = v.identifier("inbox_id", request.inbox_id, max_bytes=MAX_ID_BYTES)
+    resume = _resume(
+        v,
+        "resume_token",
+        request.resume_token,
+        request.inbox_id,
+        watching=watching,
+        inbox_ok=inbox_ok,
+    )
+    v.raise_if_any()
+    return request.inbox_id, resume
+
+
+def changes_from_proto(
+    request: inbox_pb2.GetInboxChangesRequest, watching: Watching
+) -> tuple[str, Resume, int]:
+    """(inbox_id, where to continue, page size) of a GetInboxChanges call."""
+    v = Violations()
+    inbox_ok = v.identifier("inbox_id", request.inbox_id, max_bytes=MAX_ID_BYTES)
+    v.check(
+        bool(request.since_token),
+        "since_token",
+        "is required (from WatchInbox, an earlier page or ListInbox's sync_token)",
+    )
+    v.check(
+        0 <= request.page_size <= MAX_CHANGES_PAGE,
+        "page_size",
+        f"must lie in 0..{MAX_CHANGES_PAGE}",
+    )
+    resume = _resume(
+        v,
+        "since_token",
+        request.since_token,
+        request.inbox_id,
+        watching=watching,
+        inbox_ok=inbox_ok,
+    )
+    v.raise_if_any()
+    assert resume is not None
+    return request.inbox_id, resume, request.page_size or DEFAULT_CHANGES_PAGE
+
+
+def _resume(
+    v: Violations, field: str, token: str, inbox_id: str, *, watching: Watching, inbox_ok: bool
+) -> Resume | None:
+    if not token or not inbox_ok:
+        return None
+    try:
+        return watching.resume_point(inbox_id, token)
+    except ValueError as exc:
+        v.add(field, str(exc))
+        return None
+
+
+_EVENT_KINDS = {
+    "delivered": inbox_pb2.INBOX_EVENT_KIND_DELIVERED,
+    "marked_read": inbox_pb2.INBOX_EVENT_KIND_MARKED_READ,
+    "marked_unread": inbox_pb2.INBOX_EVENT_KIND_MARKED_UNREAD,
+    "removed": inbox_pb2.INBOX_EVENT_KIND_REMOVED,
+    "deleted": inbox_pb2.INBOX_EVENT_KIND_DELETED,
+    "inbox_deleted": inbox_pb2.INBOX_EVENT_KIND_INBOX_DELETED,
+}
+
+
+def event_to_proto(event: Event) -> inbox_pb2.InboxEvent:
+    """One WatchInbox / GetInboxChanges event."""
+    c = event.change
+    if c is None:
+        return inbox_pb2.InboxEvent(
+            resume_token=event.resume_token,
+            kind=inbox_pb2.INBOX_EVENT_KIND_SYNCED,
+            unread_count=event.unread_count,
+            changed_at_ms=event.changed_at_ms,
+        )
+    return inbox_pb2.InboxEvent(
+        resume_token=event.resume_token,
+        kind=_EVENT_KINDS[c.kind],
+        thread_ids=list(c.thread_ids),
+        message_id=c.message_id,
+        unread_count=event.unread_count,
+        all_threads=c.all_threads,
+        changed_at_ms=event.changed_at_ms,
+    )
+
+
+def changes_to_proto(page: ChangesPage) -> inbox_pb2.GetInboxChangesResponse:
+    """One GetInboxChanges page."""
+    return inbox_pb2.GetInboxChangesResponse(
+        events=[event_to_proto(e) for e in page.events],
+        next_token=page.next_token,
+        has_more=page.has_more,
+        unread_count=page.unread_count,
     )
 
 

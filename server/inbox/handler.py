@@ -8,6 +8,7 @@ long deadline.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 
 import grpc
@@ -17,6 +18,7 @@ from server.inbox import convert
 from server.inbox.service import InboxService
 from server.inbox.settings import InboxSettings
 from server.runtime.erasures import ErasureRecorder
+from server.runtime.errors import ResumeRequired
 from server.runtime.policies import MethodPolicy
 
 __all__ = ["POLICIES", "InboxHandler"]
@@ -43,6 +45,12 @@ POLICIES: dict[str, MethodPolicy] = {
         max_concurrency=8, max_waiting=32, deadline_s=30.0, scope="inbox:admin"
     ),
     _S + "GetOperation": MethodPolicy(max_concurrency=64, max_waiting=64, deadline_s=2.0),
+    # Streams hold their slot for life: a bulkhead of their own, the cap per process, and
+    # RESOURCE_EXHAUSTED at once past it (no queue). No deadline: the stream's is the client's.
+    _S + "WatchInbox": MethodPolicy(
+        max_concurrency=20_000, max_waiting=0, max_wait_s=0.0, scope="inbox:read"
+    ),
+    _S + "GetInboxChanges": MethodPolicy(max_concurrency=64, max_waiting=64, deadline_s=5.0),
 }
 
 
@@ -115,6 +123,34 @@ class InboxHandler(inbox_pb2_grpc.InboxServicer):
         await self._erasures.erased("inbox", [inbox_id])  # first: a restore finishes it
         removed = await self._service.delete_inbox(inbox_id)
         return inbox_pb2.DeleteInboxResponse(removed=removed)
+
+    # It writes its events itself (`context.write`) to bound each write: a coroutine, where
+    # the generated base class declares an iterator.
+    async def WatchInbox(  # type: ignore[override]  # noqa: N802
+        self, request: inbox_pb2.WatchInboxRequest, context: grpc.aio.ServicerContext
+    ) -> None:
+        watching = self._service.watching
+        inbox_id, resume = convert.watch_from_proto(request, watching)
+        patience = self._limits.watch_slow_consumer_s
+        async for events in watching.watch(inbox_id, resume):
+            for event in events:
+                # A client that stops reading blocks this write once the transport's buffers
+                # are full: past its patience the stream ends, and the client resumes.
+                try:
+                    async with asyncio.timeout(patience):
+                        await context.write(convert.event_to_proto(event))
+                except TimeoutError:
+                    raise ResumeRequired(
+                        f"the client took no event for {patience:g} s: reconnect with the "
+                        "last resume_token received"
+                    ) from None
+
+    async def GetInboxChanges(  # noqa: N802
+        self, request: inbox_pb2.GetInboxChangesRequest, context: grpc.aio.ServicerContext
+    ) -> inbox_pb2.GetInboxChangesResponse:
+        watching = self._service.watching
+        inbox_id, resume, page_size = convert.changes_from_proto(request, watching)
+        return convert.changes_to_proto(await watching.changes(inbox_id, resume, page_size))
 
     async def GetOperation(  # noqa: N802
         self, request: common_pb2.GetOperationRequest, context: grpc.aio.ServicerContext

@@ -67,6 +67,8 @@ class Page:
 
     entries: list[InboxEntry]
     next_page_token: str
+    sync_token: str = ""
+    """A resume token taken before the page was read (WatchInbox from it misses nothing)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import grpc
 from loom.v1 import inbox_pb2_grpc
+from prometheus_client import Histogram
 
 from server.config import Settings
 from server.inbox.handler import POLICIES, InboxHandler
@@ -47,6 +48,21 @@ async def mount(server: grpc.aio.Server, settings: Settings, resources: Resource
         "what",
         service.counts.snapshot,
     )
+    tail = service.watching.tail
+    metrics.counter(
+        "loom_inbox_watch_events",
+        "WatchInbox events written to clients",
+        "what",
+        lambda: {"sent": tail.events_sent},
+    )
+    lag = Histogram(
+        "loom_inbox_watch_lag_seconds",
+        "From a change's commit to its WatchInbox event being written",
+        buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
+        registry=metrics.registry,
+    )
+    tail.lag_ms = lambda ms: lag.observe(ms / 1000)
+    resources.drainers.append(tail.drain)
     inbox_pb2_grpc.add_InboxServicer_to_server(
         InboxHandler(service, settings.inbox, resources.erasure_log()), server
     )

@@ -40,6 +40,7 @@ from server.inbox.model import (
 from server.inbox.pagetoken import Cursor
 from server.inbox.settings import InboxSettings
 from server.inbox.trimming import Trimmer
+from server.inbox.watch import Watching
 from server.runtime.deadlines import concurrently
 from server.runtime.errors import FailedPrecondition, NotFound, ResourceExhausted
 from storage.ports import DeliveryRecord, InboxOperation, InboxStore
@@ -93,6 +94,7 @@ class InboxService:
             progress_interval_s=settings.progress_interval_s,
             clock=clock,
         )
+        self.watching = Watching(store, settings, clock)
         self.adopter = Adopter(
             store,
             self.fanout,
@@ -110,6 +112,7 @@ class InboxService:
 
     async def stop(self) -> None:
         """Stops adopting, then fan-outs (releasing them at their progress), then trims."""
+        await self.watching.stop()
         await self.sweeper.stop()
         await self.adopter.stop()
         await self.fanout.stop()
@@ -239,7 +242,9 @@ class InboxService:
     async def list_inbox(
         self, inbox_id: str, flt: InboxFilter, page_size: int, after: Cursor | None
     ) -> Page:
-        """One page, newest activity first, continuing strictly after `after`."""
+        """One page, newest activity first, continuing strictly after `after`, with the
+        token of a change-log position taken before it was read."""
+        sync_token = await self.watching.sync_token(inbox_id)
         entries, pending = await concurrently(
             self._store.scan_inbox(inbox_id, self._settings.scan_limit),
             self._store.pending_deletions(),
@@ -254,13 +259,14 @@ class InboxService:
                 self.phantoms.clean(inbox_id, phantoms)
         if len(entries) > self._settings.max_entries:
             self.trimmer.request(inbox_id)
-        return select_page(
+        page = select_page(
             entries,
             inbox_id=inbox_id,
             flt=flt,
             after=after,
             page_size=page_size or self._settings.default_page_size,
         )
+        return replace(page, sync_token=sync_token)
 
     async def unread_count(self, inbox_id: str) -> int:
         """Unread threads, from the materialized unread rows."""

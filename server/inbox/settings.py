@@ -65,3 +65,17 @@ class InboxSettings:
     """A deleted thread is swept once its deletion is this old, so a post or fan-out chunk
     that passed its "is the thread deleted?" check just before the deletion has landed
     (a chunk takes well under a second) and the walk removes its rows too."""
+    watch_poll_s: float = 0.05
+    """How often a server that holds WatchInbox streams reads the tail of the change log for
+    inboxes that changed (one small store read per poll per process, whatever the number of
+    streams; none while it holds no stream)."""
+    watch_batch: int = 500
+    """Changes a stream reads from the store at once (and holds until they are written)."""
+    watch_slow_consumer_s: float = 10.0
+    """A stream whose client has not taken an event for this long ends UNAVAILABLE (reason
+    RESUME): its client resumes from its last token, and the server holds nothing for it."""
+    change_retention_s: float = 86_400.0
+    """How long the change log keeps a change: a resume token older than this fails
+    FAILED_PRECONDITION (reason RESYNC_REQUIRED)."""
+    change_trim_interval_s: float = 300.0
+    """How often a server that holds streams drops changes past the retention."""

@@ -33,6 +33,8 @@ __all__ = [
     "NotFound",
     "PermissionDenied",
     "ResourceExhausted",
+    "ResumeRequired",
+    "ResyncRequired",
     "Unauthenticated",
     "Unavailable",
 ]
@@ -85,12 +87,26 @@ class EngineRejected(FailedPrecondition):
         self.reason = reason or message
 
 
+class ResyncRequired(FailedPrecondition):
+    """What the caller holds (a resume token) is older than what the server keeps: it must
+    read the whole state again (ErrorInfo reason `RESYNC_REQUIRED`)."""
+
+    info_reason = "RESYNC_REQUIRED"
+
+
 class ResourceExhausted(LoomError):
     """A bounded resource (bulkhead, queue) is full; the caller should back off."""
 
 
 class Unavailable(LoomError):
     """A dependency is down, or its circuit breaker is open; retrying later may work."""
+
+
+class ResumeRequired(Unavailable):
+    """A stream ended on purpose (the server drains, or the caller read too slowly): the
+    caller reconnects with the last token it received (ErrorInfo reason `RESUME`)."""
+
+    info_reason = "RESUME"
 
 
 class CorruptData(Unavailable):

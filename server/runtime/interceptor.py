@@ -194,7 +194,11 @@ def _wrap_stream(
     method: str,
     metrics: Metrics,
 ) -> Callable[[Any, grpc.aio.ServicerContext], AsyncIterator[Any]]:
-    """Server streams hold the bulkhead for their whole life; the deadline is the client's."""
+    """Server streams hold the bulkhead for their whole life; the deadline is the client's.
+
+    A handler either yields its messages (an async generator) or writes them itself with
+    ``context.write`` (a coroutine: how a handler bounds how long one write may wait for a
+    client that stopped reading: `_wrap_writer`)."""
 
     async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         call = _Call(table, method, context, metrics)
@@ -204,6 +208,31 @@ def _wrap_stream(
             async with table.bulkhead(method).slot():
                 async for item in behavior(request, context):
                     yield item
+        except asyncio.CancelledError:
+            call.log(grpc.StatusCode.CANCELLED)
+            raise
+        except Exception as exc:
+            await call.fail(exc)
+        call.log(grpc.StatusCode.OK)
+
+    return stream
+
+
+def _wrap_writer(
+    behavior: Callable[[Any, grpc.aio.ServicerContext], Awaitable[None]],
+    table: PolicyTable,
+    method: str,
+    metrics: Metrics,
+) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[None]]:
+    """`_wrap_stream` for a handler that writes its messages with ``context.write``."""
+
+    async def stream(request: Any, context: grpc.aio.ServicerContext) -> None:
+        call = _Call(table, method, context, metrics)
+        if type(request) is _Malformed:
+            await call.fail(request.error)
+        try:
+            async with table.bulkhead(method).slot():
+                await behavior(request, context)
         except asyncio.CancelledError:
             call.log(grpc.StatusCode.CANCELLED)
             raise
@@ -401,8 +430,10 @@ class RpcInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 response_serializer=handler.response_serializer,
             )
         if handler.unary_stream is not None:
+            inner: Any = handler.unary_stream
+            wrap: Any = _wrap_stream if inspect.isasyncgenfunction(inner) else _wrap_writer
             return grpc.unary_stream_rpc_method_handler(
-                _wrap_stream(handler.unary_stream, self._table, method, self._metrics),
+                wrap(inner, self._table, method, self._metrics),
                 request_deserializer=_tolerant(handler.request_deserializer),
                 response_serializer=handler.response_serializer,
             )

@@ -40,6 +40,9 @@ class Resources:
         self._service = ""
         self.engines_of: dict[str, set[str]] = {}
         """Service -> the engines whose breakers it has taken (its health follows them)."""
+        self.drainers: list[Callable[[], None]] = []
+        """Called when the server starts draining, before it waits for running calls: how
+        a service ends its long-lived streams (shared by every service's view)."""
         self.erasures: ErasureRecorder | None = None
         """The erasure log, where subject erasures record themselves before they run
         (opened by the server before it mounts anything)."""

@@ -17,7 +17,10 @@ from grpc_status import rpc_status
 
 from server.runtime import errors
 
-__all__ = ["code_for", "is_unmapped", "rich_status"]
+__all__ = ["ERROR_DOMAIN", "code_for", "is_unmapped", "rich_status"]
+
+ERROR_DOMAIN = "loom.v1"
+"""The ErrorInfo domain of the reasons Loom's errors carry (`RESYNC_REQUIRED`, `RESUME`)."""
 
 _CODES: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (errors.InvalidArgument, grpc.StatusCode.INVALID_ARGUMENT),
@@ -97,6 +100,11 @@ def rich_status(exc: BaseException, request_id: str | None = None) -> grpc.Statu
         bad = _bad_request(exc.violations)
         detail = any_pb2.Any()
         detail.Pack(bad)
+        proto.details.append(detail)
+    info = getattr(exc, "info_reason", "")
+    if info:
+        detail = any_pb2.Any()
+        detail.Pack(error_details_pb2.ErrorInfo(reason=info, domain=ERROR_DOMAIN))
         proto.details.append(detail)
     assert proto.code != code_pb2.OK
     status = rpc_status.to_status(proto)

@@ -1,0 +1,232 @@
+"""WatchInbox and GetInboxChanges through two replicas on one store (SQLite files shared by
+two servers; one Cassandra keyspace): every change type reaches a watcher on the other
+replica, resumes have no gap and no duplicate, tokens fail cleanly, slow consumers and the
+drain end streams with RESUME, and the stream bulkhead refuses at once."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import replace
+from pathlib import Path
+
+import grpc
+import pytest
+from loom.v1 import inbox_pb2, inbox_pb2_grpc
+
+from server.config import Settings
+from server.runtime.policies import MethodPolicy
+from tests.e2e.test_inbox_grpc import post
+from tests.engines import settings_for
+from tests.inbox_watching import Watcher, changes_after, reason, watching
+from tests.serving import Running, running_server, violations
+
+K = inbox_pb2
+ENGINES = [pytest.param("sqlite"), pytest.param("cassandra", marks=pytest.mark.engine("cassandra"))]
+
+
+def _settings(engine: str, tmp_path: Path, **inbox: object) -> Settings:
+    base = settings_for(engine, tmp_path, inbox_store=engine)
+    fast = {"sweep_interval_s": 0.2, "delete_settle_s": 0.2, **inbox}
+    return replace(base, inbox=replace(base.inbox, **fast))  # type: ignore[arg-type]
+
+
+@asynccontextmanager
+async def replicas(settings: Settings) -> AsyncIterator[tuple[Running, Running]]:
+    async with running_server(settings) as one, running_server(settings) as two:
+        yield one, two
+
+
+def stubs(one: Running, two: Running) -> tuple[inbox_pb2_grpc.InboxStub, inbox_pb2_grpc.InboxStub]:
+    return inbox_pb2_grpc.InboxStub(one.channel), inbox_pb2_grpc.InboxStub(two.channel)
+
+
+def kinds(events: list[inbox_pb2.InboxEvent]) -> list[tuple[int, list[str]]]:
+    return [(e.kind, list(e.thread_ids)) for e in events]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+async def test_every_change_type_reaches_a_watcher_on_the_other_replica(
+    engine: str, tmp_path: Path
+) -> None:
+    async with replicas(_settings(engine, tmp_path)) as (one, two):
+        watch, write = stubs(one, two)
+        async with watching(watch, "bob") as w:
+            assert w.events[0].kind == K.INBOX_EVENT_KIND_SYNCED
+            assert w.events[0].unread_count == 0
+            await post(write, "t1", 1, "alice", ["bob"])
+            await post(write, "t2", 2, "alice", ["bob"])
+            got = await w.count(2)
+            assert [(e.kind, e.message_id) for e in got] == [
+                (K.INBOX_EVENT_KIND_DELIVERED, 1),
+                (K.INBOX_EVENT_KIND_DELIVERED, 2),
+            ]
+            assert got[-1].unread_count == 2
+            await write.MarkThreads(
+                K.MarkThreadsRequest(
+                    inbox_id="bob", threads=K.ThreadIdList(thread_ids=["t1"]), read=True
+                )
+            )
+            await write.MarkThreads(K.MarkThreadsRequest(inbox_id="bob", all=True, read=False))
+            await write.RemoveThreads(K.RemoveThreadsRequest(inbox_id="bob", thread_ids=["t2"]))
+            await write.DeleteThreads(K.DeleteThreadsRequest(thread_ids=["t1"]))
+            got = await w.count(6)
+            assert kinds(got[2:6]) == [
+                (K.INBOX_EVENT_KIND_MARKED_READ, ["t1"]),
+                (K.INBOX_EVENT_KIND_MARKED_UNREAD, []),
+                (K.INBOX_EVENT_KIND_REMOVED, ["t2"]),
+                (K.INBOX_EVENT_KIND_DELETED, ["t1"]),
+            ]
+            assert got[3].all_threads
+            assert got[5].unread_count == 0
+            await write.DeleteInbox(K.DeleteInboxRequest(inbox_id="bob"))
+            got = await w.count(7)
+            assert got[6].kind == K.INBOX_EVENT_KIND_INBOX_DELETED
+            tokens = [e.resume_token for e in w.events]
+            assert len(set(tokens)) == len(tokens)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+async def test_a_listing_then_a_watch_from_its_sync_token_misses_nothing(
+    engine: str, tmp_path: Path
+) -> None:
+    async with replicas(_settings(engine, tmp_path)) as (one, two):
+        watch, write = stubs(one, two)
+        await post(write, "t1", 1, "alice", ["bob"])
+        page = await watch.ListInbox(K.ListInboxRequest(inbox_id="bob"))
+        assert page.sync_token
+        await post(write, "t2", 2, "alice", ["bob"])  # between the listing and the watch
+        async with watching(watch, "bob", page.sync_token) as w:
+            got = await w.count(1)
+            await asyncio.sleep(0.5)
+            assert [e.message_id for e in w.changes] == [2]
+            assert got[0].thread_ids == ["t2"]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+async def test_a_killed_stream_resumes_with_no_gap_and_no_duplicate(
+    engine: str, tmp_path: Path
+) -> None:
+    async with replicas(_settings(engine, tmp_path)) as (one, two):
+        a, b = stubs(one, two)
+        async with watching(a, "bob") as first:
+            start = first.events[0].resume_token
+            for m in range(1, 4):
+                await post(b, f"t{m}", m, "alice", ["bob"])
+            await first.count(3)
+        token = first.last_token
+        for m in range(4, 7):  # while nobody watches
+            await post(a, f"t{m}", m, "alice", ["bob"])
+        async with watching(b, "bob", token) as second:  # the other replica
+            await second.count(3)
+            await post(b, "t7", 7, "alice", ["bob"])
+            await second.count(4)
+            await asyncio.sleep(0.5)
+            assert [e.message_id for e in second.changes] == [4, 5, 6, 7]
+        every = await changes_after(a, "bob", start)
+        assert [e.message_id for e in every] == [1, 2, 3, 4, 5, 6, 7]
+        assert [e.resume_token for e in every] == [
+            e.resume_token for e in first.changes[:3] + second.changes
+        ]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+async def test_tokens_past_retention_and_malformed_ones_fail_cleanly(
+    engine: str, tmp_path: Path
+) -> None:
+    async with replicas(_settings(engine, tmp_path, change_retention_s=2.0)) as (one, _):
+        stub = inbox_pb2_grpc.InboxStub(one.channel)
+        async with watching(stub, "nobody-yet") as w:  # an unknown inbox is empty, not an error
+            old = w.events[0].resume_token
+            assert w.events[0].unread_count == 0
+        with pytest.raises(grpc.aio.AioRpcError) as bad:
+            await stub.GetInboxChanges(K.GetInboxChangesRequest(inbox_id="bob", since_token=old))
+        assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # another inbox's
+        assert "since_token" in violations(bad.value)
+        late = Watcher(stub, "bob", "not-a-token")
+        error = await late.ended()
+        assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "resume_token" in violations(error)
+        await asyncio.sleep(2.5)
+        late = Watcher(stub, "nobody-yet", old)
+        error = await late.ended()
+        assert error.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert reason(error) == "RESYNC_REQUIRED"
+        assert "ListInbox" in (error.details() or "")
+
+
+async def test_a_slow_consumer_ends_with_resume_and_its_token_resumes(tmp_path: Path) -> None:
+    """A client that stops reading: the server gives up on it after its patience (holding
+    one batch, not the backlog), ends the stream UNAVAILABLE/RESUME, and the client resumes."""
+    settings = _settings("sqlite", tmp_path, watch_slow_consumer_s=1.0, watch_batch=50)
+    async with running_server(settings) as one:
+        stub = inbox_pb2_grpc.InboxStub(one.channel)
+        threads = [f"{'x' * 200}-{i}" for i in range(1000)]
+        for m, thread in enumerate(threads, start=1):
+            await post(stub, thread, m, "alice", ["bob"])
+        call = stub.WatchInbox(K.WatchInboxRequest(inbox_id="bob"))
+        first = await call.read()
+        assert first.kind == K.INBOX_EVENT_KIND_SYNCED
+        toggles = 60  # each event names 1,000 threads of 200 bytes: ~12 MB in all
+        for i in range(toggles):
+            await stub.MarkThreads(
+                K.MarkThreadsRequest(
+                    inbox_id="bob", threads=K.ThreadIdList(thread_ids=threads), read=i % 2 == 0
+                )
+            )
+        await asyncio.sleep(4)  # not reading
+        got: list[inbox_pb2.InboxEvent] = []
+        with pytest.raises(grpc.aio.AioRpcError) as ended:
+            await _read_all(call, got)
+        assert ended.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert reason(ended.value) == "RESUME"
+        assert 0 < len(got) < toggles
+        async with watching(stub, "bob", got[-1].resume_token) as resumed:
+            rest = await resumed.count(toggles - len(got))
+            assert len(got) + len(rest) == toggles
+
+
+async def test_the_drain_ends_streams_with_resume(tmp_path: Path) -> None:
+    settings = _settings("sqlite", tmp_path)
+    async with running_server(settings) as one:
+        w = Watcher(inbox_pb2_grpc.InboxStub(one.channel), "bob")
+        await w.synced()
+        stopping = asyncio.ensure_future(one.loom.stop())
+        error = await w.ended(timeout_s=10)
+        await stopping
+        assert error.code() == grpc.StatusCode.UNAVAILABLE
+        assert reason(error) == "RESUME"
+
+
+async def test_streams_past_the_cap_are_refused_at_once_and_others_keep_serving(
+    tmp_path: Path,
+) -> None:
+    base = _settings("sqlite", tmp_path)
+    cap = MethodPolicy(max_concurrency=3, max_waiting=0, max_wait_s=0.0, scope="inbox:read")
+    settings = replace(base, policies={"loom.v1.Inbox/WatchInbox": cap})
+    async with running_server(settings) as one:
+        stub = inbox_pb2_grpc.InboxStub(one.channel)
+        held = [Watcher(stub, f"u{i}") for i in range(3)]
+        for w in held:
+            await w.synced()
+        refused = Watcher(stub, "u9")
+        error = await refused.ended(timeout_s=5)
+        assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        await post(stub, "t1", 1, "alice", ["u0"])
+        count = await stub.GetUnreadCount(K.GetUnreadCountRequest(inbox_id="u0"), timeout=2)
+        assert count.unread_count == 1
+        await held[0].count(1)
+        for w in held:
+            await w.close()
+
+
+async def _read_all(
+    call: grpc.aio.UnaryStreamCall[K.WatchInboxRequest, K.InboxEvent],
+    into: list[inbox_pb2.InboxEvent],
+) -> None:
+    while True:
+        event = await call.read()
+        if event is grpc.aio.EOF:
+            return
+        into.append(event)
