@@ -17,7 +17,9 @@ rebuild of the conversations around some threads:
 4. *rewrite*: every remaining thread and message of the closure -> its component's UT, the
    removed threads' mappings and edges deleted, messages no remaining thread holds dropped,
    the retired UTs' links deleted;
-5. *verify*: if one of the new ids was retired meanwhile (an overlapping rebuild), go again.
+5. *verify*: if one of the new ids was retired meanwhile (an overlapping rebuild), or a
+   Message-ID that lost its mapping meanwhile was taken by a weave into another unified
+   thread, go again (with that one in the closure).
 
 Threads mapped without edges (by release 1.0.0, or loaded from a dump) cannot be split: a
 closure holding one keeps its unified threads as they were, renamed (`_rename`), with only
@@ -171,13 +173,14 @@ async def _rebuild(
         extra = now.links.keys() - first.links.keys()
         if extra:
             await store.retire_uts(sorted(extra))
+        taken: set[str] = set()
         if any(t not in now.edges for t in now.threads - gone):
             new_ids = await _rename(store, now, gone, out)
         else:
-            new_ids = await _rewrite(store, now, gone, out, progress)
-        if not await store.get_retired(sorted(new_ids)):
+            new_ids, taken = await _rewrite(store, now, gone, out, progress)
+        if not taken and not await store.get_retired(sorted(new_ids)):
             return out
-        uts, threads = set(new_ids) | set(now.links), now.threads
+        uts, threads = set(new_ids) | set(now.links) | taken, now.threads
     return out
 
 
@@ -227,8 +230,9 @@ async def _rewrite(
     gone: set[ThreadKey],
     out: Rebuilt,
     progress: Callable[[int, int], None] | None,
-) -> set[str]:
-    """Steps 3 and 4 of the module doc; the new UT ids."""
+) -> tuple[set[str], set[str]]:
+    """Steps 3 and 4 of the module doc; the new UT ids, and the UTs that took a Message-ID
+    of ours meanwhile (its component must then be rebuilt together with ours)."""
     remaining = sorted(c.threads - gone)
     graph: dict[str, set[str]] = {}
     for t in remaining:
@@ -263,6 +267,16 @@ async def _rewrite(
     messages = [kept[k] for k in sorted(kept)]
     for i in range(0, len(messages), _STEP):
         await store.rehome([], messages[i : i + _STEP], [])
+    # A Message-ID a remaining thread holds but no mapping had when the closure was read (a
+    # rebuild before ours dropped it, while a weave was writing this thread's edge to it):
+    # `rehome` rewrites existing mappings only, so it is mapped here, unless a weave mapped
+    # it first, whose unified thread then joins ours in one more round.
+    unmapped = [m for m in messages if m.rfc_key not in c.messages]
+    taken: set[str] = set()
+    for i in range(0, len(unmapped), _STEP):
+        part = unmapped[i : i + _STEP]
+        winners = await store.put_message_uts_if_absent(part)
+        taken |= {w for m, w in zip(part, winners, strict=True) if w != m.ut}
     if dropped:
         # A weave through another server may have given a key a new home since the closure
         # was read (its own repair rebuild ran first): drop only keys still mapped to one of
@@ -278,7 +292,7 @@ async def _rewrite(
     out.threads += len(remaining)
     out.removed = len(gone)
     out.retired |= set(c.links) - set(ut_of_group.values())
-    return set(ut_of_group.values())
+    return set(ut_of_group.values()), taken
 
 
 def _thread_node(t: ThreadKey) -> str:
