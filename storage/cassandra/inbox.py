@@ -44,6 +44,7 @@ from cassandra.query import BatchStatement, BatchType, PreparedStatement
 from storage.cassandra import inbox_clock as clock
 from storage.cassandra import inbox_rows as ir
 from storage.cassandra import versions
+from storage.cassandra.inbox_changes import CHANGE_TABLES
 from storage.cassandra.inbox_deletes import DELETION_TABLES, CassandraInboxDeletes
 from storage.cassandra.session import CassandraSession, Row, gather
 from storage.cassandra.store import CassandraStore
@@ -79,7 +80,8 @@ class CassandraInboxStore(CassandraStore, CassandraInboxDeletes):
         cls, session: CassandraSession, *, owns_session: bool = False
     ) -> CassandraInboxStore:
         """A store on a session shared with other Cassandra stores (which it won't close)."""
-        await versions.upgrade(session, (*ir.TABLES, *DELETION_TABLES), versions.INBOX)
+        tables = (*ir.TABLES, *DELETION_TABLES, *CHANGE_TABLES)
+        await versions.upgrade(session, tables, versions.INBOX)
         legacy = session.tables_present(ir.LEGACY_TABLES)
         if legacy:
             raise ValueError(

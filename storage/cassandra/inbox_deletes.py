@@ -33,7 +33,8 @@ from cassandra.query import PreparedStatement
 
 from storage.cassandra import inbox_clock as clock
 from storage.cassandra import inbox_rows as ir
-from storage.cassandra.session import CassandraSession, Row, gather
+from storage.cassandra.inbox_changes import CassandraInboxChanges
+from storage.cassandra.session import Row, gather
 from storage.ports import InboxEntry, InboxOperation, PendingDeletion, SweepStep
 from storage.slices import slices
 
@@ -56,16 +57,9 @@ _IN_KEYS = 50
 _OPERATION_COLUMNS = "operation_id, kind, state, done, total, error, updated_at_ms"
 
 
-class CassandraInboxDeletes:
-    """The deletion half of `storage.cassandra.inbox.CassandraInboxStore` (a mixin)."""
-
-    _s: CassandraSession
-
-    async def _stmt(self, cql: str) -> PreparedStatement:
-        raise NotImplementedError
-
-    async def _q(self, cql: str, params: Sequence[object], *, all_pages: bool = False) -> list[Row]:
-        raise NotImplementedError
+class CassandraInboxDeletes(CassandraInboxChanges):
+    """The deletion half of `storage.cassandra.inbox.CassandraInboxStore` (a mixin), which
+    logs what it removes in the change log (`storage.cassandra.inbox_changes`)."""
 
     async def _rows_of(self, inbox_id: str, thread_ids: Sequence[str] | None) -> list[Row]:
         raise NotImplementedError
