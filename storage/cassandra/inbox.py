@@ -5,6 +5,9 @@
                      materialized unread count is COUNT(*) of the kind-0 slice)
     inbox_deliveries ((delivery_id)) -> progress   LWT IF NOT EXISTS on create
 
+plus the deletion tables (`storage.cassandra.inbox_deletes`) and the change log
+(`storage.cassandra.inbox_changes`), which every write below appends to once it succeeded.
+
 No secondary index, no ordering that relies on deletes (the domain sorts a whole, trimmed
 inbox itself); LeveledCompaction and a 3 h gc_grace_seconds on the mutating table (why:
 `storage.cassandra.inbox_rows`).
@@ -141,6 +144,7 @@ class CassandraInboxStore(CassandraStore, CassandraInboxDeletes):
             f"WHERE inbox_id IN ? AND kind = {ir.ENTRY} AND thread_id = ?"
         )
         run = self._s.run
+        advanced: list[str] = []  # logged as `delivered`, even when a later group fails
 
         async def one_group(inboxes: Sequence[str]) -> int:
             async with self._deliveries:
@@ -174,9 +178,13 @@ class CassandraInboxStore(CassandraStore, CassandraInboxDeletes):
                 if to_read:
                     steps.append((make_read, (ts, message_id, to_read, thread_id)))
                 await gather(run(stmt, params, routing_key=route) for stmt, params in steps)
+                advanced.extend(to_unread + to_read)
                 return len(to_unread) + len(to_read)
 
-        return sum(await gather(one_group(g) for g in groups))
+        try:
+            return sum(await gather(one_group(g) for g in groups))
+        finally:
+            await self._log_delivered(thread_id, message_id, advanced)
 
     async def _write_batches(
         self, writes: Sequence[tuple[PreparedStatement, tuple[Any, ...], int]]
@@ -317,7 +325,11 @@ class CassandraInboxStore(CassandraStore, CassandraInboxDeletes):
             writes.append((flip, (ts, read, inbox_id, thread), 2 * len(thread) + 40))
             params = (ts, inbox_id, thread) if read else (inbox_id, thread, ts)
             writes.append((unread, params, 2 * len(thread) + 40))
-        await self._write_batches(writes)
+        try:
+            await self._write_batches(writes)
+        finally:  # a partial failure is logged too: its retry finds those rows flipped
+            if writes:
+                await self._log_mark(inbox_id, thread_ids, read=read)
         return len(writes) // 2
 
     async def delete_entries(self, inbox_id: str, entries: Sequence[InboxEntry]) -> int:
@@ -336,7 +348,10 @@ class CassandraInboxStore(CassandraStore, CassandraInboxDeletes):
             f"WHERE inbox_id = ? AND kind IN ({ir.UNREAD}, {ir.ENTRY}) AND thread_id = ?"
         )
         writes = [(stmt, (clock.trim_ts(last), inbox_id, t), 2 * len(t) + 40) for t, last in doomed]
-        await self._write_batches(writes)
+        try:
+            await self._write_batches(writes)
+        finally:
+            await self._log_removed(inbox_id, [t for t, _ in doomed])
         return len(doomed)
 
     # --- background fan-out progress --------------------------------------------------
