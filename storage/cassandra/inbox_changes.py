@@ -251,7 +251,8 @@ class CassandraInboxChanges:
         low = max(low, (high[0] - FEED_TTL_S * 1_000_000, _MAX_UNIQ))
         if low >= high:
             return [], after
-        first = low[0] // _BUCKET_US
+        # The first second holding rows after `low` (none of its own second when it ends it).
+        first = (low[0] + int(low[1] == _MAX_UNIQ)) // _BUCKET_US
         if high[0] // _BUCKET_US >= first + _BUCKETS_PER_CALL:
             high = ((first + _BUCKETS_PER_CALL) * _BUCKET_US - 1, _MAX_UNIQ)
         per_query = max(1, min(limit, 1_000))
