@@ -5,6 +5,9 @@
                      materialized unread count is COUNT(*) of the kind-0 slice)
     inbox_deliveries ((delivery_id)) -> progress   LWT IF NOT EXISTS on create
 
+plus the deletion tables (`storage.cassandra.inbox_deletes`) and the change log
+(`storage.cassandra.inbox_changes`), which every write below appends to once it succeeded.
+
 No secondary index, no ordering that relies on deletes (the domain sorts a whole, trimmed
 inbox itself); LeveledCompaction and a 3 h gc_grace_seconds on the mutating table (why:
 `storage.cassandra.inbox_rows`).
@@ -44,6 +47,7 @@ from cassandra.query import BatchStatement, BatchType, PreparedStatement
 from storage.cassandra import inbox_clock as clock
 from storage.cassandra import inbox_rows as ir
 from storage.cassandra import versions
+from storage.cassandra.inbox_changes import CHANGE_TABLES
 from storage.cassandra.inbox_deletes import DELETION_TABLES, CassandraInboxDeletes
 from storage.cassandra.session import CassandraSession, Row, gather
 from storage.cassandra.store import CassandraStore
@@ -79,7 +83,8 @@ class CassandraInboxStore(CassandraStore, CassandraInboxDeletes):
         cls, session: CassandraSession, *, owns_session: bool = False
     ) -> CassandraInboxStore:
         """A store on a session shared with other Cassandra stores (which it won't close)."""
-        await versions.upgrade(session, (*ir.TABLES, *DELETION_TABLES), versions.INBOX)
+        tables = (*ir.TABLES, *DELETION_TABLES, *CHANGE_TABLES)
+        await versions.upgrade(session, tables, versions.INBOX)
         legacy = session.tables_present(ir.LEGACY_TABLES)
         if legacy:
             raise ValueError(
@@ -139,6 +144,7 @@ class CassandraInboxStore(CassandraStore, CassandraInboxDeletes):
             f"WHERE inbox_id IN ? AND kind = {ir.ENTRY} AND thread_id = ?"
         )
         run = self._s.run
+        advanced: list[str] = []  # logged as `delivered`, even when a later group fails
 
         async def one_group(inboxes: Sequence[str]) -> int:
             async with self._deliveries:
@@ -172,9 +178,13 @@ class CassandraInboxStore(CassandraStore, CassandraInboxDeletes):
                 if to_read:
                     steps.append((make_read, (ts, message_id, to_read, thread_id)))
                 await gather(run(stmt, params, routing_key=route) for stmt, params in steps)
+                advanced.extend(to_unread + to_read)
                 return len(to_unread) + len(to_read)
 
-        return sum(await gather(one_group(g) for g in groups))
+        try:
+            return sum(await gather(one_group(g) for g in groups))
+        finally:
+            await self._log_delivered(thread_id, message_id, advanced)
 
     async def _write_batches(
         self, writes: Sequence[tuple[PreparedStatement, tuple[Any, ...], int]]
@@ -315,7 +325,11 @@ class CassandraInboxStore(CassandraStore, CassandraInboxDeletes):
             writes.append((flip, (ts, read, inbox_id, thread), 2 * len(thread) + 40))
             params = (ts, inbox_id, thread) if read else (inbox_id, thread, ts)
             writes.append((unread, params, 2 * len(thread) + 40))
-        await self._write_batches(writes)
+        try:
+            await self._write_batches(writes)
+        finally:  # a partial failure is logged too: its retry finds those rows flipped
+            if writes:
+                await self._log_mark(inbox_id, thread_ids, read=read)
         return len(writes) // 2
 
     async def delete_entries(self, inbox_id: str, entries: Sequence[InboxEntry]) -> int:
@@ -334,7 +348,10 @@ class CassandraInboxStore(CassandraStore, CassandraInboxDeletes):
             f"WHERE inbox_id = ? AND kind IN ({ir.UNREAD}, {ir.ENTRY}) AND thread_id = ?"
         )
         writes = [(stmt, (clock.trim_ts(last), inbox_id, t), 2 * len(t) + 40) for t, last in doomed]
-        await self._write_batches(writes)
+        try:
+            await self._write_batches(writes)
+        finally:
+            await self._log_removed(inbox_id, [t for t, _ in doomed])
         return len(doomed)
 
     # --- background fan-out progress --------------------------------------------------

@@ -33,8 +33,9 @@ from cassandra.query import PreparedStatement
 
 from storage.cassandra import inbox_clock as clock
 from storage.cassandra import inbox_rows as ir
-from storage.cassandra.session import CassandraSession, Row, gather
-from storage.ports import InboxEntry, InboxOperation, PendingDeletion, SweepStep
+from storage.cassandra.inbox_changes import CassandraInboxChanges
+from storage.cassandra.session import Row, gather
+from storage.ports import InboxChange, InboxEntry, InboxOperation, PendingDeletion, SweepStep
 from storage.slices import slices
 
 __all__ = ["DELETION_TABLES", "CassandraInboxDeletes"]
@@ -56,16 +57,9 @@ _IN_KEYS = 50
 _OPERATION_COLUMNS = "operation_id, kind, state, done, total, error, updated_at_ms"
 
 
-class CassandraInboxDeletes:
-    """The deletion half of `storage.cassandra.inbox.CassandraInboxStore` (a mixin)."""
-
-    _s: CassandraSession
-
-    async def _stmt(self, cql: str) -> PreparedStatement:
-        raise NotImplementedError
-
-    async def _q(self, cql: str, params: Sequence[object], *, all_pages: bool = False) -> list[Row]:
-        raise NotImplementedError
+class CassandraInboxDeletes(CassandraInboxChanges):
+    """The deletion half of `storage.cassandra.inbox.CassandraInboxStore` (a mixin), which
+    logs what it removes in the change log (`storage.cassandra.inbox_changes`)."""
 
     async def _rows_of(self, inbox_id: str, thread_ids: Sequence[str] | None) -> list[Row]:
         raise NotImplementedError
@@ -75,6 +69,21 @@ class CassandraInboxDeletes:
 
     async def _pending_set(self) -> set[str]:
         return {p.thread_id for p in await self.pending_deletions()}
+
+    async def _log_removed(self, inbox_id: str, thread_ids: Sequence[str]) -> None:
+        """Logs rows removed from one inbox: `deleted` for threads deleted everywhere (a
+        listing's cleanup of rows the sweep has not reached), `removed` for the others."""
+        if not thread_ids:
+            return
+        dead = await self.deleted_threads(thread_ids)
+        plain = tuple(t for t in thread_ids if t not in dead)
+        marked = tuple(t for t in thread_ids if t in dead)
+        changes = (
+            [InboxChange(inbox_id=inbox_id, kind="removed", thread_ids=plain)] if plain else []
+        )
+        if marked:
+            changes.append(InboxChange(inbox_id=inbox_id, kind="deleted", thread_ids=marked))
+        await self._log_changes(changes)
 
     async def remove_threads(self, inbox_id: str, thread_ids: Sequence[str]) -> int:
         rows = await self._rows_of(inbox_id, list(dict.fromkeys(thread_ids)))
@@ -116,6 +125,9 @@ class CassandraInboxDeletes:
                 "DELETE FROM {ks}.inbox_unfinished WHERE shard = 0 AND delivery_id = ?",
             ):
                 await self._q(cql, (delivery_id,))
+        # Its log names its threads: erased with it, and the erasure is its one change.
+        await self.forget_changes(inbox_id)
+        await self._log_changes([InboxChange(inbox_id=inbox_id, kind="inbox_deleted")])
         return held
 
     async def mark_deleted(
@@ -221,7 +233,17 @@ class CassandraInboxDeletes:
             for group in self._s.replica_groups(inboxes):
                 for chunk in slices(group, _IN_KEYS):
                     calls.append((stmt, (_DEAD_TS, list(chunk), thread), chunk[0]))
-        await gather(self._s.run(s, p, routing_key=key) for s, p, key in calls)
+        held: dict[str, list[str]] = defaultdict(list)
+        for thread, inboxes in doomed.items():
+            for inbox_id in inboxes:
+                held[inbox_id].append(thread)
+        try:
+            await gather(self._s.run(s, p, routing_key=key) for s, p, key in calls)
+        finally:  # a partial failure too: a walk started again does not meet those rows
+            await self._log_changes(
+                InboxChange(inbox_id=i, kind="deleted", thread_ids=tuple(sorted(t)))
+                for i, t in held.items()
+            )
         return sum(len(v) for v in doomed.values())
 
     async def finish_deletions(self, swept: Sequence[PendingDeletion]) -> None:

@@ -68,11 +68,17 @@ async def _tables_only(session: CassandraSession) -> None:
 
 INBOX: Final[CassandraLayout] = Layout(
     store="inbox",
-    current=2,
+    current=3,
     steps=(
         Step(
             to=2,
             does="deleted-thread markers, pending sweeps and operations tables created",
+            run=_tables_only,
+        ),
+        Step(
+            to=3,
+            does="the change log (inbox_change, inbox_change_feed) created, empty: watching "
+            "starts from now",
             run=_tables_only,
         ),
     ),
