@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from loom.v1 import common_pb2 as loom_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13loom/v1/inbox.proto\x12\x07loom.v1\x1a\x14loom/v1/common.proto\"q\n\x12PostMessageRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\x12\x12\n\nmessage_id\x18\x02 \x01(\x03\x12\x17\n\x0fsender_inbox_id\x18\x03 \x01(\t\x12\x1b\n\x13recipient_inbox_ids\x18\x04 \x03(\t\"V\n\x13PostMessageResponse\x12\x11\n\tdelivered\x18\x01 \x01(\x08\x12\x13\n\x0b\x64\x65livery_id\x18\x02 \x01(\t\x12\x17\n\x0finboxes_updated\x18\x03 \x01(\x03\")\n\x12GetDeliveryRequest\x12\x13\n\x0b\x64\x65livery_id\x18\x01 \x01(\t\"z\n\x08\x44\x65livery\x12\x13\n\x0b\x64\x65livery_id\x18\x01 \x01(\t\x12%\n\x05state\x18\x02 \x01(\x0e\x32\x16.loom.v1.DeliveryState\x12#\n\x08progress\x18\x03 \x01(\x0b\x32\x11.loom.v1.Progress\x12\r\n\x05\x65rror\x18\x04 \x01(\t\"q\n\x10ListInboxRequest\x12\x10\n\x08inbox_id\x18\x01 \x01(\t\x12$\n\x06\x66ilter\x18\x02 \x01(\x0e\x32\x14.loom.v1.InboxFilter\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"I\n\nInboxEntry\x12\x11\n\tthread_id\x18\x01 \x01(\t\x12\x17\n\x0flast_message_id\x18\x02 \x01(\x03\x12\x0f\n\x07is_read\x18\x03 \x01(\x08\"R\n\x11ListInboxResponse\x12$\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x13.loom.v1.InboxEntry\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\")\n\x15GetUnreadCountRequest\x12\x10\n\x08inbox_id\x18\x01 \x01(\t\".\n\x16GetUnreadCountResponse\x12\x14\n\x0cunread_count\x18\x01 \x01(\x03\"\"\n\x0cThreadIdList\x12\x12\n\nthread_ids\x18\x01 \x03(\t\"w\n\x12MarkThreadsRequest\x12\x10\n\x08inbox_id\x18\x01 \x01(\t\x12(\n\x07threads\x18\x02 \x01(\x0b\x32\x15.loom.v1.ThreadIdListH\x00\x12\r\n\x03\x61ll\x18\x03 \x01(\x08H\x00\x12\x0c\n\x04read\x18\x04 \x01(\x08\x42\x08\n\x06target\"<\n\x13MarkThreadsResponse\x12\x0f\n\x07\x63hanged\x18\x01 \x01(\x03\x12\x14\n\x0cunread_count\x18\x02 \x01(\x03\"*\n\x14\x44\x65leteThreadsRequest\x12\x12\n\nthread_ids\x18\x01 \x03(\t\">\n\x15\x44\x65leteThreadsResponse\x12%\n\toperation\x18\x01 \x01(\x0b\x32\x12.loom.v1.Operation\"<\n\x14RemoveThreadsRequest\x12\x10\n\x08inbox_id\x18\x01 \x01(\t\x12\x12\n\nthread_ids\x18\x02 \x03(\t\">\n\x15RemoveThreadsResponse\x12\x0f\n\x07removed\x18\x01 \x01(\x03\x12\x14\n\x0cunread_count\x18\x02 \x01(\x03\"&\n\x12\x44\x65leteInboxRequest\x12\x10\n\x08inbox_id\x18\x01 \x01(\t\"&\n\x13\x44\x65leteInboxResponse\x12\x0f\n\x07removed\x18\x01 \x01(\x03*\x7f\n\rDeliveryState\x12\x1e\n\x1a\x44\x45LIVERY_STATE_UNSPECIFIED\x10\x00\x12\x1a\n\x16\x44\x45LIVERY_STATE_RUNNING\x10\x01\x12\x17\n\x13\x44\x45LIVERY_STATE_DONE\x10\x02\x12\x19\n\x15\x44\x45LIVERY_STATE_FAILED\x10\x03*q\n\x0bInboxFilter\x12\x1c\n\x18INBOX_FILTER_UNSPECIFIED\x10\x00\x12\x14\n\x10INBOX_FILTER_ALL\x10\x01\x12\x17\n\x13INBOX_FILTER_UNREAD\x10\x02\x12\x15\n\x11INBOX_FILTER_READ\x10\x03\x32\x9d\x05\n\x05Inbox\x12H\n\x0bPostMessage\x12\x1b.loom.v1.PostMessageRequest\x1a\x1c.loom.v1.PostMessageResponse\x12=\n\x0bGetDelivery\x12\x1b.loom.v1.GetDeliveryRequest\x1a\x11.loom.v1.Delivery\x12\x42\n\tListInbox\x12\x19.loom.v1.ListInboxRequest\x1a\x1a.loom.v1.ListInboxResponse\x12Q\n\x0eGetUnreadCount\x12\x1e.loom.v1.GetUnreadCountRequest\x1a\x1f.loom.v1.GetUnreadCountResponse\x12H\n\x0bMarkThreads\x12\x1b.loom.v1.MarkThreadsRequest\x1a\x1c.loom.v1.MarkThreadsResponse\x12N\n\rDeleteThreads\x12\x1d.loom.v1.DeleteThreadsRequest\x1a\x1e.loom.v1.DeleteThreadsResponse\x12N\n\rRemoveThreads\x12\x1d.loom.v1.RemoveThreadsRequest\x1a\x1e.loom.v1.RemoveThreadsResponse\x12H\n\x0b\x44\x65leteInbox\x12\x1b.loom.v1.DeleteInboxRequest\x1a\x1c.loom.v1.DeleteInboxResponse\x12@\n\x0cGetOperation\x12\x1c.loom.v1.GetOperationRequest\x1a\x12.loom.v1.OperationB/Z-github.com/loom/loom/clients/go/loomv1;loomv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13loom/v1/inbox.proto\x12\x07loom.v1\x1a\x14loom/v1/common.proto\"q\n\x12PostMessageRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\x12\x12\n\nmessage_id\x18\x02 \x01(\x03\x12\x17\n\x0fsender_inbox_id\x18\x03 \x01(\t\x12\x1b\n\x13recipient_inbox_ids\x18\x04 \x03(\t\"V\n\x13PostMessageResponse\x12\x11\n\tdelivered\x18\x01 \x01(\x08\x12\x13\n\x0b\x64\x65livery_id\x18\x02 \x01(\t\x12\x17\n\x0finboxes_updated\x18\x03 \x01(\x03\")\n\x12GetDeliveryRequest\x12\x13\n\x0b\x64\x65livery_id\x18\x01 \x01(\t\"z\n\x08\x44\x65livery\x12\x13\n\x0b\x64\x65livery_id\x18\x01 \x01(\t\x12%\n\x05state\x18\x02 \x01(\x0e\x32\x16.loom.v1.DeliveryState\x12#\n\x08progress\x18\x03 \x01(\x0b\x32\x11.loom.v1.Progress\x12\r\n\x05\x65rror\x18\x04 \x01(\t\"q\n\x10ListInboxRequest\x12\x10\n\x08inbox_id\x18\x01 \x01(\t\x12$\n\x06\x66ilter\x18\x02 \x01(\x0e\x32\x14.loom.v1.InboxFilter\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"I\n\nInboxEntry\x12\x11\n\tthread_id\x18\x01 \x01(\t\x12\x17\n\x0flast_message_id\x18\x02 \x01(\x03\x12\x0f\n\x07is_read\x18\x03 \x01(\x08\"f\n\x11ListInboxResponse\x12$\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x13.loom.v1.InboxEntry\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12\x12\n\nsync_token\x18\x03 \x01(\t\")\n\x15GetUnreadCountRequest\x12\x10\n\x08inbox_id\x18\x01 \x01(\t\".\n\x16GetUnreadCountResponse\x12\x14\n\x0cunread_count\x18\x01 \x01(\x03\"\"\n\x0cThreadIdList\x12\x12\n\nthread_ids\x18\x01 \x03(\t\"w\n\x12MarkThreadsRequest\x12\x10\n\x08inbox_id\x18\x01 \x01(\t\x12(\n\x07threads\x18\x02 \x01(\x0b\x32\x15.loom.v1.ThreadIdListH\x00\x12\r\n\x03\x61ll\x18\x03 \x01(\x08H\x00\x12\x0c\n\x04read\x18\x04 \x01(\x08\x42\x08\n\x06target\"<\n\x13MarkThreadsResponse\x12\x0f\n\x07\x63hanged\x18\x01 \x01(\x03\x12\x14\n\x0cunread_count\x18\x02 \x01(\x03\"*\n\x14\x44\x65leteThreadsRequest\x12\x12\n\nthread_ids\x18\x01 \x03(\t\">\n\x15\x44\x65leteThreadsResponse\x12%\n\toperation\x18\x01 \x01(\x0b\x32\x12.loom.v1.Operation\"<\n\x14RemoveThreadsRequest\x12\x10\n\x08inbox_id\x18\x01 \x01(\t\x12\x12\n\nthread_ids\x18\x02 \x03(\t\">\n\x15RemoveThreadsResponse\x12\x0f\n\x07removed\x18\x01 \x01(\x03\x12\x14\n\x0cunread_count\x18\x02 \x01(\x03\"&\n\x12\x44\x65leteInboxRequest\x12\x10\n\x08inbox_id\x18\x01 \x01(\t\"&\n\x13\x44\x65leteInboxResponse\x12\x0f\n\x07removed\x18\x01 \x01(\x03\";\n\x11WatchInboxRequest\x12\x10\n\x08inbox_id\x18\x01 \x01(\t\x12\x14\n\x0cresume_token\x18\x02 \x01(\t\"\xb3\x01\n\nInboxEvent\x12\x14\n\x0cresume_token\x18\x01 \x01(\t\x12%\n\x04kind\x18\x02 \x01(\x0e\x32\x17.loom.v1.InboxEventKind\x12\x12\n\nthread_ids\x18\x03 \x03(\t\x12\x12\n\nmessage_id\x18\x04 \x01(\x03\x12\x14\n\x0cunread_count\x18\x05 \x01(\x03\x12\x13\n\x0b\x61ll_threads\x18\x06 \x01(\x08\x12\x15\n\rchanged_at_ms\x18\x07 \x01(\x03\"R\n\x16GetInboxChangesRequest\x12\x10\n\x08inbox_id\x18\x01 \x01(\t\x12\x13\n\x0bsince_token\x18\x02 \x01(\t\x12\x11\n\tpage_size\x18\x03 \x01(\x05\"z\n\x17GetInboxChangesResponse\x12#\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x13.loom.v1.InboxEvent\x12\x12\n\nnext_token\x18\x02 \x01(\t\x12\x10\n\x08has_more\x18\x03 \x01(\x08\x12\x14\n\x0cunread_count\x18\x04 \x01(\x03*\x7f\n\rDeliveryState\x12\x1e\n\x1a\x44\x45LIVERY_STATE_UNSPECIFIED\x10\x00\x12\x1a\n\x16\x44\x45LIVERY_STATE_RUNNING\x10\x01\x12\x17\n\x13\x44\x45LIVERY_STATE_DONE\x10\x02\x12\x19\n\x15\x44\x45LIVERY_STATE_FAILED\x10\x03*q\n\x0bInboxFilter\x12\x1c\n\x18INBOX_FILTER_UNSPECIFIED\x10\x00\x12\x14\n\x10INBOX_FILTER_ALL\x10\x01\x12\x17\n\x13INBOX_FILTER_UNREAD\x10\x02\x12\x15\n\x11INBOX_FILTER_READ\x10\x03*\x95\x02\n\x0eInboxEventKind\x12 \n\x1cINBOX_EVENT_KIND_UNSPECIFIED\x10\x00\x12\x1b\n\x17INBOX_EVENT_KIND_SYNCED\x10\x01\x12\x1e\n\x1aINBOX_EVENT_KIND_DELIVERED\x10\x02\x12 \n\x1cINBOX_EVENT_KIND_MARKED_READ\x10\x03\x12\"\n\x1eINBOX_EVENT_KIND_MARKED_UNREAD\x10\x04\x12\x1c\n\x18INBOX_EVENT_KIND_REMOVED\x10\x05\x12\x1c\n\x18INBOX_EVENT_KIND_DELETED\x10\x06\x12\"\n\x1eINBOX_EVENT_KIND_INBOX_DELETED\x10\x07\x32\xb4\x06\n\x05Inbox\x12H\n\x0bPostMessage\x12\x1b.loom.v1.PostMessageRequest\x1a\x1c.loom.v1.PostMessageResponse\x12=\n\x0bGetDelivery\x12\x1b.loom.v1.GetDeliveryRequest\x1a\x11.loom.v1.Delivery\x12\x42\n\tListInbox\x12\x19.loom.v1.ListInboxRequest\x1a\x1a.loom.v1.ListInboxResponse\x12Q\n\x0eGetUnreadCount\x12\x1e.loom.v1.GetUnreadCountRequest\x1a\x1f.loom.v1.GetUnreadCountResponse\x12H\n\x0bMarkThreads\x12\x1b.loom.v1.MarkThreadsRequest\x1a\x1c.loom.v1.MarkThreadsResponse\x12N\n\rDeleteThreads\x12\x1d.loom.v1.DeleteThreadsRequest\x1a\x1e.loom.v1.DeleteThreadsResponse\x12N\n\rRemoveThreads\x12\x1d.loom.v1.RemoveThreadsRequest\x1a\x1e.loom.v1.RemoveThreadsResponse\x12H\n\x0b\x44\x65leteInbox\x12\x1b.loom.v1.DeleteInboxRequest\x1a\x1c.loom.v1.DeleteInboxResponse\x12@\n\x0cGetOperation\x12\x1c.loom.v1.GetOperationRequest\x1a\x12.loom.v1.Operation\x12?\n\nWatchInbox\x12\x1a.loom.v1.WatchInboxRequest\x1a\x13.loom.v1.InboxEvent0\x01\x12T\n\x0fGetInboxChanges\x12\x1f.loom.v1.GetInboxChangesRequest\x1a .loom.v1.GetInboxChangesResponseB/Z-github.com/loom/loom/clients/go/loomv1;loomv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,10 +33,12 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'loom.v1.inbox_pb2', _global
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'Z-github.com/loom/loom/clients/go/loomv1;loomv1'
-  _globals['_DELIVERYSTATE']._serialized_start=1322
-  _globals['_DELIVERYSTATE']._serialized_end=1449
-  _globals['_INBOXFILTER']._serialized_start=1451
-  _globals['_INBOXFILTER']._serialized_end=1564
+  _globals['_DELIVERYSTATE']._serialized_start=1793
+  _globals['_DELIVERYSTATE']._serialized_end=1920
+  _globals['_INBOXFILTER']._serialized_start=1922
+  _globals['_INBOXFILTER']._serialized_end=2035
+  _globals['_INBOXEVENTKIND']._serialized_start=2038
+  _globals['_INBOXEVENTKIND']._serialized_end=2315
   _globals['_POSTMESSAGEREQUEST']._serialized_start=54
   _globals['_POSTMESSAGEREQUEST']._serialized_end=167
   _globals['_POSTMESSAGERESPONSE']._serialized_start=169
@@ -50,29 +52,37 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_INBOXENTRY']._serialized_start=539
   _globals['_INBOXENTRY']._serialized_end=612
   _globals['_LISTINBOXRESPONSE']._serialized_start=614
-  _globals['_LISTINBOXRESPONSE']._serialized_end=696
-  _globals['_GETUNREADCOUNTREQUEST']._serialized_start=698
-  _globals['_GETUNREADCOUNTREQUEST']._serialized_end=739
-  _globals['_GETUNREADCOUNTRESPONSE']._serialized_start=741
-  _globals['_GETUNREADCOUNTRESPONSE']._serialized_end=787
-  _globals['_THREADIDLIST']._serialized_start=789
-  _globals['_THREADIDLIST']._serialized_end=823
-  _globals['_MARKTHREADSREQUEST']._serialized_start=825
-  _globals['_MARKTHREADSREQUEST']._serialized_end=944
-  _globals['_MARKTHREADSRESPONSE']._serialized_start=946
-  _globals['_MARKTHREADSRESPONSE']._serialized_end=1006
-  _globals['_DELETETHREADSREQUEST']._serialized_start=1008
-  _globals['_DELETETHREADSREQUEST']._serialized_end=1050
-  _globals['_DELETETHREADSRESPONSE']._serialized_start=1052
-  _globals['_DELETETHREADSRESPONSE']._serialized_end=1114
-  _globals['_REMOVETHREADSREQUEST']._serialized_start=1116
-  _globals['_REMOVETHREADSREQUEST']._serialized_end=1176
-  _globals['_REMOVETHREADSRESPONSE']._serialized_start=1178
-  _globals['_REMOVETHREADSRESPONSE']._serialized_end=1240
-  _globals['_DELETEINBOXREQUEST']._serialized_start=1242
-  _globals['_DELETEINBOXREQUEST']._serialized_end=1280
-  _globals['_DELETEINBOXRESPONSE']._serialized_start=1282
-  _globals['_DELETEINBOXRESPONSE']._serialized_end=1320
-  _globals['_INBOX']._serialized_start=1567
-  _globals['_INBOX']._serialized_end=2236
+  _globals['_LISTINBOXRESPONSE']._serialized_end=716
+  _globals['_GETUNREADCOUNTREQUEST']._serialized_start=718
+  _globals['_GETUNREADCOUNTREQUEST']._serialized_end=759
+  _globals['_GETUNREADCOUNTRESPONSE']._serialized_start=761
+  _globals['_GETUNREADCOUNTRESPONSE']._serialized_end=807
+  _globals['_THREADIDLIST']._serialized_start=809
+  _globals['_THREADIDLIST']._serialized_end=843
+  _globals['_MARKTHREADSREQUEST']._serialized_start=845
+  _globals['_MARKTHREADSREQUEST']._serialized_end=964
+  _globals['_MARKTHREADSRESPONSE']._serialized_start=966
+  _globals['_MARKTHREADSRESPONSE']._serialized_end=1026
+  _globals['_DELETETHREADSREQUEST']._serialized_start=1028
+  _globals['_DELETETHREADSREQUEST']._serialized_end=1070
+  _globals['_DELETETHREADSRESPONSE']._serialized_start=1072
+  _globals['_DELETETHREADSRESPONSE']._serialized_end=1134
+  _globals['_REMOVETHREADSREQUEST']._serialized_start=1136
+  _globals['_REMOVETHREADSREQUEST']._serialized_end=1196
+  _globals['_REMOVETHREADSRESPONSE']._serialized_start=1198
+  _globals['_REMOVETHREADSRESPONSE']._serialized_end=1260
+  _globals['_DELETEINBOXREQUEST']._serialized_start=1262
+  _globals['_DELETEINBOXREQUEST']._serialized_end=1300
+  _globals['_DELETEINBOXRESPONSE']._serialized_start=1302
+  _globals['_DELETEINBOXRESPONSE']._serialized_end=1340
+  _globals['_WATCHINBOXREQUEST']._serialized_start=1342
+  _globals['_WATCHINBOXREQUEST']._serialized_end=1401
+  _globals['_INBOXEVENT']._serialized_start=1404
+  _globals['_INBOXEVENT']._serialized_end=1583
+  _globals['_GETINBOXCHANGESREQUEST']._serialized_start=1585
+  _globals['_GETINBOXCHANGESREQUEST']._serialized_end=1667
+  _globals['_GETINBOXCHANGESRESPONSE']._serialized_start=1669
+  _globals['_GETINBOXCHANGESRESPONSE']._serialized_end=1791
+  _globals['_INBOX']._serialized_start=2318
+  _globals['_INBOX']._serialized_end=3138
 # @@protoc_insertion_point(module_scope)

@@ -76,6 +76,58 @@ INBOX_FILTER_READ: InboxFilter.ValueType  # 3
 """Read threads only."""
 Global___InboxFilter: _TypeAlias = InboxFilter  # noqa: Y015
 
+class _InboxEventKind:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _InboxEventKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_InboxEventKind.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    INBOX_EVENT_KIND_UNSPECIFIED: _InboxEventKind.ValueType  # 0
+    """Not set; never sent."""
+    INBOX_EVENT_KIND_SYNCED: _InboxEventKind.ValueType  # 1
+    """No change: the stream is live from here (the first event of a stream
+    started without a token; its token marks the start).
+    """
+    INBOX_EVENT_KIND_DELIVERED: _InboxEventKind.ValueType  # 2
+    """A message was delivered: thread_ids holds its thread, message_id the
+    message; the thread is unread (or read, in its sender's inbox).
+    """
+    INBOX_EVENT_KIND_MARKED_READ: _InboxEventKind.ValueType  # 3
+    """Threads were marked read (all_threads: every thread of the inbox)."""
+    INBOX_EVENT_KIND_MARKED_UNREAD: _InboxEventKind.ValueType  # 4
+    """Threads were marked unread (all_threads: every thread of the inbox)."""
+    INBOX_EVENT_KIND_REMOVED: _InboxEventKind.ValueType  # 5
+    """Threads were removed from this inbox (RemoveThreads)."""
+    INBOX_EVENT_KIND_DELETED: _InboxEventKind.ValueType  # 6
+    """Threads were deleted everywhere (DeleteThreads)."""
+    INBOX_EVENT_KIND_INBOX_DELETED: _InboxEventKind.ValueType  # 7
+    """The inbox was erased (DeleteInbox): it is empty."""
+
+class InboxEventKind(_InboxEventKind, metaclass=_InboxEventKindEnumTypeWrapper):
+    """What changed in an inbox."""
+
+INBOX_EVENT_KIND_UNSPECIFIED: InboxEventKind.ValueType  # 0
+"""Not set; never sent."""
+INBOX_EVENT_KIND_SYNCED: InboxEventKind.ValueType  # 1
+"""No change: the stream is live from here (the first event of a stream
+started without a token; its token marks the start).
+"""
+INBOX_EVENT_KIND_DELIVERED: InboxEventKind.ValueType  # 2
+"""A message was delivered: thread_ids holds its thread, message_id the
+message; the thread is unread (or read, in its sender's inbox).
+"""
+INBOX_EVENT_KIND_MARKED_READ: InboxEventKind.ValueType  # 3
+"""Threads were marked read (all_threads: every thread of the inbox)."""
+INBOX_EVENT_KIND_MARKED_UNREAD: InboxEventKind.ValueType  # 4
+"""Threads were marked unread (all_threads: every thread of the inbox)."""
+INBOX_EVENT_KIND_REMOVED: InboxEventKind.ValueType  # 5
+"""Threads were removed from this inbox (RemoveThreads)."""
+INBOX_EVENT_KIND_DELETED: InboxEventKind.ValueType  # 6
+"""Threads were deleted everywhere (DeleteThreads)."""
+INBOX_EVENT_KIND_INBOX_DELETED: InboxEventKind.ValueType  # 7
+"""The inbox was erased (DeleteInbox): it is empty."""
+Global___InboxEventKind: _TypeAlias = InboxEventKind  # noqa: Y015
+
 @_typing.final
 class PostMessageRequest(_message.Message):
     """The request of PostMessage."""
@@ -278,8 +330,13 @@ class ListInboxResponse(_message.Message):
 
     ENTRIES_FIELD_NUMBER: _builtins.int
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    SYNC_TOKEN_FIELD_NUMBER: _builtins.int
     next_page_token: _builtins.str
     """Token for the next page; empty on the last page."""
+    sync_token: _builtins.str
+    """A resume_token taken before this page was read: WatchInbox or
+    GetInboxChanges from it returns every change the page may not show.
+    """
     @_builtins.property
     def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___InboxEntry]:
         """Entries, newest last_message_id first."""
@@ -289,10 +346,11 @@ class ListInboxResponse(_message.Message):
         *,
         entries: _abc.Iterable[Global___InboxEntry] | None = ...,
         next_page_token: _builtins.str = ...,
+        sync_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["entries", b"entries", "next_page_token", b"next_page_token"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entries", b"entries", "next_page_token", b"next_page_token", "sync_token", b"sync_token"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -580,3 +638,152 @@ class DeleteInboxResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DeleteInboxResponse: _TypeAlias = DeleteInboxResponse  # noqa: Y015
+
+@_typing.final
+class WatchInboxRequest(_message.Message):
+    """The request of WatchInbox."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INBOX_ID_FIELD_NUMBER: _builtins.int
+    RESUME_TOKEN_FIELD_NUMBER: _builtins.int
+    inbox_id: _builtins.str
+    """The inbox."""
+    resume_token: _builtins.str
+    """Resume after this event's token (from WatchInbox, GetInboxChanges or
+    ListInbox's sync_token); empty to start from now.
+    """
+    def __init__(
+        self,
+        *,
+        inbox_id: _builtins.str = ...,
+        resume_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["inbox_id", b"inbox_id", "resume_token", b"resume_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WatchInboxRequest: _TypeAlias = WatchInboxRequest  # noqa: Y015
+
+@_typing.final
+class InboxEvent(_message.Message):
+    """One change to an inbox."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESUME_TOKEN_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    THREAD_IDS_FIELD_NUMBER: _builtins.int
+    MESSAGE_ID_FIELD_NUMBER: _builtins.int
+    UNREAD_COUNT_FIELD_NUMBER: _builtins.int
+    ALL_THREADS_FIELD_NUMBER: _builtins.int
+    CHANGED_AT_MS_FIELD_NUMBER: _builtins.int
+    resume_token: _builtins.str
+    """Opaque; resume after this event with it."""
+    kind: Global___InboxEventKind.ValueType
+    """What changed."""
+    message_id: _builtins.int
+    """The delivered message (DELIVERED only)."""
+    unread_count: _builtins.int
+    """The inbox's unread count read after the change was applied: exact for
+    the newest event sent, a count at least as late for earlier ones sent
+    together with it.
+    """
+    all_threads: _builtins.bool
+    """MARKED_READ / MARKED_UNREAD of every thread of the inbox."""
+    changed_at_ms: _builtins.int
+    """When the store applied the change, Unix milliseconds."""
+    @_builtins.property
+    def thread_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The threads it touched (empty for SYNCED, INBOX_DELETED and all_threads)."""
+
+    def __init__(
+        self,
+        *,
+        resume_token: _builtins.str = ...,
+        kind: Global___InboxEventKind.ValueType = ...,
+        thread_ids: _abc.Iterable[_builtins.str] | None = ...,
+        message_id: _builtins.int = ...,
+        unread_count: _builtins.int = ...,
+        all_threads: _builtins.bool = ...,
+        changed_at_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["all_threads", b"all_threads", "changed_at_ms", b"changed_at_ms", "kind", b"kind", "message_id", b"message_id", "resume_token", b"resume_token", "thread_ids", b"thread_ids", "unread_count", b"unread_count"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___InboxEvent: _TypeAlias = InboxEvent  # noqa: Y015
+
+@_typing.final
+class GetInboxChangesRequest(_message.Message):
+    """The request of GetInboxChanges."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INBOX_ID_FIELD_NUMBER: _builtins.int
+    SINCE_TOKEN_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    inbox_id: _builtins.str
+    """The inbox."""
+    since_token: _builtins.str
+    """The token to continue after (required: from WatchInbox, an earlier page
+    or ListInbox's sync_token).
+    """
+    page_size: _builtins.int
+    """1..1,000 events (0 = 100)."""
+    def __init__(
+        self,
+        *,
+        inbox_id: _builtins.str = ...,
+        since_token: _builtins.str = ...,
+        page_size: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["inbox_id", b"inbox_id", "page_size", b"page_size", "since_token", b"since_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetInboxChangesRequest: _TypeAlias = GetInboxChangesRequest  # noqa: Y015
+
+@_typing.final
+class GetInboxChangesResponse(_message.Message):
+    """The response of GetInboxChanges."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVENTS_FIELD_NUMBER: _builtins.int
+    NEXT_TOKEN_FIELD_NUMBER: _builtins.int
+    HAS_MORE_FIELD_NUMBER: _builtins.int
+    UNREAD_COUNT_FIELD_NUMBER: _builtins.int
+    next_token: _builtins.str
+    """Where to continue: the last event's token, or since_token when there
+    were none.
+    """
+    has_more: _builtins.bool
+    """Whether more events follow now (ask again from next_token at once)."""
+    unread_count: _builtins.int
+    """The inbox's unread count now."""
+    @_builtins.property
+    def events(self) -> _containers.RepeatedCompositeFieldContainer[Global___InboxEvent]:
+        """The events after since_token, oldest first."""
+
+    def __init__(
+        self,
+        *,
+        events: _abc.Iterable[Global___InboxEvent] | None = ...,
+        next_token: _builtins.str = ...,
+        has_more: _builtins.bool = ...,
+        unread_count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["events", b"events", "has_more", b"has_more", "next_token", b"next_token", "unread_count", b"unread_count"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetInboxChangesResponse: _TypeAlias = GetInboxChangesResponse  # noqa: Y015

@@ -84,6 +84,16 @@ class InboxStub:
                 request_serializer=loom_dot_v1_dot_common__pb2.GetOperationRequest.SerializeToString,
                 response_deserializer=loom_dot_v1_dot_common__pb2.Operation.FromString,
                 _registered_method=True)
+        self.WatchInbox = channel.unary_stream(
+                '/loom.v1.Inbox/WatchInbox',
+                request_serializer=loom_dot_v1_dot_inbox__pb2.WatchInboxRequest.SerializeToString,
+                response_deserializer=loom_dot_v1_dot_inbox__pb2.InboxEvent.FromString,
+                _registered_method=True)
+        self.GetInboxChanges = channel.unary_unary(
+                '/loom.v1.Inbox/GetInboxChanges',
+                request_serializer=loom_dot_v1_dot_inbox__pb2.GetInboxChangesRequest.SerializeToString,
+                response_deserializer=loom_dot_v1_dot_inbox__pb2.GetInboxChangesResponse.FromString,
+                _registered_method=True)
 
 
 class InboxServicer:
@@ -186,6 +196,40 @@ class InboxServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WatchInbox(self, request, context):
+        """Streams every change to one inbox as it is applied, through any replica:
+        deliveries, threads marked read or unread, threads removed from the inbox
+        or deleted, the inbox erased. Each event carries the unread count and a
+        resume_token. Without a token the stream starts from now: its first
+        event is SYNCED, whose token is where a reconnect resumes (ListInbox
+        returns a sync_token too, so a client that lists first and then watches
+        from that token misses nothing in between). With a token, the stream
+        first replays exactly the events after it, then follows live ones: no
+        gap, no duplicate. Events of one inbox come in the order the store
+        applied them.
+        FAILED_PRECONDITION (reason RESYNC_REQUIRED) when the token is older than
+        the change log keeps: list the inbox again and watch from its token.
+        UNAVAILABLE (reason RESUME) when the server drains or the client reads
+        too slowly to keep up: reconnect with the last token received.
+        RESOURCE_EXHAUSTED when this server holds its maximum of streams.
+        INVALID_ARGUMENT for a malformed token or one of another inbox. An
+        unknown inbox is not an error: it is empty until something arrives.
+        Idempotent, safe to retry with the last token: a read.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetInboxChanges(self, request, context):
+        """The same changes as WatchInbox, in pages, for a client that wakes up and
+        catches up: every event after since_token, oldest first, and the token
+        to ask from next. Same errors as WatchInbox.
+        Idempotent, safe to retry: a read.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_InboxServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -233,6 +277,16 @@ def add_InboxServicer_to_server(servicer, server):
                     servicer.GetOperation,
                     request_deserializer=loom_dot_v1_dot_common__pb2.GetOperationRequest.FromString,
                     response_serializer=loom_dot_v1_dot_common__pb2.Operation.SerializeToString,
+            ),
+            'WatchInbox': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchInbox,
+                    request_deserializer=loom_dot_v1_dot_inbox__pb2.WatchInboxRequest.FromString,
+                    response_serializer=loom_dot_v1_dot_inbox__pb2.InboxEvent.SerializeToString,
+            ),
+            'GetInboxChanges': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetInboxChanges,
+                    request_deserializer=loom_dot_v1_dot_inbox__pb2.GetInboxChangesRequest.FromString,
+                    response_serializer=loom_dot_v1_dot_inbox__pb2.GetInboxChangesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -482,6 +536,60 @@ class Inbox:
             '/loom.v1.Inbox/GetOperation',
             loom_dot_v1_dot_common__pb2.GetOperationRequest.SerializeToString,
             loom_dot_v1_dot_common__pb2.Operation.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchInbox(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/loom.v1.Inbox/WatchInbox',
+            loom_dot_v1_dot_inbox__pb2.WatchInboxRequest.SerializeToString,
+            loom_dot_v1_dot_inbox__pb2.InboxEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetInboxChanges(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/loom.v1.Inbox/GetInboxChanges',
+            loom_dot_v1_dot_inbox__pb2.GetInboxChangesRequest.SerializeToString,
+            loom_dot_v1_dot_inbox__pb2.GetInboxChangesResponse.FromString,
             options,
             channel_credentials,
             insecure,

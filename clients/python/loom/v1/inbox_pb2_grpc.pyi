@@ -95,6 +95,32 @@ class InboxStub:
     """Progress of a background operation started by DeleteThreads. NOT_FOUND
     for an unknown operation id. Idempotent, safe to retry: a read.
     """
+    WatchInbox: _grpc.UnaryStreamMultiCallable[_inbox_pb2.WatchInboxRequest, _inbox_pb2.InboxEvent]
+    """Streams every change to one inbox as it is applied, through any replica:
+    deliveries, threads marked read or unread, threads removed from the inbox
+    or deleted, the inbox erased. Each event carries the unread count and a
+    resume_token. Without a token the stream starts from now: its first
+    event is SYNCED, whose token is where a reconnect resumes (ListInbox
+    returns a sync_token too, so a client that lists first and then watches
+    from that token misses nothing in between). With a token, the stream
+    first replays exactly the events after it, then follows live ones: no
+    gap, no duplicate. Events of one inbox come in the order the store
+    applied them.
+    FAILED_PRECONDITION (reason RESYNC_REQUIRED) when the token is older than
+    the change log keeps: list the inbox again and watch from its token.
+    UNAVAILABLE (reason RESUME) when the server drains or the client reads
+    too slowly to keep up: reconnect with the last token received.
+    RESOURCE_EXHAUSTED when this server holds its maximum of streams.
+    INVALID_ARGUMENT for a malformed token or one of another inbox. An
+    unknown inbox is not an error: it is empty until something arrives.
+    Idempotent, safe to retry with the last token: a read.
+    """
+    GetInboxChanges: _grpc.UnaryUnaryMultiCallable[_inbox_pb2.GetInboxChangesRequest, _inbox_pb2.GetInboxChangesResponse]
+    """The same changes as WatchInbox, in pages, for a client that wakes up and
+    catches up: every event after since_token, oldest first, and the token
+    to ask from next. Same errors as WatchInbox.
+    Idempotent, safe to retry: a read.
+    """
 
 @_typing.type_check_only
 class InboxAsyncStub(InboxStub):
@@ -161,6 +187,32 @@ class InboxAsyncStub(InboxStub):
     GetOperation: _aio.UnaryUnaryMultiCallable[_common_pb2.GetOperationRequest, _common_pb2.Operation]  # type: ignore[assignment]
     """Progress of a background operation started by DeleteThreads. NOT_FOUND
     for an unknown operation id. Idempotent, safe to retry: a read.
+    """
+    WatchInbox: _aio.UnaryStreamMultiCallable[_inbox_pb2.WatchInboxRequest, _inbox_pb2.InboxEvent]  # type: ignore[assignment]
+    """Streams every change to one inbox as it is applied, through any replica:
+    deliveries, threads marked read or unread, threads removed from the inbox
+    or deleted, the inbox erased. Each event carries the unread count and a
+    resume_token. Without a token the stream starts from now: its first
+    event is SYNCED, whose token is where a reconnect resumes (ListInbox
+    returns a sync_token too, so a client that lists first and then watches
+    from that token misses nothing in between). With a token, the stream
+    first replays exactly the events after it, then follows live ones: no
+    gap, no duplicate. Events of one inbox come in the order the store
+    applied them.
+    FAILED_PRECONDITION (reason RESYNC_REQUIRED) when the token is older than
+    the change log keeps: list the inbox again and watch from its token.
+    UNAVAILABLE (reason RESUME) when the server drains or the client reads
+    too slowly to keep up: reconnect with the last token received.
+    RESOURCE_EXHAUSTED when this server holds its maximum of streams.
+    INVALID_ARGUMENT for a malformed token or one of another inbox. An
+    unknown inbox is not an error: it is empty until something arrives.
+    Idempotent, safe to retry with the last token: a read.
+    """
+    GetInboxChanges: _aio.UnaryUnaryMultiCallable[_inbox_pb2.GetInboxChangesRequest, _inbox_pb2.GetInboxChangesResponse]  # type: ignore[assignment]
+    """The same changes as WatchInbox, in pages, for a client that wakes up and
+    catches up: every event after since_token, oldest first, and the token
+    to ask from next. Same errors as WatchInbox.
+    Idempotent, safe to retry: a read.
     """
 
 class InboxServicer(metaclass=_abc_1.ABCMeta):
@@ -279,6 +331,44 @@ class InboxServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_common_pb2.Operation, _abc.Awaitable[_common_pb2.Operation]]:
         """Progress of a background operation started by DeleteThreads. NOT_FOUND
         for an unknown operation id. Idempotent, safe to retry: a read.
+        """
+
+    @_abc_1.abstractmethod
+    def WatchInbox(
+        self,
+        request: _inbox_pb2.WatchInboxRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_inbox_pb2.InboxEvent], _abc.AsyncIterator[_inbox_pb2.InboxEvent]]:
+        """Streams every change to one inbox as it is applied, through any replica:
+        deliveries, threads marked read or unread, threads removed from the inbox
+        or deleted, the inbox erased. Each event carries the unread count and a
+        resume_token. Without a token the stream starts from now: its first
+        event is SYNCED, whose token is where a reconnect resumes (ListInbox
+        returns a sync_token too, so a client that lists first and then watches
+        from that token misses nothing in between). With a token, the stream
+        first replays exactly the events after it, then follows live ones: no
+        gap, no duplicate. Events of one inbox come in the order the store
+        applied them.
+        FAILED_PRECONDITION (reason RESYNC_REQUIRED) when the token is older than
+        the change log keeps: list the inbox again and watch from its token.
+        UNAVAILABLE (reason RESUME) when the server drains or the client reads
+        too slowly to keep up: reconnect with the last token received.
+        RESOURCE_EXHAUSTED when this server holds its maximum of streams.
+        INVALID_ARGUMENT for a malformed token or one of another inbox. An
+        unknown inbox is not an error: it is empty until something arrives.
+        Idempotent, safe to retry with the last token: a read.
+        """
+
+    @_abc_1.abstractmethod
+    def GetInboxChanges(
+        self,
+        request: _inbox_pb2.GetInboxChangesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_inbox_pb2.GetInboxChangesResponse, _abc.Awaitable[_inbox_pb2.GetInboxChangesResponse]]:
+        """The same changes as WatchInbox, in pages, for a client that wakes up and
+        catches up: every event after since_token, oldest first, and the token
+        to ask from next. Same errors as WatchInbox.
+        Idempotent, safe to retry: a read.
         """
 
 def add_InboxServicer_to_server(servicer: InboxServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
