@@ -100,7 +100,7 @@ async def test_side_by_side_results_come_in_order_and_a_failure_cancels_the_rest
         finally:
             hung.set()
 
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="bad"):
         await concurrently(wait(), fail())
     await asyncio.sleep(0)
     assert hung.is_set()
