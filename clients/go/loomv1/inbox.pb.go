@@ -135,6 +135,81 @@ func (InboxFilter) EnumDescriptor() ([]byte, []int) {
 	return file_loom_v1_inbox_proto_rawDescGZIP(), []int{1}
 }
 
+// What changed in an inbox.
+type InboxEventKind int32
+
+const (
+	// Not set; never sent.
+	InboxEventKind_INBOX_EVENT_KIND_UNSPECIFIED InboxEventKind = 0
+	// No change: the stream is live from here (the first event of a stream
+	// started without a token; its token marks the start).
+	InboxEventKind_INBOX_EVENT_KIND_SYNCED InboxEventKind = 1
+	// A message was delivered: thread_ids holds its thread, message_id the
+	// message; the thread is unread (or read, in its sender's inbox).
+	InboxEventKind_INBOX_EVENT_KIND_DELIVERED InboxEventKind = 2
+	// Threads were marked read (all_threads: every thread of the inbox).
+	InboxEventKind_INBOX_EVENT_KIND_MARKED_READ InboxEventKind = 3
+	// Threads were marked unread (all_threads: every thread of the inbox).
+	InboxEventKind_INBOX_EVENT_KIND_MARKED_UNREAD InboxEventKind = 4
+	// Threads were removed from this inbox (RemoveThreads).
+	InboxEventKind_INBOX_EVENT_KIND_REMOVED InboxEventKind = 5
+	// Threads were deleted everywhere (DeleteThreads).
+	InboxEventKind_INBOX_EVENT_KIND_DELETED InboxEventKind = 6
+	// The inbox was erased (DeleteInbox): it is empty.
+	InboxEventKind_INBOX_EVENT_KIND_INBOX_DELETED InboxEventKind = 7
+)
+
+// Enum value maps for InboxEventKind.
+var (
+	InboxEventKind_name = map[int32]string{
+		0: "INBOX_EVENT_KIND_UNSPECIFIED",
+		1: "INBOX_EVENT_KIND_SYNCED",
+		2: "INBOX_EVENT_KIND_DELIVERED",
+		3: "INBOX_EVENT_KIND_MARKED_READ",
+		4: "INBOX_EVENT_KIND_MARKED_UNREAD",
+		5: "INBOX_EVENT_KIND_REMOVED",
+		6: "INBOX_EVENT_KIND_DELETED",
+		7: "INBOX_EVENT_KIND_INBOX_DELETED",
+	}
+	InboxEventKind_value = map[string]int32{
+		"INBOX_EVENT_KIND_UNSPECIFIED":   0,
+		"INBOX_EVENT_KIND_SYNCED":        1,
+		"INBOX_EVENT_KIND_DELIVERED":     2,
+		"INBOX_EVENT_KIND_MARKED_READ":   3,
+		"INBOX_EVENT_KIND_MARKED_UNREAD": 4,
+		"INBOX_EVENT_KIND_REMOVED":       5,
+		"INBOX_EVENT_KIND_DELETED":       6,
+		"INBOX_EVENT_KIND_INBOX_DELETED": 7,
+	}
+)
+
+func (x InboxEventKind) Enum() *InboxEventKind {
+	p := new(InboxEventKind)
+	*p = x
+	return p
+}
+
+func (x InboxEventKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (InboxEventKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_loom_v1_inbox_proto_enumTypes[2].Descriptor()
+}
+
+func (InboxEventKind) Type() protoreflect.EnumType {
+	return &file_loom_v1_inbox_proto_enumTypes[2]
+}
+
+func (x InboxEventKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use InboxEventKind.Descriptor instead.
+func (InboxEventKind) EnumDescriptor() ([]byte, []int) {
+	return file_loom_v1_inbox_proto_rawDescGZIP(), []int{2}
+}
+
 // The request of PostMessage.
 type PostMessageRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -538,6 +613,9 @@ type ListInboxResponse struct {
 	Entries []*InboxEntry `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
 	// Token for the next page; empty on the last page.
 	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	// A resume_token taken before this page was read: WatchInbox or
+	// GetInboxChanges from it returns every change the page may not show.
+	SyncToken     string `protobuf:"bytes,3,opt,name=sync_token,json=syncToken,proto3" json:"sync_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -582,6 +660,13 @@ func (x *ListInboxResponse) GetEntries() []*InboxEntry {
 func (x *ListInboxResponse) GetNextPageToken() string {
 	if x != nil {
 		return x.NextPageToken
+	}
+	return ""
+}
+
+func (x *ListInboxResponse) GetSyncToken() string {
+	if x != nil {
+		return x.SyncToken
 	}
 	return ""
 }
@@ -1182,6 +1267,303 @@ func (x *DeleteInboxResponse) GetRemoved() int64 {
 	return 0
 }
 
+// The request of WatchInbox.
+type WatchInboxRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The inbox.
+	InboxId string `protobuf:"bytes,1,opt,name=inbox_id,json=inboxId,proto3" json:"inbox_id,omitempty"`
+	// Resume after this event's token (from WatchInbox, GetInboxChanges or
+	// ListInbox's sync_token); empty to start from now.
+	ResumeToken   string `protobuf:"bytes,2,opt,name=resume_token,json=resumeToken,proto3" json:"resume_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchInboxRequest) Reset() {
+	*x = WatchInboxRequest{}
+	mi := &file_loom_v1_inbox_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchInboxRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchInboxRequest) ProtoMessage() {}
+
+func (x *WatchInboxRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_inbox_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchInboxRequest.ProtoReflect.Descriptor instead.
+func (*WatchInboxRequest) Descriptor() ([]byte, []int) {
+	return file_loom_v1_inbox_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *WatchInboxRequest) GetInboxId() string {
+	if x != nil {
+		return x.InboxId
+	}
+	return ""
+}
+
+func (x *WatchInboxRequest) GetResumeToken() string {
+	if x != nil {
+		return x.ResumeToken
+	}
+	return ""
+}
+
+// One change to an inbox.
+type InboxEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Opaque; resume after this event with it.
+	ResumeToken string `protobuf:"bytes,1,opt,name=resume_token,json=resumeToken,proto3" json:"resume_token,omitempty"`
+	// What changed.
+	Kind InboxEventKind `protobuf:"varint,2,opt,name=kind,proto3,enum=loom.v1.InboxEventKind" json:"kind,omitempty"`
+	// The threads it touched (empty for SYNCED, INBOX_DELETED and all_threads).
+	ThreadIds []string `protobuf:"bytes,3,rep,name=thread_ids,json=threadIds,proto3" json:"thread_ids,omitempty"`
+	// The delivered message (DELIVERED only).
+	MessageId int64 `protobuf:"varint,4,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
+	// The inbox's unread count read after the change was applied: exact for
+	// the newest event sent, a count at least as late for earlier ones sent
+	// together with it.
+	UnreadCount int64 `protobuf:"varint,5,opt,name=unread_count,json=unreadCount,proto3" json:"unread_count,omitempty"`
+	// MARKED_READ / MARKED_UNREAD of every thread of the inbox.
+	AllThreads bool `protobuf:"varint,6,opt,name=all_threads,json=allThreads,proto3" json:"all_threads,omitempty"`
+	// When the store applied the change, Unix milliseconds.
+	ChangedAtMs   int64 `protobuf:"varint,7,opt,name=changed_at_ms,json=changedAtMs,proto3" json:"changed_at_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InboxEvent) Reset() {
+	*x = InboxEvent{}
+	mi := &file_loom_v1_inbox_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InboxEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InboxEvent) ProtoMessage() {}
+
+func (x *InboxEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_inbox_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InboxEvent.ProtoReflect.Descriptor instead.
+func (*InboxEvent) Descriptor() ([]byte, []int) {
+	return file_loom_v1_inbox_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *InboxEvent) GetResumeToken() string {
+	if x != nil {
+		return x.ResumeToken
+	}
+	return ""
+}
+
+func (x *InboxEvent) GetKind() InboxEventKind {
+	if x != nil {
+		return x.Kind
+	}
+	return InboxEventKind_INBOX_EVENT_KIND_UNSPECIFIED
+}
+
+func (x *InboxEvent) GetThreadIds() []string {
+	if x != nil {
+		return x.ThreadIds
+	}
+	return nil
+}
+
+func (x *InboxEvent) GetMessageId() int64 {
+	if x != nil {
+		return x.MessageId
+	}
+	return 0
+}
+
+func (x *InboxEvent) GetUnreadCount() int64 {
+	if x != nil {
+		return x.UnreadCount
+	}
+	return 0
+}
+
+func (x *InboxEvent) GetAllThreads() bool {
+	if x != nil {
+		return x.AllThreads
+	}
+	return false
+}
+
+func (x *InboxEvent) GetChangedAtMs() int64 {
+	if x != nil {
+		return x.ChangedAtMs
+	}
+	return 0
+}
+
+// The request of GetInboxChanges.
+type GetInboxChangesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The inbox.
+	InboxId string `protobuf:"bytes,1,opt,name=inbox_id,json=inboxId,proto3" json:"inbox_id,omitempty"`
+	// The token to continue after (required: from WatchInbox, an earlier page
+	// or ListInbox's sync_token).
+	SinceToken string `protobuf:"bytes,2,opt,name=since_token,json=sinceToken,proto3" json:"since_token,omitempty"`
+	// 1..1,000 events (0 = 100).
+	PageSize      int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetInboxChangesRequest) Reset() {
+	*x = GetInboxChangesRequest{}
+	mi := &file_loom_v1_inbox_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetInboxChangesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetInboxChangesRequest) ProtoMessage() {}
+
+func (x *GetInboxChangesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_inbox_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetInboxChangesRequest.ProtoReflect.Descriptor instead.
+func (*GetInboxChangesRequest) Descriptor() ([]byte, []int) {
+	return file_loom_v1_inbox_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *GetInboxChangesRequest) GetInboxId() string {
+	if x != nil {
+		return x.InboxId
+	}
+	return ""
+}
+
+func (x *GetInboxChangesRequest) GetSinceToken() string {
+	if x != nil {
+		return x.SinceToken
+	}
+	return ""
+}
+
+func (x *GetInboxChangesRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+// The response of GetInboxChanges.
+type GetInboxChangesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The events after since_token, oldest first.
+	Events []*InboxEvent `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	// Where to continue: the last event's token, or since_token when there
+	// were none.
+	NextToken string `protobuf:"bytes,2,opt,name=next_token,json=nextToken,proto3" json:"next_token,omitempty"`
+	// Whether more events follow now (ask again from next_token at once).
+	HasMore bool `protobuf:"varint,3,opt,name=has_more,json=hasMore,proto3" json:"has_more,omitempty"`
+	// The inbox's unread count now.
+	UnreadCount   int64 `protobuf:"varint,4,opt,name=unread_count,json=unreadCount,proto3" json:"unread_count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetInboxChangesResponse) Reset() {
+	*x = GetInboxChangesResponse{}
+	mi := &file_loom_v1_inbox_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetInboxChangesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetInboxChangesResponse) ProtoMessage() {}
+
+func (x *GetInboxChangesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_inbox_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetInboxChangesResponse.ProtoReflect.Descriptor instead.
+func (*GetInboxChangesResponse) Descriptor() ([]byte, []int) {
+	return file_loom_v1_inbox_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *GetInboxChangesResponse) GetEvents() []*InboxEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+func (x *GetInboxChangesResponse) GetNextToken() string {
+	if x != nil {
+		return x.NextToken
+	}
+	return ""
+}
+
+func (x *GetInboxChangesResponse) GetHasMore() bool {
+	if x != nil {
+		return x.HasMore
+	}
+	return false
+}
+
+func (x *GetInboxChangesResponse) GetUnreadCount() int64 {
+	if x != nil {
+		return x.UnreadCount
+	}
+	return 0
+}
+
 var File_loom_v1_inbox_proto protoreflect.FileDescriptor
 
 const file_loom_v1_inbox_proto_rawDesc = "" +
@@ -1217,10 +1599,12 @@ const file_loom_v1_inbox_proto_rawDesc = "" +
 	"InboxEntry\x12\x1b\n" +
 	"\tthread_id\x18\x01 \x01(\tR\bthreadId\x12&\n" +
 	"\x0flast_message_id\x18\x02 \x01(\x03R\rlastMessageId\x12\x17\n" +
-	"\ais_read\x18\x03 \x01(\bR\x06isRead\"j\n" +
+	"\ais_read\x18\x03 \x01(\bR\x06isRead\"\x89\x01\n" +
 	"\x11ListInboxResponse\x12-\n" +
 	"\aentries\x18\x01 \x03(\v2\x13.loom.v1.InboxEntryR\aentries\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"2\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12\x1d\n" +
+	"\n" +
+	"sync_token\x18\x03 \x01(\tR\tsyncToken\"2\n" +
 	"\x15GetUnreadCountRequest\x12\x19\n" +
 	"\binbox_id\x18\x01 \x01(\tR\ainboxId\";\n" +
 	"\x16GetUnreadCountResponse\x12!\n" +
@@ -1252,7 +1636,33 @@ const file_loom_v1_inbox_proto_rawDesc = "" +
 	"\x12DeleteInboxRequest\x12\x19\n" +
 	"\binbox_id\x18\x01 \x01(\tR\ainboxId\"/\n" +
 	"\x13DeleteInboxResponse\x12\x18\n" +
-	"\aremoved\x18\x01 \x01(\x03R\aremoved*\x7f\n" +
+	"\aremoved\x18\x01 \x01(\x03R\aremoved\"Q\n" +
+	"\x11WatchInboxRequest\x12\x19\n" +
+	"\binbox_id\x18\x01 \x01(\tR\ainboxId\x12!\n" +
+	"\fresume_token\x18\x02 \x01(\tR\vresumeToken\"\x82\x02\n" +
+	"\n" +
+	"InboxEvent\x12!\n" +
+	"\fresume_token\x18\x01 \x01(\tR\vresumeToken\x12+\n" +
+	"\x04kind\x18\x02 \x01(\x0e2\x17.loom.v1.InboxEventKindR\x04kind\x12\x1d\n" +
+	"\n" +
+	"thread_ids\x18\x03 \x03(\tR\tthreadIds\x12\x1d\n" +
+	"\n" +
+	"message_id\x18\x04 \x01(\x03R\tmessageId\x12!\n" +
+	"\funread_count\x18\x05 \x01(\x03R\vunreadCount\x12\x1f\n" +
+	"\vall_threads\x18\x06 \x01(\bR\n" +
+	"allThreads\x12\"\n" +
+	"\rchanged_at_ms\x18\a \x01(\x03R\vchangedAtMs\"q\n" +
+	"\x16GetInboxChangesRequest\x12\x19\n" +
+	"\binbox_id\x18\x01 \x01(\tR\ainboxId\x12\x1f\n" +
+	"\vsince_token\x18\x02 \x01(\tR\n" +
+	"sinceToken\x12\x1b\n" +
+	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\"\xa3\x01\n" +
+	"\x17GetInboxChangesResponse\x12+\n" +
+	"\x06events\x18\x01 \x03(\v2\x13.loom.v1.InboxEventR\x06events\x12\x1d\n" +
+	"\n" +
+	"next_token\x18\x02 \x01(\tR\tnextToken\x12\x19\n" +
+	"\bhas_more\x18\x03 \x01(\bR\ahasMore\x12!\n" +
+	"\funread_count\x18\x04 \x01(\x03R\vunreadCount*\x7f\n" +
 	"\rDeliveryState\x12\x1e\n" +
 	"\x1aDELIVERY_STATE_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16DELIVERY_STATE_RUNNING\x10\x01\x12\x17\n" +
@@ -1262,7 +1672,16 @@ const file_loom_v1_inbox_proto_rawDesc = "" +
 	"\x18INBOX_FILTER_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10INBOX_FILTER_ALL\x10\x01\x12\x17\n" +
 	"\x13INBOX_FILTER_UNREAD\x10\x02\x12\x15\n" +
-	"\x11INBOX_FILTER_READ\x10\x032\x9d\x05\n" +
+	"\x11INBOX_FILTER_READ\x10\x03*\x95\x02\n" +
+	"\x0eInboxEventKind\x12 \n" +
+	"\x1cINBOX_EVENT_KIND_UNSPECIFIED\x10\x00\x12\x1b\n" +
+	"\x17INBOX_EVENT_KIND_SYNCED\x10\x01\x12\x1e\n" +
+	"\x1aINBOX_EVENT_KIND_DELIVERED\x10\x02\x12 \n" +
+	"\x1cINBOX_EVENT_KIND_MARKED_READ\x10\x03\x12\"\n" +
+	"\x1eINBOX_EVENT_KIND_MARKED_UNREAD\x10\x04\x12\x1c\n" +
+	"\x18INBOX_EVENT_KIND_REMOVED\x10\x05\x12\x1c\n" +
+	"\x18INBOX_EVENT_KIND_DELETED\x10\x06\x12\"\n" +
+	"\x1eINBOX_EVENT_KIND_INBOX_DELETED\x10\a2\xb4\x06\n" +
 	"\x05Inbox\x12H\n" +
 	"\vPostMessage\x12\x1b.loom.v1.PostMessageRequest\x1a\x1c.loom.v1.PostMessageResponse\x12=\n" +
 	"\vGetDelivery\x12\x1b.loom.v1.GetDeliveryRequest\x1a\x11.loom.v1.Delivery\x12B\n" +
@@ -1272,7 +1691,10 @@ const file_loom_v1_inbox_proto_rawDesc = "" +
 	"\rDeleteThreads\x12\x1d.loom.v1.DeleteThreadsRequest\x1a\x1e.loom.v1.DeleteThreadsResponse\x12N\n" +
 	"\rRemoveThreads\x12\x1d.loom.v1.RemoveThreadsRequest\x1a\x1e.loom.v1.RemoveThreadsResponse\x12H\n" +
 	"\vDeleteInbox\x12\x1b.loom.v1.DeleteInboxRequest\x1a\x1c.loom.v1.DeleteInboxResponse\x12@\n" +
-	"\fGetOperation\x12\x1c.loom.v1.GetOperationRequest\x1a\x12.loom.v1.OperationB/Z-github.com/loom/loom/clients/go/loomv1;loomv1b\x06proto3"
+	"\fGetOperation\x12\x1c.loom.v1.GetOperationRequest\x1a\x12.loom.v1.Operation\x12?\n" +
+	"\n" +
+	"WatchInbox\x12\x1a.loom.v1.WatchInboxRequest\x1a\x13.loom.v1.InboxEvent0\x01\x12T\n" +
+	"\x0fGetInboxChanges\x12\x1f.loom.v1.GetInboxChangesRequest\x1a .loom.v1.GetInboxChangesResponseB/Z-github.com/loom/loom/clients/go/loomv1;loomv1b\x06proto3"
 
 var (
 	file_loom_v1_inbox_proto_rawDescOnce sync.Once
@@ -1286,63 +1708,74 @@ func file_loom_v1_inbox_proto_rawDescGZIP() []byte {
 	return file_loom_v1_inbox_proto_rawDescData
 }
 
-var file_loom_v1_inbox_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_loom_v1_inbox_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_loom_v1_inbox_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_loom_v1_inbox_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_loom_v1_inbox_proto_goTypes = []any{
-	(DeliveryState)(0),             // 0: loom.v1.DeliveryState
-	(InboxFilter)(0),               // 1: loom.v1.InboxFilter
-	(*PostMessageRequest)(nil),     // 2: loom.v1.PostMessageRequest
-	(*PostMessageResponse)(nil),    // 3: loom.v1.PostMessageResponse
-	(*GetDeliveryRequest)(nil),     // 4: loom.v1.GetDeliveryRequest
-	(*Delivery)(nil),               // 5: loom.v1.Delivery
-	(*ListInboxRequest)(nil),       // 6: loom.v1.ListInboxRequest
-	(*InboxEntry)(nil),             // 7: loom.v1.InboxEntry
-	(*ListInboxResponse)(nil),      // 8: loom.v1.ListInboxResponse
-	(*GetUnreadCountRequest)(nil),  // 9: loom.v1.GetUnreadCountRequest
-	(*GetUnreadCountResponse)(nil), // 10: loom.v1.GetUnreadCountResponse
-	(*ThreadIdList)(nil),           // 11: loom.v1.ThreadIdList
-	(*MarkThreadsRequest)(nil),     // 12: loom.v1.MarkThreadsRequest
-	(*MarkThreadsResponse)(nil),    // 13: loom.v1.MarkThreadsResponse
-	(*DeleteThreadsRequest)(nil),   // 14: loom.v1.DeleteThreadsRequest
-	(*DeleteThreadsResponse)(nil),  // 15: loom.v1.DeleteThreadsResponse
-	(*RemoveThreadsRequest)(nil),   // 16: loom.v1.RemoveThreadsRequest
-	(*RemoveThreadsResponse)(nil),  // 17: loom.v1.RemoveThreadsResponse
-	(*DeleteInboxRequest)(nil),     // 18: loom.v1.DeleteInboxRequest
-	(*DeleteInboxResponse)(nil),    // 19: loom.v1.DeleteInboxResponse
-	(*Progress)(nil),               // 20: loom.v1.Progress
-	(*Operation)(nil),              // 21: loom.v1.Operation
-	(*GetOperationRequest)(nil),    // 22: loom.v1.GetOperationRequest
+	(DeliveryState)(0),              // 0: loom.v1.DeliveryState
+	(InboxFilter)(0),                // 1: loom.v1.InboxFilter
+	(InboxEventKind)(0),             // 2: loom.v1.InboxEventKind
+	(*PostMessageRequest)(nil),      // 3: loom.v1.PostMessageRequest
+	(*PostMessageResponse)(nil),     // 4: loom.v1.PostMessageResponse
+	(*GetDeliveryRequest)(nil),      // 5: loom.v1.GetDeliveryRequest
+	(*Delivery)(nil),                // 6: loom.v1.Delivery
+	(*ListInboxRequest)(nil),        // 7: loom.v1.ListInboxRequest
+	(*InboxEntry)(nil),              // 8: loom.v1.InboxEntry
+	(*ListInboxResponse)(nil),       // 9: loom.v1.ListInboxResponse
+	(*GetUnreadCountRequest)(nil),   // 10: loom.v1.GetUnreadCountRequest
+	(*GetUnreadCountResponse)(nil),  // 11: loom.v1.GetUnreadCountResponse
+	(*ThreadIdList)(nil),            // 12: loom.v1.ThreadIdList
+	(*MarkThreadsRequest)(nil),      // 13: loom.v1.MarkThreadsRequest
+	(*MarkThreadsResponse)(nil),     // 14: loom.v1.MarkThreadsResponse
+	(*DeleteThreadsRequest)(nil),    // 15: loom.v1.DeleteThreadsRequest
+	(*DeleteThreadsResponse)(nil),   // 16: loom.v1.DeleteThreadsResponse
+	(*RemoveThreadsRequest)(nil),    // 17: loom.v1.RemoveThreadsRequest
+	(*RemoveThreadsResponse)(nil),   // 18: loom.v1.RemoveThreadsResponse
+	(*DeleteInboxRequest)(nil),      // 19: loom.v1.DeleteInboxRequest
+	(*DeleteInboxResponse)(nil),     // 20: loom.v1.DeleteInboxResponse
+	(*WatchInboxRequest)(nil),       // 21: loom.v1.WatchInboxRequest
+	(*InboxEvent)(nil),              // 22: loom.v1.InboxEvent
+	(*GetInboxChangesRequest)(nil),  // 23: loom.v1.GetInboxChangesRequest
+	(*GetInboxChangesResponse)(nil), // 24: loom.v1.GetInboxChangesResponse
+	(*Progress)(nil),                // 25: loom.v1.Progress
+	(*Operation)(nil),               // 26: loom.v1.Operation
+	(*GetOperationRequest)(nil),     // 27: loom.v1.GetOperationRequest
 }
 var file_loom_v1_inbox_proto_depIdxs = []int32{
 	0,  // 0: loom.v1.Delivery.state:type_name -> loom.v1.DeliveryState
-	20, // 1: loom.v1.Delivery.progress:type_name -> loom.v1.Progress
+	25, // 1: loom.v1.Delivery.progress:type_name -> loom.v1.Progress
 	1,  // 2: loom.v1.ListInboxRequest.filter:type_name -> loom.v1.InboxFilter
-	7,  // 3: loom.v1.ListInboxResponse.entries:type_name -> loom.v1.InboxEntry
-	11, // 4: loom.v1.MarkThreadsRequest.threads:type_name -> loom.v1.ThreadIdList
-	21, // 5: loom.v1.DeleteThreadsResponse.operation:type_name -> loom.v1.Operation
-	2,  // 6: loom.v1.Inbox.PostMessage:input_type -> loom.v1.PostMessageRequest
-	4,  // 7: loom.v1.Inbox.GetDelivery:input_type -> loom.v1.GetDeliveryRequest
-	6,  // 8: loom.v1.Inbox.ListInbox:input_type -> loom.v1.ListInboxRequest
-	9,  // 9: loom.v1.Inbox.GetUnreadCount:input_type -> loom.v1.GetUnreadCountRequest
-	12, // 10: loom.v1.Inbox.MarkThreads:input_type -> loom.v1.MarkThreadsRequest
-	14, // 11: loom.v1.Inbox.DeleteThreads:input_type -> loom.v1.DeleteThreadsRequest
-	16, // 12: loom.v1.Inbox.RemoveThreads:input_type -> loom.v1.RemoveThreadsRequest
-	18, // 13: loom.v1.Inbox.DeleteInbox:input_type -> loom.v1.DeleteInboxRequest
-	22, // 14: loom.v1.Inbox.GetOperation:input_type -> loom.v1.GetOperationRequest
-	3,  // 15: loom.v1.Inbox.PostMessage:output_type -> loom.v1.PostMessageResponse
-	5,  // 16: loom.v1.Inbox.GetDelivery:output_type -> loom.v1.Delivery
-	8,  // 17: loom.v1.Inbox.ListInbox:output_type -> loom.v1.ListInboxResponse
-	10, // 18: loom.v1.Inbox.GetUnreadCount:output_type -> loom.v1.GetUnreadCountResponse
-	13, // 19: loom.v1.Inbox.MarkThreads:output_type -> loom.v1.MarkThreadsResponse
-	15, // 20: loom.v1.Inbox.DeleteThreads:output_type -> loom.v1.DeleteThreadsResponse
-	17, // 21: loom.v1.Inbox.RemoveThreads:output_type -> loom.v1.RemoveThreadsResponse
-	19, // 22: loom.v1.Inbox.DeleteInbox:output_type -> loom.v1.DeleteInboxResponse
-	21, // 23: loom.v1.Inbox.GetOperation:output_type -> loom.v1.Operation
-	15, // [15:24] is the sub-list for method output_type
-	6,  // [6:15] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	8,  // 3: loom.v1.ListInboxResponse.entries:type_name -> loom.v1.InboxEntry
+	12, // 4: loom.v1.MarkThreadsRequest.threads:type_name -> loom.v1.ThreadIdList
+	26, // 5: loom.v1.DeleteThreadsResponse.operation:type_name -> loom.v1.Operation
+	2,  // 6: loom.v1.InboxEvent.kind:type_name -> loom.v1.InboxEventKind
+	22, // 7: loom.v1.GetInboxChangesResponse.events:type_name -> loom.v1.InboxEvent
+	3,  // 8: loom.v1.Inbox.PostMessage:input_type -> loom.v1.PostMessageRequest
+	5,  // 9: loom.v1.Inbox.GetDelivery:input_type -> loom.v1.GetDeliveryRequest
+	7,  // 10: loom.v1.Inbox.ListInbox:input_type -> loom.v1.ListInboxRequest
+	10, // 11: loom.v1.Inbox.GetUnreadCount:input_type -> loom.v1.GetUnreadCountRequest
+	13, // 12: loom.v1.Inbox.MarkThreads:input_type -> loom.v1.MarkThreadsRequest
+	15, // 13: loom.v1.Inbox.DeleteThreads:input_type -> loom.v1.DeleteThreadsRequest
+	17, // 14: loom.v1.Inbox.RemoveThreads:input_type -> loom.v1.RemoveThreadsRequest
+	19, // 15: loom.v1.Inbox.DeleteInbox:input_type -> loom.v1.DeleteInboxRequest
+	27, // 16: loom.v1.Inbox.GetOperation:input_type -> loom.v1.GetOperationRequest
+	21, // 17: loom.v1.Inbox.WatchInbox:input_type -> loom.v1.WatchInboxRequest
+	23, // 18: loom.v1.Inbox.GetInboxChanges:input_type -> loom.v1.GetInboxChangesRequest
+	4,  // 19: loom.v1.Inbox.PostMessage:output_type -> loom.v1.PostMessageResponse
+	6,  // 20: loom.v1.Inbox.GetDelivery:output_type -> loom.v1.Delivery
+	9,  // 21: loom.v1.Inbox.ListInbox:output_type -> loom.v1.ListInboxResponse
+	11, // 22: loom.v1.Inbox.GetUnreadCount:output_type -> loom.v1.GetUnreadCountResponse
+	14, // 23: loom.v1.Inbox.MarkThreads:output_type -> loom.v1.MarkThreadsResponse
+	16, // 24: loom.v1.Inbox.DeleteThreads:output_type -> loom.v1.DeleteThreadsResponse
+	18, // 25: loom.v1.Inbox.RemoveThreads:output_type -> loom.v1.RemoveThreadsResponse
+	20, // 26: loom.v1.Inbox.DeleteInbox:output_type -> loom.v1.DeleteInboxResponse
+	26, // 27: loom.v1.Inbox.GetOperation:output_type -> loom.v1.Operation
+	22, // 28: loom.v1.Inbox.WatchInbox:output_type -> loom.v1.InboxEvent
+	24, // 29: loom.v1.Inbox.GetInboxChanges:output_type -> loom.v1.GetInboxChangesResponse
+	19, // [19:30] is the sub-list for method output_type
+	8,  // [8:19] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_loom_v1_inbox_proto_init() }
@@ -1360,8 +1793,8 @@ func file_loom_v1_inbox_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loom_v1_inbox_proto_rawDesc), len(file_loom_v1_inbox_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   18,
+			NumEnums:      3,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,15 +19,17 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Inbox_PostMessage_FullMethodName    = "/loom.v1.Inbox/PostMessage"
-	Inbox_GetDelivery_FullMethodName    = "/loom.v1.Inbox/GetDelivery"
-	Inbox_ListInbox_FullMethodName      = "/loom.v1.Inbox/ListInbox"
-	Inbox_GetUnreadCount_FullMethodName = "/loom.v1.Inbox/GetUnreadCount"
-	Inbox_MarkThreads_FullMethodName    = "/loom.v1.Inbox/MarkThreads"
-	Inbox_DeleteThreads_FullMethodName  = "/loom.v1.Inbox/DeleteThreads"
-	Inbox_RemoveThreads_FullMethodName  = "/loom.v1.Inbox/RemoveThreads"
-	Inbox_DeleteInbox_FullMethodName    = "/loom.v1.Inbox/DeleteInbox"
-	Inbox_GetOperation_FullMethodName   = "/loom.v1.Inbox/GetOperation"
+	Inbox_PostMessage_FullMethodName     = "/loom.v1.Inbox/PostMessage"
+	Inbox_GetDelivery_FullMethodName     = "/loom.v1.Inbox/GetDelivery"
+	Inbox_ListInbox_FullMethodName       = "/loom.v1.Inbox/ListInbox"
+	Inbox_GetUnreadCount_FullMethodName  = "/loom.v1.Inbox/GetUnreadCount"
+	Inbox_MarkThreads_FullMethodName     = "/loom.v1.Inbox/MarkThreads"
+	Inbox_DeleteThreads_FullMethodName   = "/loom.v1.Inbox/DeleteThreads"
+	Inbox_RemoveThreads_FullMethodName   = "/loom.v1.Inbox/RemoveThreads"
+	Inbox_DeleteInbox_FullMethodName     = "/loom.v1.Inbox/DeleteInbox"
+	Inbox_GetOperation_FullMethodName    = "/loom.v1.Inbox/GetOperation"
+	Inbox_WatchInbox_FullMethodName      = "/loom.v1.Inbox/WatchInbox"
+	Inbox_GetInboxChanges_FullMethodName = "/loom.v1.Inbox/GetInboxChanges"
 )
 
 // InboxClient is the client API for Inbox service.
@@ -87,6 +89,30 @@ type InboxClient interface {
 	// Progress of a background operation started by DeleteThreads. NOT_FOUND
 	// for an unknown operation id. Idempotent, safe to retry: a read.
 	GetOperation(ctx context.Context, in *GetOperationRequest, opts ...grpc.CallOption) (*Operation, error)
+	// Streams every change to one inbox as it is applied, through any replica:
+	// deliveries, threads marked read or unread, threads removed from the inbox
+	// or deleted, the inbox erased. Each event carries the unread count and a
+	// resume_token. Without a token the stream starts from now: its first
+	// event is SYNCED, whose token is where a reconnect resumes (ListInbox
+	// returns a sync_token too, so a client that lists first and then watches
+	// from that token misses nothing in between). With a token, the stream
+	// first replays exactly the events after it, then follows live ones: no
+	// gap, no duplicate. Events of one inbox come in the order the store
+	// applied them.
+	// FAILED_PRECONDITION (reason RESYNC_REQUIRED) when the token is older than
+	// the change log keeps: list the inbox again and watch from its token.
+	// UNAVAILABLE (reason RESUME) when the server drains or the client reads
+	// too slowly to keep up: reconnect with the last token received.
+	// RESOURCE_EXHAUSTED when this server holds its maximum of streams.
+	// INVALID_ARGUMENT for a malformed token or one of another inbox. An
+	// unknown inbox is not an error: it is empty until something arrives.
+	// Idempotent, safe to retry with the last token: a read.
+	WatchInbox(ctx context.Context, in *WatchInboxRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[InboxEvent], error)
+	// The same changes as WatchInbox, in pages, for a client that wakes up and
+	// catches up: every event after since_token, oldest first, and the token
+	// to ask from next. Same errors as WatchInbox.
+	// Idempotent, safe to retry: a read.
+	GetInboxChanges(ctx context.Context, in *GetInboxChangesRequest, opts ...grpc.CallOption) (*GetInboxChangesResponse, error)
 }
 
 type inboxClient struct {
@@ -187,6 +213,35 @@ func (c *inboxClient) GetOperation(ctx context.Context, in *GetOperationRequest,
 	return out, nil
 }
 
+func (c *inboxClient) WatchInbox(ctx context.Context, in *WatchInboxRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[InboxEvent], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Inbox_ServiceDesc.Streams[0], Inbox_WatchInbox_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchInboxRequest, InboxEvent]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Inbox_WatchInboxClient = grpc.ServerStreamingClient[InboxEvent]
+
+func (c *inboxClient) GetInboxChanges(ctx context.Context, in *GetInboxChangesRequest, opts ...grpc.CallOption) (*GetInboxChangesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetInboxChangesResponse)
+	err := c.cc.Invoke(ctx, Inbox_GetInboxChanges_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // InboxServer is the server API for Inbox service.
 // All implementations must embed UnimplementedInboxServer
 // for forward compatibility.
@@ -244,6 +299,30 @@ type InboxServer interface {
 	// Progress of a background operation started by DeleteThreads. NOT_FOUND
 	// for an unknown operation id. Idempotent, safe to retry: a read.
 	GetOperation(context.Context, *GetOperationRequest) (*Operation, error)
+	// Streams every change to one inbox as it is applied, through any replica:
+	// deliveries, threads marked read or unread, threads removed from the inbox
+	// or deleted, the inbox erased. Each event carries the unread count and a
+	// resume_token. Without a token the stream starts from now: its first
+	// event is SYNCED, whose token is where a reconnect resumes (ListInbox
+	// returns a sync_token too, so a client that lists first and then watches
+	// from that token misses nothing in between). With a token, the stream
+	// first replays exactly the events after it, then follows live ones: no
+	// gap, no duplicate. Events of one inbox come in the order the store
+	// applied them.
+	// FAILED_PRECONDITION (reason RESYNC_REQUIRED) when the token is older than
+	// the change log keeps: list the inbox again and watch from its token.
+	// UNAVAILABLE (reason RESUME) when the server drains or the client reads
+	// too slowly to keep up: reconnect with the last token received.
+	// RESOURCE_EXHAUSTED when this server holds its maximum of streams.
+	// INVALID_ARGUMENT for a malformed token or one of another inbox. An
+	// unknown inbox is not an error: it is empty until something arrives.
+	// Idempotent, safe to retry with the last token: a read.
+	WatchInbox(*WatchInboxRequest, grpc.ServerStreamingServer[InboxEvent]) error
+	// The same changes as WatchInbox, in pages, for a client that wakes up and
+	// catches up: every event after since_token, oldest first, and the token
+	// to ask from next. Same errors as WatchInbox.
+	// Idempotent, safe to retry: a read.
+	GetInboxChanges(context.Context, *GetInboxChangesRequest) (*GetInboxChangesResponse, error)
 	mustEmbedUnimplementedInboxServer()
 }
 
@@ -280,6 +359,12 @@ func (UnimplementedInboxServer) DeleteInbox(context.Context, *DeleteInboxRequest
 }
 func (UnimplementedInboxServer) GetOperation(context.Context, *GetOperationRequest) (*Operation, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetOperation not implemented")
+}
+func (UnimplementedInboxServer) WatchInbox(*WatchInboxRequest, grpc.ServerStreamingServer[InboxEvent]) error {
+	return status.Error(codes.Unimplemented, "method WatchInbox not implemented")
+}
+func (UnimplementedInboxServer) GetInboxChanges(context.Context, *GetInboxChangesRequest) (*GetInboxChangesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetInboxChanges not implemented")
 }
 func (UnimplementedInboxServer) mustEmbedUnimplementedInboxServer() {}
 func (UnimplementedInboxServer) testEmbeddedByValue()               {}
@@ -464,6 +549,35 @@ func _Inbox_GetOperation_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Inbox_WatchInbox_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchInboxRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(InboxServer).WatchInbox(m, &grpc.GenericServerStream[WatchInboxRequest, InboxEvent]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Inbox_WatchInboxServer = grpc.ServerStreamingServer[InboxEvent]
+
+func _Inbox_GetInboxChanges_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetInboxChangesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(InboxServer).GetInboxChanges(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Inbox_GetInboxChanges_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(InboxServer).GetInboxChanges(ctx, req.(*GetInboxChangesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Inbox_ServiceDesc is the grpc.ServiceDesc for Inbox service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -507,7 +621,17 @@ var Inbox_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "GetOperation",
 			Handler:    _Inbox_GetOperation_Handler,
 		},
+		{
+			MethodName: "GetInboxChanges",
+			Handler:    _Inbox_GetInboxChanges_Handler,
+		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "WatchInbox",
+			Handler:       _Inbox_WatchInbox_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "loom/v1/inbox.proto",
 }

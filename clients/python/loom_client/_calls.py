@@ -1,15 +1,16 @@
 """How every wrapped RPC is invoked: defaults, one deadline across retries, error translation.
 
 Each per-service wrapper is a `ServiceClient` whose methods are one line: they pass the raw
-stub's multi-callable to `_unary` or `_stream`. Keeping the mechanics here means timeouts,
-metadata, retries and `LoomError` behave identically for all RPCs.
+stub's multi-callable to `_unary` or `_stream` (or, for a stream that resumes from a token of
+its last message, `_resuming_stream`). Keeping the mechanics here means timeouts, metadata,
+retries and `LoomError` behave identically for all RPCs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
@@ -111,6 +112,52 @@ class ServiceClient:
                 return
             except grpc.aio.AioRpcError as exc:
                 pause = None if received else _pause(policy, exc.code(), attempt, deadline)
+                if pause is None:
+                    raise LoomError.from_rpc_error(exc) from exc
+            finally:
+                cancel = getattr(call, "cancel", None)
+                if cancel is not None:  # stop the server's work when the caller stops early
+                    cancel()
+            await asyncio.sleep(pause)
+
+    async def _resuming_stream(
+        self,
+        method: _StreamMethod[Q, R],
+        *,
+        resume_from: Callable[[str], Q],
+        token: str,
+        token_of: Callable[[R], str],
+        timeout: float | None,
+        metadata: Metadata,
+        policy: RetryPolicy,
+    ) -> AsyncIterator[R]:
+        """Yields the stream's messages, reconnecting with the last token after a failure.
+
+        The first call sends ``resume_from(token)``; after a failure whose code `policy`
+        retries, the next one sends ``resume_from(t)`` where ``t`` is the last non-empty
+        ``token_of(message)`` yielded (`token` while none has been). `policy.max_attempts`
+        counts as for a unary call, the failed call and its reconnects, from the last message
+        received: it gives up when that many calls in a row failed with no message between
+        them. Each pause is the policy's jittered backoff, never past the deadline
+        (`timeout`, or the client's `stream_timeout`, covers the whole stream, reconnects
+        included). Any other failure is raised as `LoomError`; a stream the server ends
+        normally ends here.
+        """
+        seconds = self._defaults.stream_timeout if timeout is None else timeout
+        deadline = None if seconds is None else time.monotonic() + seconds
+        call_metadata = (*self._defaults.metadata, *metadata)
+        failures = 0
+        while True:
+            call = method(resume_from(token), timeout=_remaining(deadline), metadata=call_metadata)
+            try:
+                async for item in call:
+                    failures = 0
+                    token = token_of(item) or token
+                    yield item
+                return
+            except grpc.aio.AioRpcError as exc:
+                failures += 1
+                pause = _pause(policy, exc.code(), failures, deadline)
                 if pause is None:
                     raise LoomError.from_rpc_error(exc) from exc
             finally:

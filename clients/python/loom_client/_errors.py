@@ -2,11 +2,14 @@
 
 ::
 
-    LoomError                 any failed RPC: .code, .message, .field_violations, .request_id
+    LoomError                 any failed RPC: .code, .message, .field_violations, .reason,
+                              .domain, .request_id
       (raised ``from`` the grpc.aio.AioRpcError it translates)
 
 INVALID_ARGUMENT answers carry a ``google.rpc.BadRequest`` detail (in the
-``grpc-status-details-bin`` trailer) with one violation per bad field; they are decoded here so
+``grpc-status-details-bin`` trailer) with one violation per bad field, and some answers a
+``google.rpc.ErrorInfo`` whose reason tells apart failures of one code (WatchInbox's
+FAILED_PRECONDITION ``RESYNC_REQUIRED``, UNAVAILABLE ``RESUME``); both are decoded here so
 callers never touch ``grpc_status`` themselves.
 """
 
@@ -46,6 +49,10 @@ class LoomError(Exception):
     """The ``google.rpc.BadRequest`` field violations (empty unless INVALID_ARGUMENT)."""
     request_id: str | None
     """The server's ``x-request-id`` for this call, to find its log line."""
+    reason: str | None
+    """The ``google.rpc.ErrorInfo`` reason, e.g. ``"RESYNC_REQUIRED"``; None without one."""
+    domain: str | None
+    """The ``google.rpc.ErrorInfo`` domain that scopes `reason`; None without one."""
 
     def __init__(
         self,
@@ -53,12 +60,17 @@ class LoomError(Exception):
         message: str,
         field_violations: tuple[FieldViolation, ...] = (),
         request_id: str | None = None,
+        *,
+        reason: str | None = None,
+        domain: str | None = None,
     ) -> None:
         super().__init__(f"{code.name}: {message}")
         self.code = code
         self.message = message
         self.field_violations = field_violations
         self.request_id = request_id
+        self.reason = reason
+        self.domain = domain
 
     @property
     def violations_by_field(self) -> dict[str, str]:
@@ -70,7 +82,16 @@ class LoomError(Exception):
         """Translates a failed grpc.aio call, decoding its rich status details."""
         code: grpc.StatusCode = error.code()
         message: str = error.details() or ""
-        return cls(code, message, _field_violations(error), _request_id(error))
+        status = _status(error)
+        info = _error_info(status)
+        return cls(
+            code,
+            message,
+            _field_violations(status),
+            _request_id(error),
+            reason=info.reason if info is not None else None,
+            domain=info.domain if info is not None else None,
+        )
 
 
 @contextmanager
@@ -82,11 +103,23 @@ def translate_errors() -> Iterator[None]:
         raise LoomError.from_rpc_error(exc) from exc
 
 
-def _field_violations(error: grpc.aio.AioRpcError) -> tuple[FieldViolation, ...]:
+def _status(error: grpc.aio.AioRpcError) -> status_pb2.Status | None:
     try:
         status: status_pb2.Status | None = rpc_status.from_call(error)
     except ValueError:  # a status detail that contradicts the call's code: ignore the detail
-        return ()
+        return None
+    return status
+
+
+def _error_info(status: status_pb2.Status | None) -> error_details_pb2.ErrorInfo | None:
+    for detail in () if status is None else status.details:
+        info = error_details_pb2.ErrorInfo()
+        if detail.Unpack(info):
+            return info
+    return None
+
+
+def _field_violations(status: status_pb2.Status | None) -> tuple[FieldViolation, ...]:
     if status is None:
         return ()
     found: list[FieldViolation] = []

@@ -10,7 +10,11 @@ import * as fs from "node:fs";
 
 import * as grpc from "@grpc/grpc-js";
 
-import { BadRequest, type BadRequest_FieldViolation } from "./gen/google/rpc/error_details";
+import {
+  BadRequest,
+  type BadRequest_FieldViolation,
+  ErrorInfo,
+} from "./gen/google/rpc/error_details";
 import { Status } from "./gen/google/rpc/status";
 
 /** How to reach Loom. */
@@ -76,8 +80,7 @@ export class Connection {
     method: UnaryMethod<Req, Res>,
     request: Req,
   ): Promise<Res> {
-    const metadata = new grpc.Metadata();
-    if (this.options.token) metadata.set("authorization", `Bearer ${this.options.token}`);
+    const metadata = this.metadata();
     const deadline = new Date(Date.now() + this.options.timeoutMs);
     return new Promise((resolve, reject) => {
       method.call(client, request, metadata, { deadline }, (error, response) => {
@@ -85,6 +88,13 @@ export class Connection {
         else resolve(response);
       });
     });
+  }
+
+  /** What every call sends: the bearer token as `authorization`, when there is one. */
+  metadata(): grpc.Metadata {
+    const metadata = new grpc.Metadata();
+    if (this.options.token) metadata.set("authorization", `Bearer ${this.options.token}`);
+    return metadata;
   }
 
   /** A deadline missed while waiting for a connection says so (grpc-js's message does not). */
@@ -130,6 +140,17 @@ export function fieldViolations(error: grpc.ServiceError): BadRequest_FieldViola
   return Status.decode(details)
     .details.filter((any) => any.typeUrl.endsWith("/google.rpc.BadRequest"))
     .flatMap((any) => BadRequest.decode(any.value).fieldViolations);
+}
+
+/** The google.rpc.ErrorInfo reason in the error's grpc-status-details-bin trailer, e.g.
+ * "RESYNC_REQUIRED" (WatchInbox); undefined without one. */
+export function errorReason(error: grpc.ServiceError): string | undefined {
+  const [details] = error.metadata.get("grpc-status-details-bin");
+  if (details === undefined || typeof details === "string") return undefined;
+  const info = Status.decode(details).details.find((any) =>
+    any.typeUrl.endsWith("/google.rpc.ErrorInfo"),
+  );
+  return info === undefined ? undefined : ErrorInfo.decode(info.value).reason;
 }
 
 /** The process exit code of each failure a user can fix; anything else exits 1. */

@@ -5,7 +5,10 @@
  * typed ThreadWeaverClient (src/gen).
  *
  *   node dist/example.js [--ca FILE] [--timeout SECONDS] [--service-config FILE |
- *                         --no-service-config] [TARGET]
+ *                         --no-service-config] [--watch INBOX] [TARGET]
+ *
+ * With --watch INBOX it instead lists that inbox and prints every change to it until
+ * interrupted (Ctrl-C), resuming the WatchInbox stream with its last token (src/watch.ts).
  *
  * TARGET (or --target, or $LOOM_TARGET) defaults to 127.0.0.1:50051. $LOOM_TOKEN is the
  * bearer token of a server with auth on (`loom token --scope threadweaver:write`); --ca (or
@@ -38,16 +41,18 @@ import {
   WeaveMessageRequest,
   WovenMessage,
 } from "./gen/loom/v1/threadweaver";
+import { InboxClient, inboxEventKindToJSON } from "./gen/loom/v1/inbox";
+import { watchInbox } from "./watch";
 
 /** clients/service_config.json; src/ and dist/ both sit one level below clients/typescript. */
 const SERVICE_CONFIG = path.resolve(__dirname, "..", "..", "service_config.json");
 
 const USAGE =
   "usage: example [--target HOST:PORT] [--ca FILE] [--timeout SECONDS] " +
-  "[--service-config FILE | --no-service-config] [TARGET]";
+  "[--service-config FILE | --no-service-config] [--watch INBOX] [TARGET]";
 
-/** The command line and environment, as ConnectOptions. */
-function parseOptions(argv: string[]): ConnectOptions {
+/** The command line and environment, as ConnectOptions (and the inbox to watch, if any). */
+function parseOptions(argv: string[]): ConnectOptions & { watch?: string } {
   let parsed;
   try {
     parsed = parseArgs({
@@ -59,6 +64,7 @@ function parseOptions(argv: string[]): ConnectOptions {
         timeout: { type: "string", default: "10" },
         "service-config": { type: "string" },
         "no-service-config": { type: "boolean", default: false },
+        watch: { type: "string" },
       },
     });
   } catch (error) {
@@ -78,7 +84,34 @@ function parseOptions(argv: string[]): ConnectOptions {
     serviceConfig: values["no-service-config"] ? undefined : loadServiceConfig(configFile),
     token: env.LOOM_TOKEN || undefined,
     timeoutMs: timeoutS * 1000,
+    watch: values.watch,
   };
+}
+
+/** Lists `inboxId` and prints every change to it until Ctrl-C. */
+async function watch(options: ConnectOptions, inboxId: string): Promise<void> {
+  const loom = new Connection(options);
+  const inbox = loom.client(InboxClient);
+  const stop = new AbortController();
+  process.once("SIGINT", () => stop.abort());
+  try {
+    await watchInbox(
+      loom,
+      inbox,
+      inboxId,
+      {
+        onList: (page) => console.log(`listed ${inboxId}: ${page.entries.length} threads`),
+        onEvent: (event) =>
+          console.log(
+            `${inboxEventKindToJSON(event.kind)} threads=${event.threadIds.join(",")} ` +
+              `message=${event.messageId} unread=${event.unreadCount}`,
+          ),
+      },
+      stop.signal,
+    );
+  } finally {
+    inbox.close();
+  }
 }
 
 async function main(options: ConnectOptions): Promise<void> {
@@ -145,7 +178,8 @@ function fail(error: unknown): never {
 }
 
 try {
-  main(parseOptions(process.argv.slice(2))).catch(fail);
+  const options = parseOptions(process.argv.slice(2));
+  (options.watch ? watch(options, options.watch) : main(options)).catch(fail);
 } catch (error) {
   fail(error);
 }

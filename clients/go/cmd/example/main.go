@@ -12,6 +12,9 @@
 // with -token or $LOOM_TOKEN; against a TLS server, its CA with -ca (or -tls-ca), and the
 // name the certificate holds, e.g. localhost:50051, as -target.
 //
+// With -watch INBOX it instead lists that inbox and prints every change to it until
+// interrupted, resuming the WatchInbox stream with its last token (watch.go).
+//
 // A failure is one line on stderr, `loom: <CODE>: <message>`, and the exit code says which
 // kind it was (see exitFailure and the constants after it).
 package main
@@ -22,6 +25,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/signal"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -43,6 +47,8 @@ func main() {
 	flag.StringVar(&tlsCA, "tls-ca", "", "same as -ca")
 	configPath := flag.String("service-config", defaultServiceConfig,
 		`gRPC service config JSON, looked up from the working directory upward ("none": no config)`)
+	watchInboxID := flag.String("watch", "",
+		"list this inbox, then print every change to it until interrupted (instead of weaving)")
 	flag.Parse()
 
 	config, err := loadServiceConfig(*configPath)
@@ -61,7 +67,14 @@ func main() {
 		os.Exit(fail(&usageError{fmt.Errorf("connect %s: %w", *target, err)}))
 	}
 	defer conn.Close()
-	if err := run(conn, *timeout); err != nil {
+	if *watchInboxID != "" {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+		err = watch(ctx, conn, *watchInboxID, *timeout)
+		stop()
+	} else {
+		err = run(conn, *timeout)
+	}
+	if err != nil {
 		code := fail(err)
 		conn.Close()
 		os.Exit(code)

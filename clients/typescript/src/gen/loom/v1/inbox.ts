@@ -11,7 +11,9 @@ import {
   type ChannelCredentials,
   Client,
   type ClientOptions,
+  type ClientReadableStream,
   type ClientUnaryCall,
+  type handleServerStreamingCall,
   type handleUnaryCall,
   makeGenericClientConstructor,
   type Metadata,
@@ -124,6 +126,90 @@ export function inboxFilterToJSON(object: InboxFilter): string {
   }
 }
 
+/** What changed in an inbox. */
+export enum InboxEventKind {
+  /** INBOX_EVENT_KIND_UNSPECIFIED - Not set; never sent. */
+  INBOX_EVENT_KIND_UNSPECIFIED = 0,
+  /**
+   * INBOX_EVENT_KIND_SYNCED - No change: the stream is live from here (the first event of a stream
+   * started without a token; its token marks the start).
+   */
+  INBOX_EVENT_KIND_SYNCED = 1,
+  /**
+   * INBOX_EVENT_KIND_DELIVERED - A message was delivered: thread_ids holds its thread, message_id the
+   * message; the thread is unread (or read, in its sender's inbox).
+   */
+  INBOX_EVENT_KIND_DELIVERED = 2,
+  /** INBOX_EVENT_KIND_MARKED_READ - Threads were marked read (all_threads: every thread of the inbox). */
+  INBOX_EVENT_KIND_MARKED_READ = 3,
+  /** INBOX_EVENT_KIND_MARKED_UNREAD - Threads were marked unread (all_threads: every thread of the inbox). */
+  INBOX_EVENT_KIND_MARKED_UNREAD = 4,
+  /** INBOX_EVENT_KIND_REMOVED - Threads were removed from this inbox (RemoveThreads). */
+  INBOX_EVENT_KIND_REMOVED = 5,
+  /** INBOX_EVENT_KIND_DELETED - Threads were deleted everywhere (DeleteThreads). */
+  INBOX_EVENT_KIND_DELETED = 6,
+  /** INBOX_EVENT_KIND_INBOX_DELETED - The inbox was erased (DeleteInbox): it is empty. */
+  INBOX_EVENT_KIND_INBOX_DELETED = 7,
+  UNRECOGNIZED = -1,
+}
+
+export function inboxEventKindFromJSON(object: any): InboxEventKind {
+  switch (object) {
+    case 0:
+    case "INBOX_EVENT_KIND_UNSPECIFIED":
+      return InboxEventKind.INBOX_EVENT_KIND_UNSPECIFIED;
+    case 1:
+    case "INBOX_EVENT_KIND_SYNCED":
+      return InboxEventKind.INBOX_EVENT_KIND_SYNCED;
+    case 2:
+    case "INBOX_EVENT_KIND_DELIVERED":
+      return InboxEventKind.INBOX_EVENT_KIND_DELIVERED;
+    case 3:
+    case "INBOX_EVENT_KIND_MARKED_READ":
+      return InboxEventKind.INBOX_EVENT_KIND_MARKED_READ;
+    case 4:
+    case "INBOX_EVENT_KIND_MARKED_UNREAD":
+      return InboxEventKind.INBOX_EVENT_KIND_MARKED_UNREAD;
+    case 5:
+    case "INBOX_EVENT_KIND_REMOVED":
+      return InboxEventKind.INBOX_EVENT_KIND_REMOVED;
+    case 6:
+    case "INBOX_EVENT_KIND_DELETED":
+      return InboxEventKind.INBOX_EVENT_KIND_DELETED;
+    case 7:
+    case "INBOX_EVENT_KIND_INBOX_DELETED":
+      return InboxEventKind.INBOX_EVENT_KIND_INBOX_DELETED;
+    case -1:
+    case "UNRECOGNIZED":
+    default:
+      return InboxEventKind.UNRECOGNIZED;
+  }
+}
+
+export function inboxEventKindToJSON(object: InboxEventKind): string {
+  switch (object) {
+    case InboxEventKind.INBOX_EVENT_KIND_UNSPECIFIED:
+      return "INBOX_EVENT_KIND_UNSPECIFIED";
+    case InboxEventKind.INBOX_EVENT_KIND_SYNCED:
+      return "INBOX_EVENT_KIND_SYNCED";
+    case InboxEventKind.INBOX_EVENT_KIND_DELIVERED:
+      return "INBOX_EVENT_KIND_DELIVERED";
+    case InboxEventKind.INBOX_EVENT_KIND_MARKED_READ:
+      return "INBOX_EVENT_KIND_MARKED_READ";
+    case InboxEventKind.INBOX_EVENT_KIND_MARKED_UNREAD:
+      return "INBOX_EVENT_KIND_MARKED_UNREAD";
+    case InboxEventKind.INBOX_EVENT_KIND_REMOVED:
+      return "INBOX_EVENT_KIND_REMOVED";
+    case InboxEventKind.INBOX_EVENT_KIND_DELETED:
+      return "INBOX_EVENT_KIND_DELETED";
+    case InboxEventKind.INBOX_EVENT_KIND_INBOX_DELETED:
+      return "INBOX_EVENT_KIND_INBOX_DELETED";
+    case InboxEventKind.UNRECOGNIZED:
+    default:
+      return "UNRECOGNIZED";
+  }
+}
+
 /** The request of PostMessage. */
 export interface PostMessageRequest {
   /** Thread the message belongs to (1..256 bytes). */
@@ -203,6 +289,11 @@ export interface ListInboxResponse {
   entries: InboxEntry[];
   /** Token for the next page; empty on the last page. */
   nextPageToken: string;
+  /**
+   * A resume_token taken before this page was read: WatchInbox or
+   * GetInboxChanges from it returns every change the page may not show.
+   */
+  syncToken: string;
 }
 
 /** The request of GetUnreadCount. */
@@ -292,6 +383,67 @@ export interface DeleteInboxRequest {
 export interface DeleteInboxResponse {
   /** Threads the inbox held (0 on a repeat or for an unknown inbox). */
   removed: string;
+}
+
+/** The request of WatchInbox. */
+export interface WatchInboxRequest {
+  /** The inbox. */
+  inboxId: string;
+  /**
+   * Resume after this event's token (from WatchInbox, GetInboxChanges or
+   * ListInbox's sync_token); empty to start from now.
+   */
+  resumeToken: string;
+}
+
+/** One change to an inbox. */
+export interface InboxEvent {
+  /** Opaque; resume after this event with it. */
+  resumeToken: string;
+  /** What changed. */
+  kind: InboxEventKind;
+  /** The threads it touched (empty for SYNCED, INBOX_DELETED and all_threads). */
+  threadIds: string[];
+  /** The delivered message (DELIVERED only). */
+  messageId: string;
+  /**
+   * The inbox's unread count read after the change was applied: exact for
+   * the newest event sent, a count at least as late for earlier ones sent
+   * together with it.
+   */
+  unreadCount: string;
+  /** MARKED_READ / MARKED_UNREAD of every thread of the inbox. */
+  allThreads: boolean;
+  /** When the store applied the change, Unix milliseconds. */
+  changedAtMs: string;
+}
+
+/** The request of GetInboxChanges. */
+export interface GetInboxChangesRequest {
+  /** The inbox. */
+  inboxId: string;
+  /**
+   * The token to continue after (required: from WatchInbox, an earlier page
+   * or ListInbox's sync_token).
+   */
+  sinceToken: string;
+  /** 1..1,000 events (0 = 100). */
+  pageSize: number;
+}
+
+/** The response of GetInboxChanges. */
+export interface GetInboxChangesResponse {
+  /** The events after since_token, oldest first. */
+  events: InboxEvent[];
+  /**
+   * Where to continue: the last event's token, or since_token when there
+   * were none.
+   */
+  nextToken: string;
+  /** Whether more events follow now (ask again from next_token at once). */
+  hasMore: boolean;
+  /** The inbox's unread count now. */
+  unreadCount: string;
 }
 
 function createBasePostMessageRequest(): PostMessageRequest {
@@ -975,7 +1127,7 @@ export const InboxEntry: MessageFns<InboxEntry> = {
 };
 
 function createBaseListInboxResponse(): ListInboxResponse {
-  return { entries: [], nextPageToken: "" };
+  return { entries: [], nextPageToken: "", syncToken: "" };
 }
 
 export const ListInboxResponse: MessageFns<ListInboxResponse> = {
@@ -985,6 +1137,9 @@ export const ListInboxResponse: MessageFns<ListInboxResponse> = {
     }
     if (message.nextPageToken !== "") {
       writer.uint32(18).string(message.nextPageToken);
+    }
+    if (message.syncToken !== "") {
+      writer.uint32(26).string(message.syncToken);
     }
     return writer;
   },
@@ -1018,6 +1173,14 @@ export const ListInboxResponse: MessageFns<ListInboxResponse> = {
             message.nextPageToken = reader.string();
             continue;
           }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.syncToken = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1038,6 +1201,11 @@ export const ListInboxResponse: MessageFns<ListInboxResponse> = {
         : isSet(object.next_page_token)
         ? globalThis.String(object.next_page_token)
         : "",
+      syncToken: isSet(object.syncToken)
+        ? globalThis.String(object.syncToken)
+        : isSet(object.sync_token)
+        ? globalThis.String(object.sync_token)
+        : "",
     };
   },
 
@@ -1049,6 +1217,9 @@ export const ListInboxResponse: MessageFns<ListInboxResponse> = {
     if (message.nextPageToken !== "") {
       obj.nextPageToken = message.nextPageToken;
     }
+    if (message.syncToken !== "") {
+      obj.syncToken = message.syncToken;
+    }
     return obj;
   },
 
@@ -1059,6 +1230,7 @@ export const ListInboxResponse: MessageFns<ListInboxResponse> = {
     const message = createBaseListInboxResponse();
     message.entries = object.entries?.map((e) => InboxEntry.fromPartial(e)) || [];
     message.nextPageToken = object.nextPageToken ?? "";
+    message.syncToken = object.syncToken ?? "";
     return message;
   },
 };
@@ -1972,6 +2144,538 @@ export const DeleteInboxResponse: MessageFns<DeleteInboxResponse> = {
   },
 };
 
+function createBaseWatchInboxRequest(): WatchInboxRequest {
+  return { inboxId: "", resumeToken: "" };
+}
+
+export const WatchInboxRequest: MessageFns<WatchInboxRequest> = {
+  encode(message: WatchInboxRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.inboxId !== "") {
+      writer.uint32(10).string(message.inboxId);
+    }
+    if (message.resumeToken !== "") {
+      writer.uint32(18).string(message.resumeToken);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): WatchInboxRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseWatchInboxRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.inboxId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.resumeToken = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): WatchInboxRequest {
+    return {
+      inboxId: isSet(object.inboxId)
+        ? globalThis.String(object.inboxId)
+        : isSet(object.inbox_id)
+        ? globalThis.String(object.inbox_id)
+        : "",
+      resumeToken: isSet(object.resumeToken)
+        ? globalThis.String(object.resumeToken)
+        : isSet(object.resume_token)
+        ? globalThis.String(object.resume_token)
+        : "",
+    };
+  },
+
+  toJSON(message: WatchInboxRequest): unknown {
+    const obj: any = {};
+    if (message.inboxId !== "") {
+      obj.inboxId = message.inboxId;
+    }
+    if (message.resumeToken !== "") {
+      obj.resumeToken = message.resumeToken;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<WatchInboxRequest>): WatchInboxRequest {
+    return WatchInboxRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<WatchInboxRequest>): WatchInboxRequest {
+    const message = createBaseWatchInboxRequest();
+    message.inboxId = object.inboxId ?? "";
+    message.resumeToken = object.resumeToken ?? "";
+    return message;
+  },
+};
+
+function createBaseInboxEvent(): InboxEvent {
+  return {
+    resumeToken: "",
+    kind: 0,
+    threadIds: [],
+    messageId: "0",
+    unreadCount: "0",
+    allThreads: false,
+    changedAtMs: "0",
+  };
+}
+
+export const InboxEvent: MessageFns<InboxEvent> = {
+  encode(message: InboxEvent, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.resumeToken !== "") {
+      writer.uint32(10).string(message.resumeToken);
+    }
+    if (message.kind !== 0) {
+      writer.uint32(16).int32(message.kind);
+    }
+    for (const v of message.threadIds) {
+      writer.uint32(26).string(v!);
+    }
+    if (message.messageId !== "0") {
+      writer.uint32(32).int64(message.messageId);
+    }
+    if (message.unreadCount !== "0") {
+      writer.uint32(40).int64(message.unreadCount);
+    }
+    if (message.allThreads !== false) {
+      writer.uint32(48).bool(message.allThreads);
+    }
+    if (message.changedAtMs !== "0") {
+      writer.uint32(56).int64(message.changedAtMs);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): InboxEvent {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseInboxEvent();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.resumeToken = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.kind = reader.int32() as any;
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.threadIds.push(reader.string());
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.messageId = reader.int64().toString();
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.unreadCount = reader.int64().toString();
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.allThreads = reader.bool();
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.changedAtMs = reader.int64().toString();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): InboxEvent {
+    return {
+      resumeToken: isSet(object.resumeToken)
+        ? globalThis.String(object.resumeToken)
+        : isSet(object.resume_token)
+        ? globalThis.String(object.resume_token)
+        : "",
+      kind: isSet(object.kind) ? inboxEventKindFromJSON(object.kind) : 0,
+      threadIds: globalThis.Array.isArray(object?.threadIds)
+        ? object.threadIds.map((e: any) => globalThis.String(e))
+        : globalThis.Array.isArray(object?.thread_ids)
+        ? object.thread_ids.map((e: any) => globalThis.String(e))
+        : [],
+      messageId: isSet(object.messageId)
+        ? globalThis.String(object.messageId)
+        : isSet(object.message_id)
+        ? globalThis.String(object.message_id)
+        : "0",
+      unreadCount: isSet(object.unreadCount)
+        ? globalThis.String(object.unreadCount)
+        : isSet(object.unread_count)
+        ? globalThis.String(object.unread_count)
+        : "0",
+      allThreads: isSet(object.allThreads)
+        ? globalThis.Boolean(object.allThreads)
+        : isSet(object.all_threads)
+        ? globalThis.Boolean(object.all_threads)
+        : false,
+      changedAtMs: isSet(object.changedAtMs)
+        ? globalThis.String(object.changedAtMs)
+        : isSet(object.changed_at_ms)
+        ? globalThis.String(object.changed_at_ms)
+        : "0",
+    };
+  },
+
+  toJSON(message: InboxEvent): unknown {
+    const obj: any = {};
+    if (message.resumeToken !== "") {
+      obj.resumeToken = message.resumeToken;
+    }
+    if (message.kind !== 0) {
+      obj.kind = inboxEventKindToJSON(message.kind);
+    }
+    if (message.threadIds?.length) {
+      obj.threadIds = message.threadIds;
+    }
+    if (message.messageId !== "0") {
+      obj.messageId = message.messageId;
+    }
+    if (message.unreadCount !== "0") {
+      obj.unreadCount = message.unreadCount;
+    }
+    if (message.allThreads !== false) {
+      obj.allThreads = message.allThreads;
+    }
+    if (message.changedAtMs !== "0") {
+      obj.changedAtMs = message.changedAtMs;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<InboxEvent>): InboxEvent {
+    return InboxEvent.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<InboxEvent>): InboxEvent {
+    const message = createBaseInboxEvent();
+    message.resumeToken = object.resumeToken ?? "";
+    message.kind = object.kind ?? 0;
+    message.threadIds = object.threadIds?.map((e) => e) || [];
+    message.messageId = object.messageId ?? "0";
+    message.unreadCount = object.unreadCount ?? "0";
+    message.allThreads = object.allThreads ?? false;
+    message.changedAtMs = object.changedAtMs ?? "0";
+    return message;
+  },
+};
+
+function createBaseGetInboxChangesRequest(): GetInboxChangesRequest {
+  return { inboxId: "", sinceToken: "", pageSize: 0 };
+}
+
+export const GetInboxChangesRequest: MessageFns<GetInboxChangesRequest> = {
+  encode(message: GetInboxChangesRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.inboxId !== "") {
+      writer.uint32(10).string(message.inboxId);
+    }
+    if (message.sinceToken !== "") {
+      writer.uint32(18).string(message.sinceToken);
+    }
+    if (message.pageSize !== 0) {
+      writer.uint32(24).int32(message.pageSize);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetInboxChangesRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetInboxChangesRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.inboxId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.sinceToken = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.pageSize = reader.int32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetInboxChangesRequest {
+    return {
+      inboxId: isSet(object.inboxId)
+        ? globalThis.String(object.inboxId)
+        : isSet(object.inbox_id)
+        ? globalThis.String(object.inbox_id)
+        : "",
+      sinceToken: isSet(object.sinceToken)
+        ? globalThis.String(object.sinceToken)
+        : isSet(object.since_token)
+        ? globalThis.String(object.since_token)
+        : "",
+      pageSize: isSet(object.pageSize)
+        ? globalThis.Number(object.pageSize)
+        : isSet(object.page_size)
+        ? globalThis.Number(object.page_size)
+        : 0,
+    };
+  },
+
+  toJSON(message: GetInboxChangesRequest): unknown {
+    const obj: any = {};
+    if (message.inboxId !== "") {
+      obj.inboxId = message.inboxId;
+    }
+    if (message.sinceToken !== "") {
+      obj.sinceToken = message.sinceToken;
+    }
+    if (message.pageSize !== 0) {
+      obj.pageSize = Math.round(message.pageSize);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<GetInboxChangesRequest>): GetInboxChangesRequest {
+    return GetInboxChangesRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<GetInboxChangesRequest>): GetInboxChangesRequest {
+    const message = createBaseGetInboxChangesRequest();
+    message.inboxId = object.inboxId ?? "";
+    message.sinceToken = object.sinceToken ?? "";
+    message.pageSize = object.pageSize ?? 0;
+    return message;
+  },
+};
+
+function createBaseGetInboxChangesResponse(): GetInboxChangesResponse {
+  return { events: [], nextToken: "", hasMore: false, unreadCount: "0" };
+}
+
+export const GetInboxChangesResponse: MessageFns<GetInboxChangesResponse> = {
+  encode(message: GetInboxChangesResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.events) {
+      InboxEvent.encode(v!, writer.uint32(10).fork()).join();
+    }
+    if (message.nextToken !== "") {
+      writer.uint32(18).string(message.nextToken);
+    }
+    if (message.hasMore !== false) {
+      writer.uint32(24).bool(message.hasMore);
+    }
+    if (message.unreadCount !== "0") {
+      writer.uint32(32).int64(message.unreadCount);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetInboxChangesResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetInboxChangesResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.events.push(InboxEvent.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.nextToken = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.hasMore = reader.bool();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.unreadCount = reader.int64().toString();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetInboxChangesResponse {
+    return {
+      events: globalThis.Array.isArray(object?.events) ? object.events.map((e: any) => InboxEvent.fromJSON(e)) : [],
+      nextToken: isSet(object.nextToken)
+        ? globalThis.String(object.nextToken)
+        : isSet(object.next_token)
+        ? globalThis.String(object.next_token)
+        : "",
+      hasMore: isSet(object.hasMore)
+        ? globalThis.Boolean(object.hasMore)
+        : isSet(object.has_more)
+        ? globalThis.Boolean(object.has_more)
+        : false,
+      unreadCount: isSet(object.unreadCount)
+        ? globalThis.String(object.unreadCount)
+        : isSet(object.unread_count)
+        ? globalThis.String(object.unread_count)
+        : "0",
+    };
+  },
+
+  toJSON(message: GetInboxChangesResponse): unknown {
+    const obj: any = {};
+    if (message.events?.length) {
+      obj.events = message.events.map((e) => InboxEvent.toJSON(e));
+    }
+    if (message.nextToken !== "") {
+      obj.nextToken = message.nextToken;
+    }
+    if (message.hasMore !== false) {
+      obj.hasMore = message.hasMore;
+    }
+    if (message.unreadCount !== "0") {
+      obj.unreadCount = message.unreadCount;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<GetInboxChangesResponse>): GetInboxChangesResponse {
+    return GetInboxChangesResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<GetInboxChangesResponse>): GetInboxChangesResponse {
+    const message = createBaseGetInboxChangesResponse();
+    message.events = object.events?.map((e) => InboxEvent.fromPartial(e)) || [];
+    message.nextToken = object.nextToken ?? "";
+    message.hasMore = object.hasMore ?? false;
+    message.unreadCount = object.unreadCount ?? "0";
+    return message;
+  },
+};
+
 /**
  * Inbox keeps, per user, the threads addressed to or watched by them, newest
  * activity first (Yammer's inbox on Cassandra): fan-out on write to one row
@@ -2122,6 +2826,52 @@ export const InboxService = {
     responseSerialize: (value: Operation): Buffer => Buffer.from(Operation.encode(value).finish()),
     responseDeserialize: (value: Buffer): Operation => Operation.decode(value),
   },
+  /**
+   * Streams every change to one inbox as it is applied, through any replica:
+   * deliveries, threads marked read or unread, threads removed from the inbox
+   * or deleted, the inbox erased. Each event carries the unread count and a
+   * resume_token. Without a token the stream starts from now: its first
+   * event is SYNCED, whose token is where a reconnect resumes (ListInbox
+   * returns a sync_token too, so a client that lists first and then watches
+   * from that token misses nothing in between). With a token, the stream
+   * first replays exactly the events after it, then follows live ones: no
+   * gap, no duplicate. Events of one inbox come in the order the store
+   * applied them.
+   * FAILED_PRECONDITION (reason RESYNC_REQUIRED) when the token is older than
+   * the change log keeps: list the inbox again and watch from its token.
+   * UNAVAILABLE (reason RESUME) when the server drains or the client reads
+   * too slowly to keep up: reconnect with the last token received.
+   * RESOURCE_EXHAUSTED when this server holds its maximum of streams.
+   * INVALID_ARGUMENT for a malformed token or one of another inbox. An
+   * unknown inbox is not an error: it is empty until something arrives.
+   * Idempotent, safe to retry with the last token: a read.
+   */
+  watchInbox: {
+    path: "/loom.v1.Inbox/WatchInbox" as const,
+    requestStream: false as const,
+    responseStream: true as const,
+    requestSerialize: (value: WatchInboxRequest): Buffer => Buffer.from(WatchInboxRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): WatchInboxRequest => WatchInboxRequest.decode(value),
+    responseSerialize: (value: InboxEvent): Buffer => Buffer.from(InboxEvent.encode(value).finish()),
+    responseDeserialize: (value: Buffer): InboxEvent => InboxEvent.decode(value),
+  },
+  /**
+   * The same changes as WatchInbox, in pages, for a client that wakes up and
+   * catches up: every event after since_token, oldest first, and the token
+   * to ask from next. Same errors as WatchInbox.
+   * Idempotent, safe to retry: a read.
+   */
+  getInboxChanges: {
+    path: "/loom.v1.Inbox/GetInboxChanges" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: GetInboxChangesRequest): Buffer =>
+      Buffer.from(GetInboxChangesRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): GetInboxChangesRequest => GetInboxChangesRequest.decode(value),
+    responseSerialize: (value: GetInboxChangesResponse): Buffer =>
+      Buffer.from(GetInboxChangesResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): GetInboxChangesResponse => GetInboxChangesResponse.decode(value),
+  },
 } as const;
 
 export interface InboxServer extends UntypedServiceImplementation {
@@ -2191,6 +2941,34 @@ export interface InboxServer extends UntypedServiceImplementation {
    * for an unknown operation id. Idempotent, safe to retry: a read.
    */
   getOperation: handleUnaryCall<GetOperationRequest, Operation>;
+  /**
+   * Streams every change to one inbox as it is applied, through any replica:
+   * deliveries, threads marked read or unread, threads removed from the inbox
+   * or deleted, the inbox erased. Each event carries the unread count and a
+   * resume_token. Without a token the stream starts from now: its first
+   * event is SYNCED, whose token is where a reconnect resumes (ListInbox
+   * returns a sync_token too, so a client that lists first and then watches
+   * from that token misses nothing in between). With a token, the stream
+   * first replays exactly the events after it, then follows live ones: no
+   * gap, no duplicate. Events of one inbox come in the order the store
+   * applied them.
+   * FAILED_PRECONDITION (reason RESYNC_REQUIRED) when the token is older than
+   * the change log keeps: list the inbox again and watch from its token.
+   * UNAVAILABLE (reason RESUME) when the server drains or the client reads
+   * too slowly to keep up: reconnect with the last token received.
+   * RESOURCE_EXHAUSTED when this server holds its maximum of streams.
+   * INVALID_ARGUMENT for a malformed token or one of another inbox. An
+   * unknown inbox is not an error: it is empty until something arrives.
+   * Idempotent, safe to retry with the last token: a read.
+   */
+  watchInbox: handleServerStreamingCall<WatchInboxRequest, InboxEvent>;
+  /**
+   * The same changes as WatchInbox, in pages, for a client that wakes up and
+   * catches up: every event after since_token, oldest first, and the token
+   * to ask from next. Same errors as WatchInbox.
+   * Idempotent, safe to retry: a read.
+   */
+  getInboxChanges: handleUnaryCall<GetInboxChangesRequest, GetInboxChangesResponse>;
 }
 
 export interface InboxClient extends Client {
@@ -2385,6 +3163,53 @@ export interface InboxClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: Operation) => void,
+  ): ClientUnaryCall;
+  /**
+   * Streams every change to one inbox as it is applied, through any replica:
+   * deliveries, threads marked read or unread, threads removed from the inbox
+   * or deleted, the inbox erased. Each event carries the unread count and a
+   * resume_token. Without a token the stream starts from now: its first
+   * event is SYNCED, whose token is where a reconnect resumes (ListInbox
+   * returns a sync_token too, so a client that lists first and then watches
+   * from that token misses nothing in between). With a token, the stream
+   * first replays exactly the events after it, then follows live ones: no
+   * gap, no duplicate. Events of one inbox come in the order the store
+   * applied them.
+   * FAILED_PRECONDITION (reason RESYNC_REQUIRED) when the token is older than
+   * the change log keeps: list the inbox again and watch from its token.
+   * UNAVAILABLE (reason RESUME) when the server drains or the client reads
+   * too slowly to keep up: reconnect with the last token received.
+   * RESOURCE_EXHAUSTED when this server holds its maximum of streams.
+   * INVALID_ARGUMENT for a malformed token or one of another inbox. An
+   * unknown inbox is not an error: it is empty until something arrives.
+   * Idempotent, safe to retry with the last token: a read.
+   */
+  watchInbox(request: WatchInboxRequest, options?: Partial<CallOptions>): ClientReadableStream<InboxEvent>;
+  watchInbox(
+    request: WatchInboxRequest,
+    metadata?: Metadata,
+    options?: Partial<CallOptions>,
+  ): ClientReadableStream<InboxEvent>;
+  /**
+   * The same changes as WatchInbox, in pages, for a client that wakes up and
+   * catches up: every event after since_token, oldest first, and the token
+   * to ask from next. Same errors as WatchInbox.
+   * Idempotent, safe to retry: a read.
+   */
+  getInboxChanges(
+    request: GetInboxChangesRequest,
+    callback: (error: ServiceError | null, response: GetInboxChangesResponse) => void,
+  ): ClientUnaryCall;
+  getInboxChanges(
+    request: GetInboxChangesRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: GetInboxChangesResponse) => void,
+  ): ClientUnaryCall;
+  getInboxChanges(
+    request: GetInboxChangesRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: GetInboxChangesResponse) => void,
   ): ClientUnaryCall;
 }
 

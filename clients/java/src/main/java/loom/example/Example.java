@@ -35,7 +35,8 @@ import loom.v1.Threadweaver.WovenMessage;
  * The Loom Java client example: weaves one email as seen from two mailboxes (blocking stub),
  * prints the unified thread that joins them, resolves both threads with the async stub, and
  * reads the google.rpc.BadRequest field violations of an INVALID_ARGUMENT error. Every call
- * has a deadline ({@code withDeadlineAfter}).
+ * has a deadline ({@code withDeadlineAfter}). With {@code --watch INBOX} it instead follows
+ * that inbox with WatchInbox, resuming the stream with its last token ({@link WatchInbox}).
  *
  * <p>A failure prints one line on stderr, {@code loom: CODE: ...}, and exits with: 1 any other
  * failure, 2 a bad command line or unreadable file, 3 UNAUTHENTICATED, 4 PERMISSION_DENIED,
@@ -94,8 +95,15 @@ public final class Example {
       return EXIT_USAGE;
     }
     try {
-      new Example(channel, options.timeout()).weaveAndRead();
+      if (options.watch() != null) {
+        new WatchInbox(channel, options.timeout()).run(options.watch());
+      } else {
+        new Example(channel, options.timeout()).weaveAndRead();
+      }
       return 0;
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      return EXIT_FAILED;
     } catch (StatusRuntimeException e) {
       return report(e, options, channel);
     } catch (IllegalStateException e) {

@@ -6,19 +6,22 @@ import java.time.Duration;
 
 /**
  * The example's command line: {@code [TARGET] [--ca FILE] [--service-config FILE |
- * --no-service-config] [--timeout SECONDS]}, and the bearer token from {@code $LOOM_TOKEN}.
+ * --no-service-config] [--timeout SECONDS] [--watch INBOX]}, and the bearer token from
+ * {@code $LOOM_TOKEN}.
  *
  * @param target the server, {@code host:port} or a gRPC target URI
  * @param ca PEM CA of the server's certificate (connect with TLS), or null for plaintext
  * @param serviceConfig the gRPC service config to load, or null for none
  * @param timeout the deadline of each call
  * @param token the bearer token, or null to send none
+ * @param watch the inbox to follow with WatchInbox instead of weaving, or null
  */
-record Options(String target, Path ca, Path serviceConfig, Duration timeout, String token) {
+record Options(
+    String target, Path ca, Path serviceConfig, Duration timeout, String token, String watch) {
 
   static final String USAGE =
       "usage: java -jar target/loom-client.jar [TARGET] [--ca FILE] [--service-config FILE |"
-          + " --no-service-config] [--timeout SECONDS]\n"
+          + " --no-service-config] [--timeout SECONDS] [--watch INBOX]\n"
           + "  TARGET              Loom server, host:port (default 127.0.0.1:50051)\n"
           + "  --ca FILE           PEM CA of the server's certificate: connect with TLS\n"
           + "  --service-config F  gRPC service config (default clients/service_config.json,\n"
@@ -26,6 +29,8 @@ record Options(String target, Path ca, Path serviceConfig, Duration timeout, Str
           + "  --no-service-config no timeouts, retries or wait-for-ready from a config: an\n"
           + "                      unreachable server fails at once as UNAVAILABLE\n"
           + "  --timeout SECONDS   deadline of each call (default 10)\n"
+          + "  --watch INBOX       list INBOX, then print every change to it until interrupted,\n"
+          + "                      resuming the stream with its last token\n"
           + "  $LOOM_TOKEN         bearer token sent as `authorization: Bearer <token>`";
 
   /** A command line that cannot be run; its message says why. */
@@ -42,6 +47,7 @@ record Options(String target, Path ca, Path serviceConfig, Duration timeout, Str
     boolean useServiceConfig = true;
     Duration timeout = Duration.ofSeconds(10);
     boolean targetSeen = false;
+    String watch = null;
     for (int i = 0; i < args.length; i++) {
       String arg = args[i];
       switch (arg) {
@@ -49,6 +55,7 @@ record Options(String target, Path ca, Path serviceConfig, Duration timeout, Str
         case "--service-config" -> serviceConfig = existing(arg, value(args, ++i, arg));
         case "--no-service-config" -> useServiceConfig = false;
         case "--timeout" -> timeout = seconds(value(args, ++i, arg));
+        case "--watch" -> watch = value(args, ++i, arg);
         case "-h", "--help" -> throw new UsageException("");
         default -> {
           if (arg.startsWith("-") || targetSeen) {
@@ -65,7 +72,7 @@ record Options(String target, Path ca, Path serviceConfig, Duration timeout, Str
       serviceConfig = findServiceConfig();
     }
     String bearer = token == null || token.isBlank() ? null : token.strip();
-    return new Options(target, ca, serviceConfig, timeout, bearer);
+    return new Options(target, ca, serviceConfig, timeout, bearer, watch);
   }
 
   private static String value(String[] args, int i, String flag) throws UsageException {
