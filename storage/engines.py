@@ -347,14 +347,26 @@ INBOX_STORES: Final[Port[OpenStore[PortableInboxStore]]] = Port(
         Engine(
             name="sqlite",
             open=_sqlite_inbox,
-            defaults={"inbox": {"fanout_rate_per_s": 50_000.0, "fanout_chunks_in_flight": 1}},
+            defaults={
+                "inbox": {
+                    "fanout_rate_per_s": 50_000.0,
+                    "fanout_chunks_in_flight": 1,
+                    "watch_poll_s": 0.05,
+                }
+            },
         ),
         # Cassandra: the node does the work; several chunks hide round trips, and the store
         # itself bounds its delivery requests (`DELIVERY_GROUPS_IN_FLIGHT`).
         Engine(
             name="cassandra",
             open=_cassandra_inbox,
-            defaults={"inbox": {"fanout_rate_per_s": 0.0, "fanout_chunks_in_flight": 4}},
+            defaults={
+                "inbox": {
+                    "fanout_rate_per_s": 0.0,
+                    "fanout_chunks_in_flight": 4,
+                    "watch_poll_s": 0.2,
+                }
+            },
         ),
     ),
 )

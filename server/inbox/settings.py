@@ -67,8 +67,10 @@ class InboxSettings:
     (a chunk takes well under a second) and the walk removes its rows too."""
     watch_poll_s: float = 0.05
     """How often a server that holds WatchInbox streams reads the tail of the change log for
-    inboxes that changed (one small store read per poll per process, whatever the number of
-    streams; none while it holds no stream)."""
+    inboxes that changed (a few small store reads per poll per process, whatever the number
+    of streams; none while it holds no stream). Unless set, the InboxStore engine's default:
+    0.05 s on the embedded engine; 0.2 s on Cassandra, whose changes become readable only
+    after its 1 s settle window anyway (`storage.cassandra.inbox_changes`)."""
     watch_batch: int = 500
     """Changes a stream reads from the store at once (and holds until they are written)."""
     watch_slow_consumer_s: float = 10.0
@@ -76,6 +78,7 @@ class InboxSettings:
     RESUME): its client resumes from its last token, and the server holds nothing for it."""
     change_retention_s: float = 86_400.0
     """How long the change log keeps a change: a resume token older than this fails
-    FAILED_PRECONDITION (reason RESYNC_REQUIRED)."""
+    FAILED_PRECONDITION (reason RESYNC_REQUIRED). At most 7 days on Cassandra, whose change
+    rows expire then (their TTL)."""
     change_trim_interval_s: float = 300.0
     """How often a server that holds streams drops changes past the retention."""
