@@ -206,7 +206,10 @@ class InboxServicer:
         from that token misses nothing in between). With a token, the stream
         first replays exactly the events after it, then follows live ones: no
         gap, no duplicate. Events of one inbox come in the order the store
-        applied them.
+        applied them. An event states what changed, so applying one twice is
+        harmless: rarely one change is logged twice and comes as two events (a
+        deleted thread's row swept by two replicas at once; on Cassandra, a log
+        write slower than its settle window, written again).
         FAILED_PRECONDITION (reason RESYNC_REQUIRED) when the token is older than
         the change log keeps: list the inbox again and watch from its token.
         UNAVAILABLE (reason RESUME) when the server drains or the client reads
