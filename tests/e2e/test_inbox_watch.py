@@ -265,3 +265,33 @@ async def _read_all(
         if event is grpc.aio.EOF:
             return
         into.append(event)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+async def test_a_killed_replica_s_watchers_resume_on_the_other_with_no_gap(
+    engine: str, tmp_path: Path
+) -> None:
+    """A replica that dies without draining: its streams fail, and their clients resume on
+    the other replica from their last token, missing nothing."""
+    settings = _settings(engine, tmp_path)
+    async with running_server(settings) as survivor:
+        stub = inbox_pb2_grpc.InboxStub(survivor.channel)
+        async with running_server(settings) as doomed:
+            w = Watcher(inbox_pb2_grpc.InboxStub(doomed.channel), "bob")
+            await w.synced()
+            start = w.events[0].resume_token
+            for m in range(1, 4):
+                await post(stub, f"t{m}", m, "alice", ["bob"])
+            await w.count(3)
+            await doomed.loom.server.stop(None)  # no drain: calls are cut
+            error = await w.ended(timeout_s=10)
+            assert error.code() in {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED}
+        for m in range(4, 6):
+            await post(stub, f"t{m}", m, "alice", ["bob"])
+        async with watching(stub, "bob", w.last_token) as resumed:
+            await resumed.count(2)
+            await asyncio.sleep(0.3)
+            joined = w.changes + resumed.changes
+            assert [e.message_id for e in joined] == [1, 2, 3, 4, 5]
+            truth = await changes_after(stub, "bob", start)
+            assert [e.resume_token for e in joined] == [e.resume_token for e in truth]
