@@ -130,6 +130,8 @@ def _server_options(settings: Settings) -> list[tuple[str, int]]:
         ("grpc.max_receive_message_length", settings.server.max_message_bytes),
         ("grpc.max_send_message_length", settings.server.max_message_bytes),
         ("grpc.so_reuseport", 1 if settings.server.reuse_port else 0),
+        ("grpc.server.max_pending_requests", settings.server.max_pending_calls),
+        ("grpc.server.max_pending_requests_hard_limit", settings.server.max_pending_calls),
         # grpc refuses metadata between its soft (8 KiB) and hard (16 KiB) limits at
         # random; one limit makes a large token's fate the same on every call.
         ("grpc.max_metadata_size", METADATA_LIMIT),

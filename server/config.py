@@ -77,6 +77,11 @@ class ServerSettings:
     """Drain time for in-flight calls after SIGTERM."""
     max_message_bytes: int = 16 * 1024 * 1024
     """Largest request or response message."""
+    max_pending_calls: int = 20_000
+    """Calls grpc holds while the server's loop has not picked them up yet; past it grpc
+    cancels new calls (CANCELLED). gRPC's own limit (3,000) cancelled streams when
+    thousands of WatchInbox clients connected at once (a drained replica's, say); held
+    calls cost memory only, and each still meets its method's bulkhead when picked up."""
     log_level: str = "info"
     """structlog level: debug, info, warning, error."""
     use_uvloop: bool = True

@@ -295,3 +295,18 @@ async def test_a_killed_replica_s_watchers_resume_on_the_other_with_no_gap(
             assert [e.message_id for e in joined] == [1, 2, 3, 4, 5]
             truth = await changes_after(stub, "bob", start)
             assert [e.resume_token for e in joined] == [e.resume_token for e in truth]
+
+
+async def test_thousands_of_streams_opened_at_once_all_start(tmp_path: Path) -> None:
+    """4,000 watchers connecting at once (a drained replica's clients, say): every stream
+    starts, none is cancelled by grpc's default 3,000 pending calls, and unary calls keep
+    being answered meanwhile."""
+    async with running_server(_settings("sqlite", tmp_path)) as one:
+        stub = inbox_pb2_grpc.InboxStub(one.channel)
+        many = [Watcher(stub, f"crowd-{i}") for i in range(4_000)]
+        count = await stub.GetUnreadCount(K.GetUnreadCountRequest(inbox_id="x"), timeout=10)
+        assert count.unread_count == 0
+        for w in many:
+            await w.synced(timeout_s=120)
+        assert all(w.error is None for w in many)
+        await asyncio.gather(*(w.close() for w in many))
