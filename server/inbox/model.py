@@ -99,10 +99,15 @@ clustered around the announcement's ack). In a thread the loop gets the GIL back
 
 
 def plan_fanout(post: Post, *, sync_max: int) -> FanoutPlan:
-    """Deduplicates recipients (first occurrence wins, so the order is reproducible on a
-    retry, which makes a stored progress count a valid resume point) and drops the sender,
-    who gets the thread read even when listed as a recipient."""
-    recipients = [r for r in dict.fromkeys(post.recipient_inbox_ids) if r != post.sender_inbox_id]
+    """Deduplicates and sorts the recipients (so the order is the same on a retry, whatever
+    order it lists them in, which makes a stored progress count a valid resume point) and
+    drops the sender, who gets the thread read even when listed as a recipient.
+
+    Sorted, the chunks of a large fan-out write their rows in key order: the embedded
+    engine's B-trees (the inbox rows, the unread rows, the change log's index) then take
+    neighbouring inserts, where 300,000 recipients in request order scattered them (a
+    shuffled announcement's fan-out took 1.7x as long)."""
+    recipients = sorted(set(post.recipient_inbox_ids) - {post.sender_inbox_id})
     return FanoutPlan(
         sender=post.sender_inbox_id,
         recipients=recipients,

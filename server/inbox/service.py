@@ -203,8 +203,10 @@ class InboxService:
         record = stored or await self._store.create_delivery(fresh)
         if record.state == "done":
             return PostResult(True, delivery_id, 1 + record.total)
-        # Resume from the stored prefix (0 when fresh); the list is the same on a retry
-        # because planning is deterministic.
+        # Resume from the stored prefix (0 when fresh) of the stored list: planning is
+        # deterministic, but a list stored by an earlier release kept the request's order.
+        if stored is not None and stored.done > 0:
+            recipients = await self._store.load_recipients(delivery_id) or recipients
         record = replace(
             record,
             total=len(recipients),

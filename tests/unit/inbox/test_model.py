@@ -15,10 +15,12 @@ def post(recipients: list[str], sender: str = "alice") -> Post:
 
 
 class TestPlanFanout:
-    def test_recipients_deduplicated_in_first_seen_order(self) -> None:
-        """Duplicates are delivered once; the order is the request's, so retries agree."""
+    def test_recipients_deduplicated_and_sorted(self) -> None:
+        """Duplicates are delivered once, in sorted order, so retries agree whatever order
+        they list the recipients in."""
         plan = plan_fanout(post(["c", "b", "c", "a", "b"]), sync_max=10)
-        assert plan.recipients == ["c", "b", "a"]
+        assert plan.recipients == ["a", "b", "c"]
+        assert plan_fanout(post(["a", "c", "b"]), sync_max=10).recipients == plan.recipients
 
     def test_sender_is_never_an_unread_recipient(self) -> None:
         """A sender listed among the recipients gets the thread read only."""

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from server.inbox.fanout import RELEASED_MS
-from server.inbox.model import Post
+from server.inbox.model import Post, delivery_id_for
 from server.inbox.service import InboxService
 from server.inbox.settings import InboxSettings
 from storage.ports import DeliveryRecord
@@ -100,3 +100,41 @@ async def test_a_retried_post_resumes_from_the_stored_progress(tmp_path: Path) -
         await assert_delivered_once(store)
     finally:
         await store.close()
+
+
+async def test_a_retry_resumes_a_list_stored_in_another_order(tmp_path: Path) -> None:
+    """A delivery whose recipient list an earlier release stored in request order (not
+    sorted): the retry resumes that stored list from its progress, skipping no one."""
+    store = await SqliteInboxStore.open(tmp_path / "inbox.sqlite3", synchronous="NORMAL")
+    settings = fanout_settings(1, adopt_interval_s=3600.0)
+    try:
+        old_order = list(reversed(RECIPIENTS))
+        service = InboxService(store, settings)
+        delivery_id = (await store.create_delivery(_running(service, done=1000))).delivery_id
+        await store.save_recipients(delivery_id, old_order)
+        for start in range(0, 1000, 100):
+            await store.deliver_unread("news", 42, old_order[start : start + 100])
+        service.start()
+        try:
+            again = await service.post(ANNOUNCEMENT)
+            assert again.delivery_id == delivery_id
+            await eventually(lambda: service.get_delivery(delivery_id), lambda d: d.state == "done")
+        finally:
+            await service.stop()
+        await assert_delivered_once(store)
+    finally:
+        await store.close()
+
+
+def _running(service: InboxService, *, done: int) -> DeliveryRecord:
+    return DeliveryRecord(
+        delivery_id=delivery_id_for("news", 42),
+        thread_id="news",
+        message_id=42,
+        sender_inbox_id="ceo",
+        total=len(RECIPIENTS),
+        done=done,
+        state="running",
+        error="",
+        updated_at_ms=service.fanout.now_ms(),
+    )
