@@ -232,7 +232,9 @@ async def _run(args: Any) -> dict[str, Any]:
             per = poll_rate / 64
             n = 0
             while time.perf_counter() - t_poll < window:
-                await stub.GetUnreadCount(K.GetUnreadCountRequest(inbox_id=rng.choice(inboxes or ["x"])))
+                await stub.GetUnreadCount(
+                    K.GetUnreadCountRequest(inbox_id=rng.choice(inboxes or ["x"]))
+                )
                 n += 1
                 done_polls += 1
                 await asyncio.sleep(max(0.0, t_poll + n / per - time.perf_counter()))
