@@ -110,10 +110,23 @@ class TestSourceUrls:
 class TestEngineDefaults:
     def test_inbox_engines_set_the_fan_out_pacing(self) -> None:
         """The Inbox fan-out's pacing is the InboxStore engine's: paced on the embedded
-        engine's single writer, unpaced with requests in flight on a distributed one."""
+        engine's single writer, unpaced with requests in flight on a distributed one; and so
+        is the change-log tail's poll (Cassandra's changes settle for 1 s anyway)."""
         assert {e.name: e.defaults for e in INBOX_STORES.engines} == {
-            "sqlite": {"inbox": {"fanout_rate_per_s": 50_000.0, "fanout_chunks_in_flight": 1}},
-            "cassandra": {"inbox": {"fanout_rate_per_s": 0.0, "fanout_chunks_in_flight": 4}},
+            "sqlite": {
+                "inbox": {
+                    "fanout_rate_per_s": 50_000.0,
+                    "fanout_chunks_in_flight": 1,
+                    "watch_poll_s": 0.05,
+                }
+            },
+            "cassandra": {
+                "inbox": {
+                    "fanout_rate_per_s": 0.0,
+                    "fanout_chunks_in_flight": 4,
+                    "watch_poll_s": 0.2,
+                }
+            },
         }
 
 
