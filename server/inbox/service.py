@@ -332,4 +332,5 @@ class InboxService:
         they are gone (and scrubbed from the files of an embedded engine); idempotent."""
         removed = await self._store.delete_inbox(inbox_id)
         self.counts.inboxes_deleted += 1
+        self.watching.tail.erased(inbox_id)
         return removed

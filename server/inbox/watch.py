@@ -66,10 +66,11 @@ class ChangesPage:
 
 
 class _Watcher:
-    __slots__ = ("wake",)
+    __slots__ = ("erased", "wake")
 
     def __init__(self) -> None:
         self.wake = asyncio.Event()
+        self.erased = False
 
 
 class ChangeTail:
@@ -97,20 +98,27 @@ class ChangeTail:
         return sum(len(w) for w in self._watchers.values())
 
     @contextlib.contextmanager
-    def subscribe(self, inbox_id: str) -> Iterator[asyncio.Event]:
-        """The wake-up of a watcher of `inbox_id`, for the `with` block's life."""
+    def subscribe(self, inbox_id: str) -> Iterator[_Watcher]:
+        """A watcher of `inbox_id` (its wake-up), for the `with` block's life."""
         watcher = _Watcher()
         self._watchers.setdefault(inbox_id, set()).add(watcher)
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._run(), name="inbox-tail")
         try:
-            yield watcher.wake
+            yield watcher
         finally:
             group = self._watchers.get(inbox_id)
             if group is not None:
                 group.discard(watcher)
                 if not group:
                     del self._watchers[inbox_id]
+
+    def erased(self, inbox_id: str) -> None:
+        """Tells this process's watchers of `inbox_id` that it was erased (DeleteInbox logs
+        nothing naming the inbox, so only the server that erased it can say so)."""
+        for watcher in self._watchers.get(inbox_id, ()):
+            watcher.erased = True
+            watcher.wake.set()
 
     def drain(self) -> None:
         """Ends every stream (they raise ResumeRequired at their next wake-up, now)."""
@@ -187,7 +195,8 @@ class Watching:
         """Batches of events: SYNCED first when there is no token, then every change after
         the position, live, until the server drains (ResumeRequired)."""
         batch = self._settings.watch_batch
-        with self.tail.subscribe(inbox_id) as wake:
+        with self.tail.subscribe(inbox_id) as watcher:
+            wake = watcher.wake
             if resume is None:
                 resume = Resume(await self._store.change_head(), self._now_ms())
                 count = await self._store.unread_count(inbox_id)
@@ -203,6 +212,18 @@ class Watching:
             position = resume.position
             while True:
                 wake.clear()
+                if watcher.erased:
+                    watcher.erased = False
+                    position = await self._store.change_head()
+                    now = self._now_ms()
+                    yield [
+                        Event(
+                            resume_token=watchtoken.encode(Resume(position, now), inbox_id),
+                            change=InboxChange(inbox_id=inbox_id, kind="inbox_deleted"),
+                            changed_at_ms=now,
+                            unread_count=0,
+                        )
+                    ]
                 logged = await self._store.read_changes(inbox_id, position, batch)
                 if logged:
                     events = await self._events(inbox_id, logged)

@@ -125,9 +125,9 @@ class CassandraInboxDeletes(CassandraInboxChanges):
                 "DELETE FROM {ks}.inbox_unfinished WHERE shard = 0 AND delivery_id = ?",
             ):
                 await self._q(cql, (delivery_id,))
-        # Its log names its threads: erased with it, and the erasure is its one change.
+        # Its log names it and its threads: erased with it, and nothing logged after (a
+        # row naming the erased inbox would outlive the erasure).
         await self.forget_changes(inbox_id)
-        await self._log_changes([InboxChange(inbox_id=inbox_id, kind="inbox_deleted")])
         return held
 
     async def mark_deleted(

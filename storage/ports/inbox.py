@@ -124,8 +124,9 @@ class InboxStore(InboxChangeLog, Protocol):
     `delete_entries`, `remove_threads`, `delete_inbox`, `sweep_deleted`) appends the change to
     that inbox's log (`storage.ports.inbox_changes`): `delivered` for each row it advanced
     (an engine that writes blind logs every inbox it wrote), `marked_read`/`marked_unread`,
-    `removed` (trimmed or removed rows), `deleted` (rows of deleted threads), and
-    `inbox_deleted` after erasing the inbox's log with it.
+    `removed` (trimmed or removed rows), `deleted` (rows of deleted threads);
+    `delete_inbox` erases the inbox's log and logs nothing (a row naming an erased inbox
+    would outlive its erasure).
 
     Cassandra notes (the adapter's business, not the contract's): LeveledCompaction on both
     inbox tables (they mutate), a short gc_grace_seconds (trimming deletes); a write made

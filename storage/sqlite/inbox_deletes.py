@@ -108,9 +108,9 @@ class SqliteInboxDeletes:
                 conn.execute(
                     "DELETE FROM inbox_delivery_recipients WHERE delivery_id = ?", (delivery_id,)
                 )
-            # Its log names its threads: erased with it, and the erasure is its one change.
+            # Its log names it and its threads: erased with it, and nothing logged after (a
+            # row naming the erased inbox would outlive the erasure).
             conn.execute("DELETE FROM inbox_change WHERE inbox_id = ?", (inbox_id,))
-            log_changes(conn, [InboxChange(inbox_id=inbox_id, kind="inbox_deleted")])
             return int(removed)
 
         removed = await self._db.write(run)

@@ -155,7 +155,10 @@ const (
 	InboxEventKind_INBOX_EVENT_KIND_REMOVED InboxEventKind = 5
 	// Threads were deleted everywhere (DeleteThreads).
 	InboxEventKind_INBOX_EVENT_KIND_DELETED InboxEventKind = 6
-	// The inbox was erased (DeleteInbox): it is empty.
+	// The inbox was erased (DeleteInbox): it is empty. Sent only by the server
+	// that erased it, to its own streams: an erasure leaves no record naming
+	// the inbox, so other servers' streams of it get no event (their later
+	// events are the inbox's new changes).
 	InboxEventKind_INBOX_EVENT_KIND_INBOX_DELETED InboxEventKind = 7
 )
 

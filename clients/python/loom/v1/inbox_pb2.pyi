@@ -101,7 +101,11 @@ class _InboxEventKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_InboxE
     INBOX_EVENT_KIND_DELETED: _InboxEventKind.ValueType  # 6
     """Threads were deleted everywhere (DeleteThreads)."""
     INBOX_EVENT_KIND_INBOX_DELETED: _InboxEventKind.ValueType  # 7
-    """The inbox was erased (DeleteInbox): it is empty."""
+    """The inbox was erased (DeleteInbox): it is empty. Sent only by the server
+    that erased it, to its own streams: an erasure leaves no record naming
+    the inbox, so other servers' streams of it get no event (their later
+    events are the inbox's new changes).
+    """
 
 class InboxEventKind(_InboxEventKind, metaclass=_InboxEventKindEnumTypeWrapper):
     """What changed in an inbox."""
@@ -125,7 +129,11 @@ INBOX_EVENT_KIND_REMOVED: InboxEventKind.ValueType  # 5
 INBOX_EVENT_KIND_DELETED: InboxEventKind.ValueType  # 6
 """Threads were deleted everywhere (DeleteThreads)."""
 INBOX_EVENT_KIND_INBOX_DELETED: InboxEventKind.ValueType  # 7
-"""The inbox was erased (DeleteInbox): it is empty."""
+"""The inbox was erased (DeleteInbox): it is empty. Sent only by the server
+that erased it, to its own streams: an erasure leaves no record naming
+the inbox, so other servers' streams of it get no event (their later
+events are the inbox's new changes).
+"""
 Global___InboxEventKind: _TypeAlias = InboxEventKind  # noqa: Y015
 
 @_typing.final

@@ -148,7 +148,12 @@ export enum InboxEventKind {
   INBOX_EVENT_KIND_REMOVED = 5,
   /** INBOX_EVENT_KIND_DELETED - Threads were deleted everywhere (DeleteThreads). */
   INBOX_EVENT_KIND_DELETED = 6,
-  /** INBOX_EVENT_KIND_INBOX_DELETED - The inbox was erased (DeleteInbox): it is empty. */
+  /**
+   * INBOX_EVENT_KIND_INBOX_DELETED - The inbox was erased (DeleteInbox): it is empty. Sent only by the server
+   * that erased it, to its own streams: an erasure leaves no record naming
+   * the inbox, so other servers' streams of it get no event (their later
+   * events are the inbox's new changes).
+   */
   INBOX_EVENT_KIND_INBOX_DELETED = 7,
   UNRECOGNIZED = -1,
 }
