@@ -63,7 +63,10 @@ async def concurrently(*coros: Coroutine[Any, Any, Any]) -> list[Any]:
     """Awaits `coros` side by side as part of the call the current task serves, if any.
 
     Each runs in a task of its own that holds the call's engine deadline. The results come
-    in order; on the first failure the others are cancelled and the failure is raised.
+    in order. Every one runs to its end (its engine deadline bounds it) before the first
+    failure, in argument order, is raised: cancelling a sibling instead would abandon a
+    half-open breaker's probe that was about to succeed, and a recovered engine's breaker
+    then never closed (a weave probes with two calls at once).
     """
     found = _CALL.get()
     call = found if found is not None and found[0] is asyncio.current_task() else None
@@ -75,9 +78,8 @@ async def concurrently(*coros: Coroutine[Any, Any, Any]) -> list[Any]:
         if call is not None:
             context.run(_CALL.set, (task, call[1]))
         tasks.append(task)
-    try:
-        return list(await asyncio.gather(*tasks))
-    except BaseException:
-        for t in tasks:
-            t.cancel()
-        raise
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return list(results)

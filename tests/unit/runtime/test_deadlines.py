@@ -86,24 +86,47 @@ async def test_engine_calls_run_side_by_side_hold_the_call_deadline() -> None:
     assert breaker.state is BreakerState.OPEN
 
 
-async def test_side_by_side_results_come_in_order_and_a_failure_cancels_the_rest() -> None:
-    """`concurrently` answers in argument order; the first failure cancels its siblings."""
+async def test_side_by_side_results_come_in_order_and_a_failure_waits_for_the_rest() -> None:
+    """`concurrently` answers in argument order; a failure is raised once every sibling has
+    ended (a sibling is a breaker's probe, never abandoned half-way)."""
     assert await concurrently(_after(0.02, "a"), _after(0.0, "b")) == ["a", "b"]
-    hung = asyncio.Event()
+    finished = asyncio.Event()
 
     async def fail() -> None:
         raise ValueError("bad")
 
-    async def wait() -> None:
-        try:
-            await asyncio.Event().wait()
-        finally:
-            hung.set()
+    async def slow() -> None:
+        await asyncio.sleep(0.05)
+        finished.set()
 
     with pytest.raises(ValueError, match="bad"):
-        await concurrently(wait(), fail())
-    await asyncio.sleep(0)
-    assert hung.is_set()
+        await concurrently(slow(), fail())
+    assert finished.is_set()
+
+
+async def test_a_half_open_probe_beside_a_refused_call_still_closes_the_breaker() -> None:
+    """Two engine calls side by side while the breaker is half open: one is its probe, the
+    other is refused; the probe completes and closes the breaker for the next call."""
+    now = [0.0]
+    breaker = CircuitBreaker(
+        "engine", failure_threshold=1, reset_timeout_s=1.0, half_open_max_calls=1,
+        clock=lambda: now[0],
+    )  # fmt: skip
+    store = guard_store(Answers(), breaker)
+    breaker.on_failure()
+    now[0] = 2.0
+    serving(5.0)
+    with pytest.raises(Unavailable):
+        await concurrently(store.read(), store.read())
+    assert breaker.state is BreakerState.CLOSED
+
+
+class Answers:
+    """A healthy engine that takes a moment to answer."""
+
+    async def read(self) -> str:
+        await asyncio.sleep(0.01)
+        return "ok"
 
 
 async def test_side_by_side_work_outside_a_call_has_no_deadline() -> None:
