@@ -37,6 +37,7 @@ from server.inbox.settings import InboxSettings
 from server.inbox.watchtoken import Resume
 from server.runtime.errors import ResumeRequired, ResyncRequired
 from server.runtime.logs import get_logger
+from storage.clock import now_ms
 from storage.ports import InboxChange, InboxStore, LoggedChange
 
 __all__ = ["ChangeTail", "ChangesPage", "Event", "Watching"]
@@ -148,7 +149,7 @@ class ChangeTail:
                         watcher.wake.set()
                 if time.monotonic() >= next_trim:
                     next_trim = time.monotonic() + self._trim_every
-                    await self._store.trim_changes(_now_ms() - self._retention_ms - 60_000)
+                    await self._store.trim_changes(now_ms() - self._retention_ms - 60_000)
             except Exception as exc:  # the engine is down: try again (from the same cursor)
                 _log.warning("inbox.tail_failed", error=str(exc) or type(exc).__name__)
                 names = []
@@ -273,7 +274,3 @@ class Watching:
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)

@@ -37,7 +37,7 @@ import random
 import re
 import time
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, get_args
 
 from cassandra.query import PreparedStatement
 
@@ -91,10 +91,7 @@ CHANGE_TABLES = (
     f"WITH default_time_to_live = {FEED_TTL_S} AND " + _TWCS % "MINUTES",
 )
 _POSITION = re.compile(r"cq:(\d{20}):(\d{19})")
-_KINDS: dict[str, ChangeKind] = {
-    k: k
-    for k in ("delivered", "marked_read", "marked_unread", "removed", "deleted", "inbox_deleted")
-}
+_KINDS: dict[str, ChangeKind] = {k: k for k in get_args(ChangeKind)}
 
 Key = tuple[int, int]
 """A position as (at_us, uniq)."""

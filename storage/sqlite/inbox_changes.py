@@ -19,6 +19,7 @@ import json
 import re
 import sqlite3
 from collections.abc import Iterable, Sequence
+from typing import get_args
 
 from storage.clock import now_ms
 from storage.ports import ChangeKind, InboxChange, LoggedChange
@@ -157,10 +158,7 @@ class SqliteInboxChanges:
         return _POSITION.fullmatch(position) is not None
 
 
-_KINDS: dict[str, ChangeKind] = {
-    k: k
-    for k in ("delivered", "marked_read", "marked_unread", "removed", "deleted", "inbox_deleted")
-}
+_KINDS: dict[str, ChangeKind] = {k: k for k in get_args(ChangeKind)}
 
 
 def _kind(value: str) -> ChangeKind:
