@@ -37,6 +37,8 @@ from typing import NamedTuple
 from server.templates.model import ClusterEmail, FieldRuleValue
 from server.templates.spans import (
     HOLE,
+    Pattern,
+    Token,
     build_pattern,
     has_letter,
     join_tokens,
@@ -68,6 +70,8 @@ _SAMPLE = 24
 """Values a slot's pattern is folded over (one per recipient first, at least k)."""
 _TYPE_SAMPLE = 16
 _PART_SHARE = 0.8
+_USUAL = 0.6
+"""A token most of a slot's values hold: in at least this share of its sampled values."""
 
 
 def _spread(emails: Sequence[ClusterEmail], limit: int) -> list[ClusterEmail]:
@@ -155,23 +159,52 @@ def _collect(
         slots.setdefault(Slot(seg, path, o), []).append((user, it, pos))
 
 
-def _sample(values: Sequence[tuple[str, Item, int]], k: int) -> list[str]:
-    """Values to fold a pattern over: one per recipient first (so >= k hold every fixed
-    token whenever the slot has >= k recipients), then others, `_SAMPLE` or k at most."""
+def _sample(values: Sequence[tuple[str, Item, int]], k: int) -> list[tuple[str, str]]:
+    """(recipient, value) pairs to fold a pattern over: one per recipient first (so >= k
+    hold every fixed token whenever the slot has >= k recipients), then others, `_SAMPLE`
+    or k at most."""
     limit = max(_SAMPLE, k)
-    out: list[str] = []
+    out: list[tuple[str, str]] = []
     users: set[str] = set()
     for user, it, _ in values:
         if user not in users:
             users.add(user)
-            out.append(it.text)
+            out.append((user, it.text))
             if len(out) == limit:
                 return out
-    for _, it, _ in values:
+    for user, it, _ in values:
         if len(out) == limit:
             break
-        out.append(it.text)
+        out.append((user, it.text))
     return out
+
+
+def _shapes(samples: Sequence[tuple[str, str]], k: int) -> list[Pattern]:
+    """The slot's patterns, most specific first: one over every sample, unless the slot
+    has two shapes (``Ava Kim (ava@mail.example)`` in most emails, the address alone in
+    others), whose common tokens lose the majority shape's fixed ones. Then the samples
+    holding every token most samples hold, in order, get a pattern of their own, and the
+    rest get theirs; each group needs >= k recipients (else the rest fall back to the
+    pattern of all), so every fixed token is still held by >= k recipients."""
+    tokens = [(user, tokenize(text)) for user, text in samples]
+    whole = build_pattern([t for _, t in tokens])
+    common = Counter(tok for _, t in tokens for tok in {x.text for x in t})
+    usual = [x for x, n in common.items() if n >= _USUAL * len(tokens)]
+    fixed = {x for x in whole if x is not None}
+    if not usual or set(usual) <= fixed:
+        return [whole]
+    main: list[tuple[str, tuple[Token, ...]]] = []
+    rest: list[tuple[str, tuple[Token, ...]]] = []
+    for user, t in tokens:
+        have = {x.text for x in t}
+        (main if all(x in have for x in usual) else rest).append((user, t))
+    if len({u for u, _ in main}) < k or not rest:
+        return [whole]
+    first = build_pattern([t for _, t in main])
+    if not _structural(first, whole):
+        return [whole]
+    second = build_pattern([t for _, t in rest]) if len({u for u, _ in rest}) >= k else whole
+    return [first, second]
 
 
 def _majority_type(values: Sequence[str]) -> str:
@@ -192,18 +225,61 @@ class _Stretch(NamedTuple):
     """Anchors right before this stretch with nothing between them (column headers)."""
 
 
+def _structural(first: Pattern, whole: Pattern) -> bool:
+    """Whether the tokens `first` has beyond `whole` look like a shape, not chance: each
+    run of them (between holes and `whole`'s tokens) is punctuation or a phrase of two or
+    more tokens. A lone word most values hold by chance (a common word of free text) sits
+    between two holes and splits a value that is one field."""
+    left = Counter(x for x in whole if x is not None)
+    runs: list[list[str]] = []
+    run: list[str] = []
+    for x in (*first, None):
+        if x is not None and left[x] <= 0:
+            run.append(x)
+            continue
+        if x is not None:
+            left[x] -= 1
+        if run:
+            runs.append(run)
+            run = []
+    punct = {t.text for x in first if x is not None for t in tokenize(x) if t.kind == "punct"}
+    return bool(runs) and all(len(r) >= 2 or r[0] in punct for r in runs)
+
+
 def _slot_rules(
     st: _Stretch, slot: Slot, values: list[tuple[str, Item, int]], k: int, context: str
 ) -> tuple[list[FieldRuleValue], str]:
-    """The rules of one slot and the fixed text a later slot's label may take."""
+    """The rules of one slot (a set per shape) and the fixed text a later slot's label may
+    take."""
     if len({u for u, _, _ in values}) < k:
         return [], context
-    pattern = build_pattern([tokenize(t) for t in _sample(values, k)])
-    if HOLE not in pattern:
-        text = label_text(join_tokens([t for t in pattern if t is not None]))
+    patterns = _shapes(_sample(values, k), k)
+    if HOLE not in patterns[-1]:
+        text = label_text(join_tokens([t for t in patterns[-1] if t is not None]))
         return [], text if has_letter(text) else context
     example = Counter(it.xpath for _, it, _ in values).most_common(1)[0][0]
-    matched = [m for m in (match(pattern, it.text) for _, it, _ in values[:200]) if m]
+    left = values[:200]
+    rules: list[FieldRuleValue] = []
+    for pattern in patterns:
+        matched: list[list[str]] = []
+        unmatched: list[tuple[str, Item, int]] = []
+        for v in left:
+            m = match(pattern, v[1].text)
+            (matched.append(m) if m is not None else unmatched.append(v))
+        left = unmatched
+        rules += _pattern_rules(st, slot, pattern, matched, example, context)
+    return rules, context
+
+
+def _pattern_rules(  # noqa: PLR0917 - one slot's shape, as _slot_rules found it
+    st: _Stretch,
+    slot: Slot,
+    pattern: Pattern,
+    matched: Sequence[Sequence[str]],
+    example: str,
+    context: str,
+) -> list[FieldRuleValue]:
+    """The rules of one of a slot's patterns: a field per hole (or per typed part)."""
     rules: list[FieldRuleValue] = []
     hole = -1
     prefix: list[str] = []
@@ -245,7 +321,7 @@ def _slot_rules(
                     part=p,
                 )
             )
-    return rules, context
+    return rules
 
 
 def _stretch_rules(

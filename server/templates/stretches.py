@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 from server.templates.fingerprint import PIECE_SEP
 from server.templates.model import Extracted, ExtractedBlock, FieldRuleValue
-from server.templates.spans import HOLE, match, typed_segments
+from server.templates.spans import HOLE, Pattern, match, typed_segments
 from server.templates.values import normalize
 
 __all__ = ["MAX_ITEMS", "Item", "Slot", "extract", "items_of", "segment", "stretches"]
@@ -125,13 +125,21 @@ class Slot(NamedTuple):
 
 
 def _read(rules: Sequence[FieldRuleValue], it: Item, order: str, out: list[Extracted]) -> None:
-    """The fields of one slot's item, by the slot's pattern."""
-    holes = match(rules[0].pattern, it.text)
-    if holes is None:
-        if rules[0].pattern.count(HOLE) != 1:
-            return
-        holes = [it.text.strip()]  # the fixed words changed: the whole text is the value
+    """The fields of one slot's item, by the first of the slot's patterns that matches."""
+    shapes: dict[Pattern, list[FieldRuleValue]] = {}
     for r in rules:
+        shapes.setdefault(r.pattern, []).append(r)
+    read = next(
+        ((own, got) for pattern, own in shapes.items() if (got := match(pattern, it.text))),
+        None,
+    )
+    if read is None:
+        pattern, own = next(iter(shapes.items()))
+        if len(shapes) > 1 or pattern.count(HOLE) != 1:
+            return
+        read = own, [it.text.strip()]  # the fixed words changed: the whole text is the value
+    own, holes = read
+    for r in own:
         value = holes[r.hole] if r.hole < len(holes) else ""
         if value and r.parts:
             segs = typed_segments(value)

@@ -239,3 +239,45 @@ class TestExtraction:
         assert f.value.startswith("Ship to ")
         assert probe["truth"]["street"] in f.value
         assert "\x1f" not in f.value
+
+
+WORDS = ["river", "stone", "cedar", "orbit", "maple", "ember", "falcon", "quartz"]
+
+
+def _signup(rng: random.Random, *, named: bool) -> tuple[str, str, str]:
+    """A staff notice whose member line is ``Name (address)``, or the address alone when
+    the member gave no name (one slot, two shapes); its note is free text."""
+    name, address = _name(rng), f"{rng.choice(WORDS)}.{rng.randint(1, 999)}@mail.example"
+    member = f"{name} ({address})" if named else address
+    words = [f"{rng.choice(WORDS[1:])}{rng.randint(10, 99)}" for _ in range(rng.randint(6, 14))]
+    if rng.random() < 0.8:  # a common word of the note's language, anywhere in it
+        words.insert(rng.randint(1, len(words)), WORDS[0])
+    note = " ".join(words).capitalize() + "."
+    html = (
+        "<html><body><h1>New member</h1><p>You have a new free member.</p>"
+        f"<p>{member}</p><p>Their note:</p><p>{note}</p><p>Manage your site.</p></body></html>"
+    )
+    return html, (name if named else address), note
+
+
+def test_a_slot_of_two_shapes_gives_each_value_whole() -> None:
+    """Most members give a name (``Name (address)``) and some do not (the address alone): the
+    two shapes get a pattern each, so the name and the address come back as whole values
+    in both, where one pattern over all would return the whole line. A word 80 % of the
+    free-text notes hold, anywhere in them, does not split a note: it stays one value."""
+    rng = random.Random(7)
+    made = [_signup(rng, named=rng.random() < 0.75) for _ in range(60)]
+    emails = [
+        ClusterEmail(f"user-{i}", "staff@site.example", "New member", parse_structure(h).texts, 0)
+        for i, (h, _, _) in enumerate(made)
+    ]
+    rules = form_field_rules(emails, K)
+    for named in (True, False, True):
+        html, first, note = _signup(rng, named=named)
+        fields, _ = fields_of(rules, parse_structure(html).texts, "")
+        values = [f.value for f in fields]
+        assert first in values
+        assert not any("(" in v or ")" in v for v in values)
+        if named:
+            assert any(v.endswith("@mail.example") for v in values)
+        assert note.rstrip(".") in values
