@@ -1,6 +1,6 @@
 """`server.runtime.lifetime`: a child that asks to end with its parent ends when the parent is
-gone, including when the parent was gone before it asked (the SIGKILL end to end is
-`tests/reliability/test_orphans.py`)."""
+gone, including when the parent was gone before it asked, by PDEATHSIG and by the parent
+sentinel (the SIGKILL of `loom serve` end to end is `tests/reliability/test_orphans.py`)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ import multiprocessing
 import os
 import signal
 import time
+from multiprocessing.connection import Connection
 
-from server.runtime.lifetime import exit_with_parent
+from loadtest.processes import kill_all, tree, wait_gone
+from server.runtime.lifetime import _watch_sentinel, exit_with_parent
 
 _NOT_MY_PARENT = 1
 
@@ -38,3 +40,35 @@ class TestExitWithParent:
         child.terminate()
         child.join()
         assert alive
+
+
+def _watching_grandchild(pids: Connection) -> None:
+    """The middle process: forks a child that watches its parent sentinel (the way where
+    there is no PDEATHSIG), reports its pid, then dies by SIGKILL."""
+    child = multiprocessing.get_context("fork").Process(target=_watching)
+    child.start()
+    pids.send(child.pid)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _watching() -> None:
+    _watch_sentinel(signal.SIGTERM)  # nothing watching: it sleeps on, and the test fails
+    time.sleep(30)
+    os._exit(0)
+
+
+class TestWatchSentinel:
+    def test_a_sigkilled_parent_ends_the_watching_child(self) -> None:
+        """The sentinel reads end-of-file once the parent is gone, and the child goes: the
+        pool workers' way everywhere, and the `--workers` children's without PDEATHSIG."""
+        receive, send = multiprocessing.Pipe(duplex=False)
+        middle = multiprocessing.get_context("fork").Process(
+            target=_watching_grandchild, args=(send,)
+        )
+        middle.start()
+        grandchild = receive.recv()
+        middle.join()
+        assert middle.exitcode == -signal.SIGKILL
+        left = wait_gone(tree(grandchild)[:1], 20)
+        kill_all(left)
+        assert left == []
