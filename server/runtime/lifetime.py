@@ -43,14 +43,15 @@ from multiprocessing.connection import wait
 __all__ = ["exit_with_parent", "exit_with_server"]
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+"""Loaded at import, in the parent: a child forked from a threaded process calls, never loads."""
 
 
 def _pdeathsig(signum: int) -> bool:
     """Linux: the kernel sends `signum` here when the thread that forked this process exits."""
-    if not sys.platform.startswith("linux"):
+    if _LIBC is None:
         return False
-    libc = ctypes.CDLL(None, use_errno=True)
-    return bool(libc.prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0) == 0)
+    return bool(_LIBC.prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0) == 0)
 
 
 def _watch_sentinel(signum: int) -> bool:
