@@ -56,6 +56,8 @@ clients: $(TS_DEPS)
 # (scripts/coverage/packages.py; docs/ARCHITECTURE.md "Coverage" keeps a figure and its cost).
 # COVERAGE=processes measures the `loom serve` processes the tests start too (pyproject's
 # [tool.coverage.run]); COVERAGE=0 runs without coverage.
+# At its end it fails if the suite left a Loom process alive (tests/leftovers.py: every process
+# pytest starts carries LOOMTEST_RUN=<this run>; those left are named and killed).
 COVERAGE ?= 1
 COV_ARGS := $(if $(filter-out 0,$(COVERAGE)),--cov --cov-report=term:skip-covered --cov-report=json:coverage.json)
 export COV_SUBPROCESSES := $(if $(filter processes,$(COVERAGE)),subprocess,_exit)
@@ -67,8 +69,10 @@ test: install tools clients lint contract
 	source .engines/env; \
 	rm -f .coverage .coverage.* coverage.json; \
 	status=0; \
-	$(BIN)/pytest -p no:cacheprovider -ra --durations=15 --ignore=tests/image --ignore=tests/compose $(COV_ARGS) $(PYTEST_ARGS) || status=$$?; \
+	run="$$(date +%s%N)-$$$$"; \
+	LOOMTEST_RUN=$$run $(BIN)/pytest -p no:cacheprovider -ra --durations=15 --ignore=tests/image --ignore=tests/compose $(COV_ARGS) $(PYTEST_ARGS) || status=$$?; \
 	if [ -f coverage.json ]; then $(BIN)/python scripts/coverage/packages.py coverage.json; fi; \
+	$(BIN)/python -m tests.leftovers LOOMTEST_RUN=$$run || status=$$(( status ? status : 1 )); \
 	exit $$status
 
 # Release 1.0.0's own tree (tag v1.0.0, or its commit in a clone without tags), extracted into

@@ -16,7 +16,8 @@ any worker).
 The parent forwards SIGTERM/SIGINT (graceful drain) and SIGHUP (certificate reload) to every
 worker. When a worker dies on its own, the parent stops the others and exits non-zero: a
 supervisor (systemd, Kubernetes) restarts the whole server, rather than this process
-quietly running with fewer cores.
+quietly running with fewer cores. When the parent itself dies, even by SIGKILL, every worker
+gets SIGTERM and drains (`server.runtime.lifetime`): none keeps serving the port unsupervised.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from dataclasses import replace
 from types import FrameType
 
 from server.config import Settings
+from server.runtime.lifetime import exit_with_parent
 
 __all__ = ["serve_workers"]
 
@@ -57,13 +59,14 @@ def serve_workers(settings: Settings, workers: int, run: Callable[[Settings, int
         shared = replace(settings, server=replace(settings.server, port=port, reuse_port=True))
         context = multiprocessing.get_context("fork")
         children: list[multiprocessing.process.BaseProcess] = []
+        parent = os.getpid()
         for index in range(workers):
             worker = shared
             if shared.server.metrics_port:
                 metrics = shared.server.metrics_port + index
                 worker = replace(shared, server=replace(shared.server, metrics_port=metrics))
             child = context.Process(
-                target=_child, args=(run, worker, index), name=f"loom-worker-{index}"
+                target=_child, args=(run, worker, index, parent), name=f"loom-worker-{index}"
             )
             child.start()
             children.append(child)
@@ -84,7 +87,10 @@ def serve_workers(settings: Settings, workers: int, run: Callable[[Settings, int
                 signal.signal(sig, handler)
 
 
-def _child(run: Callable[[Settings, int], int], settings: Settings, index: int) -> None:
+def _child(
+    run: Callable[[Settings, int], int], settings: Settings, index: int, parent: int
+) -> None:
+    exit_with_parent(parent, signal.SIGTERM)  # a SIGKILLed parent: drain, then exit
     os._exit(run(settings, index))  # no atexit work inherited from the parent
 
 

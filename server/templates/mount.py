@@ -2,7 +2,9 @@
 CPU stage's process pool, the pipeline's stages and the servicer.
 
 The pool uses ``forkserver``: its workers descend from a clean helper process, never from
-this one, which by now holds gRPC's threads (forking those is unsafe). Closers run in
+this one, which by now holds gRPC's threads (forking those is unsafe). Each worker exits once
+this process is gone, however it went, and the forkserver and resource tracker follow
+(``server.runtime.lifetime``). Closers run in
 reverse: running erasures stop, the pipeline stops, the pool shuts down (pending work cancelled), the store closes.
 """
 
@@ -18,6 +20,7 @@ from loom.v1 import templates_pb2_grpc
 from server.config import Settings
 from server.portable.records import PortableService, ServiceData
 from server.runtime.guard import guard_store
+from server.runtime.lifetime import exit_with_server
 from server.runtime.mounting import Mounted, Resources
 from server.templates.erasure import scheme_params
 from server.templates.handler import POLICIES, TemplateInductionHandler
@@ -36,7 +39,9 @@ async def mount(server: grpc.aio.Server, settings: Settings, resources: Resource
     t = settings.templates
     store = await factory.open_template_store(settings, email_ttl_s=t.email_ttl_s)
     executor = ProcessPoolExecutor(
-        max_workers=max(1, t.cpu_workers), mp_context=multiprocessing.get_context("forkserver")
+        max_workers=max(1, t.cpu_workers),
+        mp_context=multiprocessing.get_context("forkserver"),
+        initializer=exit_with_server,  # a SIGKILLed server leaves no worker (nor helper) behind
     )
     loop = asyncio.get_running_loop()
     await asyncio.gather(*(loop.run_in_executor(executor, warm_up) for _ in range(t.cpu_workers)))
