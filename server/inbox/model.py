@@ -142,8 +142,9 @@ def delivery_id_for(
 
 
 def legacy_delivery_id_for(thread_id: str, message_id: int) -> str:
-    """The delivery id 1.0.0 gave a large post, from (thread, message) alone: still looked
-    up, so a retry of a post accepted by 1.0.0 finds the delivery it was answered with."""
+    """The delivery id earlier releases (1.0.0 on) gave a large post, from (thread, message)
+    alone: still looked up, so a retry of a post they accepted finds the delivery it was
+    answered with."""
     return _encode(hashlib.sha256(f"{thread_id}\x00{message_id}".encode()).digest())
 
 

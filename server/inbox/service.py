@@ -187,12 +187,14 @@ class InboxService:
     ) -> tuple[str, DeliveryRecord | None]:
         """The delivery this post is a retry of (its id and stored record), else its own id.
 
-        The request's own id first. Then the id 1.0.0 gave every post of (thread, message):
-        that delivery is this post's only when it was the same request, i.e. the same
-        sender and recipient count, and the same recipients while their list is stored
-        (running or failed). A done 1.0.0 delivery kept no list, so a matching retry runs
-        it again for this request's recipients under its id (inboxes already holding the
-        message change nothing): the retry finds its delivery and nobody is left out.
+        The request's own id first. Then the id earlier releases gave every post of
+        (thread, message): that delivery is this post's only when it was the same request,
+        i.e. the same sender and recipient count, and the same recipients while their list
+        is stored (running or failed). A done one kept no list, so a matching retry runs it
+        again for this request's recipients under its id (inboxes already holding the
+        message change nothing): the retry finds its delivery and nobody is left out. (Of
+        the same sender and count, a post reusing the key for other inboxes cannot be told
+        from that retry: it reaches them under that id too.)
         """
         stored = await self._store.get_delivery(plan.delivery_id)
         if stored is not None:
