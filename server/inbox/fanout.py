@@ -103,6 +103,13 @@ class FanoutStage:
         job = self._active.get(delivery_id)
         return None if job is None else job.record
 
+    def posting(self, thread_id: str, message_id: int) -> bool:
+        """Whether a delivery of (thread_id, message_id) is queued or running here."""
+        return any(
+            job.record.thread_id == thread_id and job.record.message_id == message_id
+            for job in self._active.values()
+        )
+
     def has_room(self) -> bool:
         """Whether `submit` would be accepted now."""
         return not self._queue.full()

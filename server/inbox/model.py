@@ -19,6 +19,7 @@ __all__ = [
     "Post",
     "PostResult",
     "delivery_id_for",
+    "legacy_delivery_id_for",
     "plan_fanout",
 ]
 
@@ -88,6 +89,9 @@ class FanoutPlan:
     recipients: list[str]
     """Distinct recipient inboxes in request order, the sender left out (delivered unread)."""
     background: bool
+    delivery_id: str = ""
+    """The background delivery's id (`delivery_id_for`); empty for a post delivered in the
+    call."""
 
 
 OFF_LOOP_RECIPIENTS = 20_000
@@ -108,15 +112,41 @@ def plan_fanout(post: Post, *, sync_max: int) -> FanoutPlan:
     neighbouring inserts, where 300,000 recipients in request order scattered them (a
     shuffled announcement's fan-out took 1.7x as long)."""
     recipients = sorted(set(post.recipient_inbox_ids) - {post.sender_inbox_id})
+    background = len(recipients) > sync_max
     return FanoutPlan(
         sender=post.sender_inbox_id,
         recipients=recipients,
-        background=len(recipients) > sync_max,
+        background=background,
+        delivery_id=(
+            delivery_id_for(post.thread_id, post.message_id, post.sender_inbox_id, recipients)
+            if background
+            else ""
+        ),
     )
 
 
-def delivery_id_for(thread_id: str, message_id: int) -> str:
-    """The delivery id of a post: derived from (thread, message) so a retry finds its
-    delivery without any lookup table, and two servers agree on it."""
-    digest = hashlib.sha256(f"{thread_id}\x00{message_id}".encode()).digest()[:15]
-    return "dlv_" + base64.urlsafe_b64encode(digest).decode("ascii")
+def delivery_id_for(
+    thread_id: str, message_id: int, sender_inbox_id: str, recipients: Sequence[str]
+) -> str:
+    """The delivery id of a large post: derived from the whole request (the key, the sender
+    and the planned recipient set), so a retry finds its delivery without any lookup table
+    and two servers agree on it, while a post reusing the key for another sender or other
+    recipients gets a delivery of its own (PostMessage's rule: the new recipients are
+    delivered too). `recipients` is the plan's sorted, distinct list: the order and the
+    duplicates of the request do not change the id. Ids hold no NUL (validated), so the
+    joined bytes name one request only."""
+    h = hashlib.sha256(b"loom.delivery.v2\x00")
+    h.update(f"{thread_id}\x00{message_id}\x00{sender_inbox_id}".encode())
+    h.update("".join(f"\x00{r}" for r in recipients).encode())
+    return _encode(h.digest())
+
+
+def legacy_delivery_id_for(thread_id: str, message_id: int) -> str:
+    """The delivery id earlier releases (1.0.0 on) gave a large post, from (thread, message)
+    alone: still looked up, so a retry of a post they accepted finds the delivery it was
+    answered with."""
+    return _encode(hashlib.sha256(f"{thread_id}\x00{message_id}".encode()).digest())
+
+
+def _encode(digest: bytes) -> str:
+    return "dlv_" + base64.urlsafe_b64encode(digest[:15]).decode("ascii")

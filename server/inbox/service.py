@@ -6,8 +6,11 @@
 - PostMessage: the sender's row is advanced as read and every distinct recipient's as
   unread (idempotent in the store: last_message_id only grows). Up to `sync_fanout_max`
   recipients are delivered within the call; more go to the bounded background stage under
-  a delivery id derived from (thread_id, message_id), so a retry finds the same delivery,
-  resumes it when it failed, and never delivers twice.
+  a delivery id derived from the whole request (thread_id, message_id, the sender, the
+  recipient set), so a retry finds the same delivery, resumes it when it failed, and never
+  delivers twice. One rule for both sizes: a post reusing (thread_id, message_id) for
+  another sender or other recipients delivers to them too (a large one with a delivery of
+  its own); inboxes that already hold the message change nothing.
 - ListInbox: the whole inbox (bounded by trimming) is read, filtered and sorted here; an
   inbox seen above its cap is queued for a trim, as Yammer trimmed on read.
 - GetUnreadCount: the materialized unread rows, never the inbox.
@@ -29,12 +32,13 @@ from server.inbox.fanout import FanoutJob, FanoutStage
 from server.inbox.listing import select_page
 from server.inbox.model import (
     OFF_LOOP_RECIPIENTS,
+    FanoutPlan,
     InboxFilter,
     MarkResult,
     Page,
     Post,
     PostResult,
-    delivery_id_for,
+    legacy_delivery_id_for,
     plan_fanout,
 )
 from server.inbox.pagetoken import Cursor
@@ -141,12 +145,13 @@ class InboxService:
 
         Called before the recipient list is validated or de-duplicated: under a flood of
         announcements, per-id work on refused posts would hold the event loop and starve
-        GetUnreadCount (the bulkhead isolation test). A post already running here is let
-        through so its retry still learns its delivery id.
+        GetUnreadCount (the bulkhead isolation test). A post whose key is running here is
+        let through so its retry still learns its delivery id (a post reusing the key for
+        other recipients is then refused by `_post_in_background`, once parsed).
         """
         if recipients <= self._settings.sync_fanout_max or self.fanout.has_room():
             return
-        if self.fanout.live(delivery_id_for(thread_id, message_id)) is None:
+        if not self.fanout.posting(thread_id, message_id):
             self.fanout.refused += 1
             raise ResourceExhausted("inbox fan-out queue is full; retry PostMessage later")
 
@@ -169,7 +174,7 @@ class InboxService:
                 )
                 self.trimmer.on_delivered([*sender, *chunk])
             return PostResult(True, "", 1 + len(plan.recipients))
-        return await self._post_in_background(post, plan.recipients)
+        return await self._post_in_background(post, plan)
 
     async def _deliver_sender(self, post: Post) -> None:
         await self._store.deliver(
@@ -177,12 +182,44 @@ class InboxService:
         )
         self.trimmer.on_delivered([post.sender_inbox_id])
 
-    async def _post_in_background(self, post: Post, recipients: list[str]) -> PostResult:
-        delivery_id = delivery_id_for(post.thread_id, post.message_id)
+    async def _find_delivery(
+        self, post: Post, plan: FanoutPlan
+    ) -> tuple[str, DeliveryRecord | None]:
+        """The delivery this post is a retry of (its id and stored record), else its own id.
+
+        The request's own id first. Then the id earlier releases gave every post of
+        (thread, message): that delivery is this post's only when it was the same request,
+        i.e. the same sender and recipient count, and the same recipients while their list
+        is stored (running or failed). A done one kept no list, so a matching retry runs it
+        again for this request's recipients under its id (inboxes already holding the
+        message change nothing): the retry finds its delivery and nobody is left out. (Of
+        the same sender and count, a post reusing the key for other inboxes cannot be told
+        from that retry: it reaches them under that id too.)
+        """
+        stored = await self._store.get_delivery(plan.delivery_id)
+        if stored is not None:
+            return plan.delivery_id, stored
+        legacy_id = legacy_delivery_id_for(post.thread_id, post.message_id)
+        legacy = await self._store.get_delivery(legacy_id)
+        if (
+            legacy is None
+            or legacy.sender_inbox_id != plan.sender
+            or legacy.total != len(plan.recipients)
+        ):
+            return plan.delivery_id, None
+        if legacy.state == "done":
+            return legacy_id, replace(legacy, done=0, state="running", error="")
+        listed = await self._store.load_recipients(legacy_id)
+        if listed is not None and not await _same_set(listed, plan.recipients):
+            return plan.delivery_id, None
+        return legacy_id, legacy
+
+    async def _post_in_background(self, post: Post, plan: FanoutPlan) -> PostResult:
+        recipients = plan.recipients
+        delivery_id, stored = await self._find_delivery(post, plan)
         live = self.fanout.live(delivery_id)
         if live is not None:
             return PostResult(False, delivery_id, 1 + live.done)
-        stored = await self._store.get_delivery(delivery_id)
         if stored is not None and stored.state == "done":
             return PostResult(True, delivery_id, 1 + stored.total)
         if not self.fanout.has_room():
@@ -334,3 +371,13 @@ class InboxService:
         self.counts.inboxes_deleted += 1
         self.watching.tail.erased(inbox_id)
         return removed
+
+
+async def _same_set(listed: list[str], planned: list[str]) -> bool:
+    """Whether a stored recipient list (in request order when 1.0.0 stored it) names the
+    planned recipients; off the event loop when long."""
+    if len(listed) != len(planned):
+        return False
+    if len(listed) > OFF_LOOP_RECIPIENTS:
+        return await asyncio.to_thread(lambda: set(listed) == set(planned))
+    return set(listed) == set(planned)

@@ -93,7 +93,9 @@ async def _upgrade(tmp_path: Path, env: dict[str, str], stores: dict[str, str]) 
     old_server = loom_process(tmp_path, env=old_env, data_dir=data, program=release.program())
     async with old_server as old, grpc.aio.insecure_channel(old.target) as channel:
         job_id, objects = await workload.write(channel)
+        delivery_id = await workload.announce(channel)
         before = await workload.read(channel, job_id)
+        before["announcement"] = await workload.delivered(channel, delivery_id)
     assert objects, "the 1.0.0 job emitted nothing"
     assert _versions(data) == {}  # 1.0.0 records no version
     old_layout_keys = _keys_in_old_column(data) if "iterator_state" not in stores else 0
@@ -106,7 +108,9 @@ async def _upgrade(tmp_path: Path, env: dict[str, str], stores: dict[str, str]) 
     async with loom_process(tmp_path, env=env, data_dir=data) as new:
         async with grpc.aio.insecure_channel(new.target) as channel:
             after = await workload.read(channel, job_id)
+            after["announcement"] = await workload.delivered(channel, delivery_id)
             await workload.write_more(channel, objects)
+            await workload.announce_again(channel, delivery_id)
         migrated = [line for line in new.log_lines() if line.get("event") == "store migrated"]
 
     assert after == before

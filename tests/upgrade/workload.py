@@ -251,3 +251,58 @@ async def write_more(channel: grpc.aio.Channel, first_objects: list[int]) -> Non
         iterator_pb2.StartIterationRequest(enterprise_id=1, level="file", require_ack=False)
     )
     assert await drain(it, job.job_id) == first_objects
+
+
+ANNOUNCED = [f"all{i:04d}" for i in range(1500)]
+"""An announcement's recipients: above 1.0.0's sync_fanout_max (1,000), a background fan-out."""
+
+
+def _announcement(recipients: list[str]) -> inbox_pb2.PostMessageRequest:
+    return inbox_pb2.PostMessageRequest(
+        thread_id="news",
+        message_id=300,
+        sender_inbox_id="announcer",
+        recipient_inbox_ids=recipients,
+    )
+
+
+async def delivered(channel: grpc.aio.Channel, delivery_id: str) -> dict[str, Any]:
+    """GetDelivery's answer once the delivery is DONE."""
+    ib = inbox_pb2_grpc.InboxStub(channel)
+    done = await eventually(
+        lambda: ib.GetDelivery(inbox_pb2.GetDeliveryRequest(delivery_id=delivery_id)),
+        lambda d: d.state == inbox_pb2.DELIVERY_STATE_DONE,
+        timeout_s=60.0,
+    )
+    return _doc(done)
+
+
+async def announce(channel: grpc.aio.Channel) -> str:
+    """A large post (its delivery id, once DONE)."""
+    reply = await inbox_pb2_grpc.InboxStub(channel).PostMessage(_announcement(ANNOUNCED))
+    assert reply.delivery_id
+    assert not reply.delivered
+    await delivered(channel, reply.delivery_id)
+    return str(reply.delivery_id)
+
+
+async def announce_again(channel: grpc.aio.Channel, delivery_id: str) -> None:
+    """The announcement's retry finds its delivery (stored by 1.0.0 under an id of the key
+    alone); the same key with other recipients reaches them with a delivery of its own."""
+    ib = inbox_pb2_grpc.InboxStub(channel)
+    retry = await ib.PostMessage(_announcement(list(reversed(ANNOUNCED))))
+    assert retry.delivery_id == delivery_id
+    # Fewer recipients: 1.0.0 kept no digest of its request, so a done delivery of as many
+    # recipients, same sender, is taken for this post's (and run again for its recipients).
+    others = [f"more{i:04d}" for i in range(1499)]
+    reply = await ib.PostMessage(_announcement(others))
+    assert reply.delivery_id not in ("", delivery_id), (reply, delivery_id)
+    first, second = (
+        await delivered(channel, delivery_id),
+        await delivered(channel, reply.delivery_id),
+    )
+    assert first["progress"] == {"done": "1500", "total": "1500"}, first
+    assert second["progress"] == {"done": "1499", "total": "1499"}, second
+    for inbox in (ANNOUNCED[0], ANNOUNCED[-1], others[0], others[-1]):
+        count = await ib.GetUnreadCount(inbox_pb2.GetUnreadCountRequest(inbox_id=inbox))
+        assert count.unread_count == 1, inbox

@@ -46,7 +46,13 @@ type InboxClient interface {
 	// in the background and return a delivery_id for GetDelivery.
 	// Idempotent, safe to retry: (thread_id, message_id) is the idempotency
 	// key, so a re-sent post never delivers twice (a background fan-out
-	// answers with the same delivery_id). RESOURCE_EXHAUSTED (fan-out queue
+	// answers with the same delivery_id). The same rule holds for both sizes:
+	// a post that reuses the key with another sender or other recipients is
+	// not a retry, and every inbox it names gets the message too (a
+	// background one with a delivery_id of its own); an inbox already holding
+	// the message is left as it is, so nobody gets it twice. The order and
+	// the duplicates of recipient_inbox_ids do not matter: a retry listing the
+	// same inboxes is the same request. RESOURCE_EXHAUSTED (fan-out queue
 	// full) is returned before any inbox is touched.
 	PostMessage(ctx context.Context, in *PostMessageRequest, opts ...grpc.CallOption) (*PostMessageResponse, error)
 	// Progress of a background fan-out. NOT_FOUND for an unknown delivery.
@@ -259,7 +265,13 @@ type InboxServer interface {
 	// in the background and return a delivery_id for GetDelivery.
 	// Idempotent, safe to retry: (thread_id, message_id) is the idempotency
 	// key, so a re-sent post never delivers twice (a background fan-out
-	// answers with the same delivery_id). RESOURCE_EXHAUSTED (fan-out queue
+	// answers with the same delivery_id). The same rule holds for both sizes:
+	// a post that reuses the key with another sender or other recipients is
+	// not a retry, and every inbox it names gets the message too (a
+	// background one with a delivery_id of its own); an inbox already holding
+	// the message is left as it is, so nobody gets it twice. The order and
+	// the duplicates of recipient_inbox_ids do not matter: a retry listing the
+	// same inboxes is the same request. RESOURCE_EXHAUSTED (fan-out queue
 	// full) is returned before any inbox is touched.
 	PostMessage(context.Context, *PostMessageRequest) (*PostMessageResponse, error)
 	// Progress of a background fan-out. NOT_FOUND for an unknown delivery.

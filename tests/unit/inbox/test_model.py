@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 from typing import ClassVar
 
 from server.inbox import pagetoken
 from server.inbox.listing import select_page
-from server.inbox.model import InboxFilter, Post, delivery_id_for, plan_fanout
+from server.inbox.model import (
+    InboxFilter,
+    Post,
+    delivery_id_for,
+    legacy_delivery_id_for,
+    plan_fanout,
+)
 from storage.ports import InboxEntry
 
 
@@ -36,12 +44,38 @@ class TestPlanFanout:
 
 
 class TestDeliveryId:
-    def test_deterministic_per_thread_and_message(self) -> None:
-        """A retry derives the same id; another message or thread gets another id."""
-        assert delivery_id_for("t", 1) == delivery_id_for("t", 1)
-        assert delivery_id_for("t", 1) != delivery_id_for("t", 2)
-        assert delivery_id_for("t1", 1) != delivery_id_for("t", 11)
-        assert len(delivery_id_for("t", 1).encode()) <= 256
+    def test_deterministic_per_request(self) -> None:
+        """A retry derives the same id; another message, thread, sender or recipient set
+        gets another id, and so does the key alone (1.0.0's id)."""
+        ids = {
+            delivery_id_for("t", 1, "s", ["a", "b"]),
+            delivery_id_for("t", 2, "s", ["a", "b"]),
+            delivery_id_for("t1", 1, "s", ["a", "b"]),
+            delivery_id_for("t", 11, "s", ["a", "b"]),
+            delivery_id_for("t", 1, "z", ["a", "b"]),
+            delivery_id_for("t", 1, "s", ["a", "c"]),
+            delivery_id_for("t", 1, "s", ["ab"]),
+            delivery_id_for("t", 1, "s", ["a"]),
+            legacy_delivery_id_for("t", 1),
+        }
+        assert len(ids) == 9
+        assert delivery_id_for("t", 1, "s", ["a", "b"]) == delivery_id_for("t", 1, "s", ["a", "b"])
+        assert all(len(i.encode()) <= 256 and i.startswith("dlv_") for i in ids)
+
+    def test_the_plan_names_the_same_delivery_whatever_the_order(self) -> None:
+        """Reordered, duplicated, or with the sender listed: the same request, the same id;
+        a post delivered in the call has none."""
+        one = plan_fanout(Post("t", 1, "s", ["b", "a", "c"]), sync_max=2)
+        two = plan_fanout(Post("t", 1, "s", ["c", "a", "b", "a", "s"]), sync_max=2)
+        assert one.delivery_id == two.delivery_id == delivery_id_for("t", 1, "s", ["a", "b", "c"])
+        assert plan_fanout(Post("t", 1, "s", ["a", "b"]), sync_max=2).delivery_id == ""
+
+    def test_legacy_id_is_the_one_1_0_0_gave(self) -> None:
+        """The id 1.0.0 derived from (thread, message) alone, pinned: a retry of a post it
+        accepted must find that delivery."""
+        assert legacy_delivery_id_for("t1", 9) == "dlv_" + base64.urlsafe_b64encode(
+            hashlib.sha256(b"t1\x009").digest()[:15]
+        ).decode("ascii")
 
 
 class TestSelectPage:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from server.inbox.fanout import RELEASED_MS
-from server.inbox.model import Post, delivery_id_for
+from server.inbox.model import Post, legacy_delivery_id_for
 from server.inbox.service import InboxService
 from server.inbox.settings import InboxSettings
 from storage.ports import DeliveryRecord
@@ -103,8 +103,9 @@ async def test_a_retried_post_resumes_from_the_stored_progress(tmp_path: Path) -
 
 
 async def test_a_retry_resumes_a_list_stored_in_another_order(tmp_path: Path) -> None:
-    """A delivery whose recipient list an earlier release stored in request order (not
-    sorted): the retry resumes that stored list from its progress, skipping no one."""
+    """A delivery 1.0.0 stored (its id from the key alone, its recipient list in request
+    order, not sorted): the retry resumes that stored list from its progress under that id,
+    skipping no one."""
     store = await SqliteInboxStore.open(tmp_path / "inbox.sqlite3", synchronous="NORMAL")
     settings = fanout_settings(1, adopt_interval_s=3600.0)
     try:
@@ -128,7 +129,7 @@ async def test_a_retry_resumes_a_list_stored_in_another_order(tmp_path: Path) ->
 
 def _running(service: InboxService, *, done: int) -> DeliveryRecord:
     return DeliveryRecord(
-        delivery_id=delivery_id_for("news", 42),
+        delivery_id=legacy_delivery_id_for("news", 42),
         thread_id="news",
         message_id=42,
         sender_inbox_id="ceo",

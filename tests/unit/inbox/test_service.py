@@ -87,7 +87,7 @@ class TestPostInTheBackground:
         """Above sync_fanout_max the call returns the delivery id with only the sender
         updated; the stage then delivers every recipient and GetDelivery says DONE."""
         result = await started.post(Post("t1", 9, "boss", MANY))
-        delivery_id = delivery_id_for("t1", 9)
+        delivery_id = delivery_id_for("t1", 9, "boss", MANY)
         assert (result.delivered, result.delivery_id) == (False, delivery_id)
         assert result.inboxes_updated >= 1
 
@@ -124,14 +124,14 @@ class TestPostInTheBackground:
             await inbox.post(Post("t2", 1, "chief", others))
         assert await store.scan_inbox("chief", 10) == []
         assert await unread(store, others) == [0] * 8
-        assert await store.get_delivery(delivery_id_for("t2", 1)) is None
+        assert await store.get_delivery(delivery_id_for("t2", 1, "chief", others)) is None
 
     async def test_a_failed_delivery_is_resumed_by_a_retry_from_its_progress(
         self, store: SqliteInboxStore, started: InboxService
     ) -> None:
         """A stored FAILED delivery with 4 of 8 done: the retried post resumes it at 4 (the
         first four recipients are not written again) and finishes it."""
-        delivery_id = delivery_id_for("t1", 9)
+        delivery_id = delivery_id_for("t1", 9, "boss", MANY)
         await store.save_delivery(
             DeliveryRecord(
                 delivery_id=delivery_id,
@@ -179,7 +179,7 @@ class TestAdmit:
         inbox = service(store)
         await inbox.post(Post("t1", 9, "boss", MANY))
         again = await inbox.admit("t1", 9, len(MANY), lambda: Post("t1", 9, "boss", MANY))
-        assert again.delivery_id == delivery_id_for("t1", 9)
+        assert again.delivery_id == delivery_id_for("t1", 9, "boss", MANY)
         small = await inbox.admit("t3", 1, 1, lambda: Post("t3", 1, "boss", ["a"]))
         assert small == PostResult(True, "", 2)
         assert inbox.fanout.refused == 0

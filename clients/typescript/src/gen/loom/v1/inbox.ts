@@ -2695,7 +2695,13 @@ export const InboxService = {
    * in the background and return a delivery_id for GetDelivery.
    * Idempotent, safe to retry: (thread_id, message_id) is the idempotency
    * key, so a re-sent post never delivers twice (a background fan-out
-   * answers with the same delivery_id). RESOURCE_EXHAUSTED (fan-out queue
+   * answers with the same delivery_id). The same rule holds for both sizes:
+   * a post that reuses the key with another sender or other recipients is
+   * not a retry, and every inbox it names gets the message too (a
+   * background one with a delivery_id of its own); an inbox already holding
+   * the message is left as it is, so nobody gets it twice. The order and
+   * the duplicates of recipient_inbox_ids do not matter: a retry listing the
+   * same inboxes is the same request. RESOURCE_EXHAUSTED (fan-out queue
    * full) is returned before any inbox is touched.
    */
   postMessage: {
@@ -2889,7 +2895,13 @@ export interface InboxServer extends UntypedServiceImplementation {
    * in the background and return a delivery_id for GetDelivery.
    * Idempotent, safe to retry: (thread_id, message_id) is the idempotency
    * key, so a re-sent post never delivers twice (a background fan-out
-   * answers with the same delivery_id). RESOURCE_EXHAUSTED (fan-out queue
+   * answers with the same delivery_id). The same rule holds for both sizes:
+   * a post that reuses the key with another sender or other recipients is
+   * not a retry, and every inbox it names gets the message too (a
+   * background one with a delivery_id of its own); an inbox already holding
+   * the message is left as it is, so nobody gets it twice. The order and
+   * the duplicates of recipient_inbox_ids do not matter: a retry listing the
+   * same inboxes is the same request. RESOURCE_EXHAUSTED (fan-out queue
    * full) is returned before any inbox is touched.
    */
   postMessage: handleUnaryCall<PostMessageRequest, PostMessageResponse>;
@@ -2989,7 +3001,13 @@ export interface InboxClient extends Client {
    * in the background and return a delivery_id for GetDelivery.
    * Idempotent, safe to retry: (thread_id, message_id) is the idempotency
    * key, so a re-sent post never delivers twice (a background fan-out
-   * answers with the same delivery_id). RESOURCE_EXHAUSTED (fan-out queue
+   * answers with the same delivery_id). The same rule holds for both sizes:
+   * a post that reuses the key with another sender or other recipients is
+   * not a retry, and every inbox it names gets the message too (a
+   * background one with a delivery_id of its own); an inbox already holding
+   * the message is left as it is, so nobody gets it twice. The order and
+   * the duplicates of recipient_inbox_ids do not matter: a retry listing the
+   * same inboxes is the same request. RESOURCE_EXHAUSTED (fan-out queue
    * full) is returned before any inbox is touched.
    */
   postMessage(
