@@ -44,6 +44,7 @@ __all__ = [
     "configure",
     "current_link",
     "enabled",
+    "flush",
     "linked",
     "parse_traceparent",
     "rpc_ended",
@@ -87,7 +88,7 @@ def _wanted(env: Mapping[str, str]) -> bool:
     )
 
 
-def configure(env: Mapping[str, str] | None = None) -> bool:
+def configure() -> bool:
     """Turns tracing on when the ``OTEL_*`` variables ask for it; whether it is on.
 
     The exporter (OTLP over gRPC; another ``OTEL_EXPORTER_OTLP_PROTOCOL`` is refused), its
@@ -95,7 +96,7 @@ def configure(env: Mapping[str, str] | None = None) -> bool:
     read their own standard variables; ``OTEL_SERVICE_NAME`` names the service (``loom``
     when unset). Called once per serving process."""
     global _tracer, _provider  # noqa: PLW0603 - one provider per process, like logging's set-up
-    env = os.environ if env is None else env
+    env = os.environ
     if _tracer is not None or not _wanted(env):
         return _tracer is not None
     # Imported only when on: a server with tracing off never loads the SDK or the exporter.
@@ -117,6 +118,12 @@ def configure(env: Mapping[str, str] | None = None) -> bool:
     _provider = provider
     _tracer = provider.get_tracer("loom")
     return True
+
+
+def flush(timeout_s: float = 10.0) -> bool:
+    """Exports every span ended so far now (instead of at the batch's next tick); whether
+    all went out in `timeout_s`."""
+    return _provider is None or bool(_provider.force_flush(int(timeout_s * 1000)))
 
 
 def shutdown() -> None:
