@@ -147,7 +147,10 @@ class RpcSpan:
     def __init__(self, span: trace.Span, token: object) -> None:
         self.span = span
         self.token = token
-        self.trace_id = format(span.get_span_context().trace_id, "032x")
+        found = span.get_span_context()
+        self.trace_id = format(found.trace_id, "032x") if found.trace_flags.sampled else ""
+        """The trace id when the trace is kept ("" when the sampler dropped it: no log line
+        or exemplar then names a trace that was never exported)."""
 
 
 def rpc_started(method: str, metadata: Sequence[tuple[str, Any]] | None) -> RpcSpan | None:
@@ -165,7 +168,8 @@ def rpc_started(method: str, metadata: Sequence[tuple[str, Any]] | None) -> RpcS
         attributes={"rpc.system": "grpc", "rpc.service": service, "rpc.method": name},
     )
     rpc = RpcSpan(span, otel_context.attach(trace.set_span_in_context(span)))
-    structlog.contextvars.bind_contextvars(trace_id=rpc.trace_id)
+    if rpc.trace_id:
+        structlog.contextvars.bind_contextvars(trace_id=rpc.trace_id)
     return rpc
 
 
@@ -179,7 +183,8 @@ def rpc_ended(rpc: RpcSpan, code: grpc.StatusCode) -> None:
     span.end()
     with contextlib.suppress(ValueError):  # a stream's last step may run in another context
         otel_context.detach(rpc.token)  # type: ignore[arg-type]
-    structlog.contextvars.unbind_contextvars("trace_id")
+    if rpc.trace_id:
+        structlog.contextvars.unbind_contextvars("trace_id")
 
 
 def _length(value: object) -> int | None:

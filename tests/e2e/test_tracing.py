@@ -21,7 +21,7 @@ import grpc
 import pytest
 import pytest_asyncio
 import structlog
-from loom.v1 import inbox_pb2, inbox_pb2_grpc, iterator_pb2_grpc
+from loom.v1 import inbox_pb2, inbox_pb2_grpc, iterator_pb2_grpc, templates_pb2, templates_pb2_grpc
 from loom.v1 import iterator_pb2 as it
 
 from server.runtime import tracing
@@ -274,3 +274,37 @@ class TestIteratorChunks:
             stored = [s for s in spans if s.get("parentSpanId") == chunk["spanId"]]
             assert stored
             assert all(s["kind"] == CLIENT for s in stored)
+
+
+class TestTemplateInductionCpuStage:
+    async def test_a_cpu_batch_links_to_the_request_of_its_emails(self, traced: Traced) -> None:
+        """SubmitEmails answers at once; the CPU stage's batch that parses its emails later
+        is a span of its own trace, linked to the SubmitEmails span."""
+        trace_id, _, metadata = _caller()
+        stub = templates_pb2_grpc.TemplateInductionStub(traced.running.channel)
+        emails = [
+            templates_pb2.Email(
+                email_id=unique("e"),
+                sender="orders@shop.example",
+                recipient_id=unique("u"),
+                subject=f"Your order {i}",
+                html_body=f"<html><body><p>Thanks for your order {i}</p></body></html>",
+            )
+            for i in range(3)
+        ]
+        await stub.SubmitEmails(templates_pb2.SubmitEmailsRequest(emails=emails), metadata=metadata)
+
+        def complete(spans: list[dict[str, Any]]) -> bool:
+            submitted = [s for s in spans if s["traceId"] == trace_id and s["kind"] == SERVER]
+            return bool(submitted) and any(
+                s["name"] == "templates.cpu_batch" and _links_to(s, submitted[0]) for s in spans
+            )
+
+        spans = await _read_back(traced, complete, "SubmitEmails and its CPU batch exported")
+        (submitted,) = [s for s in spans if s["traceId"] == trace_id and s["kind"] == SERVER]
+        assert submitted["name"] == "loom.v1.TemplateInduction/SubmitEmails"
+        batches = [
+            s for s in spans if s["name"] == "templates.cpu_batch" and _links_to(s, submitted)
+        ]
+        assert sum(int(_attrs(b)["loom.emails"]) for b in batches) >= 1
+        assert all(b["traceId"] != trace_id and b["kind"] == CONSUMER for b in batches)
