@@ -80,7 +80,7 @@ async def _drive(target: str, seconds: float, concurrency: int, tally: Tally) ->
 def _report(name: str, tally: Tally) -> str:
     cuts = statistics.quantiles(tally.latencies, n=100)
     return (
-        f"{name:12} {tally.calls / tally.seconds:8.0f} calls/s   p50 {cuts[49] * 1e3:6.2f} ms"
+        f"{name:14} {tally.calls / tally.seconds:8.0f} calls/s   p50 {cuts[49] * 1e3:6.2f} ms"
         f"   p99 {cuts[98] * 1e3:6.2f} ms   server CPU {tally.cpu_s / tally.calls * 1e6:6.1f}"
         " us/call"
     )
