@@ -26,8 +26,8 @@ from loom.v1 import iterator_pb2 as it
 
 from server.runtime import tracing
 from storage.sqlite.demo_source import write_demo_source
-from tests.engines import COLLECTOR, require, settings_for, unique
-from tests.serving import Running, eventually, free_port, running_server
+from tests.engines import COLLECTOR, REPO, require, settings_for, unique
+from tests.serving import Running, eventually, free_port, loom_process, running_server
 
 pytestmark = pytest.mark.engine(COLLECTOR)
 
@@ -46,19 +46,24 @@ class Traced:
 
     def spans(self) -> list[dict[str, Any]]:
         """This server's spans the collector has written so far (OTLP/JSON, flattened)."""
-        found: list[dict[str, Any]] = []
-        for line in self.spans_file.read_text(encoding="utf-8").splitlines():
-            for resource in json.loads(line).get("resourceSpans", ()):
-                names = [
-                    a["value"].get("stringValue")
-                    for a in resource["resource"].get("attributes", ())
-                    if a["key"] == "service.name"
-                ]
-                if names != [self.service]:
-                    continue
-                for scope in resource.get("scopeSpans", ()):
-                    found.extend(scope.get("spans", ()))
-        return found
+        return _exported(self.spans_file, self.service)
+
+
+def _exported(spans_file: Path, service: str) -> list[dict[str, Any]]:
+    """The spans of `service` in the collector's file so far (OTLP/JSON, flattened)."""
+    found: list[dict[str, Any]] = []
+    for line in spans_file.read_text(encoding="utf-8").splitlines():
+        for resource in json.loads(line).get("resourceSpans", ()):
+            names = [
+                a["value"].get("stringValue")
+                for a in resource["resource"].get("attributes", ())
+                if a["key"] == "service.name"
+            ]
+            if names != [service]:
+                continue
+            for scope in resource.get("scopeSpans", ()):
+                found.extend(scope.get("spans", ()))
+    return found
 
 
 def _attrs(span: dict[str, Any]) -> dict[str, Any]:
@@ -308,3 +313,44 @@ class TestTemplateInductionCpuStage:
         ]
         assert sum(int(_attrs(b)["loom.emails"]) for b in batches) >= 1
         assert all(b["traceId"] != trace_id and b["kind"] == CONSUMER for b in batches)
+
+
+class TestLoomServe:
+    async def test_a_serving_process_exports_as_its_otel_variables_say(
+        self, tmp_path: Path
+    ) -> None:
+        """`loom serve` with OTEL_EXPORTER_OTLP_ENDPOINT exports its spans (the last ones on
+        SIGTERM), and its JSON log line of the call names the trace."""
+        require(COLLECTOR)
+        service = unique("loom-serve-")
+        env = {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": os.environ["LOOM_TEST_OTELCOL_ENDPOINT"],
+            "OTEL_SERVICE_NAME": service,
+            "PYTHONPATH": str(REPO),  # this tree's server, whichever the venv installed
+        }
+        trace_id, parent_id, metadata = _caller()
+        async with (
+            loom_process(tmp_path, env=env) as served,
+            grpc.aio.insecure_channel(served.target) as channel,
+        ):
+            stub = inbox_pb2_grpc.InboxStub(channel)
+            await stub.GetUnreadCount(
+                inbox_pb2.GetUnreadCountRequest(inbox_id=unique("i")), metadata=metadata
+            )
+        # Stopped: its last batch went out at shutdown, before the process exited.
+        spans_file = Path(os.environ["LOOM_TEST_OTELCOL_SPANS"])
+
+        def exported(spans: list[dict[str, Any]]) -> bool:
+            return any(s["traceId"] == trace_id for s in spans)
+
+        spans = await eventually(
+            lambda: asyncio.to_thread(_exported, spans_file, service),
+            exported,
+            timeout_s=10.0,
+            what="the process's spans exported",
+        )
+        (rpc,) = [s for s in spans if s["traceId"] == trace_id and s["kind"] == SERVER]
+        assert (rpc["name"], rpc["parentSpanId"]) == ("loom.v1.Inbox/GetUnreadCount", parent_id)
+        assert any(s.get("parentSpanId") == rpc["spanId"] for s in spans)  # its storage call
+        (line,) = [e for e in served.log_lines() if e.get("method") == rpc["name"]]
+        assert line["trace_id"] == trace_id
