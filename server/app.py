@@ -15,6 +15,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from server import registry
 from server.config import ConfigError, Settings
+from server.runtime import tracing
 from server.runtime.auth import Authenticator
 from server.runtime.erasures import open_recorder
 from server.runtime.health import Health, HealthMonitor
@@ -222,7 +223,15 @@ async def build_server(settings: Settings) -> LoomServer:
 
 async def serve(settings: Settings) -> None:
     """Runs until SIGTERM or SIGINT, then drains gracefully."""
-    loom = await build_server(settings)
+    try:
+        tracing.configure()  # in each serving process: the exporter's thread is not forked
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+    try:
+        loom = await build_server(settings)
+    except BaseException:
+        tracing.shutdown()
+        raise
     _log.info(
         "serving",
         port=loom.port,
@@ -230,6 +239,7 @@ async def serve(settings: Settings) -> None:
         tls="mutual" if loom.certificates and loom.certificates.mutual else bool(loom.certificates),
         auth=settings.auth.enabled,
         metrics_port=loom.metrics_port or None,
+        tracing=tracing.enabled(),
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -240,4 +250,5 @@ async def serve(settings: Settings) -> None:
     await stop.wait()
     _log.info("draining", grace_s=settings.server.grace_s)
     await loom.stop()
+    tracing.shutdown()  # exports the spans still buffered
     _log.info("stopped")

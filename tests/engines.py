@@ -19,8 +19,13 @@ CLUSTER = "cassandra-cluster"
 """Not an engine of a port but a deployment of one: three Cassandra nodes with login and TLS
 (`scripts/engines/cassandra-cluster.sh`), for the tests that take nodes down."""
 
-ALL_ENGINES = (*engine_names(), CLUSTER)
-"""Every engine of every port (`storage.engines`), and the cluster: what a full run covers."""
+COLLECTOR = "otelcol"
+"""Not a store either: the OpenTelemetry Collector the tracing tests export spans to and read
+them back from (`scripts/engines/otelcol.sh`)."""
+
+ALL_ENGINES = (*engine_names(), CLUSTER, COLLECTOR)
+"""Every engine of every port (`storage.engines`), the cluster and the collector: what a full
+run covers."""
 
 _REQUIRED_ENV = {
     "bigtable": ("BIGTABLE_EMULATOR_HOST",),
@@ -33,6 +38,7 @@ _REQUIRED_ENV = {
         "LOOM_TEST_CASSANDRA_CLUSTER_CONTACT_POINTS",
         "LOOM_TEST_CASSANDRA_CLUSTER_TLS_DIR",
     ),
+    COLLECTOR: ("LOOM_TEST_OTELCOL_ENDPOINT", "LOOM_TEST_OTELCOL_SPANS"),
 }
 
 SOURCE_URL_ENV = {"postgres": "LOOM_TEST_POSTGRES_URL", "mariadb": "LOOM_TEST_MARIADB_URL"}

@@ -7,7 +7,7 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 source "${HERE}/lib.sh"
 
-ALL_ENGINES=(cassandra-cluster mariadb postgres sqs dynamodb cassandra bigtable)
+ALL_ENGINES=(otelcol cassandra-cluster mariadb postgres sqs dynamodb cassandra bigtable)
 engines=("$@")
 if ((${#engines[@]} == 0)); then
   for e in "${ALL_ENGINES[@]}"; do

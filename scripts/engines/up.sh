@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Starts the local engines (default: bigtable cassandra dynamodb sqs postgres mariadb
-# cassandra-cluster), waits until each really answers, and writes <repo>/.engines/env.
+# cassandra-cluster otelcol), waits until each really answers, and writes <repo>/.engines/env.
 # Already-running engines are left alone.
 #   scripts/engines/up.sh [--fresh] [engine...]      then:  source .engines/env
 # --fresh (or LOOM_ENGINES_FRESH=1) stops the named engines and wipes their data first.
@@ -11,8 +11,10 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 source "${HERE}/lib.sh"
 
-# The cluster last: it is the slowest to become ready, and the others are ready by then.
-DEFAULT_ENGINES=(bigtable cassandra dynamodb sqs postgres mariadb cassandra-cluster)
+# The cluster next to last: it is the slowest to become ready, and the others are ready by then.
+# The collector last: its first start builds it (minutes with a cold Go cache) while the JVMs
+# launched before it warm up.
+DEFAULT_ENGINES=(bigtable cassandra dynamodb sqs postgres mariadb cassandra-cluster otelcol)
 fresh="${LOOM_ENGINES_FRESH:-0}"
 engines=()
 for arg in "$@"; do

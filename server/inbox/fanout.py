@@ -27,9 +27,12 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+
+from opentelemetry.trace import SpanContext
 
 from server.inbox.trimming import Trimmer
+from server.runtime import tracing
 from server.runtime.errors import LoomError, ResourceExhausted
 from server.runtime.logs import get_logger
 from server.runtime.workers import WorkerPool
@@ -51,6 +54,8 @@ class FanoutJob:
 
     record: DeliveryRecord
     recipients: list[str]
+    link: SpanContext | None = field(default_factory=tracing.current_link)
+    """The span that queued the job (tracing on): the fan-out's own trace links to it."""
 
 
 class FanoutStage:
@@ -141,7 +146,13 @@ class FanoutStage:
         while True:
             job = await self._queue.get()
             try:
-                await self._run(job)
+                rec = job.record
+                with tracing.linked(
+                    "inbox.fanout",
+                    [job.link],
+                    {"loom.delivery_id": rec.delivery_id, "loom.recipients": rec.total},
+                ):
+                    await self._run(job)
             except LoomError as exc:
                 await self._finish(job, "failed", f"storage failure: {exc}")
             finally:
@@ -201,6 +212,10 @@ class FanoutStage:
             await asyncio.sleep(start - now)
 
     async def _deliver(self, thread_id: str, message_id: int, inboxes: Sequence[str]) -> None:
+        with tracing.child("inbox.fanout.batch", {"loom.inboxes": len(inboxes)}):
+            await self._deliver_batch(thread_id, message_id, inboxes)
+
+    async def _deliver_batch(self, thread_id: str, message_id: int, inboxes: Sequence[str]) -> None:
         for delay in (*_RETRY_DELAYS_S, None):
             try:
                 await self._store.deliver_unread(thread_id, message_id, inboxes)

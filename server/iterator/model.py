@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from array import array
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Literal
 
 from storage.ports import ChunkRecord, Key
@@ -109,15 +109,23 @@ class JobSpec:
 @dataclass(frozen=True, slots=True)
 class WorkMessage:
     """A queue message: "do step `seq` of task `task` of job `job`". Everything else about
-    the range lives in the task record, the single source of truth."""
+    the range lives in the task record, the single source of truth.
+
+    With tracing on, `trace` is the W3C ``traceparent`` of the span that queued the step: it
+    travels in the body (a fourth element), so whichever server takes the step links its
+    chunk's span to it. Without it the body is the three elements every release reads."""
 
     job: str
     task: str
     seq: int
+    trace: str = field(default="", kw_only=True)
 
     def dumps(self) -> str:
         """The message body."""
-        return json.dumps([self.job, self.task, self.seq], separators=(",", ":"))
+        body: list[str | int] = [self.job, self.task, self.seq]
+        if self.trace:
+            body.append(self.trace)
+        return json.dumps(body, separators=(",", ":"))
 
     @staticmethod
     def prefix(job: str) -> str:
@@ -128,12 +136,13 @@ class WorkMessage:
     def loads(cls, body: str) -> WorkMessage | None:
         """Parses a body; None when it is not one of ours (it is then dropped)."""
         try:
-            job, task, seq = json.loads(body)
+            job, task, seq, *rest = json.loads(body)
         except (ValueError, TypeError):
             return None
         if not (isinstance(job, str) and isinstance(task, str) and isinstance(seq, int)):
             return None
-        return cls(job, task, seq)
+        trace = rest[0] if len(rest) == 1 and isinstance(rest[0], str) else ""
+        return cls(job, task, seq, trace=trace)
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ import time
 from collections.abc import Sequence
 
 from server.iterator import model
+from server.runtime import tracing
 from storage.ports import TaskRecord, WorkQueue
 
 __all__ = ["MAX_QUIET_S", "LevelQueues"]
@@ -45,8 +46,9 @@ class LevelQueues:
     async def announce(self, job_id: str, tasks: Sequence[TaskRecord]) -> None:
         """Enqueues the next step of each task (step 0 of a new one) on its level's queue."""
         by_level: dict[int, list[str]] = {}
+        trace = tracing.traceparent()
         for t in tasks:
-            message = model.WorkMessage(job_id, t.task_id, t.seq)
+            message = model.WorkMessage(job_id, t.task_id, t.seq, trace=trace)
             by_level.setdefault(t.level, []).append(message.dumps())
         for level, bodies in by_level.items():
             await self.send(level, bodies)

@@ -46,6 +46,7 @@ from server.iterator.settings import IteratorSettings
 from server.iterator.sizing import ChunkSizer
 from server.iterator.splitting import SplitFinder
 from server.iterator.stepping import StepInput, plan_step
+from server.runtime import tracing
 from server.runtime.errors import EngineRejected, LoomError, Unavailable
 from server.runtime.logs import get_logger
 from storage.clock import now_ms
@@ -215,8 +216,27 @@ class StepWorkers:
     async def _handle(
         self, level: int, message: QueuedMessage, sizer: ChunkSizer, deadline: float
     ) -> None:
-        queue = self._names[level]
         work = model.WorkMessage.loads(message.body)
+        if work is None or not tracing.enabled():
+            await self._step(level, message, work, sizer, deadline)
+            return
+        # The chunk's own trace, linked to the span that queued this step (another server's).
+        with tracing.linked(
+            "iterator.chunk",
+            [tracing.parse_traceparent(work.trace)],
+            {"loom.job_id": work.job, "loom.task_id": work.task, "loom.seq": work.seq},
+        ):
+            await self._step(level, message, work, sizer, deadline)
+
+    async def _step(
+        self,
+        level: int,
+        message: QueuedMessage,
+        work: model.WorkMessage | None,
+        sizer: ChunkSizer,
+        deadline: float,
+    ) -> None:
+        queue = self._names[level]
         if work is None:
             await self._queue.delete(queue, [message.receipt])
             return
@@ -306,9 +326,7 @@ class StepWorkers:
             if reading is not None:
                 reading.cancel()
                 reading.add_done_callback(_retrieved)
-        await self._levels.send(
-            task.level, [model.WorkMessage(job_id, task.task_id, task.seq).dumps()]
-        )
+        await self._levels.send(task.level, [_step_body(job_id, task)])
 
     def _read_ahead(
         self, task: TaskRecord, spec: model.JobSpec, rate: int, sizer: ChunkSizer
@@ -379,6 +397,9 @@ class StepWorkers:
                 created.append(spawned)
         await self._levels.announce(job_id, created)
         if not task.done:
-            await self._levels.send(
-                task.level, [model.WorkMessage(job_id, task.task_id, task.seq).dumps()]
-            )
+            await self._levels.send(task.level, [_step_body(job_id, task)])
+
+
+def _step_body(job_id: str, task: TaskRecord) -> str:
+    """The work message of `task`'s next step (carrying the current span, tracing on)."""
+    return model.WorkMessage(job_id, task.task_id, task.seq, trace=tracing.traceparent()).dumps()

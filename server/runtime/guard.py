@@ -15,6 +15,8 @@ hierarchy and `server.runtime.status` maps one hierarchy:
     other StorageError,
     TimeoutError           -> Unavailable; a failure
 
+With tracing on, each call is a span under the current one (`server.runtime.tracing.stored`).
+
 Every message names the engine and the cause ("cassandra: timed out after 2.0 s"), never an
 exception's empty text.
 """
@@ -27,6 +29,7 @@ import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, cast
 
+from server.runtime import tracing
 from server.runtime.breaker import CircuitBreaker
 from server.runtime.deadlines import engine_deadline
 from server.runtime.errors import CorruptData, EngineRejected, Unavailable
@@ -40,6 +43,8 @@ T = TypeVar("T")
 def _guarded(
     method: Callable[..., Awaitable[Any]], breaker: CircuitBreaker
 ) -> Callable[..., Awaitable[Any]]:
+    operation = method.__name__
+
     @functools.wraps(method)
     async def call(*args: Any, **kwargs: Any) -> Any:
         breaker.before_call()
@@ -48,7 +53,11 @@ def _guarded(
         started = asyncio.get_running_loop().time()
         try:
             async with scope:
-                result = await method(*args, **kwargs)
+                if tracing.enabled():  # a CLIENT span under the call's (engine, operation, rows)
+                    work = method(*args, **kwargs)
+                    result = await tracing.stored(breaker.name, operation, work, args)
+                else:
+                    result = await method(*args, **kwargs)
         except StorageRejected as exc:
             breaker.on_success()
             raise EngineRejected(_named(breaker.name, str(exc)), str(exc)) from exc

@@ -3,8 +3,8 @@
 For each call: a request id (the caller's ``x-request-id`` or a new one), the method's
 bulkhead (full: RESOURCE_EXHAUSTED at once), the effective deadline (the method default, or
 the client's when shorter; exceeded: the work is cancelled and DEADLINE_EXCEEDED returned),
-error mapping (`server.runtime.status`), and one JSON log line with method, status, duration
-and request id. Health and reflection calls pass through untouched.
+error mapping (`server.runtime.status`), one JSON log line with method, status, duration
+and request id, and the call's span when tracing is on (`server.runtime.tracing`). Health and reflection calls pass through untouched.
 
 A request whose bytes are not a valid message (corrupt wire format, invalid UTF-8 in a string
 field) never reaches the handler: the deserializer grpc calls is wrapped so that it returns a
@@ -31,6 +31,7 @@ import grpc
 import structlog
 from google.protobuf.message import DecodeError
 
+from server.runtime import tracing
 from server.runtime.auth import Authenticator, method_scope
 from server.runtime.bulkhead import BulkheadFull
 from server.runtime.deadlines import serving
@@ -104,7 +105,7 @@ def _tolerant(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], 
 class _Call:
     """Bookkeeping shared by the unary and streaming wrappers."""
 
-    __slots__ = ("context", "method", "metrics", "request_id", "started", "table")
+    __slots__ = ("context", "method", "metrics", "request_id", "span", "started", "table")
 
     def __init__(
         self,
@@ -122,10 +123,12 @@ class _Call:
         metrics.call_started(method)
         structlog.contextvars.bind_contextvars(request_id=self.request_id)
         context.set_trailing_metadata((("x-request-id", self.request_id),))
+        self.span = tracing.rpc_started(method, context.invocation_metadata())
 
     def log(self, code: grpc.StatusCode, exc: BaseException | None = None) -> None:
         seconds = time.perf_counter() - self.started
-        self.metrics.call_ended(self.method, code, seconds)
+        span = self.span
+        self.metrics.call_ended(self.method, code, seconds, span.trace_id if span else None)
         if isinstance(exc, BulkheadFull):
             self.metrics.refusals.labels(self.method).inc()
         fields: dict[str, Any] = {
@@ -146,6 +149,8 @@ class _Call:
         else:
             _log.warning("rpc", error=str(exc) if exc else None, **fields)
         structlog.contextvars.unbind_contextvars("request_id")
+        if span is not None:
+            tracing.rpc_ended(span, code)
 
     async def fail(
         self, exc: BaseException, trailers: tuple[tuple[str, str], ...] = ()

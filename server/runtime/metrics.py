@@ -4,7 +4,9 @@ One `Metrics` per server (its own registry, so two servers in one test process n
 counters). What an SRE alerts on:
 
 - ``loom_rpc_requests_total{method,code}``, ``loom_rpc_duration_seconds{method}`` (histogram),
-  ``loom_rpc_in_flight{method}`` — recorded by the interceptor for every Loom call;
+  ``loom_rpc_in_flight{method}`` — recorded by the interceptor for every Loom call (with
+  tracing on, each latency bucket carries the trace id of a call in it as an OpenMetrics
+  exemplar: scrape with ``Accept: application/openmetrics-text``);
 - ``loom_rpc_unmapped_errors_total{method,exception}`` — exceptions no layer mapped to a
   status, answered INTERNAL: each one is a bug, logged with its traceback, so any increase
   deserves an alert (the exception label names the class for the operator, never the caller);
@@ -148,11 +150,14 @@ class Metrics:
         self.in_flight.labels(method).inc()
         self.running += 1
 
-    def call_ended(self, method: str, code: grpc.StatusCode, seconds: float) -> None:
-        """A Loom call was answered."""
+    def call_ended(
+        self, method: str, code: grpc.StatusCode, seconds: float, trace_id: str | None = None
+    ) -> None:
+        """A Loom call was answered; a traced call's trace id becomes the exemplar of its
+        latency bucket (shown by the OpenMetrics exposition)."""
         self.in_flight.labels(method).dec()
         self.requests.labels(method, code.name).inc()
-        self.latency.labels(method).observe(seconds)
+        self.latency.labels(method).observe(seconds, {"trace_id": trace_id} if trace_id else None)
         self.running -= 1
         if self.running == 0 and self._idle is not None:
             self._idle.set()

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import zstandard
+from opentelemetry.trace import SpanContext
 
 from server.runtime.errors import CorruptData
 
@@ -50,6 +51,8 @@ class EmailIn:
     subject: str
     html_body: str
     received_at_ms: int
+    trace: SpanContext | None = field(default=None, kw_only=True, compare=False)
+    """The span of the request that submitted it (tracing on): its CPU batch links to it."""
 
 
 class Parsed(NamedTuple):

@@ -27,10 +27,12 @@ queue is bounded; a full queue drops and counts, it never blocks a caller.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor
 
+from server.runtime import tracing
 from server.runtime.errors import LoomError
 from server.runtime.logs import get_logger
 from server.runtime.workers import WorkerPool
@@ -131,6 +133,9 @@ class Pipeline:
     def admit(self, emails: list[EmailIn]) -> int:
         """Queues the longest prefix of `emails` the CPU stage has room for; how many that
         was (the rest are dropped and counted)."""
+        link = tracing.current_link()
+        if link is not None:
+            emails = [dataclasses.replace(e, trace=link) for e in emails]
         accepted = self.cpu_queue.offer(emails)
         self.counters.accepted += accepted
         self.counters.dropped_cpu += len(emails) - accepted
@@ -179,9 +184,13 @@ class Pipeline:
                 (e.sender, e.recipient_id, e.subject, e.html_body, e.received_at_ms) for e in batch
             ]
             try:
-                results = await loop.run_in_executor(
-                    self._executor, fingerprint_for_store, items, self.params, self._key
-                )
+                # Tracing on: the batch's own trace, linked to the requests of its emails.
+                with tracing.linked(
+                    "templates.cpu_batch", (e.trace for e in batch), {"loom.emails": len(batch)}
+                ):
+                    results = await loop.run_in_executor(
+                        self._executor, fingerprint_for_store, items, self.params, self._key
+                    )
             except Exception as exc:
                 self.counters.failed += len(batch)
                 _log.warning("cpu batch failed", error=type(exc).__name__, emails=len(batch))
