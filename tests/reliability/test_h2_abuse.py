@@ -18,7 +18,7 @@ import pytest
 
 from loadtest.h2_abuse import ATTACKS, Outcome, Scale, measure
 from server.config import ServerSettings
-from tests.serving import loom_process
+from tests.serving import loom_process, run_loom
 
 RSS_BOUND_MIB = 48
 """How much more resident memory the server may keep once an attack is over (the first
@@ -95,3 +95,13 @@ async def test_the_server_and_a_legitimate_caller_come_through(tmp_path: Path, n
     outcome = await _attack(tmp_path, name)
     _check_caller_and_resources(outcome)
     WHAT_THE_SERVER_DOES[name](outcome.server)
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_limit_that_cannot_work_stops_start_up(tmp_path: Path, workers: str) -> None:
+    """Exit 2 naming the setting, one process or a parent of workers, before any port."""
+    env = {"LOOM_SERVER__MAX_STREAMS_PER_CONNECTION": "0"}
+    args = ("serve", "--port", "0", "--workers", workers, "--data-dir", str(tmp_path / "d"))
+    done = run_loom(*args, env=env)
+    assert done.returncode == 2, done.stderr
+    assert "server.max_streams_per_connection: must be > 0" in done.stderr
