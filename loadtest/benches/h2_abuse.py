@@ -1,10 +1,10 @@
 """HTTP/2 abuse against one ``loom serve`` on SQLite, each attack while a legitimate caller
 makes 20 GetUnreadCount calls/s (2 s deadline) on its own connection.
 
-Each attack gets a fresh server (so its memory is its own); the attacks and the caller are
-`loadtest.h2_abuse`'s, the ones tests/reliability/test_h2_abuse.py asserts on. ``--tree``
-serves from another source tree (``PYTHONPATH`` puts it first), for the figures before a
-change::
+Each attack gets a fresh server (so its memory is its own). The attacks
+(`loadtest.h2_attacks`) and the caller (`loadtest.h2_abuse`) are the ones
+tests/reliability/test_h2_abuse.py asserts on. ``--tree`` serves from another source tree
+(``PYTHONPATH`` puts it first), for the figures before a change::
 
     git archive <before> | tar -x -C /tmp/before
     .venv/bin/python -m loadtest.benches.h2_abuse --tree /tmp/before --json before.json
@@ -19,7 +19,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from loadtest.h2_abuse import ATTACKS, Outcome, Scale, measure
+from loadtest.h2_abuse import Outcome, measure
+from loadtest.h2_attacks import ATTACKS, Scale
 from loadtest.server import SERVER_PIDS, loom_server
 
 __all__ = ["main"]

@@ -1,5 +1,5 @@
 """HTTP/2 abuse against a real `loom serve` (SQLite), each attack from hand-built frames
-(`loadtest.h2_abuse`) while a legitimate caller makes 20 GetUnreadCount calls/s with a 2 s
+(`loadtest.h2_attacks`) while a legitimate caller makes 20 GetUnreadCount calls/s with a 2 s
 deadline on its own connection: the server stays up, the caller's calls succeed (>= 95 %
 during the attack, all of them after), resident memory comes back within `RSS_BOUND_MIB`
 of where it was, and so do descriptors.
@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from loadtest.h2_abuse import ATTACKS, Outcome, Scale, measure
+from loadtest.h2_abuse import Outcome, measure
+from loadtest.h2_attacks import ATTACKS, Scale
 from server.config import ServerSettings
 from tests.serving import loom_process, run_loom
 
