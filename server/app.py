@@ -20,6 +20,7 @@ from server.runtime.auth import Authenticator
 from server.runtime.erasures import open_recorder
 from server.runtime.health import Health, HealthMonitor
 from server.runtime.interceptor import RpcInterceptor
+from server.runtime.limits import check_limits, limit_options
 from server.runtime.logs import get_logger
 from server.runtime.metrics import Metrics
 from server.runtime.mounting import Resources
@@ -137,6 +138,7 @@ def _server_options(settings: Settings) -> list[tuple[str, int]]:
         # random; one limit makes a large token's fate the same on every call.
         ("grpc.max_metadata_size", METADATA_LIMIT),
         ("grpc.absolute_max_metadata_size", METADATA_LIMIT),
+        *limit_options(settings.server),
     ]
 
 
@@ -160,6 +162,7 @@ def check_startup(settings: Settings) -> None:
     """Raises `ConfigError` for unusable TLS or auth settings, creating no gRPC object (so a
     parent can check before it forks its workers)."""
     check_tls(settings.server)
+    check_limits(settings.server)
     if settings.auth.enabled:
         Authenticator(settings.auth)
 
@@ -182,7 +185,11 @@ async def build_server(settings: Settings) -> LoomServer:
     metrics = Metrics()
     policies = PolicyTable(registry.default_policies(), settings.policies)
     interceptor = RpcInterceptor(policies, auth, metrics)
-    server = grpc.aio.server(interceptors=[interceptor], options=_server_options(settings))
+    server = grpc.aio.server(
+        interceptors=[interceptor],
+        options=_server_options(settings),
+        maximum_concurrent_rpcs=settings.server.max_concurrent_rpcs,
+    )
     resources = Resources(settings.breaker, metrics)
     try:  # the data directory's files, all checked before any store opens (or is created)
         await check_stores(settings, only=("sqlite",))

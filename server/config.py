@@ -82,6 +82,35 @@ class ServerSettings:
     cancels new calls (CANCELLED). gRPC's own limit (3,000) cancelled streams when
     thousands of WatchInbox clients connected at once (a drained replica's, say); held
     calls cost memory only, and each still meets its method's bulkhead when picked up."""
+    max_streams_per_connection: int = 1000
+    """Concurrent HTTP/2 streams one connection may hold (SETTINGS_MAX_CONCURRENT_STREAMS);
+    a stream past it is refused, and a stream the client reset counts until the server has
+    released it (rapid reset). A client with more calls or watches than this on one
+    connection queues them."""
+    max_concurrent_rpcs: int = 20_000
+    """Calls running in this process, every connection together; past it a new call
+    answers RESOURCE_EXHAUSTED at once. Each WatchInbox stream is one."""
+    handshake_timeout_s: float = 10.0
+    """A new connection must finish TLS and send its HTTP/2 preface and SETTINGS within
+    this, or it is closed (slowloris)."""
+    max_connection_idle_s: float = 300.0
+    """A connection with no call running this long is sent GOAWAY (a running WatchInbox
+    stream keeps its connection busy)."""
+    max_connection_age_s: float = 1800.0
+    """A connection older than this (jittered by +-10 %) is sent GOAWAY: its client
+    reconnects, spreading clients over replicas added since."""
+    max_connection_age_grace_s: float = 60.0
+    """How long calls still running on a connection past its age may go on before they are
+    cut (UNAVAILABLE; WatchInbox clients resume from their last event)."""
+    keepalive_time_s: float = 60.0
+    """The server pings a connection silent this long, to find peers that are gone."""
+    keepalive_timeout_s: float = 20.0
+    """A peer that does not answer the server's ping within this is disconnected."""
+    keepalive_min_ping_interval_s: float = 10.0
+    """The shortest interval between a client's pings the server accepts (keepalive
+    enforcement); each ping sooner is a strike."""
+    keepalive_max_ping_strikes: int = 2
+    """Strikes after which the connection is sent GOAWAY (too_many_pings); 0: never."""
     log_level: str = "info"
     """structlog level: debug, info, warning, error."""
     use_uvloop: bool = True

@@ -302,8 +302,11 @@ async def test_a_killed_replica_s_watchers_resume_on_the_other_with_no_gap(
 async def test_thousands_of_streams_opened_at_once_all_start(tmp_path: Path) -> None:
     """4,000 watchers connecting at once (a drained replica's clients, say): every stream
     starts, none is cancelled by grpc's default 3,000 pending calls, and unary calls keep
-    being answered meanwhile."""
-    async with running_server(_settings("sqlite", tmp_path)) as one:
+    being answered meanwhile. They share one connection here, so its stream limit is raised
+    past them (at the default, 1,000, the rest would wait in the client)."""
+    settings = _settings("sqlite", tmp_path)
+    settings = replace(settings, server=replace(settings.server, max_streams_per_connection=5_000))
+    async with running_server(settings) as one:
         stub = inbox_pb2_grpc.InboxStub(one.channel)
         many = [Watcher(stub, f"crowd-{i}") for i in range(4_000)]
         count = await stub.GetUnreadCount(K.GetUnreadCountRequest(inbox_id="x"), timeout=10)
