@@ -29,6 +29,7 @@ distinct recipients' emails.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import replace
@@ -61,7 +62,7 @@ ROW_SHARE = 0.25
 _ROW_TAGS = frozenset(
     {"tr", "tbody", "table", "td", "li", "ul", "ol", "div", "section", "article", "dl", "dd"}
 )
-MAX_FORM_EMAILS = 120
+MAX_FORM_EMAILS = 48
 """Emails formation reads for field rules (spread over the cluster)."""
 _MAX_ANCHORS = 250
 MAX_RULES = 128
@@ -111,21 +112,30 @@ def _anchors(docs: Sequence[tuple[str, list[Item]]], k: int) -> list[str]:
     return sorted(chosen, key=lambda t: (rank_sum[t] / once[t], t))
 
 
+@functools.lru_cache(maxsize=16_384)
+def _row_steps(xpath: str) -> tuple[tuple[str, str, str], ...]:
+    """The row-tag steps of `xpath`: (index-free path, parent's indexed path, indexed path)
+    for each step whose tag may repeat as a block's row. Cached: a layout's paths recur in
+    every email of a cluster."""
+    out: list[tuple[str, str, str]] = []
+    indexed = plain = ""
+    for step in xpath.split("/")[1:]:
+        parent = indexed
+        indexed += "/" + step
+        tag = step.split("[", 1)[0]
+        plain += "/" + tag
+        if tag in _ROW_TAGS:
+            out.append((plain, parent, indexed))
+    return tuple(out)
+
+
 def _row_path(stretch_list: Sequence[tuple[str, list[Item]]]) -> str:
     """The row element's index-free path of a stretch's repeated block ("" when none)."""
     counts: dict[str, list[int]] = defaultdict(list)
     for _, items in stretch_list:
         seen: dict[str, tuple[str, set[str]]] = {}
         for xpath in dict.fromkeys(it.xpath for it in items):
-            steps = xpath.split("/")[1:]
-            indexed = plain = ""
-            for step in steps:
-                parent = indexed
-                indexed += "/" + step
-                tag = step.split("[", 1)[0]
-                plain += "/" + tag
-                if tag not in _ROW_TAGS:
-                    continue
+            for plain, parent, indexed in _row_steps(xpath):
                 entry = seen.get(plain)
                 if entry is None:
                     seen[plain] = (parent, {indexed})

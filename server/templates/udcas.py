@@ -175,9 +175,10 @@ _SPECIFIC = ("shipping", "travel", "bill", "receipt", "account", "newsletter")
 """Tie-break: the more specific vertical wins (a shipping notice mentions the order; an
 invoice may say receipt; account and newsletter words appear in every vendor's footer)."""
 _PATTERNS = {
-    v: [(re.compile(r"(?<![a-z0-9])" + re.escape(kw)), w) for kw, w in words]
+    v: [(kw, re.compile(r"(?<![a-z0-9])" + re.escape(kw)), w) for kw, w in words]
     for v, words in _KEYWORDS.items()
 }
+"""Each keyword, its word-start pattern (searched only where the keyword occurs) and weight."""
 _SUBJECT_WEIGHT = 2
 """A subject names what an email is about; fixed text also holds the layout's boilerplate."""
 _NUMERIC = re.compile(r"\b\d{1,2}[/.\-]\d{1,2}[/.\-]\d{2,4}\b")
@@ -240,7 +241,10 @@ def date_format(cluster: Cluster) -> str:
 def _scores(text: str) -> dict[str, int]:
     """Each vertical's weight of the keywords `text` holds (each keyword counted once)."""
     lowered = text.lower()
-    return {v: sum(w for pat, w in pats if pat.search(lowered)) for v, pats in _PATTERNS.items()}
+    return {
+        v: sum(w for kw, pat, w in pats if kw in lowered and pat.search(lowered))
+        for v, pats in _PATTERNS.items()
+    }
 
 
 def _label(scores: dict[str, int]) -> str:
