@@ -156,7 +156,7 @@ QUORUM_LOST = ("Cannot achieve consistency level",)
 """How a coordinator says a call failed for want of live replicas (Cassandra's Unavailable,
 decided by gossip before the statement runs). With one node of three down a quorum still
 holds, so no call may fail so. A call may still time out when three JVMs and the rest of the
-suite starve two cores: the count of failed calls at a given rate, which the issue asks to be
+suite starve two cores: the count of failed calls at a given rate, which should be
 zero, is the cluster bench's (`loadtest/benches/cassandra_cluster.py`, phase `mixed`), not an
 assertion here (see docs/benchmarks.md for what it still measures)."""
 
