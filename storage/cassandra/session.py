@@ -52,6 +52,7 @@ from storage.cassandra.cluster import (
     replication_clause,
     tls_context,
 )
+from storage.cassandra.slow_hosts import SlowHosts, watch
 from storage.errors import (
     DriverErrors,
     StorageError,
@@ -156,8 +157,11 @@ _CONNECT_ATTEMPTS = 3
 class CassandraSession:
     """A connected driver session plus a prepared-statement cache, shared by stores."""
 
-    def __init__(self, cluster: Cluster, session: Session, settings: CassandraSettings) -> None:
+    def __init__(
+        self, cluster: Cluster, session: Session, settings: CassandraSettings, marks: SlowHosts
+    ) -> None:
         self._cluster = cluster
+        self._marks = marks
         self._session = session
         self.settings = settings
         self.keyspace = settings.keyspace
@@ -179,7 +183,8 @@ class CassandraSession:
         last: BaseException | None = None
         for version in (ProtocolVersion.V5, ProtocolVersion.V4):
             for attempt in range(1, _CONNECT_ATTEMPTS + 1):
-                cluster = build_cluster(settings, version, tls)
+                marks = SlowHosts()
+                cluster = build_cluster(settings, version, tls, marks)
                 try:
                     session = await asyncio.to_thread(cluster.connect)
                 except Exception as exc:  # translated below
@@ -202,7 +207,7 @@ class CassandraSession:
                 except StorageMisconfigured:
                     await asyncio.to_thread(cluster.shutdown)
                     raise
-                return cls(cluster, session, settings)
+                return cls(cluster, session, settings, marks)
         assert last is not None
         raise errors.error(last, "connect") from last
 
@@ -304,7 +309,9 @@ class CassandraSession:
                 rf = self._session.execute_async(
                     bound, execution_profile=profile, paging_state=paging_state
                 )
-            rows = await _PageCollector(loop, rf, all_pages=False).future
+            pages = _PageCollector(loop, rf, all_pages=False)
+            watch(loop, rf, pages.future, self._marks)
+            rows = await pages.future
         # What the driver's own ResultSet.paging_state reads; the future has no public name.
         state = rf._paging_state
         return rows, bytes(state) if state else None
@@ -363,7 +370,9 @@ class CassandraSession:
         async with self._in_flight:
             with errors("query"):  # e.g. no connection at all
                 rf = self._session.execute_async(bound, **options)
-            return await _PageCollector(loop, rf, all_pages).future
+            pages = _PageCollector(loop, rf, all_pages)
+            watch(loop, rf, pages.future, self._marks)
+            return await pages.future
 
     async def execute_ddl(self, cql: str) -> None:
         """Runs one schema change and waits until every node agrees on the new schema."""
