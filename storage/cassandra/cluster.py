@@ -24,7 +24,6 @@ from cassandra.policies import (
 )
 from cassandra.query import dict_factory
 
-from storage.cassandra.slow_hosts import AvoidSlowHosts, SlowHosts
 from storage.errors import StorageMisconfigured, describe
 from storage.settings import CassandraSettings
 
@@ -77,12 +76,9 @@ def _level(name: str) -> int:
     return int(getattr(ConsistencyLevel, name))
 
 
-def build_cluster(
-    settings: CassandraSettings, version: int, tls: ssl.SSLContext | None, marks: SlowHosts
-) -> Cluster:
-    """A Cluster for one data centre: DC-aware and token-aware routing with the hosts `marks`
-    holds slow tried last, the configured consistency levels, speculative executions for
-    idempotent statements, dict rows."""
+def build_cluster(settings: CassandraSettings, version: int, tls: ssl.SSLContext | None) -> Cluster:
+    """A Cluster for one data centre: DC-aware and token-aware routing, the configured
+    consistency levels, speculative executions for idempotent statements, dict rows."""
     speculation = (
         ConstantSpeculativeExecutionPolicy(
             settings.speculative_delay_s, settings.speculative_attempts
@@ -93,9 +89,8 @@ def build_cluster(
 
     def profile(consistency: str) -> ExecutionProfile:
         return ExecutionProfile(
-            load_balancing_policy=AvoidSlowHosts(
-                TokenAwarePolicy(DCAwareRoundRobinPolicy(local_dc=settings.local_dc or None)),
-                marks,
+            load_balancing_policy=TokenAwarePolicy(
+                DCAwareRoundRobinPolicy(local_dc=settings.local_dc or None)
             ),
             retry_policy=_RetryOnce(),
             consistency_level=_level(consistency),

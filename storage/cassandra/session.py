@@ -52,7 +52,6 @@ from storage.cassandra.cluster import (
     replication_clause,
     tls_context,
 )
-from storage.cassandra.slow_hosts import SlowHosts, watch
 from storage.errors import (
     DriverErrors,
     StorageError,
@@ -157,11 +156,8 @@ _CONNECT_ATTEMPTS = 3
 class CassandraSession:
     """A connected driver session plus a prepared-statement cache, shared by stores."""
 
-    def __init__(
-        self, cluster: Cluster, session: Session, settings: CassandraSettings, marks: SlowHosts
-    ) -> None:
+    def __init__(self, cluster: Cluster, session: Session, settings: CassandraSettings) -> None:
         self._cluster = cluster
-        self._marks = marks
         self._session = session
         self.settings = settings
         self.keyspace = settings.keyspace
@@ -183,8 +179,7 @@ class CassandraSession:
         last: BaseException | None = None
         for version in (ProtocolVersion.V5, ProtocolVersion.V4):
             for attempt in range(1, _CONNECT_ATTEMPTS + 1):
-                marks = SlowHosts()
-                cluster = build_cluster(settings, version, tls, marks)
+                cluster = build_cluster(settings, version, tls)
                 try:
                     session = await asyncio.to_thread(cluster.connect)
                 except Exception as exc:  # translated below
@@ -207,7 +202,7 @@ class CassandraSession:
                 except StorageMisconfigured:
                     await asyncio.to_thread(cluster.shutdown)
                     raise
-                return cls(cluster, session, settings, marks)
+                return cls(cluster, session, settings)
         assert last is not None
         raise errors.error(last, "connect") from last
 
@@ -309,9 +304,7 @@ class CassandraSession:
                 rf = self._session.execute_async(
                     bound, execution_profile=profile, paging_state=paging_state
                 )
-            pages = _PageCollector(loop, rf, all_pages=False)
-            watch(loop, rf, pages.future, self._marks)
-            rows = await pages.future
+            rows = await _PageCollector(loop, rf, all_pages=False).future
         # What the driver's own ResultSet.paging_state reads; the future has no public name.
         state = rf._paging_state
         return rows, bytes(state) if state else None
@@ -370,9 +363,7 @@ class CassandraSession:
         async with self._in_flight:
             with errors("query"):  # e.g. no connection at all
                 rf = self._session.execute_async(bound, **options)
-            pages = _PageCollector(loop, rf, all_pages)
-            watch(loop, rf, pages.future, self._marks)
-            return await pages.future
+            return await _PageCollector(loop, rf, all_pages).future
 
     async def execute_ddl(self, cql: str) -> None:
         """Runs one schema change and waits until every node agrees on the new schema."""
