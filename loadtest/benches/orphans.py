@@ -27,12 +27,12 @@ from loom.v1 import templates_pb2, templates_pb2_grpc
 from loadtest.processes import Proc, kill_all, rss_bytes, tree, wait_gone
 from loadtest.server import SERVER_PIDS, loom_server
 
-__all__ = ["main", "measure"]
+__all__ = ["main", "measure", "submit"]
 
 _MB = 1024 * 1024
 
 
-async def _submit(target: str, emails: int) -> None:
+async def submit(target: str, emails: int) -> None:
     """`emails` emails through SubmitEmails: the CPU pool's workers run (and exist)."""
     async with grpc.aio.insecure_channel(target) as channel:
         stub = templates_pb2_grpc.TemplateInductionStub(channel)
@@ -62,7 +62,7 @@ async def measure(workers: int, wait_s: float, emails: int) -> dict[str, object]
     extra = ["--workers", str(workers)] if workers > 1 else []
     left: list[Proc] = []
     async with loom_server(extra_args=extra) as target:
-        await _submit(target, emails)
+        await submit(target, emails)
         top = SERVER_PIDS[target]
         procs = tree(top)
         before = _describe(procs)

@@ -16,10 +16,9 @@ import signal
 import sys
 from pathlib import Path
 
-import grpc
 import pytest
-from loom.v1 import templates_pb2, templates_pb2_grpc
 
+from loadtest.benches.orphans import submit
 from loadtest.processes import kill_all, tree, wait_gone
 from tests.serving import loom_process
 
@@ -29,30 +28,13 @@ CPU_WORKERS = 2
 GONE_WITHIN_S = 10.0
 
 
-async def _submit(target: str) -> None:
-    """Emails through SubmitEmails, so the CPU pool's workers run."""
-    async with grpc.aio.insecure_channel(target) as channel:
-        stub = templates_pb2_grpc.TemplateInductionStub(channel)
-        emails = [
-            templates_pb2.Email(
-                email_id=f"orphan-{i}",
-                sender="shop@orphans.example",
-                recipient_id=f"r{i % 5}",
-                subject=f"Order {i}",
-                html_body=f"<html><body><p>Order {i}</p><p>Thanks</p></body></html>",
-            )
-            for i in range(200)
-        ]
-        await stub.SubmitEmails(templates_pb2.SubmitEmailsRequest(emails=emails), timeout=30)
-
-
 @pytest.mark.parametrize("servers", [1, 2], ids=["one-process", "workers-2"])
 async def test_sigkill_leaves_no_process_behind(tmp_path: Path, servers: int) -> None:
     """Every process below a SIGKILLed `loom serve` (with and without `--workers 2`) exits."""
     args = ["--workers", str(servers)] if servers > 1 else []
     env = {"LOOM_TEMPLATES__CPU_WORKERS": str(CPU_WORKERS)}
     async with loom_process(tmp_path, *args, env=env) as served:
-        await _submit(served.target)
+        await submit(served.target, 200)  # the CPU pool's workers run
         procs = tree(served.process.pid)
         os.kill(served.process.pid, signal.SIGKILL)
         left = await asyncio.to_thread(wait_gone, procs[1:], GONE_WITHIN_S)
