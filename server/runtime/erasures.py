@@ -41,18 +41,26 @@ class SubjectHasher:
 
     @classmethod
     def from_file(cls, path: Path) -> SubjectHasher:
-        """The key in `path`, created (random, mode 0600) when the file does not exist."""
+        """The key in `path`, created (random, mode 0600) when the file does not exist.
+
+        The key is written whole to a private file first and then hard-linked to `path`, so
+        a process of `--workers N` that starts at the same moment finds either no key or the
+        whole key, never the empty file another is still writing.
+        """
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
+            draft = path.with_name(f".{path.name}.{os.getpid()}")
+            fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            except FileExistsError:  # another process of `--workers N` made it first
-                pass
-            else:
                 with os.fdopen(fd, "wb") as out:
                     out.write(os.urandom(_KEY_BYTES))
                     out.flush()
                     os.fsync(out.fileno())
+                os.link(draft, path)
+            except FileExistsError:  # another process of `--workers N` made it first
+                pass
+            finally:
+                draft.unlink(missing_ok=True)
         return cls(path.read_bytes())
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,6 +20,31 @@ def test_the_key_is_created_once_private_and_reused(tmp_path: Path) -> None:
     assert len(path.read_bytes()) == 32
     again = SubjectHasher.from_file(path)
     assert first.digest("inbox", "alice") == again.digest("inbox", "alice")
+
+
+def _first_key(path: Path, start: Any, out: Any) -> None:
+    start.wait()
+    try:
+        out.put(SubjectHasher.from_file(path).digest("inbox", "alice"))
+    except ValueError as error:
+        out.put(str(error))
+
+
+def test_processes_starting_together_all_read_the_one_whole_key(tmp_path: Path) -> None:
+    """`--workers N` start at once: none may read the key while another is still writing it."""
+    context = multiprocessing.get_context("fork")
+    for round_ in range(20):
+        path = tmp_path / f"round-{round_}" / "erasure.key"
+        start, out = context.Barrier(4), context.SimpleQueue()
+        workers = [context.Process(target=_first_key, args=(path, start, out)) for _ in range(4)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join(30)
+        digests = {out.get() for _ in workers}
+        assert len(digests) == 1, digests
+        assert isinstance(digests.pop(), bytes)
+        assert sorted(p.name for p in path.parent.iterdir()) == ["erasure.key"]
 
 
 def test_digests_depend_on_key_service_and_subject() -> None:
