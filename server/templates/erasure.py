@@ -102,6 +102,7 @@ class Erasure:
         while p.formations.running(key):  # noqa: ASYNC110
             await asyncio.sleep(_FORMATION_POLL_S)
         p.rows.forget(key)
+        p.formations.forget(key)
         p.full.pop(key)
         stored = await store.get_templates([key])
         if key not in stored:

@@ -88,6 +88,12 @@ class Formations:
             settings.full_cache_size, settings.full_cache_ttl_s, clock_s
         )
         """Full rows: emails stored per template since the row last formed (Loom)."""
+        self._settled = TtlLru[bytes, frozenset[str]](
+            settings.template_cache_size, settings.full_cache_ttl_s, clock_s
+        )
+        """Per row, the ids of the templates whose field rules this process formed: only
+        those rules may carry over to a re-formation (never rules an earlier release or an
+        erasure's re-formation left in the store)."""
 
     def waiting(self) -> int:
         """Formations queued or deferred to the end of their row's re-formation interval."""
@@ -157,6 +163,7 @@ class Formations:
                     now_ms,
                     self._params,
                     previous,
+                    self._settled.get(key) or frozenset(),
                 )
                 self._counters.formations += 1
                 if result.templates:
@@ -164,6 +171,7 @@ class Formations:
                     sender = result.templates[0].sender
                     await self._store.put_templates(key, result.encoded, sender, now_ms)
                     self._templates.put(key, result.templates)
+                    self._settled.put(key, frozenset(t.template_id for t in result.templates))
                     self.stored_since.pop(key)
                     self._counters.templates_formed += sum(
                         t.template_id not in known for t in result.templates
@@ -191,6 +199,10 @@ class Formations:
                     self.schedule(key, first=dirty and not formed and self._untemplated(key))
                 with contextlib.suppress(ValueError):
                     self.queue.task_done()
+
+    def forget(self, key: bytes) -> None:
+        """Row `key`'s templates were re-formed elsewhere (an erasure): none is settled."""
+        self._settled.pop(key)
 
     def _untemplated(self, key: bytes) -> bool:
         st = self._rows.get(key)

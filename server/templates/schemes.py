@@ -38,9 +38,10 @@ from dataclasses import dataclass, field
 
 import mmh3
 
+from server.templates.extraction import MAX_FORM_EMAILS
 from server.templates.fingerprint import Structure
 from server.templates.grouping import GroupingParams, group_emails
-from server.templates.model import ClusterEmail, TemplateValue
+from server.templates.model import ClusterEmail, FieldRuleValue, TemplateValue
 from server.templates.tokens import signature_hashes, tokens_of
 from server.templates.udcas import Cluster, date_format, field_rules, fixed_text, vertical
 
@@ -121,6 +122,7 @@ def _template(  # noqa: PLR0917 - a private assembler of one value
     now_ms: int,
     p: SchemeParams,
     signature: tuple[str, ...],
+    rules: tuple[FieldRuleValue, ...] | None = None,
 ) -> TemplateValue:
     cluster = Cluster(emails, k)
     senders = {e.sender for e in emails}
@@ -134,11 +136,18 @@ def _template(  # noqa: PLR0917 - a private assembler of one value
         vertical=vertical(cluster),
         fixed_text=fixed_text(cluster),
         date_format=date_format(cluster),
-        field_rules=field_rules(cluster),
+        field_rules=field_rules(cluster) if rules is None else rules,
         created_at_ms=now_ms,
         scheme=p.scheme,
         signature=signature,
     )
+
+
+def _kept_rules(
+    kept: tuple[tuple[str, ...], tuple[FieldRuleValue, ...]] | None, signature: tuple[str, ...]
+) -> tuple[FieldRuleValue, ...] | None:
+    """A settled template's rules when the template continues with the same signature."""
+    return kept[1] if kept is not None and kept[0] == signature else None
 
 
 def _core(sigs: Sequence[frozenset[str]], share: float) -> frozenset[str]:
@@ -196,12 +205,18 @@ def form_templates(  # noqa: PLR0917 - FormTemplate(h)'s inputs, then out-parame
     p: SchemeParams,
     left_out: list[int] | None = None,
     previous: Sequence[TemplateValue] = (),
+    settled: AbstractSet[str] = frozenset(),
 ) -> list[TemplateValue]:
     """FormTemplate(h): the templates of one cluster row (none below k recipients).
 
     `left_out`, when given, receives the indexes of emails in no template (parts still
     below k): a row with such emails may hold a template that has yet to form. `previous`
     are the row's templates before this formation (their ids carry over).
+
+    `settled` names those of `previous` whose field rules this code formed: a template that
+    continues one of them with the same signature keeps its rules when they were read from
+    a full sample (`MAX_FORM_EMAILS` emails). Re-forming them from another sample of the
+    same template costs most of a re-formation's CPU and changes nothing a caller sees.
     """
     left_out = [] if left_out is None else left_out
     if _recipients(emails) < k:
@@ -232,8 +247,22 @@ def form_templates(  # noqa: PLR0917 - FormTemplate(h)'s inputs, then out-parame
         groups.append(group)
         signatures.append(signature)
     ids = _ids(key, signatures, [t for t in previous if t.signature])
+    kept = {
+        t.template_id: (t.signature, t.field_rules)
+        for t in previous
+        if t.template_id in settled and t.email_count >= MAX_FORM_EMAILS
+    }
     out = [
-        _template(template_id, key, [emails[i] for i in group], k, now_ms, p, signature)
+        _template(
+            template_id,
+            key,
+            [emails[i] for i in group],
+            k,
+            now_ms,
+            p,
+            signature,
+            _kept_rules(kept.get(template_id), signature),
+        )
         for template_id, group, signature in zip(ids, groups, signatures, strict=True)
     ]
     out.sort(key=lambda t: (-len(t.signature), t.template_id))

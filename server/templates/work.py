@@ -138,11 +138,13 @@ def form_row(  # noqa: PLR0917 - FormTemplate(h)'s inputs
     now_ms: int,
     params: SchemeParams,
     previous: Sequence[TemplateValue] = (),
+    settled: frozenset[str] = frozenset(),
 ) -> Formed:
     """FormTemplate(h) over the row's fetched emails (k re-checked inside); `previous` are
-    the row's templates so far, whose ids the templates they continue keep."""
+    the row's templates so far, whose ids the templates they continue keep (and, for the
+    ids in `settled`, their field rules: `form_templates`)."""
     emails = [decode_cluster_email(p) for p in payloads]
     left_out: list[int] = []
-    formed = form_templates(key, emails, k, now_ms, params, left_out, previous)
+    formed = form_templates(key, emails, k, now_ms, params, left_out, previous, settled)
     encoded = encode_templates(formed) if formed else b""
     return Formed(formed, encoded, len(left_out), len(emails), len({e.user for e in emails}))

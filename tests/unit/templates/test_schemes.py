@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
+from server.templates.extraction import MAX_FORM_EMAILS
 from server.templates.fingerprint import minhash, parse_structure
 from server.templates.model import ClusterEmail, TemplateValue
 from server.templates.schemes import (
@@ -65,6 +67,30 @@ class TestSchemes:
         assert form_templates(b"k", emails[:4], 5, 0, p) == []
         (t,) = form_templates(b"k", emails, 5, 0, p)
         assert not any(n in " ".join(t.fixed_text + t.signature) for n in NAMES)
+
+    def test_settled_rules_carry_over_only_when_nothing_changed(self) -> None:
+        """A re-formation keeps a template's field rules only when this process formed them
+        from a full sample and the template continues with the same signature."""
+        rng = random.Random(5)
+        made = [receipt(rng, NAMES[i % 12]) for i in range(MAX_FORM_EMAILS + 12)]
+        emails = cluster_emails(made, [f"u{i}" for i in range(len(made))])
+        (first,) = form_templates(b"k", emails[:MAX_FORM_EMAILS], 5, 0, P)
+        assert first.email_count == MAX_FORM_EMAILS
+        assert first.field_rules
+        marked = replace(first, field_rules=first.field_rules[:1])  # tell kept from re-formed
+
+        def reformed(previous: TemplateValue, settled: frozenset[str]) -> TemplateValue:
+            (again,) = form_templates(b"k", emails, 5, 0, P, None, [previous], settled)
+            assert again.template_id == first.template_id
+            return again
+
+        mine = frozenset({first.template_id})
+        assert reformed(marked, mine).field_rules == marked.field_rules
+        assert reformed(marked, frozenset()).field_rules == first.field_rules
+        small = replace(marked, email_count=MAX_FORM_EMAILS - 1)
+        assert reformed(small, mine).field_rules == first.field_rules
+        moved = replace(marked, signature=marked.signature[1:])
+        assert reformed(moved, mine).field_rules == first.field_rules
 
     def test_loom_keys_carry_the_sender(self) -> None:
         """Same structure from two senders: disjoint keys; the paper's ignore the sender."""
