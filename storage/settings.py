@@ -119,6 +119,12 @@ class CassandraSettings:
     """Extra executions an idempotent statement may get, `speculative_delay_s` apart. With
     three replicas, one leaves a third node for the driver's retry when a connection dies
     under a statement (the executions share one query plan)."""
+    speculative_retry: str = "MIN(99p,50ms)"
+    """Each table's server-side speculative retry (with `create_schema`): a coordinator
+    whose replica has not answered a read after this long asks another replica. Cassandra's
+    default, ``99p``, rises with a frozen replica's own stalls, so the coordinator stops
+    speculating just when it should; the cap keeps it at 50 ms at most. "" leaves the
+    tables' own."""
     heartbeat_s: float = 1.0
     """How often the driver probes a connection that received nothing, and how long it waits
     for the answer before it marks that node down and routes around it (a frozen node is out

@@ -41,6 +41,7 @@ from cassandra.protocol import (
 )
 from cassandra.query import BatchStatement, BoundStatement, PreparedStatement
 
+from storage.cassandra import speculation
 from storage.cassandra.cluster import (
     CONDITIONAL,
     READ,
@@ -393,6 +394,8 @@ class CassandraSession:
         )
         for ddl in tables:
             await self.execute_ddl(ddl.replace("{ks}", settings.keyspace))
+        keyspace = self._cluster.metadata.keyspaces.get(self.keyspace)
+        await speculation.apply(settings.speculative_retry, keyspace, tables, self.execute_ddl)
 
     def tables_present(self, names: Sequence[str]) -> list[str]:
         """Which of `names` exist as tables of this keyspace (from the driver's schema metadata,

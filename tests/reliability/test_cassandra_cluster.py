@@ -5,11 +5,11 @@ The cluster is `scripts/engines/cassandra-cluster.sh`: nodes on 127.0.0.11-13, s
 per run by `scripts/engines/up.sh`. These tests kill, freeze and restart its nodes, and each
 leaves every node up again when it ends, whatever happened. What a caller must see:
 
-* one node killed: no call fails for want of a replica (a quorum of three still holds), every
-  method keeps succeeding, nothing acknowledged is lost, and once the node is back its
-  replicas hold the rows (read at ALL, which needs it);
-* one node frozen for 30 s (Yammer's "not dead but very slow"): every service stays
-  SERVING, no breaker opens, and every method keeps succeeding within its deadline;
+* one node killed: no call fails (a quorum of three still holds), every method keeps
+  succeeding, nothing acknowledged is lost, and once the node is back its replicas hold the
+  rows (read at ALL, which needs it);
+* one node frozen for 30 s (Yammer's "not dead but very slow"): no call fails, every method
+  keeps succeeding, every service stays SERVING, no breaker opens;
 * two nodes down: calls that need a quorum fail fast with UNAVAILABLE naming the cause,
   never past their deadline; nothing acknowledged is lost; service resumes with one back.
 """
@@ -33,11 +33,11 @@ import pytest
 
 from loadtest.cluster import cluster_env as deployment_env
 from loadtest.cluster import node, node_pid
+from loadtest.cluster_load import INBOXES, MixedLoad
 from server.config import Settings, load_settings
 from storage import factory
 from storage.ports import ThreadKey
 from tests.engines import CLUSTER, require
-from tests.reliability.cluster_load import INBOXES, Call, MixedLoad
 from tests.replicas import channels
 from tests.serving import Served, loom_process, run_loom
 
@@ -123,20 +123,17 @@ async def running(load: MixedLoad, servers: list[Served]) -> AsyncIterator[async
         await asyncio.gather(*tasks)
 
 
-ONSET_S = 5.0
-"""How long after a node dies or freezes a call may still fail: the driver marks a frozen node
-down after one unanswered heartbeat (`heartbeat_s` = 1 s, probed once a second), and the
-other nodes convict a dead one only after several seconds, so calls already waiting on it,
-or on a live coordinator waiting on it as a replica, are given up at their deadline. Also
-after a node comes back, cold and replaying, calls may fail for a while on two busy cores.
-Each such failure must still be UNAVAILABLE, or DEADLINE_EXCEEDED when less than the engine
-margin was left, and name its cause."""
+RATE = 10.0
+"""The load's calls/s in these tests (about 4 weaves, 2 posts, 4 reads a second over two
+replicas): what two cores carry next to three JVMs and the rest of `make test`, a CPU burner
+on one of them included. The cluster bench (`loadtest/benches/cassandra_cluster.py`, phase
+`mixed`) counts the same failures at higher rates on one server: none at 20 calls/s on a quiet
+machine; at 35 and 50 this rig fails calls with every node up (docs/benchmarks.md)."""
 
-DEAD_ONSET_S = 15.0
-"""The same for a killed node: the driver drops it at once, but the other nodes keep choosing
-it as a replica until their failure detector convicts it (about 20 s by default), and on a
-starved machine a kill -9 stalled the whole cluster for a few seconds (a CI rehearsal with a
-CPU burner)."""
+SLICE_S = 10.0
+""""Keeps succeeding" means: in every slice this long of a fault, each method (and a weave
+of a new Message-ID, a conditional write) had a call that succeeded. At `RATE` the rarest,
+GetDelivery, is sent about 8 times a slice."""
 
 LONGEST_S = 5.0
 """The longest deadline of the load's interactive calls: a call started this close to a node's
@@ -147,30 +144,33 @@ ANSWERED = {
     grpc.StatusCode.DEADLINE_EXCEEDED,
     grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
-"""What a caller may see while nodes fail or four JVMs starve two cores: each means "retry"
-(RESOURCE_EXHAUSTED is a full bulkhead refusing at once rather than queueing), none is a bug."""
+"""What a caller may see while two nodes are down, or while a restarted node replays its
+commit log cold: each means "retry", none is a bug. With one node of three frozen or dead no
+call may fail at all."""
 
-QUORUM_LOST = ("Cannot achieve consistency level",)
-"""How a coordinator says a call failed for want of live replicas (Cassandra's Unavailable,
-decided by gossip before the statement runs). With one node of three down a quorum still
-holds, so no call may fail so. A call may still time out, or the driver may give up on a
-live node whose heartbeat went unanswered (NoHostAvailable), when three JVMs and the rest of
-the suite starve two cores: that is the machine, not the dead node, and the suite asserts
-behaviour, never speed (the latency with a node dead or frozen, and its error count, are
-measured by `loadtest/benches/cassandra_cluster.py`)."""
-
-
-def for_want_of_replicas(calls: list[Call]) -> list[Call]:
-    """The calls in `calls` that failed because too few replicas answered."""
-    return [c for c in calls if any(cause in c.details for cause in QUORUM_LOST)]
+METHODS = {"WeaveMessage", "PostMessage", "GetUnreadCount", "GetUnifiedThread", "GetDelivery"}
 
 
 def silent_methods(load: MixedLoad, since: float, until: float) -> set[str]:
-    """The load's methods none of whose calls succeeded within [since, until): a service that
-    stopped serving them."""
-    methods = {"WeaveMessage", "PostMessage", "GetUnreadCount", "GetUnifiedThread"}
-    ok = {c.method for c in load.calls if since <= c.at < until and c.code == grpc.StatusCode.OK}
-    return methods - ok
+    """The load's methods none of whose calls started within [since, until) succeeded (a
+    service that stopped serving them); "conditional write" when no weave of a new
+    Message-ID did."""
+    ok = [c for c in load.calls if since <= c.at < until and c.code == grpc.StatusCode.OK]
+    silent = METHODS - {c.method for c in ok}
+    return silent | (set() if any(c.conditional for c in ok) else {"conditional write"})
+
+
+def silent_slices(load: MixedLoad, since: float, until: float) -> list[tuple[float, set[str]]]:
+    """(offset, silent methods) of each `SLICE_S` slice of [since, until) in which some
+    method had no call that succeeded."""
+    found = []
+    start = since
+    while start + SLICE_S <= until + 0.5:
+        silent = silent_methods(load, start, start + SLICE_S)
+        if silent:
+            found.append((start - since, silent))
+        start += SLICE_S
+    return found
 
 
 def not_serving(load: MixedLoad, since: float, until: float) -> list[tuple[float, int, str]]:
@@ -212,33 +212,33 @@ async def test_a_wrong_login_or_certificate_stops_start_up_naming_the_setting(
 
 async def test_one_node_killed_mid_load_fails_no_call_and_loses_nothing(tmp_path: Path) -> None:
     """kill -9 of one node under weaves, posts and reads, after a 20,000-recipient
-    announcement: once the driver has seen it go, no call fails for want of a replica and
-    every method keeps succeeding while it is dead; every failure is a retryable status naming
-    its cause; nothing acknowledged is lost; the announcement reaches all 20,000; the
-    restarted node holds every row (read at ALL)."""
+    announcement: from the kill until the restart no call fails, for any reason, and every
+    method (GetDelivery and conditional writes included) keeps succeeding; after the restart
+    every failure is a retryable status naming its cause; nothing acknowledged is lost; the
+    announcement reaches all 20,000; the restarted node holds every row (read at ALL)."""
     env = cluster_env()
     async with two_replicas(tmp_path, env) as (servers, chans):
-        load = MixedLoad(chans, random.Random(23))
+        load = MixedLoad(chans, random.Random(23), rate=RATE)
         async with running(load, servers):
             await asyncio.sleep(2)
             await load.announce()
             await load.check_announcement()
             killed_at = time.monotonic()
             os.kill(node_pid(3), signal.SIGKILL)
-            await asyncio.sleep(DEAD_ONSET_S + 20)
+            await asyncio.sleep(40)
             restart_at = time.monotonic()
         # The restart (commit log replay, gossip) starves under load on two cores; the load
         # resumes once the node is back, while hints and read repair catch it up.
         await asyncio.to_thread(node, "start-node", "3")
         async with running(load, servers):
             await asyncio.sleep(10)
+        dead = load.failures(since=killed_at, until=restart_at)
+        assert dead == [], load.report(dead)
+        assert silent_slices(load, killed_at, restart_at - LONGEST_S) == []
+        assert not_serving(load, killed_at, restart_at) == []
         failed = load.failures()
         assert {c.code for c in failed} <= ANSWERED, load.report(failed)
         assert all(_named(c.details) for c in failed), load.report(failed)
-        dead = load.failures(since=killed_at + DEAD_ONSET_S, until=restart_at - LONGEST_S)
-        assert for_want_of_replicas(dead) == [], load.report(dead)
-        assert silent_methods(load, killed_at + DEAD_ONSET_S, restart_at) == set()
-        assert not_serving(load, killed_at + DEAD_ONSET_S, restart_at) == []
         await load.check_announcement()
         resolved = await _acknowledged_are_kept(load)
     await _replicas_hold_every_row(env, load, resolved)
@@ -268,15 +268,16 @@ async def _replicas_hold_every_row(
         assert least <= counts[inbox] <= most, (inbox, counts[inbox], least, most)
 
 
-async def test_one_node_frozen_for_30_s_keeps_every_service_serving(tmp_path: Path) -> None:
-    """SIGSTOP of one node for 30 s mid-load: once the driver has routed around it, no call
-    fails for want of a replica, every method keeps succeeding, conditional writes included,
-    and every service stays SERVING on both replicas (no breaker opens); every failure is a
-    retryable status naming its cause; nothing acknowledged is lost."""
+async def test_one_node_frozen_for_30_s_fails_no_call(tmp_path: Path) -> None:
+    """SIGSTOP of one node for 30 s mid-load: from the freeze until 10 s after the thaw no
+    call fails, for any reason; every method, GetDelivery and conditional writes included,
+    keeps succeeding through the freeze; every service stays SERVING on both replicas (no
+    breaker opens); nothing acknowledged is lost."""
     async with two_replicas(tmp_path, cluster_env()) as (servers, chans):
-        load = MixedLoad(chans, random.Random(29))
+        load = MixedLoad(chans, random.Random(29), rate=RATE)
         async with running(load, servers):
-            await asyncio.sleep(5)
+            await asyncio.sleep(2)
+            await load.announce()
             frozen = node_pid(2)
             frozen_at = time.monotonic()
             os.kill(frozen, signal.SIGSTOP)
@@ -286,13 +287,11 @@ async def test_one_node_frozen_for_30_s_keeps_every_service_serving(tmp_path: Pa
                 thawed_at = time.monotonic()
                 os.kill(frozen, signal.SIGCONT)
             await asyncio.sleep(10)
-        failed = load.failures()
-        assert {c.code for c in failed} <= ANSWERED, load.report(failed)
-        assert all(_named(c.details) for c in failed), load.report(failed)
-        frozen_phase = load.failures(since=frozen_at + ONSET_S, until=thawed_at - LONGEST_S)
-        assert for_want_of_replicas(frozen_phase) == [], load.report(frozen_phase)
-        assert not_serving(load, frozen_at + ONSET_S, thawed_at) == []
-        assert silent_methods(load, frozen_at + ONSET_S, thawed_at) == set()
+        failed = load.failures(since=frozen_at)
+        assert failed == [], load.report(failed)
+        assert silent_slices(load, frozen_at, thawed_at) == []
+        assert not_serving(load, frozen_at, thawed_at + 10) == []
+        await load.check_announcement()
         await _acknowledged_are_kept(load)
 
 

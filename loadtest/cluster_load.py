@@ -34,6 +34,11 @@ THREADWEAVER = registry.by_name("threadweaver").proto
 INBOXES = [f"c-i{k}" for k in range(30)]
 ANNOUNCED = 20_000
 SERVING = health_pb2.HealthCheckResponse.SERVING
+_RETRIED = (
+    grpc.StatusCode.UNAVAILABLE,
+    grpc.StatusCode.DEADLINE_EXCEEDED,
+    grpc.StatusCode.RESOURCE_EXHAUSTED,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,17 +51,21 @@ class Call:
     at: float
     """When it started (monotonic)."""
     elapsed_s: float
+    conditional: bool = False
+    """A weave of a Message-ID never sent before: it makes a conditional write
+    (``INSERT ... IF NOT EXISTS``), which is never speculated."""
 
 
 async def patiently(call: Callable[[], Awaitable[Any]]) -> Any:
-    """`call()` as a checking client makes it: UNAVAILABLE or DEADLINE_EXCEEDED (a busy or
-    recovering cluster) are tried again, for up to a minute; anything else fails."""
+    """`call()` as a checking client makes it: UNAVAILABLE, DEADLINE_EXCEEDED or
+    RESOURCE_EXHAUSTED (a busy or recovering cluster, a full bulkhead) are tried again, for up
+    to a minute; anything else fails."""
     deadline = time.monotonic() + 60
     while True:
         try:
             return await call()
         except grpc.aio.AioRpcError as exc:
-            retry = exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+            retry = exc.code() in _RETRIED
             if not retry or time.monotonic() > deadline:
                 raise
         await asyncio.sleep(0.5)
@@ -79,6 +88,8 @@ class MixedLoad:
     acked_weaves: list[tuple[str, str, str]] = field(default_factory=list)
     acked_posts: list[tuple[str, int, list[str]]] = field(default_factory=list)
     delivery_id: str = ""
+    shed: int = 0
+    """Calls a full bulkhead refused at once and the client sent again."""
     _next: int = 0
     _message_id: int = 0
 
@@ -86,22 +97,48 @@ class MixedLoad:
         self._next += 1
         return self.channels[self._next % len(self.channels)]
 
-    async def _call(self, method: str, send: Awaitable[Any]) -> Any:
+    async def _call(
+        self,
+        method: str,
+        send: Callable[..., Awaitable[Any]],
+        request: Any,
+        budget_s: float,
+        conditional: bool = False,
+    ) -> Any:
+        """`send(request)` within `budget_s`, as a client makes it: a call shed at once by a
+        full bulkhead (RESOURCE_EXHAUSTED) is sent again after a short pause while its
+        deadline allows (`shed` counts those); the outcome is recorded."""
         started = time.monotonic()
-        try:
-            reply = await send
-        except grpc.aio.AioRpcError as exc:
+        ends = started + budget_s
+        while True:
+            try:
+                reply = await send(request, timeout=max(0.01, ends - time.monotonic()))
+            except grpc.aio.AioRpcError as exc:
+                pause = 0.05 + 0.1 * random.random()  # not the load's own sequence
+                shed = exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+                if shed and time.monotonic() + pause < ends - 0.05:
+                    self.shed += 1
+                    await asyncio.sleep(pause)
+                    continue
+                elapsed = time.monotonic() - started
+                details = exc.details() or ""
+                self.calls.append(
+                    Call(method, exc.code(), details, started, elapsed, conditional=conditional)
+                )
+                return None
+            elapsed = time.monotonic() - started
             self.calls.append(
-                Call(method, exc.code(), exc.details() or "", started, time.monotonic() - started)
+                Call(method, grpc.StatusCode.OK, "", started, elapsed, conditional=conditional)
             )
-            return None
-        self.calls.append(Call(method, grpc.StatusCode.OK, "", started, time.monotonic() - started))
-        return reply
+            return reply
 
     async def _weave(self) -> None:
         rng = self.rng
         gid, thread = f"u{rng.randrange(30)}", f"t{rng.randrange(4)}"
-        rfc = f"<m{rng.randrange(300)}@c>"
+        # Half the weaves carry a Message-ID never sent before (a conditional write on every
+        # store); the rest one of 300 shared ones, which link conversations.
+        fresh = rng.random() < 0.5
+        rfc = f"<n{len(self.weaves)}@c>" if fresh else f"<m{rng.randrange(300)}@c>"
         message = threadweaver_pb2.WovenMessage(
             gid=gid, thread_id=thread, rfc_message_id=rfc, sent_at=Timestamp(seconds=len(rfc))
         )
@@ -109,7 +146,7 @@ class MixedLoad:
         request = threadweaver_pb2.WeaveMessageRequest(message=message)
         # Recorded before the call: a call that failed may still have been applied.
         self.weaves.append((gid, thread, rfc))
-        if await self._call("WeaveMessage", stub.WeaveMessage(request, timeout=5.0)) is not None:
+        if await self._call("WeaveMessage", stub.WeaveMessage, request, 5.0, fresh) is not None:
             self.woven.add((gid, thread))
             self.acked_weaves.append((gid, thread, rfc))
 
@@ -124,7 +161,7 @@ class MixedLoad:
             thread_id=thread, message_id=self._message_id, sender_inbox_id="c-sender",
             recipient_inbox_ids=recipients,
         )  # fmt: skip
-        if await self._call("PostMessage", stub.PostMessage(request, timeout=30.0)) is not None:
+        if await self._call("PostMessage", stub.PostMessage, request, 30.0) is not None:
             self.acked_posts.append(post)
 
     async def _read(self) -> None:
@@ -132,25 +169,27 @@ class MixedLoad:
             gid, thread = self.rng.choice(sorted(self.woven))
             stub = threadweaver_pb2_grpc.ThreadWeaverStub(self._channel())
             request = threadweaver_pb2.GetUnifiedThreadRequest(gid=gid, thread_id=thread)
-            await self._call("GetUnifiedThread", stub.GetUnifiedThread(request, timeout=5.0))
+            await self._call("GetUnifiedThread", stub.GetUnifiedThread, request, 5.0)
             return
         inbox = inbox_pb2_grpc.InboxStub(self._channel())
-        if self.delivery_id and self.rng.random() < 0.2:
+        if self.delivery_id and self.rng.random() < 0.4:
             ask = inbox_pb2.GetDeliveryRequest(delivery_id=self.delivery_id)
-            await self._call("GetDelivery", inbox.GetDelivery(ask, timeout=2.0))
+            await self._call("GetDelivery", inbox.GetDelivery, ask, 2.0)
             return
         count = inbox_pb2.GetUnreadCountRequest(inbox_id=self.rng.choice(INBOXES))
-        await self._call("GetUnreadCount", inbox.GetUnreadCount(count, timeout=1.0))
+        await self._call("GetUnreadCount", inbox.GetUnreadCount, count, 1.0)
 
     async def announce(self) -> None:
-        """One PostMessage to ANNOUNCED inboxes (a background fan-out)."""
+        """One PostMessage to ANNOUNCED inboxes (a background fan-out), sent again until
+        accepted, as a client sends it (a retry of the same post is the same delivery); it is
+        not one of the load's recorded calls."""
         self._message_id += 1
         stub = inbox_pb2_grpc.InboxStub(self._channel())
         request = inbox_pb2.PostMessageRequest(
             thread_id="c-announcement", message_id=self._message_id, sender_inbox_id="c-sender",
             recipient_inbox_ids=[f"c-all{k}" for k in range(ANNOUNCED)],
         )  # fmt: skip
-        reply = await self._call("PostMessage", stub.PostMessage(request, timeout=30.0))
+        reply = await patiently(partial(stub.PostMessage, request, timeout=30.0))
         assert isinstance(reply, inbox_pb2.PostMessageResponse), self.failures()
         self.delivery_id = reply.delivery_id
 
