@@ -392,8 +392,11 @@ class CassandraSession:
             f"CREATE KEYSPACE IF NOT EXISTS {settings.keyspace} WITH replication = "
             f"{replication_clause(settings)}"
         )
+        policy = settings.speculative_retry
         for ddl in tables:
-            await self.execute_ddl(ddl.replace("{ks}", settings.keyspace))
+            with speculation.refusals(policy):
+                made = speculation.with_policy(ddl, policy).replace("{ks}", settings.keyspace)
+                await self.execute_ddl(made)
         keyspace = self._cluster.metadata.keyspaces.get(self.keyspace)
         await speculation.apply(settings.speculative_retry, keyspace, tables, self.execute_ddl)
 

@@ -13,12 +13,13 @@ them (and on tables an earlier release created), once: a table already so is lef
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from storage.errors import StorageError, StorageMisconfigured
 
-__all__ = ["apply", "canonical", "table_of"]
+__all__ = ["apply", "canonical", "refusals", "table_of", "with_policy"]
 
 _TABLE = re.compile(r"CREATE\s+TABLE\s+IF\s+NOT\s+EXISTS\s+\{ks\}\.(\w+)", re.IGNORECASE)
 _POLICY = re.compile(r"[A-Za-z0-9.,() ]{1,40}")
@@ -36,6 +37,15 @@ def table_of(ddl: str) -> str | None:
     """The table a ``CREATE TABLE IF NOT EXISTS {ks}.name`` statement makes, else None."""
     found = _TABLE.search(ddl)
     return found.group(1) if found else None
+
+
+def with_policy(ddl: str, policy: str) -> str:
+    """`ddl` creating a table with `policy` among its options (a new table then needs no
+    ALTER); any other statement, or no policy, unchanged."""
+    if not policy or table_of(ddl) is None or not _POLICY.fullmatch(policy):
+        return ddl
+    glue = " AND " if re.search(r"\)\s*WITH\s", ddl, re.IGNORECASE) else " WITH "
+    return f"{ddl.rstrip().rstrip(';')}{glue}speculative_retry = '{policy}'"
 
 
 async def apply(
@@ -62,13 +72,21 @@ async def apply(
             continue
         if canonical(str(table.options.get("speculative_retry", ""))) == canonical(policy):
             continue
-        try:
+        with refusals(policy):
             await execute_ddl(
                 f"ALTER TABLE {keyspace.name}.{name} WITH speculative_retry = '{policy}'"
             )
-        except StorageError as exc:
-            if "speculative" not in str(exc).lower():
-                raise
-            raise StorageMisconfigured(
-                "cassandra.speculative_retry", f"the cluster refused {policy!r} ({exc})"
-            ) from exc
+
+
+@contextmanager
+def refusals(policy: str) -> Iterator[None]:
+    """Turns the cluster's refusal of `policy` (in a CREATE or an ALTER) into a start-up
+    error naming the setting; any other schema fault passes unchanged."""
+    try:
+        yield
+    except StorageError as exc:
+        if "speculative" not in str(exc).lower():
+            raise
+        raise StorageMisconfigured(
+            "cassandra.speculative_retry", f"the cluster refused {policy!r} ({exc})"
+        ) from exc

@@ -90,3 +90,10 @@ def test_spellings_cassandra_answers_with_compare_equal() -> None:
     assert speculation.canonical("ALWAYS") != speculation.canonical("NEVER")
     assert speculation.table_of("CREATE TABLE IF NOT EXISTS {ks}.inbox (a int)") == "inbox"
     assert speculation.table_of("CREATE INDEX x ON {ks}.inbox (a)") is None
+    plain = "CREATE TABLE IF NOT EXISTS {ks}.t (a int PRIMARY KEY)"
+    assert speculation.with_policy(plain, "20ms") == f"{plain} WITH speculative_retry = '20ms'"
+    tuned = f"{plain} WITH gc_grace_seconds = 10"
+    assert speculation.with_policy(tuned, "20ms").endswith(" AND speculative_retry = '20ms'")
+    assert speculation.with_policy(tuned, "") == tuned
+    index = "CREATE INDEX x ON {ks}.t (a)"
+    assert speculation.with_policy(index, "20ms") == index
