@@ -144,10 +144,10 @@ def _template(  # noqa: PLR0917 - a private assembler of one value
 
 
 def _kept_rules(
-    kept: tuple[tuple[str, ...], tuple[FieldRuleValue, ...]] | None, signature: tuple[str, ...]
+    settled: TemplateValue | None, signature: tuple[str, ...]
 ) -> tuple[FieldRuleValue, ...] | None:
     """A settled template's rules when the template continues with the same signature."""
-    return kept[1] if kept is not None and kept[0] == signature else None
+    return settled.field_rules if settled and settled.signature == signature else None
 
 
 def _core(sigs: Sequence[frozenset[str]], share: float) -> frozenset[str]:
@@ -248,7 +248,7 @@ def form_templates(  # noqa: PLR0917 - FormTemplate(h)'s inputs, then out-parame
         signatures.append(signature)
     ids = _ids(key, signatures, [t for t in previous if t.signature])
     kept = {
-        t.template_id: (t.signature, t.field_rules)
+        t.template_id: t
         for t in previous
         if t.template_id in settled and t.email_count >= MAX_FORM_EMAILS
     }

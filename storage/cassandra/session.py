@@ -388,17 +388,17 @@ class CassandraSession:
             raise ValueError(f"invalid Cassandra keyspace name {settings.keyspace!r}")
         if not settings.create_schema:
             return
+        policy = speculation.checked(settings.speculative_retry)
         await self.execute_ddl(
             f"CREATE KEYSPACE IF NOT EXISTS {settings.keyspace} WITH replication = "
             f"{replication_clause(settings)}"
         )
-        policy = settings.speculative_retry
         for ddl in tables:
             with speculation.refusals(policy):
                 made = speculation.with_policy(ddl, policy).replace("{ks}", settings.keyspace)
                 await self.execute_ddl(made)
         keyspace = self._cluster.metadata.keyspaces.get(self.keyspace)
-        await speculation.apply(settings.speculative_retry, keyspace, tables, self.execute_ddl)
+        await speculation.apply(policy, keyspace, tables, self.execute_ddl)
 
     def tables_present(self, names: Sequence[str]) -> list[str]:
         """Which of `names` exist as tables of this keyspace (from the driver's schema metadata,

@@ -19,7 +19,7 @@ from typing import Any
 
 from storage.errors import StorageError, StorageMisconfigured
 
-__all__ = ["apply", "canonical", "refusals", "table_of", "with_policy"]
+__all__ = ["apply", "canonical", "checked", "refusals", "table_of", "with_policy"]
 
 _TABLE = re.compile(r"CREATE\s+TABLE\s+IF\s+NOT\s+EXISTS\s+\{ks\}\.(\w+)", re.IGNORECASE)
 _POLICY = re.compile(r"[A-Za-z0-9.,() ]{1,40}")
@@ -39,10 +39,20 @@ def table_of(ddl: str) -> str | None:
     return found.group(1) if found else None
 
 
+def checked(policy: str) -> str:
+    """`policy`, when it is one ("" too: leave the tables' own); else start-up stops naming
+    the setting, before any table is made."""
+    if policy and not _POLICY.fullmatch(policy):
+        raise StorageMisconfigured(
+            "cassandra.speculative_retry", f"{policy!r} is not a speculative retry policy"
+        )
+    return policy
+
+
 def with_policy(ddl: str, policy: str) -> str:
-    """`ddl` creating a table with `policy` among its options (a new table then needs no
-    ALTER); any other statement, or no policy, unchanged."""
-    if not policy or table_of(ddl) is None or not _POLICY.fullmatch(policy):
+    """`ddl` creating a table with `policy` (`checked`) among its options (a new table then
+    needs no ALTER); any other statement, or no policy, unchanged."""
+    if not policy or table_of(ddl) is None:
         return ddl
     glue = " AND " if re.search(r"\)\s*WITH\s", ddl, re.IGNORECASE) else " WITH "
     return f"{ddl.rstrip().rstrip(';')}{glue}speculative_retry = '{policy}'"
@@ -54,17 +64,13 @@ async def apply(
     tables: Sequence[str],
     execute_ddl: Callable[[str], Awaitable[None]],
 ) -> None:
-    """Sets `policy` on each table `tables` (DDL) create whose own differs.
+    """Sets `policy` (`checked`) on each table `tables` (DDL) create whose own differs.
 
     `keyspace` is the driver's metadata of the keyspace. "" leaves every table's own. A
-    policy that is no policy, or one the cluster refuses, stops start-up naming the setting.
+    policy the cluster refuses stops start-up naming the setting.
     """
     if not policy:
         return
-    if not _POLICY.fullmatch(policy):
-        raise StorageMisconfigured(
-            "cassandra.speculative_retry", f"{policy!r} is not a speculative retry policy"
-        )
     for ddl in tables:
         name = table_of(ddl)
         table = keyspace.tables.get(name) if keyspace is not None and name else None
