@@ -23,6 +23,13 @@ from one template's variants:
    rest's emails either begin differently (another template) or share no k-anonymous
    subject at all (a template not yet k-anonymous, whose text is invisible): leaving
    those out rather than folding them in keeps the formed template's core its own.
+3. **Only one side has text of its own, and it outweighs what both share.** A template
+   whose text is all values (a notification that is one generated sentence) owns no token
+   k recipients share, so rules 1 and 2 cannot tell it from a sibling that does. The rest
+   (>= k recipients) splits from A when A's own text is at least `own_over_shared` times
+   the text both sides share (a footer): an optional block is a minority of its template's
+   text, which its emails without the block still share.
+   Taken only when no split of rules 1 and 2 is left.
 
 Candidate sides are the email sets of the row's tokens (a template's own text, an optional
 block, a subject's words); a side inside a bigger candidate that splits off itself waits
@@ -56,6 +63,8 @@ class GroupingParams:
     """Least tokens of own text each side needs (rule 1)."""
     min_own_share: float = 0.1
     """Least own text as a share of the text both sides share (rule 1)."""
+    own_over_shared: float = 2.0
+    """Least own text of A as a multiple of the text both sides share (rule 3; 0: off)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +83,8 @@ class _Class:
 
 _SEEN = 2
 """Emails of a side a subject prefix must be in to count as one of that side's."""
+_LAST = 1e-3
+"""Scales rule 3's score below any split rules 1 and 2 find (theirs are whole tokens)."""
 
 
 def _bits(mask: int) -> list[int]:
@@ -271,6 +282,12 @@ class _Divider:
             return float(min(t.own, block_weight))
         if t.own_subject and t.subjects_differ():
             return float(t.own + t.own_subject)
+        if (
+            p.own_over_shared
+            and t.own >= max(p.min_own, p.own_over_shared * t.common)
+            and self.recipients(rest) >= self.k
+        ):
+            return float(t.own) * _LAST
         return 0.0
 
 

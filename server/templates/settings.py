@@ -50,6 +50,10 @@ class TemplatesSettings:
     own_text_share: float = 0.1
     """Loom: least own text of each side, as a share of the text both sides share (so a
     one-word alternative within a template never splits it)."""
+    own_over_shared: float = 2.0
+    """Loom: a group whose own text is at least this many times the text it shares with
+    the rest of its row splits from a rest that owns none (a sibling whose text is all
+    values); 0 turns this rule off."""
     cpu_workers: int = 2
     """Processes of the CPU stage (parse, XPaths, MinHash; template formation)."""
     cpu_queue: int = 1000

@@ -161,6 +161,56 @@ class TestSplitRules:
         assert len(groups) == 2
 
 
+class TestTextOnOneSide:
+    """Rule 3: a template whose text is all values beside a sibling with text of its own."""
+
+    FOOTER = "sent by the vendor to you because you have an account with it"
+
+    def _sigs(self, bodies: list[list[str]]) -> list[frozenset[str]]:
+        return [frozenset(tokens_of("News", [("/p", t) for t in body])) for body in bodies]
+
+    def test_a_sibling_of_values_only_splits_from_one_with_text(self) -> None:
+        """A release note (three sentences of its own) and a workflow notice (one generated
+        sentence, nothing k recipients share) behind one footer: two groups. Ghost's
+        password reset and its notification were one template this way."""
+        release = [
+            "a new release of the project is out and ready for you",
+            "the source code is attached as a zip and as a tarball",
+            "read the notes below to see what changed since the last one",
+        ]
+        a = [[*release, self.FOOTER] for _ in range(10)]
+        b = [[f"{n} ran job {i} on branch {n} in {i} s", self.FOOTER] for i, n in enumerate(NAMES)]
+        sigs = self._sigs(a + b[:10])
+        groups = group_emails(sigs, [f"u{i}" for i in range(20)], K)
+        assert sorted(groups) == [list(range(10)), list(range(10, 20))]
+        off = GroupingParams(own_over_shared=0.0)
+        assert len(group_emails(sigs, [f"u{i}" for i in range(20)], K, off)) == 1
+
+    def test_an_optional_block_in_a_minority_of_the_text_does_not_split(self) -> None:
+        """The same own text as an optional block of a template whose other text outweighs
+        it (each email without the block still shares that text): one group."""
+        shared = [f"sentence number {i} of the notice that stays the same" for i in range(6)]
+        block = ["the source code is attached as a zip and as a tarball"]
+        bodies = [[*shared, *(block if i % 2 else []), self.FOOTER] for i in range(20)]
+        groups = group_emails(self._sigs(bodies), [f"u{i}" for i in range(20)], K)
+        assert len(groups) == 1
+
+    def test_a_rest_below_k_recipients_waits_with_the_template(self) -> None:
+        """Fewer than k recipients without the text: nothing is judged on them."""
+        release = [
+            "a new release of the project is out and ready for you",
+            "the source code is attached as a zip and as a tarball",
+            "read the notes below to see what changed since the last one",
+        ]
+        a = [[*release, self.FOOTER] for _ in range(10)]
+        b = [
+            [f"{n} ran job {i} on branch {n} in {i} s", self.FOOTER]
+            for i, n in enumerate(NAMES[:4])
+        ]
+        groups = group_emails(self._sigs(a + b), [f"u{i}" for i in range(14)], K)
+        assert len(groups) == 1
+
+
 class TestWiderText:
     def test_a_footer_most_siblings_share_keeps_none_together(self) -> None:
         """Four siblings end with a footer line the fifth lacks, and the fifth holds no text
