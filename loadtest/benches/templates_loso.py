@@ -38,10 +38,12 @@ __all__ = ["GRID", "SourceFigures", "choose", "main", "replay"]
 GRID = tuple(
     SchemeParams(
         match=m,
-        grouping=GroupingParams(present=pr, min_own_share=share, own_over_shared=oos),
+        grouping=GroupingParams(
+            present=pr, min_own_share=share, own_share_cap=cap, own_over_shared=oos
+        ),
     )
-    for m, pr, share, oos in itertools.product(
-        (0.7, 0.8, 0.9), (0.85, 0.9), (0.05, 0.1, 0.2), (0.0, 2.0)
+    for m, pr, share, cap, oos in itertools.product(
+        (0.7, 0.8, 0.9), (0.85, 0.9), (0.05, 0.1, 0.2), (0, 8), (0.0, 2.0)
     )
 )
 """The thresholds a fold chooses among (the service's defaults are one of them)."""
@@ -139,6 +141,7 @@ def main(argv: list[str] | None = None) -> None:
                 "match": GRID[i].match,
                 "present": GRID[i].grouping.present,
                 "min_own_share": GRID[i].grouping.min_own_share,
+                "own_share_cap": GRID[i].grouping.own_share_cap,
                 "own_over_shared": GRID[i].grouping.own_over_shared,
             },
             "held_out": vars(table[i][source]),

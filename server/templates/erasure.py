@@ -141,6 +141,7 @@ def scheme_params(t: TemplatesSettings) -> SchemeParams:
             absent=t.text_absent,
             min_own=t.own_text_min,
             min_own_share=t.own_text_share,
+            own_share_cap=t.own_text_share_cap,
             own_over_shared=t.own_over_shared,
         ),
     )

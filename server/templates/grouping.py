@@ -15,7 +15,9 @@ from one template's variants:
    template's optional block does not split it: its emails without the block own nothing
    the others lack (their other blocks, line items and values occur on both sides). Each
    side's own text must be at least `min_own` tokens and `min_own_share` of the text both
-   sides share, so a one-word alternative (``1 day``/``2 days``) splits nothing.
+   sides share, so a one-word alternative (``1 day``/``2 days``) splits nothing, but
+   never more than `own_share_cap` tokens: two emails of one long layout that differ by a
+   sentence each (a trial *expiring* and a trial *expired* notice) are two templates.
 2. **The subjects differ.** A owns subject text, and the longest subject prefix nearly all
    of A's emails share is not compatible with the rest's (neither starts the other), or
    the rest shares none. Instances of one template keep their subject's fixed start and
@@ -63,6 +65,9 @@ class GroupingParams:
     """Least tokens of own text each side needs (rule 1)."""
     min_own_share: float = 0.1
     """Least own text as a share of the text both sides share (rule 1)."""
+    own_share_cap: int = 8
+    """Most own text `min_own_share` may ask for (0: no cap): a sentence of its own on each
+    side splits two templates however long the text they share (rule 1)."""
     own_over_shared: float = 2.0
     """Least own text of A as a multiple of the text both sides share (rule 3; 0: off)."""
 
@@ -276,7 +281,8 @@ class _Divider:
             if c.kind == "text" and in_a <= p.absent * total and in_r >= 2:
                 block = c.mask & rest
                 anti[block] = anti.get(block, 0) + c.weight
-        need = max(p.min_own, p.min_own_share * t.common)
+        share = p.min_own_share * t.common
+        need = max(p.min_own, min(share, p.own_share_cap) if p.own_share_cap else share)
         block_weight = max(anti.values(), default=0)
         if t.own >= need and block_weight >= need:
             return float(min(t.own, block_weight))

@@ -50,6 +50,9 @@ class TemplatesSettings:
     own_text_share: float = 0.1
     """Loom: least own text of each side, as a share of the text both sides share (so a
     one-word alternative within a template never splits it)."""
+    own_text_share_cap: int = 8
+    """Loom: most tokens `own_text_share` may ask for (0: no cap), so two templates that
+    share a long text and differ by a sentence each still split."""
     own_over_shared: float = 2.0
     """Loom: a group whose own text is at least this many times the text it shares with
     the rest of its row splits from a rest that owns none (a sibling whose text is all

@@ -146,6 +146,19 @@ class TestSplitRules:
         groups = group_emails(self._sigs(a + b), [f"u{i}" for i in range(24)], K)
         assert sorted(len(g) for g in groups) == [12, 12]
 
+    def test_a_sentence_each_splits_however_long_the_shared_text(self) -> None:
+        """A trial *expiring* and a trial *expired* notice: 30 shared sentences and one
+        sentence of each's own (a tenth of the shared text would ask for ~20 tokens, the cap
+        asks for 8). Without the cap they are one group."""
+        shared = [f"sentence number {i} of the long body both notices carry" for i in range(30)]
+        a = [("Trial", [*shared, "your trial has recently expired so what would you like"])] * 10
+        b = [("Trial", [*shared, "your trial ends in three days can we help you decide"])] * 10
+        sigs = self._sigs(a + b)
+        users = [f"u{i}" for i in range(20)]
+        assert sorted(len(g) for g in group_emails(sigs, users, K)) == [10, 10]
+        uncapped = GroupingParams(own_share_cap=0)
+        assert len(group_emails(sigs, users, K, uncapped)) == 1
+
     def test_thresholds_are_settings(self) -> None:
         """The one-word alternative splits once the own-text bar is dropped to nothing."""
         shared = [f"sentence number {i} of the notice that stays the same" for i in range(6)]
