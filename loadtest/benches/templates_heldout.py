@@ -6,7 +6,7 @@ measures the clustering on packs that were never part of that choice and are on 
 registry: give it checkouts of their GitHub repositories (pinned commits and licences in
 `loadtest/corpora/README.md`, "Held-out packs"). Every pack is a set of senders, each
 sending several different emails in one layout (Postmark: 3 layouts x 10; sendwithus: 14
-themes of 1-9; Mailgun: one sender's 3).
+themes of 1-9; Mailgun: one sender's 3; SendGrid: 2 themes x 5 and 5 dynamic templates).
 
 Each template is instantiated as the corpus instantiates its own (`build_corpus`, one
 subject per sender: the subject tells no template from another), and the online service
@@ -38,7 +38,10 @@ SCHEMES = {
 
 
 def held_out_templates(
-    postmark: Path | None, sendwithus: Path | None, mailgun: Path | None
+    postmark: Path | None,
+    sendwithus: Path | None,
+    mailgun: Path | None,
+    sendgrid: Path | None = None,
 ) -> list[SourceTemplate]:
     """The packs' templates, one source per sender (layout or theme)."""
     out: list[SourceTemplate] = []
@@ -53,6 +56,14 @@ def held_out_templates(
     if mailgun:  # templates/inlined/<name>.html, static
         for f in sorted(mailgun.glob("templates/inlined/*.html")):
             out.append(_template("mailgun", f.stem, f, "static"))
+    if sendgrid:  # <theme>-templates/<name>.html static (base.html: the blank layout);
+        # dynamic-templates/<use>/<name>.html Handlebars, each its own sender
+        for f in sorted(sendgrid.glob("*-templates/*.html")):
+            theme = f.parent.name.removesuffix("-templates")
+            if theme != "dynamic" and f.stem != "base":
+                out.append(_template(f"sendgrid-{theme}", f.stem, f, "static"))
+        for f in sorted(sendgrid.glob("dynamic-templates/*/*.html")):
+            out.append(_template("sendgrid-dynamic", f.stem, f, "handlebars"))
     return out
 
 
@@ -83,10 +94,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--mailgun", type=Path, help="checkout of mailgun/transactional-email-templates"
     )
+    parser.add_argument("--sendgrid", type=Path, help="checkout of sendgrid/email-templates")
     parser.add_argument("--k", type=int, default=5)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
-    templates = held_out_templates(args.postmark, args.sendwithus, args.mailgun)
+    templates = held_out_templates(args.postmark, args.sendwithus, args.mailgun, args.sendgrid)
     if not templates:
         parser.error("no templates: give at least one pack's checkout")
     corpus = build_corpus(templates, subjects="sender")
