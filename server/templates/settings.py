@@ -88,3 +88,43 @@ class TemplatesSettings:
     """Emails per SubmitEmails call."""
     recipient_hash_key: str = "loom-templates"
     """Key of the BLAKE2b hash that stands for recipient ids in storage (set per deployment)."""
+
+    def __post_init__(self) -> None:
+        for name, low, high in _BOUNDS:
+            value = getattr(self, name)
+            if not low <= value <= high:
+                raise ValueError(f"templates.{name} = {value!r}: must be in [{low}, {high}]")
+
+
+_MANY = float("inf")
+_BOUNDS: tuple[tuple[str, float, float], ...] = (
+    ("k_anonymity", 2, _MANY),  # k = 1 forms a template from one recipient's email
+    ("max_emails", 1, _MANY),
+    ("reinduce_after_s", 0, _MANY),
+    ("email_ttl_s", 1, _MANY),
+    ("reform_interval_s", 0, _MANY),
+    ("full_cache_size", 1, _MANY),
+    ("full_cache_ttl_s", 0, _MANY),
+    ("template_cache_size", 1, _MANY),
+    ("template_cache_ttl_s", 0, _MANY),
+    ("absent_cache_ttl_s", 0, _MANY),
+    ("match_threshold", 0.01, 1),
+    ("text_present", 0.5, 1),
+    ("text_absent", 0, 0.5),
+    ("own_text_min", 1, _MANY),
+    ("own_text_share", 0, 1),
+    ("own_text_share_cap", 0, _MANY),
+    ("own_over_shared", 0, _MANY),
+    ("cpu_workers", 1, 256),
+    ("cpu_queue", 1, _MANY),
+    ("cpu_batch", 1, _MANY),
+    ("io_concurrency", 1, _MANY),
+    ("io_queue", 1, _MANY),
+    ("io_batch", 1, _MANY),
+    ("formation_workers", 1, _MANY),
+    ("formation_queue", 1, _MANY),
+    ("max_body_bytes", 1, _MANY),
+    ("max_batch", 1, _MANY),
+)
+"""Each numeric setting's range: a value outside it stops start-up naming the setting (a
+zero k or a share above one would form templates no rule of the service allows)."""
