@@ -24,3 +24,16 @@ class TestChoose:
     def test_the_service_defaults_are_a_grid_point(self) -> None:
         """The defaults the server runs with are among the choices every fold weighs."""
         assert SchemeParams() in GRID
+
+
+def test_the_aims_hold_only_when_every_one_does() -> None:
+    """P >= 0.95, R >= 0.90, <= 1.1 templates per true one and none unformed, each at its
+    bound; one past any of them fails."""
+    assert SourceFigures(0.95, 0.9, 1.1, 0, 5).meets_aims
+    for miss in (
+        SourceFigures(0.94, 1.0, 1.0, 0, 5),
+        SourceFigures(1.0, 0.89, 1.0, 0, 5),
+        SourceFigures(1.0, 1.0, 1.11, 0, 5),
+        SourceFigures(1.0, 1.0, 1.0, 1, 5),
+    ):
+        assert not miss.meets_aims
