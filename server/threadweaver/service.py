@@ -103,9 +103,13 @@ class ThreadWeaverService:
             if ut_t != ut_r:
                 pairs[(min(ut_t, ut_r), max(ut_t, ut_r))] = None
         touched = set(thread_uts.values()) | set(message_uts)
-        canonical, retired = await concurrently(
+        (canonical, linked), retired = await concurrently(
             self._join(touched, pairs), store.get_retired(sorted(touched))
         )
+        if linked and not retired:
+            # A deletion marks ids retired, then reads their links; so a weave must read the
+            # marks after its own link writes. The read beside the join may have come first.
+            retired = await store.get_retired(sorted(touched))
         per_thread = {t: canonical[ut] for t, ut in thread_uts.items()}
         if retired:
             # A deletion is rebuilding this conversation and may have read it before these
@@ -146,8 +150,11 @@ class ThreadWeaverService:
         if pairs:
             await self._join({ut for pair in pairs for ut in pair}, pairs)
 
-    async def _join(self, touched: set[str], pairs: Collection[tuple[str, str]]) -> dict[str, str]:
-        """Records the merges not yet linked; each touched UT's canonical id (as now known).
+    async def _join(
+        self, touched: set[str], pairs: Collection[tuple[str, str]]
+    ) -> tuple[dict[str, str], bool]:
+        """Records the merges not yet linked; each touched UT's canonical id (as now known),
+        and whether any link was written.
 
         One read of the touched UTs' links answers both questions: a pair whose UTs share a
         linked UT is already one conversation (nothing to write), and in a star-complete
@@ -158,9 +165,9 @@ class ThreadWeaverService:
         separate = [(a, b) for a, b in pairs if not ((links[a] | {a}) & (links[b] | {b}))]
         hints = {ut: hint(ut, links) for ut in touched}
         if not separate:
-            return hints
+            return hints, False
         settled = await unite(self._store, separate, links, max_size=self._max_closure)
-        return {ut: settled.get(ut) or settled.get(h) or h for ut, h in hints.items()}
+        return {ut: settled.get(ut) or settled.get(h) or h for ut, h in hints.items()}, True
 
     async def unified_thread(
         self, thread: ThreadKey, *, team_gids: frozenset[str] | None, max_threads: int

@@ -12,6 +12,8 @@ import asyncio
 import hashlib
 import random
 import uuid
+from collections.abc import Sequence
+from typing import Any, cast
 
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -226,6 +228,53 @@ async def test_unweaving_concurrently_with_weaves_matches_union_find(
             pass
         else:
             raise AssertionError(f"{t} still woven")
+
+
+class _LinksHeld:
+    """A real ThreadStore whose `add_links` waits until released: it holds a weave between
+    its merge's link write and the rest of the weave, so a deletion can run in that gap."""
+
+    def __init__(self, store: ThreadStore) -> None:
+        self._store = store
+        self.reached = asyncio.Event()
+        self.release = asyncio.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def add_links(self, links: Sequence[tuple[str, str]]) -> None:
+        self.reached.set()
+        await self.release.wait()
+        await self._store.add_links(links)
+
+
+async def test_a_merge_whose_links_land_after_a_deletion_marked_them_is_rebuilt(
+    thread_store: ThreadStore, thread_store_twin: ThreadStore
+) -> None:
+    """A weave that merges a thread into a conversation writes the merge's link; a deletion
+    rebuilding that conversation marks its ids retired, then reads its links. When the link
+    lands after that read, the weave must see the mark (read after its write) and rebuild:
+    otherwise the thread stays joined to a retired, empty id, apart from its conversation."""
+    tag = f"{uuid.uuid4().hex[:10]}-"
+    keep, gone, late = (ThreadKey(f"{tag}g{i}", "t") for i in range(3))
+    one = ThreadWeaverService(thread_store, retire_grace_s=0.5)
+    held = _LinksHeld(thread_store_twin)
+    two = ThreadWeaverService(cast(ThreadStore, held), retire_grace_s=0.5)
+    first = [(keep, "m1"), (gone, "m1"), (late, "m9")]
+    await one.weave([Message(t, f"<{tag}{m}>", i) for i, (t, m) in enumerate(first)])
+    weaving = asyncio.create_task(two.weave([Message(late, f"<{tag}m1>", 4)]))
+    await asyncio.wait_for(held.reached.wait(), 30)
+    op = await one.unweave_threads([gone])
+    held.release.set()
+    [result] = await weaving
+    assert result.merged
+    await one.wait_operation(op.operation_id)
+    kept, joined = await one.resolve([keep, late])
+    assert kept == joined
+    assert result.unified_thread_id == kept
+    view = await one.unified_thread(keep, team_gids=None, max_threads=10)
+    assert set(view.threads) == {keep, late}
+    assert view.message_count == 2
 
 
 async def test_a_unified_thread_past_the_guard_is_rebuilt_in_the_background(
