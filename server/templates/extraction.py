@@ -196,6 +196,8 @@ def _shapes(samples: Sequence[tuple[str, str]], k: int) -> list[Pattern]:
     holding every token most samples hold, in order, get a pattern of their own, and the
     rest get theirs; each group needs >= k recipients (else the rest fall back to the
     pattern of all), so every fixed token is still held by >= k recipients."""
+    if len({text for _, text in samples}) == 1:  # one value everywhere: fixed text
+        return [tuple(t.text for t in tokenize(samples[0][1]))]
     tokens = [(user, tokenize(text)) for user, text in samples]
     whole = build_pattern([t for _, t in tokens])
     common = Counter(tok for _, t in tokens for tok in {x.text for x in t})

@@ -88,11 +88,13 @@ def tokenize(text: str) -> tuple[Token, ...]:
     Cached: a template's fixed texts recur in every email of a cluster and of annotation.
     """
     out: list[Token] = []
+    make = tuple.__new__  # Token(...) without NamedTuple's per-call argument handling
     for m in _TOKEN.finditer(text):
         kind = m.lastgroup or "word"
         if kind == "dsep":  # the date's separator group is the last to close
             kind = "date"
-        out.append(Token(m.group(), kind, m.start(), m.end()))
+        start, end = m.span()
+        out.append(make(Token, (m.group(), kind, start, end)))
         if len(out) == MAX_TOKENS:
             break
     return tuple(out)
@@ -103,6 +105,8 @@ def _lcs(a: Sequence[str], b: Sequence[str]) -> list[str]:
     n, m = len(a), len(b)
     if not n or not m:
         return []
+    if _align_texts(a, b):  # `a` is all in `b`: it is their only longest common subsequence
+        return list(a)
     dp = [[0] * (m + 1) for _ in range(n + 1)]
     for i in range(n - 1, -1, -1):
         ai, row, below = a[i], dp[i], dp[i + 1]
@@ -120,6 +124,12 @@ def _lcs(a: Sequence[str], b: Sequence[str]) -> list[str]:
         else:
             j += 1
     return out
+
+
+def _align_texts(fixed: Sequence[str], texts: Sequence[str]) -> bool:
+    """Whether `fixed` is a subsequence of `texts`."""
+    it = iter(texts)
+    return all(f in it for f in fixed)
 
 
 def _align(fixed: Sequence[str], tokens: Sequence[Token]) -> list[int] | None:
@@ -141,6 +151,7 @@ def build_pattern(samples: Sequence[Sequence[Token]]) -> Pattern:
     has tokens between them. Every fixed token is in every sample."""
     if not samples:
         return ()
+    samples = list(dict.fromkeys(samples))  # a repeated value adds nothing to either step
     fixed: list[str] = [t.text for t in samples[0]]
     for tokens in samples[1:]:
         fixed = _lcs(fixed, [t.text for t in tokens])

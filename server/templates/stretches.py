@@ -14,6 +14,7 @@ Pure and bounded (`MAX_ITEMS` items per email); it runs on the event loop per An
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
@@ -38,11 +39,17 @@ class Item(NamedTuple):
     text: str
 
 
+@functools.lru_cache(maxsize=16_384)
+def _plain(xpath: str) -> str:
+    """`xpath` without its indexes (cached: a layout's paths recur in every email)."""
+    return _INDEX.sub("", xpath)
+
+
 def items_of(texts: Iterable[tuple[str, str]]) -> list[Item]:
     """An email's text nodes as items, each direct-text piece its own (at most `MAX_ITEMS`)."""
     out: list[Item] = []
     for xpath, text in texts:
-        plain = _INDEX.sub("", xpath)
+        plain = _plain(xpath)
         for piece in text.split(PIECE_SEP) if PIECE_SEP in text else (text,):
             out.append(Item(xpath, plain, piece))
         if len(out) >= MAX_ITEMS:
