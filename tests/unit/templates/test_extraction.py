@@ -5,6 +5,9 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from server.templates.extraction import form_field_rules
 from server.templates.fingerprint import parse_structure
 from server.templates.model import (
@@ -101,7 +104,35 @@ def _by_label(fields: tuple[Extracted, ...]) -> dict[str, list[Extracted]]:
     return out
 
 
+def _lcs_length(a: list[str], b: list[str]) -> int:
+    """The textbook DP, as the reference the pattern's fixed tokens are held to."""
+    dp = [[0] * (len(b) + 1) for _ in range(len(a) + 1)]
+    for i, x in enumerate(a):
+        for j, y in enumerate(b):
+            dp[i + 1][j + 1] = dp[i][j] + 1 if x == y else max(dp[i][j + 1], dp[i + 1][j])
+    return dp[-1][-1]
+
+
+_WORDS = st.lists(st.sampled_from(["Hi", "Ava", "Bob", "order", "#", "12", ","]), max_size=8)
+
+
 class TestSpans:
+    @settings(max_examples=300, deadline=None)
+    @given(st.lists(_WORDS.map(" ".join), min_size=1, max_size=5))
+    def test_fixed_tokens_are_in_every_value_and_the_longest_for_two(
+        self, values: list[str]
+    ) -> None:
+        """Whatever the values (repeats, one inside another, none in common): every value
+        matches the pattern, and for two values its fixed tokens are as many as their
+        longest common subsequence."""
+        samples = [tokenize(v) for v in values]
+        p = build_pattern(samples)
+        assert all(match(p, v) is not None for v in values)
+        if len(values) == 2:
+            fixed = [t for t in p if t is not None]
+            texts = [[t.text for t in s] for s in samples]
+            assert len(fixed) == _lcs_length(texts[0], texts[1])
+
     def test_patterns_keep_typed_values_whole(self) -> None:
         """Fixed tokens are common to every value; a date is one token, never cut at 2026."""
         p = build_pattern([tokenize(v) for v in ("Hi Ines Müller,", "Hi Bob,", "Hi Ann Lee,")])
