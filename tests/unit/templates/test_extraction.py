@@ -18,7 +18,7 @@ from server.templates.model import (
     encode_templates,
 )
 from server.templates.service import fields_of
-from server.templates.spans import build_pattern, match, tokenize
+from server.templates.spans import _TOKEN, build_pattern, match, tokenize
 from server.templates.stretches import items_of
 
 K = 5
@@ -117,6 +117,17 @@ _WORDS = st.lists(st.sampled_from(["Hi", "Ava", "Bob", "order", "#", "12", ","])
 
 
 class TestSpans:
+    @settings(max_examples=500, deadline=None)
+    @given(
+        st.text(alphabet="ab Zé.,:;!?#@-()[]|/$€£ USDhttps://www.x 0\u06612-\u2013", max_size=40)
+    )
+    def test_a_text_without_digits_tokenizes_as_the_full_pattern_would(self, text: str) -> None:
+        """Tokenizing skips the typed alternatives where no digit (any script's) can start
+        one; the tokens are the full pattern's all the same."""
+        full = [(m.group(), m.lastgroup) for m in _TOKEN.finditer(text)]
+        full = [(t, "date" if kind == "dsep" else kind or "word") for t, kind in full]
+        assert [(t.text, t.kind) for t in tokenize.__wrapped__(text)] == full
+
     @settings(max_examples=300, deadline=None)
     @given(st.lists(_WORDS.map(" ".join), min_size=1, max_size=5))
     def test_fixed_tokens_are_in_every_value_and_the_longest_for_two(
