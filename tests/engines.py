@@ -133,6 +133,11 @@ def settings_for(engine: str, data_dir: Path, **stores: str) -> Settings:
                 "instance": "loom-test",
                 "table_prefix": f"{namespace}-",
                 "create_tables": True,
+                # The suite asserts behaviour, not speed: 4 s bounds a serving process's calls
+                # below their deadlines, but dozens of concurrent weaves against the emulator
+                # on a loaded 2-core CI machine can queue past it (tests of a hung engine set
+                # their own bound).
+                "request_timeout_s": 30.0,
             },
             "cassandra": {
                 "contact_points": os.environ.get("LOOM_TEST_CASSANDRA_CONTACT_POINTS", "127.0.0.1"),
