@@ -311,7 +311,9 @@ class StepWorkers:
                 )
                 if go_on:
                     reading = self._read_ahead(step.task, spec, rate, sizer)
-                if not await self._commit(job_id, rate, task, step, sizer):
+                if not await self._paced(job_id, rate, step):
+                    break  # paused or finished while this step waited: it is not taken
+                if not await self._commit(job_id, task, step, sizer):
                     return  # another copy committed this step: it goes on
                 taken += 1
                 task = step.task
@@ -363,17 +365,29 @@ class StepWorkers:
             raise _SourceRejected(task.level, exc.reason) from exc
         return _Chunk(rows, limit, cuts)
 
-    async def _commit(
-        self, job_id: str, rate: int, task: TaskRecord, step: Step, sizer: ChunkSizer
-    ) -> bool:
-        """Commits the step of `task` (after the job's pace allows its objects); False when
-        a copy of its message committed it first."""
-        if step.chunk is not None and rate > 0:
-            wait = await reserve(
-                self._store, job_id, objects=step.chunk.count, rate=float(rate), now_ms=now_ms()
-            )
-            if wait > 0:
-                await asyncio.sleep(wait)
+    async def _paced(self, job_id: str, rate: int, step: Step) -> bool:
+        """Waits until the job's pace allows the step's objects; False when the job stopped
+        running meanwhile (paused, failed, cancelled).
+
+        A paced wait can last long after the read: without this look the step would commit
+        a chunk into a job that had already failed or been paused, and a finished job's
+        counts would still grow. The look is the job cache's, as fresh as every worker's
+        view of the job (a quarter second across replicas; at once on the server that
+        stopped it)."""
+        if step.chunk is None or rate <= 0:
+            return True
+        wait = await reserve(
+            self._store, job_id, objects=step.chunk.count, rate=float(rate), now_ms=now_ms()
+        )
+        if wait <= 0:
+            return True
+        await asyncio.sleep(wait)
+        found = await self._jobs.get(job_id)
+        return found is not None and found[0].state == "running"
+
+    async def _commit(self, job_id: str, task: TaskRecord, step: Step, sizer: ChunkSizer) -> bool:
+        """Commits the step of `task`; False when a copy of its message committed it
+        first."""
         committing = time.perf_counter()
         committed = await self._store.commit_step(job_id, step, task.seq)
         sizer.observe_commit(time.perf_counter() - committing)
