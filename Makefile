@@ -70,7 +70,7 @@ test: install tools clients lint contract
 	rm -f .coverage .coverage.* coverage.json; \
 	status=0; \
 	run="$$(date +%s%N)-$$$$"; \
-	LOOMTEST_RUN=$$run $(BIN)/pytest -p no:cacheprovider -ra --durations=15 --ignore=tests/image --ignore=tests/compose $(COV_ARGS) $(PYTEST_ARGS) || status=$$?; \
+	LOOMTEST_RUN=$$run $(BIN)/pytest -p no:cacheprovider -ra --durations=40 --ignore=tests/image --ignore=tests/compose $(COV_ARGS) $(PYTEST_ARGS) || status=$$?; \
 	if [ -f coverage.json ]; then $(BIN)/python scripts/coverage/packages.py coverage.json; fi; \
 	$(BIN)/python -m tests.leftovers LOOMTEST_RUN=$$run || status=$$(( status ? status : 1 )); \
 	exit $$status

@@ -232,13 +232,16 @@ class MixedLoad:
         """Calls that did not succeed, started within [since, until)."""
         return [c for c in self.calls if c.code != grpc.StatusCode.OK and since <= c.at < until]
 
-    def report(self, calls: list[Call]) -> str:
-        """`calls`, one line each: seconds into the load, method, status, duration, cause."""
+    def report(self, calls: list[Call], **marks: float) -> str:
+        """`calls`, one line each: seconds into the load, method, status, duration, cause;
+        then each of `marks` (a name and a monotonic time, such as a freeze's) as seconds
+        into the load, so a failure can be placed against the fault."""
         start = self.calls[0].at if self.calls else 0.0
         lines = [
             f"{c.at - start:7.2f}s {c.method} {c.code.name} {c.elapsed_s:.2f}s {c.details[:300]}"
             for c in calls[:40]
         ]
+        lines += [f"{at - start:7.2f}s ({name})" for name, at in marks.items()]
         return f"{len(calls)} of {len(self.calls)} calls:\n" + "\n".join(lines)
 
     async def check_announcement(self) -> None:

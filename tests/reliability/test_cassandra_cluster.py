@@ -293,7 +293,7 @@ async def test_one_node_frozen_for_30_s_fails_no_call(tmp_path: Path) -> None:
                 os.kill(frozen, signal.SIGCONT)
             await asyncio.sleep(10)
         failed = load.failures(since=frozen_at)
-        assert failed == [], load.report(failed)
+        assert failed == [], load.report(failed, frozen=frozen_at, thawed=thawed_at)
         assert silent_slices(load, frozen_at, thawed_at) == []
         assert not_serving(load, frozen_at, thawed_at + 10) == []
         await load.check_announcement()
