@@ -31,6 +31,7 @@ __all__ = [
     "CONDITIONAL",
     "READ",
     "READS",
+    "SCHEMA_AGREEMENT_S",
     "build_cluster",
     "check_datacentres",
     "idempotent",
@@ -41,6 +42,12 @@ __all__ = [
 
 READS = "reads"
 """The execution profile of every SELECT: read consistency, speculative executions."""
+
+SCHEMA_AGREEMENT_S = 60.0
+"""How long a schema change waits for every node to agree on it. The driver waits inside
+the statement, so a schema change's own bound is this plus one statement's: three nodes on
+a loaded machine take seconds to agree on a new table, past `request_timeout_s`."""
+
 READ = re.compile(r"\s*SELECT\b", re.IGNORECASE)
 CONDITIONAL = re.compile(r"\bIF\s+(NOT\s+)?EXISTS\s*$|\bIF\s+\w+\s*(=|<|>|!=|IN\b)", re.IGNORECASE)
 _INCREMENT = re.compile(r"\b(\w+)\s*=\s*\1\s*[-+]|=\s*\[[^]]*\]\s*\+", re.IGNORECASE)
@@ -121,7 +128,7 @@ def build_cluster(settings: CassandraSettings, version: int, tls: ssl.SSLContext
         idle_heartbeat_interval=settings.heartbeat_s,
         idle_heartbeat_timeout=settings.heartbeat_s,
         # A cluster of slow nodes may take a while to agree on a new table.
-        max_schema_agreement_wait=60,
+        max_schema_agreement_wait=SCHEMA_AGREEMENT_S,
         # Retry a lost node every second, not with the default exponential backoff (up to
         # 10 min): after an outage the breaker's probes should find the node back at once.
         reconnection_policy=ConstantReconnectionPolicy(1.0, max_attempts=None),

@@ -46,6 +46,7 @@ from storage.cassandra.cluster import (
     CONDITIONAL,
     READ,
     READS,
+    SCHEMA_AGREEMENT_S,
     build_cluster,
     check_datacentres,
     idempotent,
@@ -367,14 +368,20 @@ class CassandraSession:
             return await _PageCollector(loop, rf, all_pages).future
 
     async def execute_ddl(self, cql: str) -> None:
-        """Runs one schema change and waits until every node agrees on the new schema."""
+        """Runs one schema change and waits until every node agrees on the new schema
+        (bounded by `SCHEMA_AGREEMENT_S`, not by a statement's `request_timeout_s`)."""
+        bound = SCHEMA_AGREEMENT_S + self.settings.request_timeout_s
         with errors("schema change"):
-            rs = await asyncio.to_thread(self._session.execute, cql)
+            rs = await asyncio.to_thread(self._session.execute, cql, timeout=bound)
             agreed = rs.response_future.is_schema_agreed or await asyncio.to_thread(
                 self._cluster.control_connection.wait_for_schema_agreement
             )
         if not agreed:
-            raise StorageUnavailable(f"cassandra: no schema agreement after {cql[:60]!r}")
+            raise StorageUnavailable(
+                f"cassandra: the nodes did not agree on the schema within "
+                f"{SCHEMA_AGREEMENT_S:.0f} s after {cql[:60]!r} (nodetool describecluster "
+                "names the nodes whose schema version differs)"
+            )
 
     async def ensure_schema(self, tables: Sequence[str]) -> None:
         """Creates the keyspace and `tables` (CQL with a ``{ks}`` placeholder) when asked.

@@ -210,6 +210,24 @@ async def test_a_wrong_login_or_certificate_stops_start_up_naming_the_setting(
         assert '"event": "serving"' not in done.stderr
 
 
+async def test_a_schema_change_waits_for_agreement_not_for_one_statement() -> None:
+    """Three nodes take about a second to agree on a new table (more on a loaded machine).
+    With every statement bounded at 0.5 s, the stores still create a fresh keyspace's whole
+    schema and serve from it: a schema change is bounded by the wait for agreement, not by
+    `request_timeout_s` (which once failed start-up on a slow cluster)."""
+    settings = settings_of(cluster_env(), request_timeout_s=0.5)
+    threads = await factory.open_thread_store(settings)
+    try:
+        assert await threads.get_thread_uts([ThreadKey("g", "t")]) == {}
+    finally:
+        await threads.close()
+    inbox = await factory.open_inbox_store(settings)
+    try:
+        assert await inbox.unread_count("i") == 0
+    finally:
+        await inbox.close()
+
+
 async def test_one_node_killed_mid_load_fails_no_call_and_loses_nothing(tmp_path: Path) -> None:
     """kill -9 of one node under weaves, posts and reads, after a 20,000-recipient
     announcement: from the kill until the restart no call fails, for any reason, and every
