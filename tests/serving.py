@@ -197,14 +197,17 @@ async def _exited() -> bool:
     return True
 
 
-def run_loom(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """`loom <args>` to completion (e.g. a `serve` that must refuse to start, or `token`)."""
+def run_loom(
+    *args: str, env: dict[str, str] | None = None, timeout_s: float = 60.0
+) -> subprocess.CompletedProcess[str]:
+    """`loom <args>` to completion (e.g. a `serve` that must refuse to start, or `token`);
+    `timeout_s` only bounds a hung process (a long `loom load` gets more)."""
     base = {k: v for k, v in os.environ.items() if not k.startswith("LOOM_")}
     return subprocess.run(
         [str(Path(sys.executable).with_name("loom")), *args],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=timeout_s,
         env={**base, **(env or {})},
         check=False,
     )

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -231,7 +232,10 @@ async def test_a_load_killed_with_sigkill_resumes_where_it_stopped(
     process.wait()
     stopped_at = json.loads(state.read_text())["inbox_entries"]
     assert 0 < stopped_at < 20_000
-    again = await asyncio.to_thread(run_loom, "load", "--in", str(tmp_path / "d"), env=env)
+    # The rest of 20,000 records: ~30 s on a quiet machine, past 60 s beside a CPU burner.
+    again = await asyncio.to_thread(
+        partial(run_loom, "load", "--in", str(tmp_path / "d"), env=env, timeout_s=600)
+    )
     assert again.returncode == 0, again.stderr
     assert not state.exists()
     assert await _inbox_rows(target) == made
