@@ -295,8 +295,9 @@ async def test_a_step_waiting_for_its_pace_is_not_taken_once_the_job_stops(
 ) -> None:
     """At 40 objects/s each step reads a chunk of 40 and then waits about a second for the
     pace to allow it, so a PauseJob or a CancelJob almost always lands during some step's
-    wait. From the moment either answers the job's counts stay as they are: a step that
-    was waiting is not committed into a stopped job (it is read again after a resume)."""
+    wait. Once a commit already under way when either answered has landed (half a second),
+    the job's counts stay as they are: a step that was waiting is not committed into a
+    stopped job (it is read again after a resume)."""
     stub = iterator_pb2_grpc.IteratorStub(iterator.channel)
 
     async def get(job_id: str) -> pb.Job:
@@ -311,6 +312,7 @@ async def test_a_step_waiting_for_its_pace_is_not_taken_once_the_job_stops(
             await stub.PauseJob(pb.PauseJobRequest(job_id=job.job_id))
         else:
             await stub.CancelJob(pb.CancelJobRequest(job_id=job.job_id))
+        await asyncio.sleep(0.5)  # a commit that was under way (a step's wait is ~1 s)
         at_stop = (await get(job.job_id)).objects_emitted
         await asyncio.sleep(2.5)  # two and a half paced steps
         assert (await get(job.job_id)).objects_emitted == at_stop, stop
