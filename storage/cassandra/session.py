@@ -373,10 +373,9 @@ class CassandraSession:
         bound = SCHEMA_AGREEMENT_S + self.settings.request_timeout_s
         with errors("schema change"):
             rs = await asyncio.to_thread(self._session.execute, cql, timeout=bound)
-            agreed = rs.response_future.is_schema_agreed or await asyncio.to_thread(
-                self._cluster.control_connection.wait_for_schema_agreement
-            )
-        if not agreed:
+        # The driver's own wait inside the statement, up to `SCHEMA_AGREEMENT_S`: False only
+        # once that ran out (waiting again would double the bound the message states).
+        if not rs.response_future.is_schema_agreed:
             raise StorageUnavailable(
                 f"cassandra: the nodes did not agree on the schema within "
                 f"{SCHEMA_AGREEMENT_S:.0f} s after {cql[:60]!r} (nodetool describecluster "
