@@ -18,7 +18,6 @@ import subprocess
 import sys
 import time
 from dataclasses import replace
-from functools import partial
 from pathlib import Path
 
 import pytest
@@ -234,7 +233,7 @@ async def test_a_load_killed_with_sigkill_resumes_where_it_stopped(
     assert 0 < stopped_at < 20_000
     # The rest of 20,000 records: ~30 s on a quiet machine, past 60 s beside a CPU burner.
     again = await asyncio.to_thread(
-        partial(run_loom, "load", "--in", str(tmp_path / "d"), env=env, timeout_s=600)
+        run_loom, "load", "--in", str(tmp_path / "d"), env=env, timeout_s=600
     )
     assert again.returncode == 0, again.stderr
     assert not state.exists()
