@@ -126,9 +126,14 @@ class CassandraSettings:
     speculating just when it should; the cap keeps it at 50 ms at most. "" leaves the
     tables' own."""
     heartbeat_s: float = 1.0
-    """How often the driver probes a connection that received nothing, and how long it waits
-    for the answer before it marks that node down and routes around it (a frozen node is out
-    of rotation within about three of these). The driver's default is 30 s."""
+    """How often the driver probes a connection that received nothing for this long (the
+    driver's default is 30 s)."""
+    heartbeat_timeout_s: float = 5.0
+    """How long the driver waits for a probe's answer before it marks that node down and
+    routes around it: a frozen node is out of rotation within `heartbeat_s` plus this. Not
+    shorter: a live node under a burst (hints replayed after a dead replica, a large fan-out)
+    answered a probe in over 1 s, and marking it down put its load on the others until all
+    were marked down and every call failed."""
 
 
 @dataclass(frozen=True, slots=True)

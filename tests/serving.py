@@ -176,6 +176,13 @@ async def loom_process(
             )
         if process.poll() is not None:
             raise AssertionError(f"loom serve exited {process.returncode}:\n{served.stderr()}")
+        # With --workers, health answers from the first process to listen; a test that means
+        # to reach every worker waits until each has logged that it serves.
+        workers = int(args[args.index("--workers") + 1]) if "--workers" in args else 0
+        if workers > 1:
+            await eventually(
+                lambda: _workers_serving(served), lambda n: n >= workers, timeout_s=60.0
+            )
         yield served
     finally:
         if process.poll() is None:
@@ -191,6 +198,11 @@ def _spawn(command: list[str], log: Path, env: dict[str, str]) -> subprocess.Pop
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as sink:  # O_APPEND: every worker process's lines land whole
         return subprocess.Popen(command, stdout=sink, stderr=sink, env=env)
+
+
+async def _workers_serving(served: Served) -> int:
+    lines = served.log_lines()
+    return len({x.get("worker") for x in lines if x.get("event") == "serving"})
 
 
 async def _exited() -> bool:

@@ -124,9 +124,10 @@ def build_cluster(settings: CassandraSettings, version: int, tls: ssl.SSLContext
         ssl_context=tls,
         connect_timeout=settings.request_timeout_s,
         # A node that stops answering (frozen, not dead: its sockets stay open) is marked
-        # down after one unanswered probe instead of 30 s of timeouts, and routed around.
+        # down after one unanswered probe instead of 30 s of timeouts, and routed around;
+        # until then each statement's speculation and the conditional write's redirect do.
         idle_heartbeat_interval=settings.heartbeat_s,
-        idle_heartbeat_timeout=settings.heartbeat_s,
+        idle_heartbeat_timeout=settings.heartbeat_timeout_s,
         # A cluster of slow nodes may take a while to agree on a new table.
         max_schema_agreement_wait=SCHEMA_AGREEMENT_S,
         # Retry a lost node every second, not with the default exponential backoff (up to

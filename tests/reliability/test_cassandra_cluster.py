@@ -251,7 +251,7 @@ async def test_one_node_killed_mid_load_fails_no_call_and_loses_nothing(tmp_path
         async with running(load, servers):
             await asyncio.sleep(10)
         dead = load.failures(since=killed_at, until=restart_at)
-        assert dead == [], load.report(dead)
+        assert dead == [], load.report(dead, killed=killed_at, restarted=restart_at)
         assert silent_slices(load, killed_at, restart_at - LONGEST_S) == []
         assert not_serving(load, killed_at, restart_at) == []
         failed = load.failures()
