@@ -259,8 +259,13 @@ async def test_acks_by_object_id_settle_chunks(iterator: Running) -> None:
 
 async def test_pause_resume_rate_and_cancel(iterator: Running) -> None:
     """A paused job emits nothing until resumed; a rate change shows at once; a cancelled
-    job ends its streams."""
+    job ends its streams; ListJobs lists the newest first, a page at a time."""
     stub = iterator_pb2_grpc.IteratorStub(iterator.channel)
+    for _ in range(2):  # older jobs, so a page of two is not the whole list on its own
+        older = await stub.StartIteration(
+            pb.StartIterationRequest(enterprise_id=3, level="version", rate_limit_per_second=1)
+        )
+        await stub.CancelJob(pb.CancelJobRequest(job_id=older.job_id))
     job = await stub.StartIteration(
         pb.StartIterationRequest(enterprise_id=3, level="version", rate_limit_per_second=300)
     )
