@@ -125,6 +125,12 @@ class CassandraSettings:
     default, ``99p``, rises with a frozen replica's own stalls, so the coordinator stops
     speculating just when it should; the cap keeps it at 50 ms at most. "" leaves the
     tables' own."""
+    conditional_redirect_s: float = 1.0
+    """How long a conditional write waits for its coordinator, when the data centre has
+    another live node, before it is sent once more through that one (safe: of two rounds one
+    applies and the other reads back what was applied). With a single node it waits half of
+    `request_timeout_s`. A frozen coordinator stays in the driver's rotation until its
+    heartbeat probe times out, and two such waits must fit in a weave's deadline."""
     heartbeat_s: float = 1.0
     """How often the driver probes a connection that received nothing for this long (the
     driver's default is 30 s)."""

@@ -314,14 +314,17 @@ class CassandraSession:
     async def _conditional_write(self, bound: Any, all_pages: bool) -> list[Row]:
         """A conditional write: never speculated (two Paxos rounds of one statement would
         contend with each other), but a coordinator that stays silent for half the request
-        timeout — frozen, not dead, so the driver still thinks it up — is given up, and the
-        statement sent once more through another. Sending it again is safe: of two rounds
+        timeout (`conditional_redirect_s` when the data centre has another live node) —
+        frozen, not dead, so the driver still thinks it up — is given up, and the statement
+        sent once more through another. Sending it again is safe: of two rounds
         one applies, and the other reads back what was applied (the stores read `[applied]`
         and the current value, never assume their own write won)."""
         half = self.settings.request_timeout_s / 2
+        # Giving up early only helps when there is another coordinator to ask.
+        first = self.settings.conditional_redirect_s if self._live_hosts() > 1 else half
         try:
             return await self._execute(
-                bound, EXEC_PROFILE_DEFAULT, all_pages, driver_timeout_s=half
+                bound, EXEC_PROFILE_DEFAULT, all_pages, driver_timeout_s=min(first, half)
             )
         except StorageUnavailable as exc:
             silent = exc.__cause__
@@ -331,6 +334,15 @@ class CassandraSession:
             return await self._execute(
                 bound, EXEC_PROFILE_DEFAULT, all_pages, driver_timeout_s=half, host=other
             )
+
+    def _live_hosts(self) -> int:
+        """The nodes of the local data centre the driver thinks up."""
+        local = self.settings.local_dc
+        return sum(
+            1
+            for host in self._cluster.metadata.all_hosts()
+            if host.is_up is not False and (not local or host.datacenter == local)
+        )
 
     def _other_coordinator(self, bound: Any, silent: Any) -> Any:
         """A live replica of the statement's partition (any live host when it has no routing
