@@ -35,6 +35,8 @@ __all__ = [
     "build_cluster",
     "check_datacentres",
     "idempotent",
+    "live_hosts",
+    "other_coordinator",
     "refused_setting",
     "replication_clause",
     "tls_context",
@@ -227,3 +229,26 @@ def replication_clause(settings: CassandraSettings) -> str:
             raise StorageMisconfigured("cassandra.replication", f"invalid data centre {dc!r}")
     pairs = ", ".join(f"'{dc}': {int(n)}" for dc, n in settings.replication.items())
     return f"{{'class': 'NetworkTopologyStrategy', {pairs}}}"
+
+
+def live_hosts(metadata: Any, local_dc: str) -> int:
+    """The nodes of the local data centre (any, when unset) the driver thinks up."""
+    return sum(
+        1
+        for host in metadata.all_hosts()
+        if host.is_up is not False and (not local_dc or host.datacenter == local_dc)
+    )
+
+
+def other_coordinator(metadata: Any, local_dc: str, keyspace: str, bound: Any, silent: Any) -> Any:
+    """A live replica of the statement's partition (any live host when it has no routing
+    key) in the local data centre, other than `silent`; None lets the driver choose."""
+    key = getattr(bound, "routing_key", None)
+    hosts = metadata.get_replicas(keyspace, key) if key else metadata.all_hosts()
+    silent_endpoint = getattr(silent, "endpoint", silent)
+    for host in hosts:
+        if host.is_up is False or host.endpoint == silent_endpoint or host is silent:
+            continue
+        if not local_dc or host.datacenter == local_dc:
+            return host
+    return None

@@ -50,6 +50,8 @@ from storage.cassandra.cluster import (
     build_cluster,
     check_datacentres,
     idempotent,
+    live_hosts,
+    other_coordinator,
     refused_setting,
     replication_clause,
     tls_context,
@@ -321,7 +323,8 @@ class CassandraSession:
         and the current value, never assume their own write won)."""
         half = self.settings.request_timeout_s / 2
         # Giving up early only helps when there is another coordinator to ask.
-        first = self.settings.conditional_redirect_s if self._live_hosts() > 1 else half
+        live = live_hosts(self._cluster.metadata, self.settings.local_dc)
+        first = self.settings.conditional_redirect_s if live > 1 else half
         try:
             return await self._execute(
                 bound, EXEC_PROFILE_DEFAULT, all_pages, driver_timeout_s=min(first, half)
@@ -330,34 +333,16 @@ class CassandraSession:
             silent = exc.__cause__
             if not isinstance(silent, OperationTimedOut):
                 raise
-            other = self._other_coordinator(bound, getattr(silent, "last_host", None))
+            other = other_coordinator(
+                self._cluster.metadata,
+                self.settings.local_dc,
+                self.keyspace,
+                bound,
+                getattr(silent, "last_host", None),
+            )
             return await self._execute(
                 bound, EXEC_PROFILE_DEFAULT, all_pages, driver_timeout_s=half, host=other
             )
-
-    def _live_hosts(self) -> int:
-        """The nodes of the local data centre the driver thinks up."""
-        local = self.settings.local_dc
-        return sum(
-            1
-            for host in self._cluster.metadata.all_hosts()
-            if host.is_up is not False and (not local or host.datacenter == local)
-        )
-
-    def _other_coordinator(self, bound: Any, silent: Any) -> Any:
-        """A live replica of the statement's partition (any live host when it has no routing
-        key) in the local data centre, other than `silent`; None lets the driver choose."""
-        metadata = self._cluster.metadata
-        key = getattr(bound, "routing_key", None)
-        hosts = metadata.get_replicas(self.keyspace, key) if key else metadata.all_hosts()
-        silent_endpoint = getattr(silent, "endpoint", silent)
-        local = self.settings.local_dc
-        for host in hosts:
-            if host.is_up is False or host.endpoint == silent_endpoint or host is silent:
-                continue
-            if not local or host.datacenter == local:
-                return host
-        return None
 
     async def _execute(
         self,

@@ -4,12 +4,19 @@ gets wrong (a consistency level or a replication map), each refused naming the s
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from server.config import load_settings
-from storage.cassandra.cluster import CONDITIONAL, idempotent, replication_clause
+from storage.cassandra.cluster import (
+    CONDITIONAL,
+    idempotent,
+    live_hosts,
+    other_coordinator,
+    replication_clause,
+)
 from storage.errors import StorageMisconfigured
 from storage.settings import CassandraSettings
 
@@ -96,3 +103,50 @@ def test_replication_reads_from_toml_and_environment(tmp_path: Path) -> None:
     assert dict(load_settings(config, env={}).cassandra.replication) == {"dc1": 3}
     env = {"LOOM_CASSANDRA__REPLICATION": "dc1=3, dc2=2"}
     assert dict(load_settings(env=env).cassandra.replication) == {"dc1": 3, "dc2": 2}
+
+
+@dataclass(eq=False)
+class _Host:
+    """What the driver's Host tells these functions: an address, a data centre, up or not."""
+
+    endpoint: str
+    datacenter: str = "dc1"
+    is_up: bool | None = True
+
+
+@dataclass
+class _Ring:
+    """The driver's cluster metadata as these functions read it: every host, and the replicas
+    of a routing key (all of them, in ring order, as with RF 3 on three nodes)."""
+
+    hosts: list[_Host] = field(default_factory=list)
+
+    def all_hosts(self) -> list[_Host]:
+        return list(self.hosts)
+
+    def get_replicas(self, keyspace: str, key: bytes) -> list[_Host]:
+        return list(self.hosts)
+
+
+@dataclass
+class _Bound:
+    routing_key: bytes | None = b"k"
+
+
+def test_a_conditional_write_is_redirected_only_to_another_live_local_node() -> None:
+    """The silent coordinator, a node the driver thinks down and a node of another data
+    centre are never chosen; with none left the driver chooses (None), and `live_hosts`
+    counts what a conditional write may give up early for."""
+    a, b, c = _Host("a"), _Host("b", is_up=False), _Host("c")
+    far = _Host("d", datacenter="dc2")
+    ring = _Ring([a, b, far, c])
+    assert other_coordinator(ring, "dc1", "ks", _Bound(), a) is c
+    assert other_coordinator(ring, "dc1", "ks", _Bound(routing_key=None), a) is c
+    assert other_coordinator(ring, "dc1", "ks", _Bound(), c) is a
+    assert other_coordinator(_Ring([a, b, far]), "dc1", "ks", _Bound(), a) is None
+    assert other_coordinator(_Ring([a, far]), "", "ks", _Bound(), a) is far
+    assert (live_hosts(ring, "dc1"), live_hosts(ring, ""), live_hosts(_Ring([a]), "dc1")) == (
+        2,
+        3,
+        1,
+    )
