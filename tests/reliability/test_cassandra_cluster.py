@@ -125,8 +125,8 @@ async def running(load: MixedLoad, servers: list[Served]) -> AsyncIterator[async
 
 RATE = 10.0
 """The load's calls/s in these tests (about 4 weaves, 2 posts, 4 reads a second over two
-replicas): what two cores carry next to three JVMs and the rest of `make test`, a CPU burner
-on one of them included. The cluster bench (`loadtest/benches/cassandra_cluster.py`, phase
+replicas): what two cores carry next to three JVMs and the rest of `make test`. With a CPU
+burner on one of them the frozen-node test fails calls (the live nodes starve too). The cluster bench (`loadtest/benches/cassandra_cluster.py`, phase
 `mixed`) counts the same failures at higher rates on one server: none at 20 calls/s on a quiet
 machine; at 35 and 50 this rig fails calls with every node up (docs/benchmarks.md)."""
 
