@@ -231,13 +231,14 @@ def replication_clause(settings: CassandraSettings) -> str:
     return f"{{'class': 'NetworkTopologyStrategy', {pairs}}}"
 
 
+def _local_and_up(host: Any, local_dc: str) -> bool:
+    """A node the driver does not think down, in the local data centre (any, when unset)."""
+    return host.is_up is not False and (not local_dc or host.datacenter == local_dc)
+
+
 def live_hosts(metadata: Any, local_dc: str) -> int:
     """The nodes of the local data centre (any, when unset) the driver thinks up."""
-    return sum(
-        1
-        for host in metadata.all_hosts()
-        if host.is_up is not False and (not local_dc or host.datacenter == local_dc)
-    )
+    return sum(1 for host in metadata.all_hosts() if _local_and_up(host, local_dc))
 
 
 def other_coordinator(metadata: Any, local_dc: str, keyspace: str, bound: Any, silent: Any) -> Any:
@@ -247,8 +248,10 @@ def other_coordinator(metadata: Any, local_dc: str, keyspace: str, bound: Any, s
     hosts = metadata.get_replicas(keyspace, key) if key else metadata.all_hosts()
     silent_endpoint = getattr(silent, "endpoint", silent)
     for host in hosts:
-        if host.is_up is False or host.endpoint == silent_endpoint or host is silent:
-            continue
-        if not local_dc or host.datacenter == local_dc:
+        if (
+            host is not silent
+            and host.endpoint != silent_endpoint
+            and _local_and_up(host, local_dc)
+        ):
             return host
     return None

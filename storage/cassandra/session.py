@@ -324,10 +324,10 @@ class CassandraSession:
         half = self.settings.request_timeout_s / 2
         # Giving up early only helps when there is another coordinator to ask.
         live = live_hosts(self._cluster.metadata, self.settings.local_dc)
-        first = self.settings.conditional_redirect_s if live > 1 else half
+        first = min(self.settings.conditional_redirect_s, half) if live > 1 else half
         try:
             return await self._execute(
-                bound, EXEC_PROFILE_DEFAULT, all_pages, driver_timeout_s=min(first, half)
+                bound, EXEC_PROFILE_DEFAULT, all_pages, driver_timeout_s=first
             )
         except StorageUnavailable as exc:
             silent = exc.__cause__

@@ -126,9 +126,10 @@ async def running(load: MixedLoad, servers: list[Served]) -> AsyncIterator[async
 RATE = 10.0
 """The load's calls/s in these tests (about 4 weaves, 2 posts, 4 reads a second over two
 replicas): what two cores carry next to three JVMs and the rest of `make test`. With a CPU
-burner on one of them the frozen-node test fails calls (the live nodes starve too). The cluster bench (`loadtest/benches/cassandra_cluster.py`, phase
-`mixed`) counts the same failures at higher rates on one server: none at 20 calls/s on a quiet
-machine; at 35 and 50 this rig fails calls with every node up (docs/benchmarks.md)."""
+burner on one of them the frozen-node test fails calls (the live nodes starve too). The
+cluster bench (`loadtest/benches/cassandra_cluster.py`, phase `mixed`) counts the same
+failures at higher rates on one server: none at 20 calls/s on a quiet machine; at 35 and 50
+this rig fails calls with every node up (docs/benchmarks.md)."""
 
 SLICE_S = 10.0
 """"Keeps succeeding" means: in every slice this long of a fault, each method (and a weave

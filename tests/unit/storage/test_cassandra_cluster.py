@@ -145,8 +145,6 @@ def test_a_conditional_write_is_redirected_only_to_another_live_local_node() -> 
     assert other_coordinator(ring, "dc1", "ks", _Bound(), c) is a
     assert other_coordinator(_Ring([a, b, far]), "dc1", "ks", _Bound(), a) is None
     assert other_coordinator(_Ring([a, far]), "", "ks", _Bound(), a) is far
-    assert (live_hosts(ring, "dc1"), live_hosts(ring, ""), live_hosts(_Ring([a]), "dc1")) == (
-        2,
-        3,
-        1,
-    )
+    assert live_hosts(ring, "dc1") == 2
+    assert live_hosts(ring, "") == 3
+    assert live_hosts(_Ring([a]), "dc1") == 1
