@@ -15,7 +15,7 @@ PY_CLIENT := clients/python
 # Go lives here on these machines; harmless where it is already on PATH.
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: release-tree upgrade-test image image-test compose-images compose-test install run demo-data test test-unit lint protos buf-lint contract contract-baseline engines-up engines-down tools clients bench lock clean
+.PHONY: release-tree upgrade-test image image-test compose-images compose-test install run demo-data test cluster-faults test-unit lint protos buf-lint contract contract-baseline engines-up engines-down tools clients bench lock clean
 
 # Two distributions, both editable: loom-client (clients/python) and the server, which needs it.
 $(STAMP): pyproject.toml $(PY_CLIENT)/pyproject.toml
@@ -52,13 +52,15 @@ clients: $(TS_DEPS)
 # Every engine starts once for the whole suite and is stopped however pytest ends. The suite
 # asserts behaviour, never speed, so it needs no quiet machine (speed is `loadtest/`'s job).
 # Lint and the contract check run first: STYLE's promises are the gate's too.
-# Branch coverage of server/ and storage/ is measured in the same run and printed per package
-# (scripts/coverage/packages.py; docs/ARCHITECTURE.md "Coverage" keeps a figure and its cost).
-# COVERAGE=processes measures the `loom serve` processes the tests start too (pyproject's
-# [tool.coverage.run]); COVERAGE=0 runs without coverage.
+# COVERAGE=1 measures branch coverage of server/ and storage/ in the same run and prints it per
+# package (scripts/coverage/packages.py; docs/ARCHITECTURE.md "Coverage" keeps a figure and its
+# cost); COVERAGE=processes measures the `loom serve` processes the tests start too (pyproject's
+# [tool.coverage.run]). The default, 0, measures nothing: tracing the in-process servers made
+# the gate's pytest phase ~15 % longer, and on this two-core machine that phase alone now takes
+# about an hour of CI's 90 minutes.
 # At its end it fails if the suite left a Loom process alive (tests/leftovers.py: every process
 # pytest starts carries LOOMTEST_RUN=<this run>; those left are named and killed).
-COVERAGE ?= 1
+COVERAGE ?= 0
 COV_ARGS := $(if $(filter-out 0,$(COVERAGE)),--cov --cov-report=term:skip-covered --cov-report=json:coverage.json)
 export COV_SUBPROCESSES := $(if $(filter processes,$(COVERAGE)),subprocess,_exit)
 test: install tools clients lint contract
@@ -70,10 +72,24 @@ test: install tools clients lint contract
 	rm -f .coverage .coverage.* coverage.json; \
 	status=0; \
 	run="$$(date +%s%N)-$$$$"; \
-	LOOMTEST_RUN=$$run $(BIN)/pytest -p no:cacheprovider -ra --durations=40 --ignore=tests/image --ignore=tests/compose $(COV_ARGS) $(PYTEST_ARGS) || status=$$?; \
+	LOOMTEST_RUN=$$run $(BIN)/pytest -p no:cacheprovider -ra --durations=40 --ignore=tests/image --ignore=tests/compose -m 'not cluster_alone' $(COV_ARGS) $(PYTEST_ARGS) || status=$$?; \
 	if [ -f coverage.json ]; then $(BIN)/python scripts/coverage/packages.py coverage.json; fi; \
 	$(BIN)/python -m tests.leftovers LOOMTEST_RUN=$$run || status=$$(( status ? status : 1 )); \
 	exit $$status
+
+# The cluster's "no call fails" tests (marker cluster_alone): a node killed, then one frozen for
+# 30 s, under two replicas' mixed load at 10 calls/s. They hold with the three nodes alone on a
+# two-core machine, not beside every other engine and an hour of suite, so `make test` leaves
+# them out (it runs the same faults asserting durability and retryable failures) and this
+# target starts only the cluster for them (~10 min).
+cluster-faults: install tools
+	@set -euo pipefail; \
+	export PATH="$(TOOLS_BIN):$$PATH"; \
+	trap 'scripts/engines/down.sh' EXIT; \
+	scripts/engines/up.sh cassandra-cluster; \
+	source .engines/env; \
+	$(BIN)/pytest -p no:cacheprovider -ra -m cluster_alone --engines cassandra-cluster \
+	  tests/reliability/test_cassandra_cluster.py $(PYTEST_ARGS)
 
 # Release 1.0.0's own tree (tag v1.0.0, or its commit in a clone without tags), extracted into
 # build/releases/: tests/upgrade/ runs it to write the stores today's server must open.
