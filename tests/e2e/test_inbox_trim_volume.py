@@ -1,4 +1,7 @@
-"""Yammer's outage, replayed: 50,000 deliveries into one never-read inbox.
+"""Yammer's outage, replayed at a fifth of its scale: 10,000 deliveries into one never-read
+inbox capped at 1,000 (Yammer's was 50,000 into 5,000; the overshoot a trim allows scales with
+1/p, so p = 0.1 here holds the inbox within the same 10 % of its cap as p = 0.02 did there, and
+the test takes a fifth of the time).
 
 Drives the Inbox domain service on the real embedded engine, without gRPC (a call costs
 ~1 ms in-process, which would make this a minute-long test for no extra coverage; the gRPC
@@ -18,9 +21,9 @@ from storage.sqlite.inbox import SqliteInboxStore
 from tests.serving import eventually
 
 
-async def test_fifty_thousand_deliveries_stay_near_five_thousand(tmp_path: Path) -> None:
-    """50,000 deliveries, cap 5,000, p = 0.02: the inbox ends near 5,000, never near 50,000."""
-    cap, p, n = 5000, 0.02, 50_000
+async def test_ten_thousand_deliveries_stay_near_one_thousand(tmp_path: Path) -> None:
+    """10,000 deliveries, cap 1,000, p = 0.1: the inbox ends near 1,000, never near 10,000."""
+    cap, p, n = 1000, 0.1, 10_000
     store = await SqliteInboxStore.open(tmp_path / "inbox.sqlite3", synchronous="NORMAL")
     service = InboxService(
         store, InboxSettings(max_entries=cap, trim_probability=p), rng=random.Random(2015)
