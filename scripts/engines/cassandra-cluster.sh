@@ -174,7 +174,13 @@ launch_node() {
     STORAGE_PORT="${STORAGE_PORT}" NATIVE_PORT="${NATIVE_PORT}" TOKENS="$(node_tokens "${NODE}")" \
     TLS="${TLS_DIR}" STORE_PASSWORD="${STORE_PASSWORD}"
   printf 'dc=%s\nrack=%s\n' "${DC}" "${RACK}" >"${STATE_DIR}/conf/cassandra-rackdc.properties"
-  cassandra_launch "${HEAP}" "${HEAP}" "${JMX_PORT}"
+  # A node that misses a schema push learns the change by pulling it, by default up to a minute
+  # later (migration delay, then a periodic pull every minute), and every schema change waits
+  # for all three to agree. A CI rehearsal's cluster started with one node that never received
+  # a push from node 1 (5.0.9; its pulls ~60-70 s after each change): a fresh keyspace's schema
+  # then took minutes and two tests failed. Pulling within seconds bounds that miss.
+  cassandra_launch "${HEAP}" "${HEAP}" "${JMX_PORT}" \
+    -Dcassandra.migration_delay_ms=1000 -Dcassandra.schema_pull_interval_ms=2000
   say "started (pid $(running_pid || echo '?')), log: ${EXTRA_LOG}"
 }
 
