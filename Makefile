@@ -168,6 +168,7 @@ compose-images:
 # acknowledged lost.
 compose-test: install compose-images
 	source scripts/image/lib.sh && need_packages docker-compose
+	@set -euo pipefail; source scripts/image/lib.sh; trap stop_docker_daemon EXIT; \
 	$(BIN)/pytest -p no:cacheprovider -ra -s tests/compose
 
 bench: install

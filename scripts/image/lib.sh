@@ -51,9 +51,23 @@ docker_daemon() {
     say "starting dockerd (no iptables, no default bridge)"
     mkdir -p "${IMAGE_CACHE}"
     (dockerd --iptables=false --bridge=none >"${IMAGE_CACHE}/dockerd.log" 2>&1 &)
+    touch "${IMAGE_CACHE}/dockerd.started-here"
     for _ in $(seq 60); do docker info >/dev/null 2>&1 && return; sleep 1; done
     say "dockerd did not start: ${IMAGE_CACHE}/dockerd.log"; exit 1
   fi
+}
+
+# stop_docker_daemon: stops the dockerd that docker_daemon started (and the containerd it runs),
+# so a CI run leaves no daemon behind; one that was running before is left alone. Never fails.
+stop_docker_daemon() {
+  local pid
+  [[ -f "${IMAGE_CACHE}/dockerd.started-here" ]] || return 0
+  rm -f "${IMAGE_CACHE}/dockerd.started-here"
+  pid="$(cat /var/run/docker.pid 2>/dev/null)" || return 0
+  [[ -n "${pid}" ]] && kill -TERM "${pid}" 2>/dev/null || return 0
+  say "stopping dockerd (pid ${pid})"
+  for _ in $(seq 30); do kill -0 "${pid}" 2>/dev/null || return 0; sleep 1; done
+  kill -KILL "${pid}" 2>/dev/null || true
 }
 
 # use_tool: installs and prepares LOOM_IMAGE_TOOL (podman by default, or docker).
