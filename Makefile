@@ -167,8 +167,8 @@ compose-images:
 # through both replicas, then a replica and Cassandra crashed (SIGKILL) with nothing
 # acknowledged lost.
 compose-test: install compose-images
-	source scripts/image/lib.sh && need_packages docker-compose
-	@set -euo pipefail; source scripts/image/lib.sh; trap stop_docker_daemon EXIT; \
+	@set -euo pipefail; source scripts/image/lib.sh; need_packages docker-compose; \
+	trap stop_docker_daemon EXIT; \
 	$(BIN)/pytest -p no:cacheprovider -ra -s tests/compose
 
 bench: install

@@ -130,6 +130,19 @@ async def running(load: MixedLoad, servers: list[Served]) -> AsyncIterator[async
         await asyncio.gather(*tasks)
 
 
+async def until_a_clean_window(load: MixedLoad, servers: list[Served]) -> float:
+    """Service resuming after a fault: the load in 5 s windows until one passes without a
+    failure, or for three minutes (a node that came back replays hints and warms up, slowly
+    on two busy cores); returns the last window's start."""
+    for _ in range(36):
+        window = time.monotonic()
+        async with running(load, servers):
+            await asyncio.sleep(5)
+        if not load.failures(since=window):
+            break
+    return window
+
+
 RATE = 10.0
 """The load's calls/s in these tests (about 4 weaves, 2 posts, 4 reads a second over two
 replicas): what two cores carry next to three JVMs and the rest of `make test`. With a CPU
@@ -353,13 +366,7 @@ async def test_a_node_killed_then_one_frozen_loses_nothing_and_fails_only_retrya
                 await asyncio.sleep(15)
             finally:
                 os.kill(frozen, signal.SIGCONT)
-        # Service resumes: load in 5 s windows until one passes without a failure.
-        for _ in range(36):
-            window = time.monotonic()
-            async with running(load, servers):
-                await asyncio.sleep(5)
-            if not load.failures(since=window):
-                break
+        window = await until_a_clean_window(load, servers)
         assert not load.failures(since=window), load.report(load.failures(since=window))
         assert silent_methods(load, window, time.monotonic()) <= {"GetDelivery"}
         failed = load.failures(since=killed_at)
@@ -382,14 +389,7 @@ async def test_two_nodes_down_fail_fast_and_resume_with_one_back(tmp_path: Path)
             await asyncio.sleep(15)
         await asyncio.to_thread(node, "start-node", "2")
         back_at = time.monotonic()
-        # Service resumes: load in 5 s windows until one passes without a failure (the node
-        # that came back first replays hints and warms up, slowly on two busy cores).
-        for _ in range(36):
-            window = time.monotonic()
-            async with running(load, servers):
-                await asyncio.sleep(5)
-            if not load.failures(since=window):
-                break
+        window = await until_a_clean_window(load, servers)
         during = load.failures(since=down_at, until=back_at)
         assert during, "no call failed with two of three nodes down"
         # Never DEADLINE_EXCEEDED: a call that hung past its deadline would be.
