@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import NamedTuple
 
+from server.templates.columns import formation_columns
 from server.templates.model import ClusterEmail, FieldRuleValue
 from server.templates.spans import (
     HOLE,
@@ -155,18 +156,31 @@ def _row_path(stretch_list: Sequence[tuple[str, list[Item]]]) -> str:
 
 
 def _collect(
-    slots: dict[Slot, list[tuple[str, Item, int]]],
+    groups: dict[tuple[int, str], list[tuple[str, list[tuple[Item, int]]]]],
     seg: int,
     items: Sequence[Item],
     user: str,
     cut: int,
 ) -> None:
-    seen: dict[str, int] = {}
+    """Add one email's (or row's) items of a segment to their paths' sequences."""
+    mine: dict[str, list[tuple[Item, int]]] = {}
     for pos, it in enumerate(items):
-        path = it.plain[cut:]
-        o = seen.get(path, 0)
-        seen[path] = o + 1
-        slots.setdefault(Slot(seg, path, o), []).append((user, it, pos))
+        mine.setdefault(it.plain[cut:], []).append((it, pos))
+    for path, seq in mine.items():
+        groups.setdefault((seg, path), []).append((user, seq))
+
+
+def _slots(
+    groups: dict[tuple[int, str], list[tuple[str, list[tuple[Item, int]]]]],
+) -> dict[Slot, list[tuple[str, Item, int]]]:
+    """Each path's items by slot: its column among the path's items (`columns`)."""
+    slots: dict[Slot, list[tuple[str, Item, int]]] = {}
+    for (seg, path), seqs in groups.items():
+        cols = formation_columns([[it.text for it, _ in seq] for _, seq in seqs])
+        for (user, seq), got in zip(seqs, cols, strict=True):
+            for (it, pos), col in zip(seq, got, strict=True):
+                slots.setdefault(Slot(seg, path, col), []).append((user, it, pos))
+    return slots
 
 
 def _sample(values: Sequence[tuple[str, Item, int]], k: int) -> list[tuple[str, str]]:
@@ -273,7 +287,7 @@ def _slot_rules(
     left = values[:200]
     rules: list[FieldRuleValue] = []
     for pattern in patterns:
-        matched: list[list[str]] = []
+        matched: list[tuple[str, ...]] = []
         unmatched: list[tuple[str, Item, int]] = []
         for v in left:
             m = match(pattern, v[1].text)
@@ -342,14 +356,15 @@ def _stretch_rules(
     if len({u for u, _ in stretch_list}) < k:
         return []
     row_path = _row_path(stretch_list)
-    slots: dict[Slot, list[tuple[str, Item, int]]] = {}
+    groups: dict[tuple[int, str], list[tuple[str, list[tuple[Item, int]]]]] = {}
     cut = len(row_path)
     for user, items in stretch_list:
         before, rows, after = segment(items, row_path)
-        _collect(slots, 0, before, user, 0)
+        _collect(groups, 0, before, user, 0)
         for row in rows:
-            _collect(slots, 1, row, user, cut)
-        _collect(slots, 2, after, user, 0)
+            _collect(groups, 1, row, user, cut)
+        _collect(groups, 2, after, user, 0)
+    slots = _slots(groups)
     order = sorted(
         slots, key=lambda s: (s.segment, sum(p for _, _, p in slots[s]) / len(slots[s]), s)
     )

@@ -184,9 +184,13 @@ def build_pattern(samples: Sequence[Sequence[Token]]) -> Pattern:
     return tuple(out)
 
 
-def match(pattern: Pattern, text: str, tokens: Sequence[Token] | None = None) -> list[str] | None:
+@functools.lru_cache(maxsize=16_384)
+def match(
+    pattern: Pattern, text: str, tokens: Sequence[Token] | None = None
+) -> tuple[str, ...] | None:
     """The text of each hole of `pattern` in `text` ("" for an empty hole), or None when
-    the pattern's fixed tokens are not all there, in order."""
+    the pattern's fixed tokens are not all there, in order. Cached: annotation asks it twice
+    of an item (which column it fits, then its holes), and a layout's texts recur."""
     tokens = tokenize(text) if tokens is None else tokens
     fixed = [t for t in pattern if t is not None]
     at = _align(fixed, tokens)
@@ -201,7 +205,7 @@ def match(pattern: Pattern, text: str, tokens: Sequence[Token] | None = None) ->
         lo = at[f - 1] + 1 if f else 0
         hi = at[f] if f < len(at) else len(tokens)
         out.append(text[tokens[lo].start : tokens[hi - 1].end] if hi > lo else "")
-    return out
+    return tuple(out)
 
 
 def typed_segments(value: str) -> list[tuple[str, str]]:

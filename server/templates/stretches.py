@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import functools
 import re
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
+from server.templates.columns import Columns, columns_of, reading_columns
 from server.templates.fingerprint import PIECE_SEP
 from server.templates.model import Extracted, ExtractedBlock, FieldRuleValue
 from server.templates.spans import HOLE, Pattern, match, typed_segments
@@ -144,7 +146,7 @@ def _read(rules: Sequence[FieldRuleValue], it: Item, order: str, out: list[Extra
         pattern, own = next(iter(shapes.items()))
         if len(shapes) > 1 or pattern.count(HOLE) != 1:
             return
-        read = own, [it.text.strip()]  # the fixed words changed: the whole text is the value
+        read = own, (it.text.strip(),)  # the fixed words changed: the whole text is the value
     own, holes = read
     for r in own:
         value = holes[r.hole] if r.hole < len(holes) else ""
@@ -158,25 +160,28 @@ def _read(rules: Sequence[FieldRuleValue], it: Item, order: str, out: list[Extra
             out.append(Extracted(it.xpath, value, r.type, normalize(value, r.type, order), r.label))
 
 
-def _apply(
-    index: dict[Slot, list[FieldRuleValue]], seg: int, items: Sequence[Item], cut: int, order: str
-) -> list[Extracted]:
-    out: list[Extracted] = []
-    seen: dict[str, int] = {}
-    for it in items:
-        path = it.plain[cut:]
-        o = seen.get(path, 0)
-        seen[path] = o + 1
-        rules = index.get(Slot(seg, path, o))
-        if rules:
-            _read(rules, it, order, out)
-    return out
+class _Reading(NamedTuple):
+    """A template's rules arranged for annotation (built once per rules object)."""
+
+    rank: dict[str, int]
+    """Each anchor's (and stretch end's) rank."""
+    by_rank: dict[int, dict[Slot, list[FieldRuleValue]]]
+    columns: dict[int, dict[tuple[int, str], Columns]]
+    """Per rank, each (segment, path)'s columns."""
 
 
-def extract(
-    rules: Sequence[FieldRuleValue], texts: Sequence[tuple[str, str]], order: str
-) -> tuple[tuple[Extracted, ...], tuple[ExtractedBlock, ...]]:
-    """An email's fields and repeated blocks by a template's (version-2) rules."""
+_READINGS: OrderedDict[int, tuple[Sequence[FieldRuleValue], _Reading]] = OrderedDict()
+_READINGS_MAX = 4_096
+"""Templates whose arranged rules are kept (most recently used first out last)."""
+
+
+def _reading(rules: Sequence[FieldRuleValue]) -> _Reading:
+    """`rules` arranged for annotation, cached by the rules object's identity (the entry
+    holds the object, so its id cannot be reused while cached)."""
+    got = _READINGS.get(id(rules))
+    if got is not None and got[0] is rules:
+        _READINGS.move_to_end(id(rules))
+        return got[1]
     by_rank: dict[int, dict[Slot, list[FieldRuleValue]]] = {}
     rank: dict[str, int] = {}
     for rule in rules:
@@ -186,21 +191,75 @@ def extract(
             rank[rule.anchor] = rule.rank
         if rule.until:
             rank.setdefault(rule.until, rule.rank + 1)
-    found = stretches(items_of(texts), rank)
+    columns: dict[int, dict[tuple[int, str], Columns]] = {}
+    for r, index in by_rank.items():
+        patterns: dict[tuple[int, str], dict[int, list[Pattern]]] = {}
+        for slot, own in index.items():
+            patterns.setdefault((slot.segment, slot.path), {})[slot.ordinal] = list(
+                dict.fromkeys(x.pattern for x in own)
+            )
+        columns[r] = {key: columns_of(ps) for key, ps in patterns.items()}
+    reading = _Reading(rank, by_rank, columns)
+    _READINGS[id(rules)] = (rules, reading)
+    if len(_READINGS) > _READINGS_MAX:
+        _READINGS.popitem(last=False)
+    return reading
+
+
+def _apply(
+    index: dict[Slot, list[FieldRuleValue]],
+    columns: dict[tuple[int, str], Columns],
+    seg: int,
+    items: Sequence[Item],
+    cut: int,
+    *,
+    order: str,
+) -> list[Extracted]:
+    """The fields of a segment's items: each path's items matched to its slots' columns."""
+    paths: dict[str, list[tuple[int, Item]]] = {}
+    for pos, it in enumerate(items):
+        paths.setdefault(it.plain[cut:], []).append((pos, it))
+    read: list[tuple[int, Item, list[FieldRuleValue]]] = []
+    for path, group in paths.items():
+        cols = columns.get((seg, path))
+        if cols is None:
+            continue
+        got = reading_columns([it.text for _, it in group], cols)
+        for (pos, it), col in zip(group, got, strict=True):
+            rules = index.get(Slot(seg, path, col))
+            if rules:
+                read.append((pos, it, rules))
+    out: list[Extracted] = []
+    for _, it, rules in sorted(read, key=lambda r: r[0]):
+        _read(rules, it, order, out)
+    return out
+
+
+def extract(
+    rules: Sequence[FieldRuleValue], texts: Sequence[tuple[str, str]], order: str
+) -> tuple[tuple[Extracted, ...], tuple[ExtractedBlock, ...]]:
+    """An email's fields and repeated blocks by a template's (version-2) rules."""
+    reading = _reading(rules)
+    found = stretches(items_of(texts), reading.rank)
     fields: list[Extracted] = []
     blocks: list[ExtractedBlock] = []
-    for r in sorted(by_rank):
+    for r in sorted(reading.by_rank):
         stretch = found.get(r)
         if stretch is None:
             continue
-        index = by_rank[r]
+        index = reading.by_rank[r]
+        columns = reading.columns[r]
         first = next(iter(index.values()))[0]
         before, rows, after = segment(stretch, first.row_path)
-        fields.extend(_apply(index, 0, before, 0, order))
+        fields.extend(_apply(index, columns, 0, before, 0, order=order))
         if any(s.segment == 1 for s in index):
             cut = len(first.row_path)
-            got = [row for row in (_apply(index, 1, row, cut, order) for row in rows) if row]
+            got = [
+                row
+                for row in (_apply(index, columns, 1, row, cut, order=order) for row in rows)
+                if row
+            ]
             if got:
                 blocks.append(ExtractedBlock(first.block, tuple(tuple(row) for row in got)))
-        fields.extend(_apply(index, 2, after, 0, order))
+        fields.extend(_apply(index, columns, 2, after, 0, order=order))
     return tuple(fields), tuple(blocks)

@@ -8,6 +8,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from server.templates.columns import align
 from server.templates.extraction import form_field_rules
 from server.templates.fingerprint import parse_structure
 from server.templates.model import (
@@ -148,11 +149,11 @@ class TestSpans:
         """Fixed tokens are common to every value; a date is one token, never cut at 2026."""
         p = build_pattern([tokenize(v) for v in ("Hi Ines Müller,", "Hi Bob,", "Hi Ann Lee,")])
         assert p == ("Hi", None, ",")
-        assert match(p, "Hi Zoe Quinn,") == ["Zoe Quinn"]
+        assert match(p, "Hi Zoe Quinn,") == ("Zoe Quinn",)
         dates = ["February 25, 2026 #U6689717", "March 3, 2026 #U1", "May 1, 2025 #X9"]
         p = build_pattern([tokenize(v) for v in dates])
         assert p == (None, "#", None)
-        assert match(p, "June 2, 2026 #AB12") == ["June 2, 2026", "AB12"]
+        assert match(p, "June 2, 2026 #AB12") == ("June 2, 2026", "AB12")
         assert match(("Invoice", ":", None), "Receipt 12") is None
 
     def test_a_closing_stop_is_fixed_text_not_the_value(self) -> None:
@@ -161,7 +162,7 @@ class TestSpans:
         values = ("This link expires in 2 days.", "This link expires in one hour.")
         p = build_pattern([tokenize(v) for v in values])
         assert p == ("This", "link", "expires", "in", None, ".")
-        assert match(p, "This link expires in orbit stone.") == ["orbit stone"]
+        assert match(p, "This link expires in orbit stone.") == ("orbit stone",)
         assert [t.text for t in tokenize("Welcome ines.578@mail.example!")] == [
             "Welcome",
             "ines.578@mail.example",
@@ -323,3 +324,80 @@ def test_a_slot_of_two_shapes_gives_each_value_whole() -> None:
         if named:
             assert any(v.endswith("@mail.example") for v in values)
         assert note.rstrip(".") in values
+
+
+def _gift(rng: random.Random, *, greeted: bool) -> tuple[str, dict[str, str]]:
+    """A gift notice whose paragraphs share one path; the greeting is optional (absent in
+    about a fifth of the emails), so by ordinal alone every later paragraph moves up one."""
+    truth = {
+        "name": _name(rng),
+        "buyer": _name(rng),
+        "note": " ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 12))).capitalize(),
+        "day": f"{rng.randint(1, 28)}",
+    }
+    greeting = f"<p>Hi {truth['name']},</p>" if greeted else ""
+    html = (
+        "<html><body><h1>A gift, just for you</h1>"
+        f"{greeting}<p>{truth['buyer']} has gifted you a membership.</p>"
+        f"<p>{truth['note']}</p><p>This gift expires on March {truth['day']}, 2027.</p>"
+        "<p>Enjoy your membership.</p></body></html>"
+    )
+    return html, truth
+
+
+def test_an_optional_paragraph_moves_no_later_field() -> None:
+    """Paragraphs on one path are matched to their slots by what each slot's text holds, not
+    by ordinal: with or without the optional greeting, the buyer, the note and the date come
+    back as whole values with their own labels, and the greeting's name as a name, never a
+    whole ``Hi ...,`` line."""
+    rng = random.Random(11)
+    made = [_gift(rng, greeted=rng.random() < 0.8) for _ in range(60)]
+    emails = [
+        ClusterEmail(f"user-{i}", "gifts@site.example", "A gift", parse_structure(h).texts, 0)
+        for i, (h, _) in enumerate(made)
+    ]
+    rules = form_field_rules(emails, K)
+    assert any(r.pattern == ("Hi", None, ",") for r in rules)
+    for greeted in (True, False, False, True):
+        html, truth = _gift(rng, greeted=greeted)
+        fields, _ = fields_of(rules, parse_structure(html).texts, "")
+        got = {f.value: f for f in fields}
+        assert truth["buyer"] in got
+        assert got[truth["buyer"]].type == "name"
+        assert truth["note"] in got
+        assert f"March {truth['day']}, 2027" in got
+        assert got[f"March {truth['day']}, 2027"].label.startswith("This gift expires on")
+        assert (truth["name"] in got) == greeted
+        if greeted:
+            assert got[truth["name"]].label == "Hi"
+        assert not any(v.startswith("Hi ") or "has gifted" in v for v in got)
+
+
+class TestAlign:
+    @settings(max_examples=300, deadline=None)
+    @given(st.integers(0, 12), st.integers(0, 12))
+    def test_without_evidence_items_keep_their_ordinals(self, m: int, n: int) -> None:
+        """No score anywhere: item i goes to column i, and items past the last column to none."""
+        assert align(m, n, lambda i, j: 0.0) == [i if i < n else None for i in range(m)]
+
+    @settings(max_examples=300, deadline=None)
+    @given(
+        st.integers(1, 9),
+        st.integers(1, 9),
+        st.lists(st.tuples(st.integers(0, 8), st.integers(0, 8)), max_size=12),
+    )
+    def test_the_alignment_keeps_order_and_no_pairing_beats_it(
+        self, m: int, n: int, fits: list[tuple[int, int]]
+    ) -> None:
+        """Columns rise with the items, and the pairs it scores are as many as the most an
+        order-keeping matching can score (the textbook DP over the same fits)."""
+        good = {(i, j) for i, j in fits if i < m and j < n}
+        got = align(m, n, lambda i, j: 1.0 if (i, j) in good else 0.0)
+        cols = [c for c in got if c is not None]
+        assert cols == sorted(cols)
+        assert len(set(cols)) == len(cols)
+        dp = [[0] * (n + 1) for _ in range(m + 1)]
+        for i in range(m):
+            for j in range(n):
+                dp[i + 1][j + 1] = max(dp[i][j] + ((i, j) in good), dp[i][j + 1], dp[i + 1][j])
+        assert sum((i, c) in good for i, c in enumerate(got)) == dp[m][n]
