@@ -1,0 +1,107 @@
+"""Field extraction with clustering set aside: each true template's training emails its cluster.
+
+``python -m loadtest.benches.templates_extraction [--subjects real|sender|names]
+[--source NAME] [--json OUT]``
+
+The quality phase's real corpus (`email_corpus.build_corpus`), in one process: the field
+rules, date format and fixed text each true template's 25 training emails form (k = 5,
+the service's own `udcas`), then every fresh instance read by them (`service.fields_of`),
+scored per source by `figures.templates_extraction` exactly as the server run's
+``extraction.per_source`` is. What it isolates: extraction alone, on perfect clusters, so
+a change to formation or reading shows without the online clustering's run-to-run spread.
+Deterministic (the corpus is seeded); also prints a digest of every formed rule, so two
+trees can be shown to form the same rules.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+from collections import defaultdict
+from dataclasses import asdict
+from typing import Any
+
+__all__ = ["main", "measure"]
+
+_K = 5
+
+
+def measure(subjects: str, source: str = "") -> dict[str, Any]:
+    """Per-source extraction figures on perfect clusters, and the rules' digest."""
+    from loadtest.corpora.email_corpus import build_corpus, real_templates
+    from loadtest.figures.templates_extraction import Annotated, by_source
+    from server.templates.fingerprint import PIECE_SEP, parse_structure
+    from server.templates.model import ClusterEmail
+    from server.templates.service import fields_of
+    from server.templates.udcas import Cluster, date_format, field_rules, fixed_text
+
+    templates = [t for t in real_templates() if source in t.package]
+    train: dict[str, list[Any]] = defaultdict(list)
+    fresh: dict[str, list[Any]] = defaultdict(list)
+    for e in build_corpus(templates, subjects=subjects):
+        if not e.noise:
+            (fresh if e.held_out else train)[e.label].append(e)
+    digest = hashlib.sha256()
+    annotated: list[Annotated] = []
+    for label in sorted(train):
+        emails = [
+            ClusterEmail(e.recipient, e.sender, e.subject, parse_structure(e.html).texts, 0)
+            for e in train[label]
+        ]
+        cluster = Cluster(emails, _K)
+        rules, order, fixed = field_rules(cluster), date_format(cluster), fixed_text(cluster)
+        digest.update(repr(rules).encode())
+        for e in fresh[label]:
+            texts = parse_structure(e.html).texts
+            fields, blocks = fields_of(rules, texts, order)
+            annotated.append(
+                Annotated(
+                    e.package,
+                    [(v.name, v.value, v.row, v.constant) for v in e.values],
+                    e.vertical,
+                    e.vertical,  # the vertical is the clustering's to get right, not measured here
+                    [(f.label, f.value, f.type, f.normalized) for f in fields],
+                    [
+                        [(f.label, f.value, f.type, f.normalized) for f in row]
+                        for b in blocks
+                        for row in b.rows
+                    ],
+                    list(fixed),
+                    " ".join(t for _, t in texts).replace(PIECE_SEP, " "),
+                )
+            )
+    per_source = {
+        f.source: {k: v for k, v in asdict(f).items() if k != "source"}
+        for f in by_source(annotated)
+    }
+    return {
+        "subjects": subjects,
+        "k": _K,
+        "rules_digest": digest.hexdigest()[:16],
+        "per_source": per_source,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--subjects", default="real", choices=("name", "real", "sender"))
+    parser.add_argument("--source", default="", help="only packages whose name holds this")
+    parser.add_argument("--json", default="")
+    args = parser.parse_args()
+    out = measure(args.subjects, args.source)
+    for name, got in out["per_source"].items():
+        shares = "  ".join(
+            f"{k} {v:.3f}" if isinstance(v, float) else f"{k} -"
+            for k, v in got.items()
+            if k in ("whole", "inside", "money", "dates", "rows")
+        )
+        print(f"{name:34s} {shares}")
+    print("rules digest", out["rules_digest"])
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            f.write(json.dumps(out, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
