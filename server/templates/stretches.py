@@ -171,8 +171,11 @@ class _Reading(NamedTuple):
 
 
 _READINGS: OrderedDict[int, tuple[Sequence[FieldRuleValue], _Reading]] = OrderedDict()
-_READINGS_MAX = 4_096
-"""Templates whose arranged rules are kept (most recently used first out last)."""
+_READINGS_MAX = 256
+"""Templates whose arranged rules are kept, least recently used out first. Small: each
+entry pins its rules object, and the template cache hands out a new one for a row each time
+it re-reads the row (every `template_cache_ttl_s`), so a large bound would hold stale copies
+of many templates; the templates being annotated at the moment are what it is for."""
 
 
 def _reading(rules: Sequence[FieldRuleValue]) -> _Reading:
