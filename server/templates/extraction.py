@@ -14,8 +14,9 @@ Each text piece of an email (an element's direct text, cut at child elements suc
 3. **Repeated blocks**: in a stretch, a row element (``tr``, ``li``, ``div``…) of which
    emails hold varying counts of siblings (>= 2 in at least `ROW_SHARE` of them) makes the
    stretch three segments: items before the block, one row per sibling, items after it.
-4. **Slots** (segment, index-free path, ordinal) gather their values across emails (and
-   rows); a slot of >= k recipients gets a token pattern (`spans.build_pattern`), each hole
+4. **Slots** (segment, index-free path, column) gather their values across emails (and
+   rows); an item's column on its path is its ordinal unless an optional sibling came or
+   went before it (`columns.formation_columns`); a slot of >= k recipients gets a token pattern (`spans.build_pattern`), each hole
    a field (several when its values are consistently several typed values), typed by
    majority and labelled by the fixed tokens before it in the node, else by the nearest
    fixed text before it (a constant slot, a column header, the anchor).
