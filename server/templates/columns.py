@@ -8,8 +8,8 @@ slot's pattern loses its fixed words at formation and reads the wrong text at an
 
 So items are matched to *columns* by an order-preserving alignment (`align`) that scores
 each pairing by evidence:
-- at formation (`formation_columns`), a column's evidence is the tokens most of its values
-  hold, taken from the emails with the usual count of items on the path;
+- at formation (`formation_columns`), a column's evidence is its `usual_tokens` (those most
+  of its values hold), taken from the emails with the usual count of items on the path;
 - at annotation (`reading_columns`), a column's evidence is its rules' patterns, those with
   fixed tokens: a pattern that matches is for the item; when none matches and the column
   has no pattern without fixed tokens to fall back on, that is against it.
@@ -22,12 +22,11 @@ not catch), keep exactly the slots they had by ordinal. Pure functions, bounded:
 
 from __future__ import annotations
 
-import functools
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
-from server.templates.spans import HOLE, Pattern, match, tokenize
+from server.templates.spans import HOLE, Pattern, match, token_texts, usual_tokens
 
 __all__ = [
     "MAX_CELLS",
@@ -40,8 +39,6 @@ __all__ = [
 
 MAX_CELLS = 4_096
 """Item-column pairings scored per path; beyond it the ordinal order stands."""
-_USUAL = 0.6
-"""A column's evidence: tokens in at least this share of its sampled values."""
 _HOLDS = 0.5
 """An item is for a column when it holds at least this share of the column's evidence."""
 _PROFILE_SAMPLE = 24
@@ -92,11 +89,6 @@ def align(m: int, n: int, score: Callable[[int, int], float]) -> list[int | None
     return out
 
 
-@functools.lru_cache(maxsize=16_384)
-def _tokens(text: str) -> frozenset[str]:
-    return frozenset(t.text for t in tokenize(text))
-
-
 def _reference(lengths: Sequence[int]) -> int:
     counts = Counter(lengths)
     enough = [c for c, n in counts.items() if n >= _REFERENCE_SHARE * len(lengths)]
@@ -124,18 +116,14 @@ def formation_columns(seqs: Sequence[Sequence[str]]) -> list[list[int]]:
     n = _reference(lengths) if seqs else 0
     if all(x == n for x in lengths):
         return [list(range(x)) for x in lengths]
-    counts: list[Counter[str]] = [Counter() for _ in range(n)]
-    sampled = [0] * n
+    sampled: list[list[frozenset[str]]] = [[] for _ in range(n)]
     for s in seqs:
         if len(s) != n:
             continue
         for j, text in enumerate(s):
-            if sampled[j] < _PROFILE_SAMPLE:
-                sampled[j] += 1
-                counts[j].update(_tokens(text))
-    usual = [
-        frozenset(t for t, c in counts[j].items() if c >= _USUAL * sampled[j]) for j in range(n)
-    ]
+            if len(sampled[j]) < _PROFILE_SAMPLE:
+                sampled[j].append(token_texts(text))
+    usual = [usual_tokens(held) for held in sampled]
     where: dict[str, list[int]] = {}
     for j, toks in enumerate(usual):
         for t in toks:
@@ -150,7 +138,7 @@ def _formation_order(
     m = len(s)
     if m == n or m * n > MAX_CELLS:
         return list(range(m))
-    held = [_tokens(t) for t in s]
+    held = [token_texts(t) for t in s]
 
     def score(i: int, j: int) -> float:
         u = usual[j]

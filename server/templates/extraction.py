@@ -47,8 +47,10 @@ from server.templates.spans import (
     join_tokens,
     label_text,
     match,
+    token_texts,
     tokenize,
     typed_segments,
+    usual_tokens,
 )
 from server.templates.stretches import Item, Slot, items_of, segment, stretches
 from server.templates.values import classify
@@ -73,8 +75,6 @@ _SAMPLE = 24
 """Values a slot's pattern is folded over (one per recipient first, at least k)."""
 _TYPE_SAMPLE = 16
 _PART_SHARE = 0.8
-_USUAL = 0.6
-"""A token most of a slot's values hold: in at least this share of its sampled values."""
 
 
 def _spread(emails: Sequence[ClusterEmail], limit: int) -> list[ClusterEmail]:
@@ -215,16 +215,15 @@ def _shapes(samples: Sequence[tuple[str, str]], k: int) -> list[Pattern]:
         return [tuple(t.text for t in tokenize(samples[0][1]))]
     tokens = [(user, tokenize(text)) for user, text in samples]
     whole = build_pattern([t for _, t in tokens])
-    common = Counter(tok for _, t in tokens for tok in {x.text for x in t})
-    usual = [x for x, n in common.items() if n >= _USUAL * len(tokens)]
+    held = [token_texts(text) for _, text in samples]
+    usual = usual_tokens(held)
     fixed = {x for x in whole if x is not None}
-    if not usual or set(usual) <= fixed:
+    if not usual or usual <= fixed:
         return [whole]
     main: list[tuple[str, tuple[Token, ...]]] = []
     rest: list[tuple[str, tuple[Token, ...]]] = []
-    for user, t in tokens:
-        have = {x.text for x in t}
-        (main if all(x in have for x in usual) else rest).append((user, t))
+    for (user, t), have in zip(tokens, held, strict=True):
+        (main if usual <= have else rest).append((user, t))
     if len({u for u, _ in main}) < k or not rest:
         return [whole]
     first = build_pattern([t for _, t in main])

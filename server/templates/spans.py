@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import functools
 import re
+from collections import Counter
 from collections.abc import Sequence
 from typing import NamedTuple
 
 __all__ = [
     "HOLE",
     "MAX_TOKENS",
+    "USUAL_SHARE",
     "Pattern",
     "Token",
     "build_pattern",
@@ -29,12 +31,16 @@ __all__ = [
     "join_tokens",
     "label_text",
     "match",
+    "token_texts",
     "tokenize",
     "typed_segments",
+    "usual_tokens",
 ]
 
 MAX_TOKENS = 48
 """Tokens read per value: a text item is at most 200 characters."""
+USUAL_SHARE = 0.6
+"""A *usual* token: in at least this share of a slot's (or a column's) sampled values."""
 
 HOLE = None
 """A hole in a `Pattern`."""
@@ -185,13 +191,24 @@ def build_pattern(samples: Sequence[Sequence[Token]]) -> Pattern:
 
 
 @functools.lru_cache(maxsize=16_384)
-def match(
-    pattern: Pattern, text: str, tokens: Sequence[Token] | None = None
-) -> tuple[str, ...] | None:
+def token_texts(text: str) -> frozenset[str]:
+    """The distinct tokens of `text`, as strings (cached: a slot's values recur)."""
+    return frozenset(t.text for t in tokenize(text))
+
+
+def usual_tokens(held: Sequence[frozenset[str]]) -> frozenset[str]:
+    """The tokens at least `USUAL_SHARE` of the values hold (`held`: each value's
+    `token_texts`): a slot's or a column's recurring words, where its values vary."""
+    counts = Counter(t for tokens in held for t in tokens)
+    return frozenset(t for t, n in counts.items() if n >= USUAL_SHARE * len(held))
+
+
+@functools.lru_cache(maxsize=16_384)
+def match(pattern: Pattern, text: str) -> tuple[str, ...] | None:
     """The text of each hole of `pattern` in `text` ("" for an empty hole), or None when
     the pattern's fixed tokens are not all there, in order. Cached: annotation asks it twice
     of an item (which column it fits, then its holes), and a layout's texts recur."""
-    tokens = tokenize(text) if tokens is None else tokens
+    tokens = tokenize(text)
     fixed = [t for t in pattern if t is not None]
     at = _align(fixed, tokens)
     if at is None:
