@@ -31,7 +31,8 @@ def measure(subjects: str, source: str = "") -> dict[str, Any]:
     """Per-source extraction figures on perfect clusters, and the rules' digest."""
     from loadtest.corpora.email_corpus import build_corpus, real_templates
     from loadtest.figures.templates_extraction import Annotated, by_source
-    from server.templates.fingerprint import PIECE_SEP, parse_structure
+    from loadtest.workloads.templates import visible_text
+    from server.templates.fingerprint import parse_structure
     from server.templates.model import ClusterEmail
     from server.templates.service import fields_of
     from server.templates.udcas import Cluster, date_format, field_rules, fixed_text
@@ -68,7 +69,7 @@ def measure(subjects: str, source: str = "") -> dict[str, Any]:
                         for row in b.rows
                     ],
                     list(fixed),
-                    " ".join(t for _, t in texts).replace(PIECE_SEP, " "),
+                    visible_text(e.html),
                 )
             )
     per_source = {

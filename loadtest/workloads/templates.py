@@ -85,7 +85,7 @@ from server.templates.tokens import email_hashes
 from server.templates.work import fingerprint_batch
 from storage.engines import TEMPLATE_STORES
 
-__all__ = ["add_arguments", "run"]
+__all__ = ["add_arguments", "run", "visible_text"]
 
 _TUNED = {
     "CPU_WORKERS": "2",
@@ -542,7 +542,7 @@ def _fields(fields: Sequence[templates_pb2.ExtractedField]) -> list[tuple[str, s
     return [(f.label, f.value, f.type, f.normalized) for f in fields]
 
 
-def _visible(html: str) -> str:
+def visible_text(html: str) -> str:
     """An email's visible text (what a text field could hold)."""
     return " ".join(text for _, text in parse_structure(html).texts).replace(PIECE_SEP, " ")
 
@@ -563,7 +563,7 @@ def _extraction_figures(
             _fields(reply.fields),
             [_fields(row.fields) for block in reply.blocks for row in block.rows],
             list(reply.fixed_text),
-            _visible(e.html),
+            visible_text(e.html),
         )
         for e, reply in zip(fresh, replies, strict=True)
         if not e.noise and reply.template_id
