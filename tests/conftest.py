@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from server.runtime.logs import configure_logging
-from tests.engines import ALL_ENGINES, KEYSPACES, drop_keyspaces
+from tests.engines import ALL_ENGINES, DROPPER, KEYSPACES
 
 
 class _SessionLog:
@@ -90,12 +90,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = keep
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _wait_for_keyspace_drops() -> Iterator[None]:
+    """Waits, at the end of the run, for the drops the modules queued."""
+    yield
+    DROPPER.wait()
+
+
 @pytest.fixture(scope="module", autouse=True)
-def _drop_module_keyspaces() -> Iterator[None]:
-    """Drops the Cassandra keyspaces a module created, once its own fixtures are torn down
-    (an autouse fixture of the module scope is set up first, so torn down last)."""
+def _drop_module_keyspaces(_wait_for_keyspace_drops: None) -> Iterator[None]:
+    """Queues the Cassandra keyspaces a module created for dropping, once its own fixtures
+    are torn down (an autouse fixture of the module scope is set up first, so torn down
+    last)."""
     start = len(KEYSPACES)
     yield
     made = KEYSPACES[start:]
     del KEYSPACES[start:]
-    drop_keyspaces(made)
+    DROPPER.drop(made)

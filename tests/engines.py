@@ -8,7 +8,9 @@ passed engine. `--engines sqlite` (or LOOM_TEST_ENGINES) narrows a run on purpos
 from __future__ import annotations
 
 import os
+import queue
 import sys
+import threading
 import uuid
 from pathlib import Path
 
@@ -82,33 +84,72 @@ def unique(prefix: str) -> str:
 
 KEYSPACES: list[str] = []
 """Keyspaces on the test node named by `settings_for` and `server_env`; `tests/conftest.py`
-drops those of a module once it is done (`drop_keyspaces`), so the single node holds a
+hands those of a module to `DROPPER` once it is done, so the single node holds about a
 module's keyspaces at a time, not the whole run's: every keyspace costs the node heap
 (its tables' metadata and memtables), and a run's few hundred filled a 3 GiB heap."""
 
 
-def drop_keyspaces(names: list[str]) -> None:
-    """Drops `names` on the test node (best effort: a keyspace never created is no error,
-    and a drop that fails only leaves the keyspace behind)."""
-    from cassandra.cluster import Cluster
+class KeyspaceDropper:
+    """Drops keyspaces on the test node one at a time, in a thread of its own.
 
-    points = os.environ.get("LOOM_TEST_CASSANDRA_CONTACT_POINTS")
-    if not points or not names:
-        return
-    cluster = Cluster(
-        points.split(","), port=int(os.environ.get("LOOM_TEST_CASSANDRA_PORT", "9042"))
-    )
-    try:
-        session = cluster.connect()
+    A drop costs the node about 0.15 s per table (it flushes and unloads each), so a
+    module's dozens of keyspaces took 30-50 s of waiting at its end. Here the run goes on
+    while they go. One at a time, because the node applies schema changes in turn: a test
+    creating its keyspace waits behind at most one drop, never behind a module's backlog.
+    Best effort: a keyspace never created is no error, and a drop that fails only leaves
+    the keyspace behind (said on stderr).
+    """
+
+    def __init__(self) -> None:
+        self._names: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    def drop(self, names: list[str]) -> None:
+        """Queues `names` for dropping (nothing to do without a test node)."""
+        if not names or not os.environ.get("LOOM_TEST_CASSANDRA_CONTACT_POINTS"):
+            return
         for name in names:
-            try:
-                session.execute(f"DROP KEYSPACE IF EXISTS {name}", timeout=120)
-            except Exception as exc:
-                print(f"could not drop keyspace {name}: {exc}", file=sys.stderr)
-    except Exception as exc:
-        print(f"could not drop keyspaces {names}: {exc}", file=sys.stderr)
-    finally:
-        cluster.shutdown()
+            self._names.put(name)
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="keyspace-dropper", daemon=True)
+            self._thread.start()
+
+    def wait(self, timeout_s: float = 600.0) -> None:
+        """Returns once every queued keyspace is dropped (the end of the run waits here, so
+        the node is left as the run found it)."""
+        if self._thread is None:
+            return
+        self._names.put(None)
+        self._thread.join(timeout_s)
+        if self._thread.is_alive():
+            print(f"keyspace drops still running after {timeout_s:.0f} s", file=sys.stderr)
+        self._thread = None
+
+    def _run(self) -> None:
+        from cassandra.cluster import Cluster
+
+        points = os.environ["LOOM_TEST_CASSANDRA_CONTACT_POINTS"].split(",")
+        port = int(os.environ.get("LOOM_TEST_CASSANDRA_PORT", "9042"))
+        cluster = Cluster(points, port=port)
+        try:
+            session = cluster.connect()
+        except Exception as exc:
+            print(f"could not connect to drop keyspaces: {exc}", file=sys.stderr)
+            session = None
+        try:
+            while (name := self._names.get()) is not None:
+                if session is None:
+                    continue
+                try:
+                    session.execute(f"DROP KEYSPACE IF EXISTS {name}", timeout=120)
+                except Exception as exc:
+                    print(f"could not drop keyspace {name}: {exc}", file=sys.stderr)
+        finally:
+            cluster.shutdown()
+
+
+DROPPER = KeyspaceDropper()
+"""The run's one dropper (`tests/conftest.py` feeds it per module and waits at the end)."""
 
 
 def settings_for(engine: str, data_dir: Path, **stores: str) -> Settings:

@@ -27,7 +27,11 @@ do_start() {
   ensure_port_free "${HOST}" "${STORAGE_PORT}"
   cassandra_render_config cassandra.yaml.in ADDRESS="${HOST}" SEEDS="${HOST}:${STORAGE_PORT}" \
     STORAGE_PORT="${STORAGE_PORT}" NATIVE_PORT="${NATIVE_PORT}"
-  cassandra_launch "${HEAP_MIN}" "${HEAP_MAX}" "${JMX_PORT}"
+  # unsafesystem: a schema change does not flush the system tables (the commit log still holds
+  # it, and `stop` drains). The suite makes a keyspace per test, and the flushes were half of
+  # each one's cost. A node that must keep its schema through a power loss wants it off: this
+  # is the test node only, not the cluster.
+  cassandra_launch "${HEAP_MIN}" "${HEAP_MAX}" "${JMX_PORT}" -Dcassandra.unsafesystem=true
 }
 
 # Shutdown hook drains (flushes memtables, syncs the commit log): give it time before KILL.
