@@ -4,8 +4,9 @@
 [--source NAME] [--json OUT]``
 
 The quality phase's real corpus (`email_corpus.build_corpus`), in one process: the field
-rules, date format and fixed text each true template's 25 training emails form (k = 5,
-the service's own `udcas`), then every fresh instance read by them (`service.fields_of`),
+rules, date format, fixed text and vertical each true template's 25 training emails form
+(k = 5, the service's own `udcas`), then every fresh instance read by them
+(`service.fields_of`),
 scored per source by `figures.templates_extraction` exactly as the server run's
 ``extraction.per_source`` is. What it isolates: extraction alone, on perfect clusters, so
 a change to formation or reading shows without the online clustering's run-to-run spread.
@@ -35,7 +36,7 @@ def measure(subjects: str, source: str = "") -> dict[str, Any]:
     from server.templates.fingerprint import parse_structure
     from server.templates.model import ClusterEmail
     from server.templates.service import fields_of
-    from server.templates.udcas import Cluster, date_format, field_rules, fixed_text
+    from server.templates.udcas import Cluster, date_format, field_rules, fixed_text, vertical
 
     templates = [t for t in real_templates() if source in t.package]
     train: dict[str, list[Any]] = defaultdict(list)
@@ -52,6 +53,7 @@ def measure(subjects: str, source: str = "") -> dict[str, Any]:
         ]
         cluster = Cluster(emails, _K)
         rules, order, fixed = field_rules(cluster), date_format(cluster), fixed_text(cluster)
+        formed_vertical = vertical(cluster, rules)
         digest.update(repr(rules).encode())
         for e in fresh[label]:
             texts = parse_structure(e.html).texts
@@ -61,7 +63,7 @@ def measure(subjects: str, source: str = "") -> dict[str, Any]:
                     e.package,
                     [(v.name, v.value, v.row, v.constant) for v in e.values],
                     e.vertical,
-                    e.vertical,  # the vertical is the clustering's to get right, not measured here
+                    formed_vertical,
                     [(f.label, f.value, f.type, f.normalized) for f in fields],
                     [
                         [(f.label, f.value, f.type, f.normalized) for f in row]
@@ -95,7 +97,7 @@ def main() -> None:
         shares = "  ".join(
             f"{k} {v:.3f}" if isinstance(v, float) else f"{k} -"
             for k, v in got.items()
-            if k in ("whole", "inside", "money", "dates", "rows")
+            if k in ("whole", "inside", "money", "dates", "rows", "vertical")
         )
         print(f"{name:34s} {shares}")
     print("rules digest", out["rules_digest"])

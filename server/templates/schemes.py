@@ -125,6 +125,8 @@ def _template(  # noqa: PLR0917 - a private assembler of one value
     rules: tuple[FieldRuleValue, ...] | None = None,
 ) -> TemplateValue:
     cluster = Cluster(emails, k)
+    if rules is None:
+        rules = field_rules(cluster)
     senders = {e.sender for e in emails}
     sender = max(senders, key=lambda s: (sum(e.sender == s for e in emails), s))
     return TemplateValue(
@@ -133,10 +135,10 @@ def _template(  # noqa: PLR0917 - a private assembler of one value
         fingerprints=(int.from_bytes(key[-8:], "big"),),
         distinct_recipients=_recipients(emails),
         email_count=len(emails),
-        vertical=vertical(cluster),
+        vertical=vertical(cluster, rules),
         fixed_text=fixed_text(cluster),
         date_format=date_format(cluster),
-        field_rules=field_rules(cluster) if rules is None else rules,
+        field_rules=rules,
         created_at_ms=now_ms,
         scheme=p.scheme,
         signature=signature,

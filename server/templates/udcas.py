@@ -6,8 +6,10 @@ caller) to every UDCA; each returns one annotation that becomes part of the temp
 - `fixed_text`    text present in every email of the cluster (so seen by >= k recipients)
 - `date_format`   day/month order learned from the cluster's unambiguous dates
 - `vertical`      receipt, shipping, travel, bill, account, newsletter or other: a weighted
-                  keyword classifier labels each email by its subject and the fixed text;
-                  the majority label wins when its share is at least `VERTICAL_THRESHOLD`
+                  keyword classifier labels each email by its subject and the template's
+                  fixed text (whole pieces and the fixed tokens of its field rules'
+                  patterns); the majority label wins when its share is at least
+                  `VERTICAL_THRESHOLD`
                   (the paper: "most frequent ... above a predetermined threshold"), else
                   ``other``
 - `field_rules`   where the variable spans lie (after which fixed text, in which slot, in
@@ -181,6 +183,9 @@ _PATTERNS = {
 """Each keyword, its word-start pattern (searched only where the keyword occurs) and weight."""
 _SUBJECT_WEIGHT = 2
 """A subject names what an email is about; fixed text also holds the layout's boilerplate."""
+_MIN_SCORE = 2
+"""The least score that labels an email: one keyword naming a vertical, or two leaning
+towards it. A lone leaning word (``login`` in a ticket notice's footer) is not evidence."""
 _NUMERIC = re.compile(r"\b\d{1,2}[/.\-]\d{1,2}[/.\-]\d{2,4}\b")
 _DIGITS = frozenset("0123456789")
 
@@ -249,19 +254,36 @@ def _scores(text: str) -> dict[str, int]:
 
 def _label(scores: dict[str, int]) -> str:
     best = max(_SPECIFIC, key=lambda v: (scores[v], -_SPECIFIC.index(v)))
-    return best if scores[best] > 0 else "other"
+    return best if scores[best] >= _MIN_SCORE else "other"
 
 
-def vertical(cluster: Cluster) -> str:
+def _patterns_text(rules: Sequence[FieldRuleValue]) -> list[str]:
+    """The fixed tokens of each distinct field-rule pattern, a hole as an ellipsis: the
+    fixed part of pieces that also hold a value (``Welcome … !``), which `fixed_text`,
+    keeping whole pieces only, leaves out."""
+    seen: set[tuple[str | None, ...]] = set()
+    out: list[str] = []
+    for rule in rules:
+        if rule.pattern and rule.pattern not in seen:
+            seen.add(rule.pattern)
+            out.append(" ".join("…" if t is None else t for t in rule.pattern))
+    return out
+
+
+def vertical(cluster: Cluster, rules: Sequence[FieldRuleValue] | None = None) -> str:
     """Majority per-email label over fixed text and subject, above `VERTICAL_THRESHOLD`.
 
-    Each email is labelled by its subject (weighing `_SUBJECT_WEIGHT`) and the cluster's
-    fixed text, each keyword counted once, the more specific vertical winning a tie. The
-    fixed text's scores are computed once; subjects repeat, so each distinct one once too.
+    Each email is labelled by its subject (weighing `_SUBJECT_WEIGHT`) and the template's
+    fixed text: its whole fixed pieces and the fixed tokens of its field `rules` (formed
+    here when not given), each keyword counted once, the more specific vertical winning a
+    tie, and none below `_MIN_SCORE`. The fixed text's scores are computed once; subjects
+    repeat, so each distinct one once too.
     """
     if not cluster.emails:
         return "other"
-    fixed = _scores("\n".join(fixed_text(cluster)))
+    if rules is None:
+        rules = field_rules(cluster)
+    fixed = _scores("\n".join((*fixed_text(cluster), *_patterns_text(rules))))
     by_subject: dict[str, str] = {}
     labels: Counter[str] = Counter()
     for e in cluster.emails:

@@ -78,3 +78,42 @@ class TestVertical:
         """An invoice for an order: bill outweighs the order words."""
         c = _made("Invoice for your order 1234", "<p>Order number</p><p>Invoice</p><p>Due date</p>")
         assert vertical(c) == "bill"
+
+    def test_fixed_words_around_a_value_decide_it(self) -> None:
+        """A generic subject and no whole fixed piece with a keyword: the fixed tokens
+        around each value (``Welcome … !``, ``to confirm your email address``) decide."""
+        from server.templates.fingerprint import parse_structure
+        from server.templates.model import ClusterEmail
+
+        emails = [
+            ClusterEmail(
+                f"u{i}",
+                "s@x",
+                "News from Harbor",
+                parse_structure(
+                    f"<html><body><h1>Welcome {name.split()[0].lower()}@mail.example!</h1>"
+                    f"<p>Use <a href='#'>this link</a> to confirm your email address, "
+                    f"{name}.</p></body></html>"
+                ).texts,
+                0,
+            )
+            for i, name in enumerate(NAMES[:8])
+        ]
+        c = Cluster(emails, 5)
+        assert not any("confirm" in t for t in fixed_text(c))
+        assert vertical(c) == "account"
+
+    def test_one_leaning_word_is_no_vertical(self) -> None:
+        """A lone word that only leans (``login`` in a ticket notice) labels nothing; two
+        leaning words do."""
+        from server.templates.fingerprint import parse_structure
+        from server.templates.model import ClusterEmail
+
+        def made(body: str) -> Cluster:
+            texts = parse_structure(f"<html><body>{body}</body></html>").texts
+            return Cluster(
+                [ClusterEmail(f"u{i}", "s@x", "Ticket 82", texts, 0) for i in range(6)], 5
+            )
+
+        assert vertical(made("<p>Ticket changed.</p><p>Login to reply</p>")) == "other"
+        assert vertical(made("<p>Ticket changed.</p><p>Login to your account</p>")) == "account"
