@@ -18,6 +18,10 @@ vertical, the returned fields and rows (and fixed text). Per source (`by_source`
 - ``vertical``  emails whose returned vertical is the true one
 - ``invisible``  generated values the email's visible text does not hold (a link's address):
                 not counted in the shares above, since no text field can return them
+
+Values the visible text shows glued, nothing between them (``{{ base_url }}{{ path }}``, an
+avatar helper's text before a title), are one value to a reader and to any extractor: the
+shares above count their concatenation once, as one value (each part 3+ characters).
 - ``personal_in_fixed``  (email, non-constant value) pairs whose value appears in the
                 returned fixed text (values of 4+ characters as a substring, shorter ones
                 as a whole fixed text): must be 0
@@ -163,6 +167,36 @@ def _from_row(value: str, row_values: Sequence[str]) -> bool:
     return bool(v) and any(v in g or g in v for g in row_values)
 
 
+_GLUE_MIN = 3
+"""The least length of each part of glued values (shorter ones meet by chance)."""
+
+
+def _glued(gens: list[Generated], visible: str) -> list[Generated]:
+    """`gens` with every pair the visible text shows glued (``ab``, nothing between)
+    replaced by one value, their concatenation, until no pair is left (module doc)."""
+    out = list(gens)
+    while True:
+        texts = [" ".join(g.value.split()) for g in out]
+        pair = next(
+            (
+                (i, j)
+                for i, a in enumerate(texts)
+                if len(a) >= _GLUE_MIN and a in visible
+                for j, b in enumerate(texts)
+                if i != j and len(b) >= _GLUE_MIN and a + b in visible
+            ),
+            None,
+        )
+        if pair is None:
+            return out
+        i, j = pair
+        a, b = out[i], out[j]
+        joined = Generated(
+            f"{a.name}+{b.name}", texts[i] + texts[j], a.row or b.row, a.constant and b.constant
+        )
+        out = [g for k, g in enumerate(out) if k not in pair] + [joined]
+
+
 def figures(source: str, emails: Sequence[Annotated]) -> ExtractionFigures:
     """The figures of one source's annotated emails."""
     values = inside = whole = money_n = money_ok = dates_n = dates_ok = invisible = 0
@@ -177,6 +211,10 @@ def figures(source: str, emails: Sequence[Annotated]) -> ExtractionFigures:
                 by_row.setdefault(_outer(g.row), []).append(g.value.strip())
         visible = " ".join(e.text.split())
         for g in gens:
+            v = " ".join(g.value.split())
+            if not g.constant and v:
+                personal += any((v in t) if len(v) >= 4 else (v == t.strip()) for t in e.fixed_text)
+        for g in _glued(gens, visible) if visible else gens:
             v = " ".join(g.value.split())
             if g.constant or not v:
                 continue
@@ -207,7 +245,6 @@ def figures(source: str, emails: Sequence[Annotated]) -> ExtractionFigures:
                     any(bare in f[1] for f in row) and all(_from_row(f[1], mates) for f in row)
                     for row in e.rows
                 )
-            personal += any((v in t) if len(v) >= 4 else (v == t.strip()) for t in e.fixed_text)
     return ExtractionFigures(
         source=source,
         emails=len(emails),

@@ -101,3 +101,24 @@ class TestExtractionFigures:
         assert f.invisible == 1
         assert f.values == 1
         assert f.whole == 1.0
+
+    def test_values_shown_glued_are_one_value(self) -> None:
+        """``{{ base_url }}{{ path }}`` reads as one link: returned whole, it is a whole
+        value; a lone part returned is not. Short parts never glue (``ab`` + ``99``)."""
+        gen = [
+            ("base_url", "https://mail.example/a", "", False),
+            ("path", "/pages/12/edit", "", False),
+            ("code", "ab", "", False),
+            ("n", "99", "", False),
+        ]
+        text = "Edit it at https://mail.example/a/pages/12/edit now. Code ab99."
+        whole_link = [("", "https://mail.example/a/pages/12/edit", "url", "")]
+        (got,) = by_source([Annotated("s", gen, "", "", whole_link, text=text)])
+        assert got.values == 3  # the link, and the two short values on their own
+        assert got.whole == pytest.approx(1 / 3)
+        (part,) = by_source(
+            [Annotated("s", gen, "", "", [("", "/pages/12/edit", "url", "")], text=text)]
+        )
+        assert part.values == 3
+        assert part.whole == 0.0
+        assert part.inside == 0.0
