@@ -64,10 +64,14 @@ _MONEY = (
 _TIME = r"\d{1,2}:\d{2}(?::\d{2})?(?:\s?(?i:[ap]\.?m\.?)(?!\w))?"
 _URL = r"(?P<url>(?:https?://|www\.)\S*[^\s.,!?;:)\]\"”])"
 _WORD_PUNCT = (
-    r"|(?P<word>[^\s#:;,()\[\]|\"“”•·\u2013\u2014@]*[^\s#:;,()\[\]|\"“”•·\u2013\u2014.!?@]"
+    r"|(?P<word>(?!['\u2018\u2019])[^\s#:;,()\[\]|\"“”•·\u2013\u2014@]*"
+    r"[^\s#:;,()\[\]|\"“”•·\u2013\u2014.!?@'\u2018\u2019]"
     r"(?:@[^\s#:;,()\[\]|\"“”•·@]*[^\s#:;,()\[\]|\"“”•·@.!?])?)"
-    r"|(?P<punct>[#:;,()\[\]|\"“”.!?•·\u2013\u2014@-])"
+    r"|(?P<punct>[#:;,()\[\]|\"“”.!?•·\u2013\u2014@'\u2018\u2019-])"
 )
+"""A word, or one punctuation mark. A single quote inside a word stays there (``don't``,
+``O'Brien``); one opening or closing a word is a mark of its own, as double quotes are, so
+``'printer on fire'`` is a value between two fixed quotes."""
 _TOKEN = re.compile(
     rf"(?P<date>{_DATE})"
     rf"|(?P<money>{_MONEY})"

@@ -120,7 +120,10 @@ _WORDS = st.lists(st.sampled_from(["Hi", "Ava", "Bob", "order", "#", "12", ","])
 class TestSpans:
     @settings(max_examples=500, deadline=None)
     @given(
-        st.text(alphabet="ab Zé.,:;!?#@-()[]|/$€£ USDhttps://www.x 0\u06612-\u2013", max_size=40)
+        st.text(
+            alphabet="ab Zé.,:;!?#@-()[]|/$€£ USDhttps://www.x 0\u06612-\u2013'\u2018\u2019",
+            max_size=40,
+        )
     )
     def test_a_text_without_digits_tokenizes_as_the_full_pattern_would(self, text: str) -> None:
         """Tokenizing skips the typed alternatives where no digit (any script's) can start
@@ -181,6 +184,27 @@ class TestSpans:
             "Visit",
             "https://a.example/x",
             ".",
+        ]
+
+    def test_quotes_around_a_value_are_fixed_text(self) -> None:
+        """A single quote opening or closing a word is a mark of its own, so a quoted value
+        comes without its quotes; an apostrophe inside a word stays in it."""
+        values = (
+            "Ticket ('Printer on fire') has been closed.",
+            "Ticket ('Wi-Fi down') has been closed.",
+            "Ticket ('Don't reboot') has been closed.",
+        )
+        p = build_pattern([tokenize(v) for v in values])
+        assert p == ("Ticket", "(", "'", None, "'", ")", "has", "been", "closed", ".")
+        assert match(p, "Ticket ('O'Brien's laptop') has been closed.") == ("O'Brien's laptop",)
+        assert [t.text for t in tokenize("don't \u2018Home\u2019 users' it\u2019s")] == [
+            "don't",
+            "\u2018",
+            "Home",
+            "\u2019",
+            "users",
+            "'",
+            "it\u2019s",
         ]
 
     def test_address_block_pieces_are_items(self) -> None:
