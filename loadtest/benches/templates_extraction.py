@@ -31,7 +31,7 @@ _K = 5
 def measure(subjects: str, source: str = "") -> dict[str, Any]:
     """Per-source extraction figures on perfect clusters, and the rules' digest."""
     from loadtest.corpora.email_corpus import build_corpus, real_templates
-    from loadtest.figures.templates_extraction import Annotated, by_source
+    from loadtest.figures.templates_extraction import Annotated, Generated, by_source
     from loadtest.workloads.templates import visible_text
     from server.templates.fingerprint import parse_structure
     from server.templates.model import ClusterEmail
@@ -61,7 +61,10 @@ def measure(subjects: str, source: str = "") -> dict[str, Any]:
             annotated.append(
                 Annotated(
                     e.package,
-                    [(v.name, v.value, v.row, v.constant) for v in e.values],
+                    [
+                        Generated(v.name, v.value, v.row, v.constant, shown=v.shown)
+                        for v in e.values
+                    ],
                     e.vertical,
                     formed_vertical,
                     [(f.label, f.value, f.type, f.normalized) for f in fields],

@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import html as html_lib
+import itertools
 import json
 import random
 import re
@@ -27,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import lxml.etree
 import lxml.html
 from lxml.html import HtmlElement
 
@@ -139,6 +141,11 @@ class GeneratedValue:
     (``items#3``; nested ``orders#1/items#2``)."""
     constant: bool = False
     """A per-sender constant (site, brand, colour): layout text, not a field."""
+    shown: bool | None = None
+    """Whether this insertion reaches the email's visible text (not an attribute, a link's
+    address, a style): `instantiate_values` renders the email a second time from the same
+    draws with each value between marks and looks for them; None where it cannot tell
+    (static and mailgen templates), leaving the figures to look for the value's text."""
 
 
 @dataclass(frozen=True)
@@ -388,8 +395,58 @@ def instantiate_values(
         spec = _mailgen_input(t, rng, constants, order, choices, record)
         html = render_mailgen([spec], t.files["node_modules"])[0]
     else:
+        twin = copy.copy(rng)  # the same draws, for `_shown`
         html = render(t.source, t.syntax, _context(t, rng, constants, order, choices, record))
+        return html, _shown(t, twin, constants, order, choices, record.values)
     return html, tuple(record.values)
+
+
+_OPEN, _SEP, _CLOSE = "\ue000", "\ue002", "\ue001"
+"""Private-use marks around every insertion in `_shown`'s rendering, numbered (no template
+holds them): ``\ue000`` number ``\ue002`` value ``\ue001``."""
+_MARKED = re.compile("\ue000(\\d+)\ue002[^\ue000\ue001]*\ue001")
+_MARK = re.compile("\ue000(\\d+)\ue002|\ue001")
+
+
+def _shown(
+    t: SourceTemplate,
+    twin: random.Random,
+    constants: dict[str, str],
+    order: str,
+    choices: Choices,
+    values: list[GeneratedValue],
+) -> tuple[GeneratedValue, ...]:
+    """`values` with `shown` set: the email rendered again from the same draws (`twin`),
+    each drawn value between numbered marks; an insertion whose marks reach the visible
+    text is shown. A word that lands only in an attribute (an image's ``src``, a width)
+    but also occurs in the prose by chance is then not taken for a visible value, nor is a
+    value inserted once in an attribute and once in the text, in the attribute. Where the
+    second rendering inserts other values (it should not), nothing is set."""
+    marks = _Recorder()
+    drawn = itertools.count()
+    ctx = RenderContext(
+        twin,
+        lambda name: f"{_OPEN}{next(drawn)}{_SEP}{value_for(name, twin, constants, order)}{_CLOSE}",
+        t.files,
+        t.messages,
+        choices,
+        marks,
+    )
+    marked = render(t.source, t.syntax, ctx)
+    again = [(v.name, _MARK.sub("", v.value), v.row) for v in marks.values]
+    if again != [(v.name, v.value, v.row) for v in values]:
+        return tuple(values)
+    try:
+        root = lxml.html.fromstring(marked)
+    except (lxml.etree.ParserError, ValueError):
+        return tuple(values)
+    for hidden in root.xpath("//head|//script|//style|//noscript|//template|//title"):
+        hidden.drop_tree()
+    visible = set(_MARKED.findall(html_lib.unescape(" ".join(root.itertext()))))
+    return tuple(
+        dataclasses.replace(v, shown=(m := _MARK.match(w.value)) is not None and m[1] in visible)
+        for v, w in zip(values, marks.values, strict=True)
+    )
 
 
 def _context(

@@ -16,8 +16,10 @@ vertical, the returned fields and rows (and fixed text). Per source (`by_source`
                 whose values come from that same generated row (its outermost repetition,
                 for a block nested in another)
 - ``vertical``  emails whose returned vertical is the true one
-- ``invisible``  generated values the email's visible text does not hold (a link's address):
-                not counted in the shares above, since no text field can return them
+- ``invisible``  generated values the email's visible text does not hold (a link's address),
+                or whose insertion the generator knows went elsewhere (``shown`` False: an
+                image's ``src`` whose word the prose also holds by chance): not counted in
+                the shares above, since no text field can return them
 
 Values the visible text shows glued, nothing between them (``{{ base_url }}{{ path }}``, an
 avatar helper's text before a title), are one value to a reader and to any extractor: the
@@ -63,6 +65,10 @@ class Generated(NamedTuple):
     """The same in every email of its template (not a value a field should return)."""
     iso: str = ""
     """A date's true day (YYYY-MM-DD) when known; else read from `value` if unambiguous."""
+    shown: bool | None = None
+    """Whether the generator's insertion reaches the visible text (False: an attribute, a
+    link's address, even where the same word also occurs in the prose); None: unknown,
+    the visible text holding the value's text decides."""
 
 
 class Annotated(NamedTuple):
@@ -174,7 +180,8 @@ _GLUE_MIN = 3
 def _glued(gens: list[Generated], visible: str) -> list[Generated]:
     """`gens` with every pair the visible text shows glued (``ab``, nothing between)
     replaced by one value, their concatenation, until no pair is left (module doc)."""
-    out = list(gens)
+    out = [g for g in gens if g.shown is not False]
+    hidden = [g for g in gens if g.shown is False]
     while True:
         texts = [" ".join(g.value.split()) for g in out]
         pair = next(
@@ -188,11 +195,15 @@ def _glued(gens: list[Generated], visible: str) -> list[Generated]:
             None,
         )
         if pair is None:
-            return out
+            return out + hidden
         i, j = pair
         a, b = out[i], out[j]
         joined = Generated(
-            f"{a.name}+{b.name}", texts[i] + texts[j], a.row or b.row, a.constant and b.constant
+            f"{a.name}+{b.name}",
+            texts[i] + texts[j],
+            a.row or b.row,
+            a.constant and b.constant,
+            shown=None if a.shown is None and b.shown is None else True,
         )
         out = [g for k, g in enumerate(out) if k not in pair] + [joined]
 
@@ -212,13 +223,13 @@ def figures(source: str, emails: Sequence[Annotated]) -> ExtractionFigures:
         visible = " ".join(e.text.split())
         for g in gens:
             v = " ".join(g.value.split())
-            if not g.constant and v:
+            if not g.constant and v and g.shown is not False:
                 personal += any((v in t) if len(v) >= 4 else (v == t.strip()) for t in e.fixed_text)
         for g in _glued(gens, visible) if visible else gens:
             v = " ".join(g.value.split())
             if g.constant or not v:
                 continue
-            if visible and v not in visible:
+            if g.shown is False or (visible and v not in visible):
                 invisible += 1
                 continue
             values += 1

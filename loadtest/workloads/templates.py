@@ -55,7 +55,7 @@ from loom.v1 import templates_pb2, templates_pb2_grpc
 from loadtest.baselines.fingerprint_floor import cpu_floor
 from loadtest.corpora.email_corpus import LabeledEmail, build_corpus, describe, real_templates
 from loadtest.corpora.synthetic_emails import SyntheticEmail, ZipfStream, instantiate
-from loadtest.figures.templates_extraction import Annotated, by_source
+from loadtest.figures.templates_extraction import Annotated, Generated, by_source
 from loadtest.figures.templates_quality import (
     held_out_quality,
     juicer_batch,
@@ -557,7 +557,7 @@ def _extraction_figures(
     annotated = [
         Annotated(
             e.package,
-            [(v.name, v.value, v.row, v.constant) for v in e.values],
+            [Generated(v.name, v.value, v.row, v.constant, shown=v.shown) for v in e.values],
             e.vertical,
             reply.vertical,
             _fields(reply.fields),

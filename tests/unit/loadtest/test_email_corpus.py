@@ -225,3 +225,26 @@ def test_corpus_carries_values_vertical_and_package() -> None:
 def test_vertical_rules(family: str, name: str, vertical: str) -> None:
     """Each template family and name maps to the vertical the figures group it under."""
     assert vertical_of(family, name) == vertical
+
+
+@pytest.mark.parametrize("syntax", ["jinja", "handlebars"])
+def test_values_in_attributes_are_not_shown(syntax: str) -> None:
+    """An insertion into an attribute (a link's address, an image's alt and src) is not
+    shown; insertions into the text are, and the email shows them."""
+    source = {
+        "jinja": '<a href="{{ link }}">Open</a><img alt="{{ caption }}" src="{{ caption }}">'
+        "<p>{{ caption }}</p><p>{{ name }}</p>",
+        "handlebars": '<a href="{{link}}">Open</a><img alt="{{caption}}" src="{{caption}}">'
+        "<p>{{caption}}</p><p>{{name}}</p>",
+    }[syntax]
+    t = SourceTemplate("fam", "note", "s@x.example", source, syntax=syntax)
+    doc, values = _render(t)
+    got = [(v.name, v.shown) for v in values]
+    assert got == [
+        ("link", False),
+        ("caption", False),
+        ("caption", False),
+        ("caption", True),
+        ("name", True),
+    ]
+    assert all(v.value in _text(doc) for v in values if v.shown)

@@ -122,3 +122,20 @@ class TestExtractionFigures:
         assert part.values == 3
         assert part.whole == 0.0
         assert part.inside == 0.0
+
+    def test_a_value_the_generator_did_not_show_is_not_counted(self) -> None:
+        """An image's ``src`` word that the prose also holds by chance is invisible: not a
+        miss, and not personal text when the fixed text holds that word."""
+        gen = [
+            Generated("src", "maple", "", False, shown=False),
+            Generated("title", "Island maple copper", "", False, shown=True),
+        ]
+        text = "Island maple copper"
+        fields = [("", "Island maple copper", "text", "")]
+        (got,) = by_source([Annotated("s", gen, "", "", fields, (), ("maple",), text)])
+        assert (got.values, got.invisible, got.whole) == (1, 1, 1.0)
+        assert got.personal_in_fixed == 0
+        unknown = [g._replace(shown=None) for g in gen]
+        (before,) = by_source([Annotated("s", unknown, "", "", fields, (), ("maple",), text)])
+        assert (before.values, before.invisible, before.whole) == (2, 0, 0.5)
+        assert before.personal_in_fixed == 1
