@@ -20,13 +20,13 @@ vertical, the returned fields and rows (and fixed text). Per source (`by_source`
                 or whose insertion the generator knows went elsewhere (``shown`` False: an
                 image's ``src`` whose word the prose also holds by chance): not counted in
                 the shares above, since no text field can return them
+- ``personal_in_fixed``  (email, non-constant value not known to be hidden) pairs whose
+                value appears in the returned fixed text (values of 4+ characters as a
+                substring, shorter ones as a whole fixed text): must be 0
 
 Values the visible text shows glued, nothing between them (``{{ base_url }}{{ path }}``, an
 avatar helper's text before a title), are one value to a reader and to any extractor: the
 shares above count their concatenation once, as one value (each part 3+ characters).
-- ``personal_in_fixed``  (email, non-constant value) pairs whose value appears in the
-                returned fixed text (values of 4+ characters as a substring, shorter ones
-                as a whole fixed text): must be 0
 
 A share is None when nothing was there to count.
 """
