@@ -13,10 +13,16 @@ run). Reported, each as CPU seconds per 1,000 emails of the stream and the best 
 - the floor: fingerprinting the same emails (parse, MinHash, row key, stored form);
 - formation: `form_row` over those rows;
 - their ratio, and a digest of every formed template's stored form, so two trees can be
-  shown to form the same templates byte for byte.
+  shown to form the same templates byte for byte;
+- the stream replayed as a server forms it: each row formed once it reaches k recipients
+  and re-formed each time its recipients grow by `GROWTH` (and by k), with the templates
+  and settled ids of its formation before (`Formations`' carry-over of field rules), as
+  CPU seconds per 1,000 emails and as a ratio to the floor, with the count of formations
+  that formed field rules. No `reform_interval_s` coalescing: every growth re-forms.
 
 ``--baseline-pythonpath`` measures another tree (a ``git worktree`` of the baseline, first
-on the path) beside this one: one repetition per child process, the trees alternating, and
+on the path; its children run in that first directory, since ``-m`` puts the working
+directory ahead of ``PYTHONPATH``) beside this one: one repetition per child process, the trees alternating, and
 each tree's medians reported (the machine's speed drifts by a quarter between minutes, so
 the ratio of formation to the floor measured in the same repetition is the figure to
 compare).
@@ -57,9 +63,56 @@ def _clear_caches() -> None:
                 clear()
 
 
+def _replay(
+    items: list[Any], stored: list[Any], params: Any, form_row: Any, udcas: Any
+) -> tuple[float, int, int]:
+    """CPU seconds of every formation of the stream in order, formations, rule formations."""
+    from server.templates.rows import GROWTH
+
+    rows: dict[bytes, list[bytes]] = collections.defaultdict(list)
+    users: dict[bytes, set[str]] = collections.defaultdict(set)
+    formed_at: dict[bytes, int] = {}
+    previous: dict[bytes, Any] = {}
+    settled: dict[bytes, frozenset[str]] = {}
+    ruled = [0]
+    original = udcas.form_field_rules
+
+    def counted(*args: Any, **kwargs: Any) -> Any:  # the rules' formations, counted
+        ruled[0] += 1
+        return original(*args, **kwargs)
+
+    udcas.form_field_rules = counted
+    cpu, formations = 0.0, 0
+    try:
+        for s, item in zip(stored, items, strict=True):
+            if s is None:
+                continue
+            key = s.keys[0]
+            rows[key].append(s.payload)
+            users[key].add(item[1])
+            n, last = len(users[key]), formed_at.get(key)
+            if n < _K or (last is not None and n < max(last + _K, GROWTH * last)):
+                continue
+            start = time.process_time()
+            result = form_row(
+                key, rows[key], _K, _NOW_MS, params, previous.get(key, ()),
+                settled.get(key, frozenset()),
+            )  # fmt: skip
+            cpu += time.process_time() - start
+            formations += 1
+            formed_at[key] = n
+            if result.templates:
+                previous[key] = result.templates
+                settled[key] = frozenset(t.template_id for t in result.templates)
+    finally:
+        udcas.form_field_rules = original
+    return cpu, formations, ruled[0]
+
+
 def measure(emails: int, reps: int) -> dict[str, Any]:
     """This interpreter's figures (its `sys.path` decides which tree's code runs)."""
     from loadtest.corpora.synthetic_emails import ZipfStream
+    from server.templates import udcas
     from server.templates.schemes import SchemeParams
     from server.templates.work import fingerprint_for_store, form_row
 
@@ -70,6 +123,7 @@ def measure(emails: int, reps: int) -> dict[str, Any]:
     ]
     params = SchemeParams()
     floor = formation = float("inf")
+    replay: tuple[float, int, int] = (float("inf"), 0, 0)
     digest = ""
     formed = rows_formed = 0
     for _ in range(reps):
@@ -94,6 +148,11 @@ def measure(emails: int, reps: int) -> dict[str, Any]:
             h.update(result.encoded)
         formation = min(formation, time.process_time() - start)
         digest, rows_formed = h.hexdigest()[:16], len(jobs)
+        _clear_caches()
+        gc.collect()
+        got_replay = _replay(items, stored, params, form_row, udcas)
+        if got_replay[0] < replay[0]:
+            replay = got_replay
     per_k = 1000 / emails
     return {
         "emails": emails,
@@ -103,13 +162,24 @@ def measure(emails: int, reps: int) -> dict[str, Any]:
         "formation_cpu_s_per_1000": round(formation * per_k, 4),
         "formation_ms_each": round(formation * 1000 / max(rows_formed, 1), 2),
         "formation_over_floor": round(formation / floor, 3),
+        "replay_cpu_s_per_1000": round(replay[0] * per_k, 4),
+        "replay_over_floor": round(replay[0] / floor, 3),
+        "replay_formations": replay[1],
+        "replay_rule_formations": replay[2],
         "digest": digest,
     }
 
 
 def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """One tree's repetitions: the median of each figure, every run's ratio beside it."""
-    keys = ("floor_cpu_s_per_1000", "formation_cpu_s_per_1000", "formation_over_floor")
+    keys = (
+        "floor_cpu_s_per_1000",
+        "formation_cpu_s_per_1000",
+        "formation_over_floor",
+        "replay_cpu_s_per_1000",
+        "replay_over_floor",
+    )
+    keys = tuple(k for k in keys if k in runs[0])  # an older tree's bench has fewer
     out = {**runs[0], **{k: statistics.median(r[k] for r in runs) for k in keys}}
     out["formation_over_floor_runs"] = [r["formation_over_floor"] for r in runs]
     out["digests"] = sorted({r["digest"] for r in runs})
@@ -140,8 +210,15 @@ def main(argv: list[str] | None = None) -> None:
                 env |= {"PYTHONPATH": path} if path else {}
                 cmd = [sys.executable, "-m", "loadtest.benches.templates_formation", "--child"]
                 cmd += ["--emails", str(args.emails), "--reps", "1"]
+                # `-m` puts the working directory first on the path: run in the tree's own
                 got = subprocess.run(
-                    cmd, env=env, check=True, capture_output=True, text=True, timeout=3600
+                    cmd,
+                    cwd=(path or os.getcwd()).split(os.pathsep)[0],
+                    env=env,
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                    timeout=3600,
                 )
                 runs[side].append(json.loads(got.stdout.strip().splitlines()[-1]))
         out = {side: _summary(got) for side, got in runs.items()}
