@@ -146,10 +146,14 @@ def _template(  # noqa: PLR0917 - a private assembler of one value
 
 
 def _kept_rules(
-    settled: TemplateValue | None, signature: tuple[str, ...]
+    settled: TemplateValue | None, signature: tuple[str, ...], emails: int
 ) -> tuple[FieldRuleValue, ...] | None:
-    """A settled template's rules when the template continues with the same signature."""
-    return settled.field_rules if settled and settled.signature == signature else None
+    """A settled template's rules when the template continues with the same signature and
+    they were read from more than half of the sample they would be read from now."""
+    if settled is None or settled.signature != signature:
+        return None
+    read = min(settled.email_count, MAX_FORM_EMAILS)
+    return settled.field_rules if 2 * read > min(emails, MAX_FORM_EMAILS) else None
 
 
 def _core(sigs: Sequence[frozenset[str]], share: float) -> frozenset[str]:
@@ -217,8 +221,11 @@ def form_templates(  # noqa: PLR0917 - FormTemplate(h)'s inputs, then out-parame
 
     `settled` names those of `previous` whose field rules this code formed: a template that
     continues one of them with the same signature keeps its rules when they were read from
-    a full sample (`MAX_FORM_EMAILS` emails). Re-forming them from another sample of the
-    same template costs most of a re-formation's CPU and changes nothing a caller sees.
+    more than half of the sample they would be read from now (`MAX_FORM_EMAILS` emails at
+    most). So a growing template's rules re-form each time their sample doubles, not at
+    every growth of its row, and never again once read from over half a full sample: field
+    rules cost most of a re-formation's CPU, and another sample of the same template, at
+    most twice the size, seldom changes them.
     """
     left_out = [] if left_out is None else left_out
     if _recipients(emails) < k:
@@ -249,11 +256,7 @@ def form_templates(  # noqa: PLR0917 - FormTemplate(h)'s inputs, then out-parame
         groups.append(group)
         signatures.append(signature)
     ids = _ids(key, signatures, [t for t in previous if t.signature])
-    kept = {
-        t.template_id: t
-        for t in previous
-        if t.template_id in settled and t.email_count >= MAX_FORM_EMAILS
-    }
+    kept = {t.template_id: t for t in previous if t.template_id in settled}
     out = [
         _template(
             template_id,
@@ -263,7 +266,7 @@ def form_templates(  # noqa: PLR0917 - FormTemplate(h)'s inputs, then out-parame
             now_ms,
             p,
             signature,
-            _kept_rules(kept.get(template_id), signature),
+            _kept_rules(kept.get(template_id), signature, len(group)),
         )
         for template_id, group, signature in zip(ids, groups, signatures, strict=True)
     ]

@@ -69,8 +69,9 @@ class TestSchemes:
         assert not any(n in " ".join(t.fixed_text + t.signature) for n in NAMES)
 
     def test_settled_rules_carry_over_only_when_nothing_changed(self) -> None:
-        """A re-formation keeps a template's field rules only when this process formed them
-        from a full sample and the template continues with the same signature."""
+        """A re-formation keeps a template's field rules only when this process formed them,
+        from more than half of the sample it would read now, and the template continues
+        with the same signature."""
         rng = random.Random(5)
         made = [receipt(rng, NAMES[i % 12]) for i in range(MAX_FORM_EMAILS + 12)]
         emails = cluster_emails(made, [f"u{i}" for i in range(len(made))])
@@ -87,8 +88,10 @@ class TestSchemes:
         mine = frozenset({first.template_id})
         assert reformed(marked, mine).field_rules == marked.field_rules
         assert reformed(marked, frozenset()).field_rules == first.field_rules
-        small = replace(marked, email_count=MAX_FORM_EMAILS - 1)
-        assert reformed(small, mine).field_rules == first.field_rules
+        half = replace(marked, email_count=MAX_FORM_EMAILS // 2)  # read from half: re-formed
+        assert reformed(half, mine).field_rules == first.field_rules
+        more = replace(marked, email_count=MAX_FORM_EMAILS // 2 + 1)
+        assert reformed(more, mine).field_rules == marked.field_rules
         moved = replace(marked, signature=marked.signature[1:])
         assert reformed(moved, mine).field_rules == first.field_rules
 
