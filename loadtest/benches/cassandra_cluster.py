@@ -17,7 +17,7 @@ One ``loom serve`` (ThreadWeaver and Inbox on Cassandra) per deployment.
 * **mixed** (Yammer's slow node at load): the cluster tests' mixed load
   (`loadtest.cluster_load`: weaves, posts, GetUnifiedThread, GetUnreadCount, GetDelivery,
   each with its method's deadline) at ``--mixed-rate`` calls/s, after a 20,000-recipient
-  announcement, through one node frozen for ``--fault-seconds`` and then one node killed
+  announcement (``--no-announcement``: none), through one node frozen for ``--fault-seconds`` and then one node killed
   for as long (restarted afterwards, the load stopped): every failed call (method, status,
   cause) and each method's p50/p99, per phase. What must hold: no call fails (a call shed
   by a full bulkhead and sent again by the client within its deadline is not failed).
@@ -256,8 +256,9 @@ def _calls(calls: list[Call]) -> dict[str, Any]:
     return out
 
 
-async def mixed(rate: float, seconds: float) -> dict[str, Any]:
-    """The mixed load at `rate` through healthy, frozen, recovering, dead, restarted."""
+async def mixed(rate: float, seconds: float, announce: bool = True) -> dict[str, Any]:
+    """The mixed load at `rate` through healthy, frozen, recovering, dead, restarted (the
+    announcement fanning out at the healthy phase's start, unless `announce` is False)."""
     phases: dict[str, Any] = {}
     async with serving(cluster_env(LOOM_INBOX__FANOUT_RATE_PER_S="1000")) as channel:
         load = MixedLoad([channel], random.Random(50), rate=rate)
@@ -267,7 +268,8 @@ async def mixed(rate: float, seconds: float) -> dict[str, Any]:
         try:
             await asyncio.sleep(10)  # warm-up: connections, prepared statements
             marks = [("healthy", time.monotonic())]
-            await load.announce()
+            if announce:
+                await load.announce()
             await asyncio.sleep(seconds / 2)
             pid = node_pid(2)
             marks.append(("frozen", time.monotonic()))
@@ -314,6 +316,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--announcement", type=int, default=300_000)
     parser.add_argument("--mixed-rate", type=float, default=50.0, help="mixed load's calls/s")
     parser.add_argument("--fault-seconds", type=float, default=30.0, help="frozen, then dead")
+    parser.add_argument(
+        "--no-announcement", action="store_true", help="mixed: no announcement fanning out"
+    )
     parser.add_argument("--skip", default="", help="comma-separated: latency,mixed,compare")
     parser.add_argument("--json", type=Path, help="write the figures here too")
     args = parser.parse_args(argv)
@@ -330,7 +335,9 @@ def main(argv: list[str] | None = None) -> None:
             for state, figures in result["latency"].items()
         }
     if "mixed" not in skip:
-        result["mixed"] = asyncio.run(mixed(args.mixed_rate, args.fault_seconds))
+        result["mixed"] = asyncio.run(
+            mixed(args.mixed_rate, args.fault_seconds, not args.no_announcement)
+        )
     if "compare" not in skip:
         one = asyncio.run(deployment(single_env(), args.weave_seconds, args.announcement))
         three = asyncio.run(deployment(cluster_env(), args.weave_seconds, args.announcement))

@@ -179,8 +179,8 @@ def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "replay_cpu_s_per_1000",
         "replay_over_floor",
     )
-    keys = tuple(k for k in keys if k in runs[0])  # an older tree's bench has fewer
-    out = {**runs[0], **{k: statistics.median(r[k] for r in runs) for k in keys}}
+    present = [k for k in keys if k in runs[0]]  # an older tree's bench has fewer
+    out = {**runs[0], **{k: statistics.median(r[k] for r in runs) for k in present}}
     out["formation_over_floor_runs"] = [r["formation_over_floor"] for r in runs]
     out["digests"] = sorted({r["digest"] for r in runs})
     return out
