@@ -17,10 +17,11 @@ One ``loom serve`` (ThreadWeaver and Inbox on Cassandra) per deployment.
 * **mixed** (Yammer's slow node at load): the cluster tests' mixed load
   (`loadtest.cluster_load`: weaves, posts, GetUnifiedThread, GetUnreadCount, GetDelivery,
   each with its method's deadline) at ``--mixed-rate`` calls/s, after a 20,000-recipient
-  announcement (``--no-announcement``: none), through one node frozen for ``--fault-seconds`` and then one node killed
-  for as long (restarted afterwards, the load stopped): every failed call (method, status,
-  cause) and each method's p50/p99, per phase. What must hold: no call fails (a call shed
-  by a full bulkhead and sent again by the client within its deadline is not failed).
+  announcement (``--no-announcement``: none), through one node frozen for
+  ``--fault-seconds`` and then one node killed for as long (restarted afterwards, the load
+  stopped): every failed call (method, status, cause) and each method's p50/p99, per phase.
+  What must hold: no call fails (a call shed by a full bulkhead and sent again by the client
+  within its deadline is not failed).
 * **cluster vs one node**: WeaveMessage rate (closed loop), the time of one announcement to
   300,000 inboxes, and GetUnreadCount p99 probed during it, on the single node (RF 1) and on
   the cluster (RF 3, LOCAL_QUORUM, login and TLS), as cluster / one node.

@@ -22,10 +22,10 @@ run). Reported, each as CPU seconds per 1,000 emails of the stream and the best 
 
 ``--baseline-pythonpath`` measures another tree (a ``git worktree`` of the baseline, first
 on the path; its children run in that first directory, since ``-m`` puts the working
-directory ahead of ``PYTHONPATH``) beside this one: one repetition per child process, the trees alternating, and
-each tree's medians reported (the machine's speed drifts by a quarter between minutes, so
-the ratio of formation to the floor measured in the same repetition is the figure to
-compare).
+directory ahead of ``PYTHONPATH``) beside this one: one repetition per child process, the
+trees alternating, and each tree's medians reported (the machine's speed drifts by a
+quarter between minutes, so the ratio of formation to the floor measured in the same
+repetition is the figure to compare).
 """
 
 from __future__ import annotations
