@@ -210,10 +210,11 @@ def main(argv: list[str] | None = None) -> None:
                 env |= {"PYTHONPATH": path} if path else {}
                 cmd = [sys.executable, "-m", "loadtest.benches.templates_formation", "--child"]
                 cmd += ["--emails", str(args.emails), "--reps", "1"]
-                # `-m` puts the working directory first on the path: run in the tree's own
+                # `-m` puts the working directory first on the path: the baseline runs in
+                # its tree's first directory, this tree where this process runs
                 got = subprocess.run(
                     cmd,
-                    cwd=(path or os.getcwd()).split(os.pathsep)[0],
+                    cwd=path.split(os.pathsep)[0] if side == "baseline" and path else None,
                     env=env,
                     check=True,
                     capture_output=True,
