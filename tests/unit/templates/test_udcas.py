@@ -117,3 +117,24 @@ class TestVertical:
 
         assert vertical(made("<p>Ticket changed.</p><p>Login to reply</p>")) == "other"
         assert vertical(made("<p>Ticket changed.</p><p>Login to your account</p>")) == "account"
+
+    def test_registering_and_a_confirmation_link_are_account_mail(self) -> None:
+        """``regist`` is a stem (``registering``, ``registered``), and ``confirm`` leans
+        towards account mail: with another leaning word, or a naming one, it labels."""
+        from server.templates.fingerprint import parse_structure
+        from server.templates.model import ClusterEmail
+
+        def made(subject: str, body: str) -> str:
+            texts = parse_structure(f"<html><body>{body}</body></html>").texts
+            return vertical(
+                Cluster([ClusterEmail(f"u{i}", "s@x", subject, texts, 0) for i in range(6)], 5)
+            )
+
+        assert made("Thank you for registering.", "<p>Thank you for registering.</p>") == (
+            "account"
+        )
+        assert made("News from Harbor", "<p>Your currently registered email is old.</p>") == (
+            "account"
+        )
+        assert made("News from Harbor", "<p>Click to confirm the change.</p>") == "other"
+        assert made("News from Harbor", "<p>Click to confirm your login.</p>") == "account"
