@@ -33,7 +33,7 @@ from server.templates.schemes import SchemeParams, form_templates, match_templat
 from server.templates.tokens import email_hashes
 from server.templates.work import fingerprint_batch
 
-__all__ = ["GRID", "SourceFigures", "choose", "fingerprinted", "main", "replay"]
+__all__ = ["GRID", "SourceFigures", "choose", "fingerprinted", "form_online", "main", "replay"]
 
 GRID = tuple(
     SchemeParams(
@@ -82,10 +82,18 @@ def fingerprinted(emails: Sequence[LabeledEmail]) -> list[Parsed | None]:
     )
 
 
-def replay(
-    emails: Sequence[LabeledEmail], parsed: Sequence[Parsed | None], p: SchemeParams, k: int
-) -> dict[str, SourceFigures]:
-    """The online service replayed over `emails` (training, then held-out): per source."""
+def form_online(
+    emails: Sequence[LabeledEmail],
+    parsed: Sequence[Parsed | None],
+    p: SchemeParams,
+    k: int,
+    *,
+    keep_rules: bool = False,
+) -> dict[bytes, list[TemplateValue]]:
+    """Each row's templates after the training emails, formed as the service forms them: at
+    k distinct recipients, again at each growth (`rows.GROWTH`, and by k). `keep_rules`
+    passes the row's templates before as settled, so field rules re-form only as the
+    service's do (`schemes.form_templates`)."""
     rows: dict[bytes, list[ClusterEmail]] = defaultdict(list)
     users: dict[bytes, set[str]] = defaultdict(set)
     formed: dict[bytes, list[TemplateValue]] = {}
@@ -98,8 +106,18 @@ def replay(
         users[key].add(e.recipient)
         n, last = len(users[key]), formed_users.get(key, 0)
         if (not last and n >= k) or (last and n >= max(last + k, GROWTH * last)):
-            formed[key] = form_templates(key, rows[key], k, 0, p, None, formed.get(key, ()))
+            before = formed.get(key, [])
+            settled = frozenset(t.template_id for t in before) if keep_rules else frozenset()
+            formed[key] = form_templates(key, rows[key], k, 0, p, None, before, settled)
             formed_users[key] = n
+    return formed
+
+
+def replay(
+    emails: Sequence[LabeledEmail], parsed: Sequence[Parsed | None], p: SchemeParams, k: int
+) -> dict[str, SourceFigures]:
+    """The online service replayed over `emails` (training, then held-out): per source."""
+    formed = form_online(emails, parsed, p, k)
     fresh: dict[str, list[tuple[str, str, bool]]] = defaultdict(list)
     for e, pr in zip(emails, parsed, strict=True):
         if not e.held_out or pr is None or e.noise:

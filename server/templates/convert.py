@@ -18,6 +18,7 @@ from server.templates.model import EmailIn, Extracted, FieldRuleValue, TemplateV
 from server.templates.service import Annotation, split_template_id
 from server.templates.settings import TemplatesSettings
 from server.templates.spans import display
+from server.templates.stretches import block_of, block_paths
 
 __all__ = [
     "MAX_ID_BYTES",
@@ -167,16 +168,21 @@ def _ts(ms: int) -> timestamp_pb2.Timestamp:
     return ts
 
 
-_PLACEMENTS = (
-    templates_pb2.FIELD_PLACEMENT_STRETCH,
-    templates_pb2.FIELD_PLACEMENT_ROW,
-    templates_pb2.FIELD_PLACEMENT_AFTER_BLOCK,
-)
+def _placement(segment: int) -> templates_pb2.FieldPlacement.ValueType:
+    """Segment 0: the stretch before any block; odd: a block's rows; even: after a block
+    (and before the next, when the stretch holds several)."""
+    if segment == 0:
+        return templates_pb2.FIELD_PLACEMENT_STRETCH
+    if segment % 2:
+        return templates_pb2.FIELD_PLACEMENT_ROW
+    return templates_pb2.FIELD_PLACEMENT_AFTER_BLOCK
 
 
 def _rule(r: FieldRuleValue) -> templates_pb2.FieldRule:
     if r.legacy:
         return templates_pb2.FieldRule(xpath=r.xpath, type=r.type)
+    paths = block_paths(r.row_path)
+    row_path = paths[min(block_of(r.segment), len(paths) - 1)] if paths else ""
     return templates_pb2.FieldRule(
         xpath=r.xpath,
         type=r.type,
@@ -184,9 +190,9 @@ def _rule(r: FieldRuleValue) -> templates_pb2.FieldRule:
         anchor=r.anchor,
         path=r.path,
         ordinal=r.ordinal,
-        placement=_PLACEMENTS[r.segment],
-        row_path=r.row_path,
-        block_label=r.block if r.row_path else "",
+        placement=_placement(r.segment),
+        row_path=row_path,
+        block_label=r.block if row_path else "",
         pattern=display(r.pattern),
     )
 

@@ -12,8 +12,9 @@ Each text piece of an email (an element's direct text, cut at child elements suc
    starts the body). A field is placed by its stretch's anchor, never by absolute index,
    so a block of 1 or 10 line items before it moves nothing.
 3. **Repeated blocks**: in a stretch, a row element (``tr``, ``li``, ``div``…) of which
-   emails hold varying counts of siblings (>= 2 in at least `ROW_SHARE` of them) makes the
-   stretch three segments: items before the block, one row per sibling, items after it.
+   emails hold varying counts of siblings in one unbroken run (>= 2 in at least `ROW_SHARE`
+   of them) makes the stretch three segments: items before the block, one row per sibling,
+   items after it; the items after may hold a further block (`stretches.MAX_BLOCKS`).
 4. **Slots** (segment, index-free path, column) gather their values across emails (and
    rows); an item's column on its path is its ordinal unless an optional sibling came or
    went before it (`columns.formation_columns`); a slot of >= k recipients gets a token pattern (`spans.build_pattern`), each hole
@@ -30,7 +31,6 @@ distinct recipients' emails.
 
 from __future__ import annotations
 
-import functools
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import replace
@@ -52,7 +52,16 @@ from server.templates.spans import (
     typed_segments,
     usual_tokens,
 )
-from server.templates.stretches import Item, Slot, items_of, segment, stretches
+from server.templates.stretches import (
+    BLOCK_SEP,
+    ROW_SHARE,
+    Item,
+    Slot,
+    block_paths_of,
+    items_of,
+    segments,
+    stretches,
+)
 from server.templates.values import classify
 
 __all__ = ["ANCHOR_SHARE", "MAX_FORM_EMAILS", "MAX_RULES", "ROW_SHARE", "form_field_rules"]
@@ -61,11 +70,6 @@ ANCHOR_SHARE = 0.5
 """An anchor is in at least this share of the cluster's emails, once."""
 _ANCHOR_REPEAT = 0.05
 """...and more than once in at most this share of the emails holding it."""
-ROW_SHARE = 0.25
-"""A repeated block has >= 2 rows in at least this share of the emails holding it."""
-_ROW_TAGS = frozenset(
-    {"tr", "tbody", "table", "td", "li", "ul", "ol", "div", "section", "article", "dl", "dd"}
-)
 MAX_FORM_EMAILS = 48
 """Emails formation reads for field rules (spread over the cluster)."""
 _MAX_ANCHORS = 250
@@ -112,48 +116,6 @@ def _anchors(docs: Sequence[tuple[str, list[Item]]], k: int) -> list[str]:
         for r, text in enumerate(present):
             rank_sum[text] += r
     return sorted(chosen, key=lambda t: (rank_sum[t] / once[t], t))
-
-
-@functools.lru_cache(maxsize=16_384)
-def _row_steps(xpath: str) -> tuple[tuple[str, str, str], ...]:
-    """The row-tag steps of `xpath`: (index-free path, parent's indexed path, indexed path)
-    for each step whose tag may repeat as a block's row. Cached: a layout's paths recur in
-    every email of a cluster."""
-    out: list[tuple[str, str, str]] = []
-    indexed = plain = ""
-    for step in xpath.split("/")[1:]:
-        parent = indexed
-        indexed += "/" + step
-        tag = step.split("[", 1)[0]
-        plain += "/" + tag
-        if tag in _ROW_TAGS:
-            out.append((plain, parent, indexed))
-    return tuple(out)
-
-
-def _row_path(stretch_list: Sequence[tuple[str, list[Item]]]) -> str:
-    """The row element's index-free path of a stretch's repeated block ("" when none)."""
-    counts: dict[str, list[int]] = defaultdict(list)
-    for _, items in stretch_list:
-        seen: dict[str, tuple[str, set[str]]] = {}
-        for xpath in dict.fromkeys(it.xpath for it in items):
-            for plain, parent, indexed in _row_steps(xpath):
-                entry = seen.get(plain)
-                if entry is None:
-                    seen[plain] = (parent, {indexed})
-                elif entry[0] == parent:
-                    entry[1].add(indexed)
-        for plain, (_, groups) in seen.items():
-            counts[plain].append(len(groups))
-    best = ""
-    for plain, got in counts.items():
-        if len(set(got)) < 2 or sum(c >= 2 for c in got) < ROW_SHARE * len(got):
-            continue
-        if len(got) * 2 < len(stretch_list):
-            continue
-        if not best or plain.count("/") < best.count("/"):
-            best = plain
-    return best
 
 
 def _collect(
@@ -355,15 +317,13 @@ def _stretch_rules(
 ) -> list[FieldRuleValue]:
     if len({u for u, _ in stretch_list}) < k:
         return []
-    row_path = _row_path(stretch_list)
+    paths = block_paths_of(stretch_list)
     groups: dict[tuple[int, str], list[tuple[str, list[tuple[Item, int]]]]] = {}
-    cut = len(row_path)
     for user, items in stretch_list:
-        before, rows, after = segment(items, row_path)
-        _collect(groups, 0, before, user, 0)
-        for row in rows:
-            _collect(groups, 1, row, user, cut)
-        _collect(groups, 2, after, user, 0)
+        for j, (plain, rows) in enumerate(segments(items, paths)):
+            _collect(groups, 2 * j, plain, user, 0)
+            for row in rows:
+                _collect(groups, 2 * j + 1, row, user, len(paths[j]))
     slots = _slots(groups)
     order = sorted(
         slots, key=lambda s: (s.segment, sum(p for _, _, p in slots[s]) / len(slots[s]), s)
@@ -371,23 +331,32 @@ def _stretch_rules(
     start = label_text(st.anchor) if has_letter(st.anchor) else ""
     block = label_text(st.header[0]) if len(st.header) >= 2 else start
     rules: list[FieldRuleValue] = []
-    row_rules: list[FieldRuleValue] = []
-    context, row_context = start, block  # the nearest fixed text so far (rows: in the row)
+    row_rules: dict[int, list[FieldRuleValue]] = {}
+    labels: dict[int, str] = {}  # each block's label: the fixed text before it
+    context = start  # the nearest fixed text so far
+    row_context: dict[int, str] = {}  # the same within each block's rows
     for slot in order:
-        if slot.segment == 1:
-            got, row_context = _slot_rules(st, slot, slots[slot], k, row_context)
-            row_rules.extend(got)
+        seg = slot.segment
+        if seg % 2:
+            if seg not in labels:
+                labels[seg] = block if seg == 1 else context
+                row_context[seg] = labels[seg]
+            got, row_context[seg] = _slot_rules(st, slot, slots[slot], k, row_context[seg])
+            row_rules.setdefault(seg, []).extend(got)
         else:
             got, context = _slot_rules(st, slot, slots[slot], k, context)
             rules.extend(got)
-    if len(st.header) >= 2 and len(st.header) == len(row_rules):  # a column header each
-        row_rules = [
+    first = row_rules.get(1, [])
+    if len(st.header) >= 2 and len(st.header) == len(first):  # a column header each
+        row_rules[1] = [
             r if r.label not in ("", block) else replace(r, label=label_text(h))
-            for r, h in zip(row_rules, st.header, strict=True)
+            for r, h in zip(first, st.header, strict=True)
         ]
+    row_path = BLOCK_SEP.join(paths)
     out = [replace(r, row_path=row_path) for r in rules]
-    out += [replace(r, row_path=row_path, block=block) for r in row_rules]
-    return sorted(out, key=lambda r: r.segment)  # before the block, its rows, after it
+    for seg, got in row_rules.items():
+        out += [replace(r, row_path=row_path, block=labels[seg]) for r in got]
+    return sorted(out, key=lambda r: r.segment)  # before the first block, its rows, ...
 
 
 def form_field_rules(emails: Sequence[ClusterEmail], k: int) -> tuple[FieldRuleValue, ...]:

@@ -118,11 +118,15 @@ class FieldRuleValue:
     """Which item of that path in its segment (0 = the first)."""
     segment: int = 0
     """0: the stretch (before the repeated block, if any); 1: every row of the block; 2:
-    after the block."""
+    after the block. A stretch of several blocks one after another: 2j + 1 every row of
+    block j, 2j + 2 after block j (and before the next)."""
     row_path: str = ""
-    """Index-free path of the repeated block's row element ("" = the stretch has none)."""
+    """Index-free path of the repeated block's row element ("" = the stretch has none);
+    several blocks' paths in order, joined by `stretches.BLOCK_SEP`. A reader before
+    several blocks were read finds no block on a joined path and reads the stretch as
+    plain items (no rows), without error."""
     block: str = ""
-    """The repeated block's label (segment 1)."""
+    """The repeated block's label (its rows' segment)."""
     pattern: tuple[str | None, ...] = ()
     """The slot's fixed tokens in order, None for each hole."""
     hole: int = 0

@@ -5,7 +5,10 @@ Each text piece of an email (an element's direct text, cut at child elements suc
 `extraction`) cut the items into *stretches*, one after each anchor; the longest run of
 anchors in the template's order is kept (a longest increasing subsequence), so a fixed
 text that also turns up elsewhere moves nothing. A stretch with a repeated block is three
-segments: items before the block, one row per repetition of its row element, items after.
+segments: items before the block, one row per repetition of its row element, items after;
+the items after may hold another block, cut the same way (`segments`). A block is one
+unbroken run of its row elements under one parent, and `block_paths_of` (formation) finds
+the stretch's blocks counting rows that way.
 
 `extract` (annotation) reads an email's fields and rows by a template's version-2 rules:
 the same items, stretches and segments as formation saw, each slot's holes by its pattern.
@@ -16,7 +19,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections import OrderedDict
+from collections import OrderedDict, defaultdict
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
@@ -26,7 +29,22 @@ from server.templates.model import Extracted, ExtractedBlock, FieldRuleValue
 from server.templates.spans import HOLE, Pattern, match, typed_segments
 from server.templates.values import normalize
 
-__all__ = ["MAX_ITEMS", "Item", "Slot", "extract", "items_of", "segment", "stretches"]
+__all__ = [
+    "BLOCK_SEP",
+    "MAX_BLOCKS",
+    "MAX_ITEMS",
+    "ROW_SHARE",
+    "Item",
+    "Slot",
+    "block_of",
+    "block_paths",
+    "block_paths_of",
+    "extract",
+    "items_of",
+    "segment",
+    "segments",
+    "stretches",
+]
 
 MAX_ITEMS = 1_500
 """Items read per email."""
@@ -100,32 +118,154 @@ def stretches(items: Sequence[Item], rank: dict[str, int]) -> dict[int, list[Ite
 def segment(
     items: Sequence[Item], row_path: str
 ) -> tuple[list[Item], list[list[Item]], list[Item]]:
-    """A stretch as (items before the block, its rows, items after it)."""
+    """A stretch as (items before the block, its rows, items after it).
+
+    The block is the first unbroken run of row elements under one parent: the first item
+    that is not in one of them (a list after a run of comment ``div``s, a footer ``div``
+    under another parent) ends it, and it and every item after it are the items after the
+    block, where a further block may begin (`segments`)."""
     if not row_path:
         return list(items), [], []
     depth = row_path.count("/")
     prefix = row_path + "/"
     rows: dict[str, list[Item]] = {}
     parent: str | None = None
-    first = last = -1
+    first = -1
     for i, it in enumerate(items):
-        if it.plain != row_path and not it.plain.startswith(prefix):
-            continue
-        steps = it.xpath.split("/", depth + 1)
-        par = "/".join(steps[:depth])
-        if parent is None:
-            parent = par
-        if par == parent:
-            rows.setdefault("/".join(steps[: depth + 1]), []).append(it)
-            first = i if first < 0 else first
-            last = i
+        inside = it.plain == row_path or it.plain.startswith(prefix)
+        if inside:
+            steps = it.xpath.split("/", depth + 1)
+            par = "/".join(steps[:depth])
+            if parent is None:
+                parent, first = par, i
+            if par == parent:
+                rows.setdefault("/".join(steps[: depth + 1]), []).append(it)
+                continue
+        if first >= 0:
+            return list(items[:first]), list(rows.values()), list(items[i:])
     if first < 0:
         return list(items), [], []
-    return list(items[:first]), list(rows.values()), list(items[last + 1 :])
+    return list(items[:first]), list(rows.values()), []
+
+
+BLOCK_SEP = "\n"
+"""Joins the row paths of a stretch's repeated blocks, in order, in `FieldRuleValue.row_path`
+(one path, as before several blocks were read, when the stretch has one block)."""
+MAX_BLOCKS = 4
+"""Repeated blocks read one after another in a stretch."""
+
+
+def block_paths(row_path: str) -> tuple[str, ...]:
+    """The row paths of a stretch's blocks, in order, from a rule's `row_path`."""
+    return tuple(row_path.split(BLOCK_SEP)) if row_path else ()
+
+
+def block_of(seg: int) -> int:
+    """The block a segment's place is told by: its rows' (odd), the one it follows (even),
+    the first for the items before any."""
+    return max(0, (seg - 1) // 2)
+
+
+def segments(
+    items: Sequence[Item], row_paths: Sequence[str]
+) -> list[tuple[list[Item], list[list[Item]]]]:
+    """A stretch cut by its repeated blocks in turn: (the items before block j, block j's
+    rows) for each block, then (the items after the last, no rows). The plain items of
+    pair j are segment 2j, its rows segment 2j + 1. A block an email lacks ends the
+    cutting: the rest of its items are the segment before that block."""
+    out: list[tuple[list[Item], list[list[Item]]]] = []
+    rest = list(items)
+    for path in row_paths:
+        before, rows, after = segment(rest, path)
+        if not rows:
+            break
+        out.append((before, rows))
+        rest = after
+    out.append((rest, []))
+    return out
+
+
+ROW_SHARE = 0.25
+"""A repeated block has >= 2 rows in at least this share of the emails holding it."""
+_ROW_TAGS = frozenset(
+    {"tr", "tbody", "table", "td", "li", "ul", "ol", "div", "section", "article", "dl", "dd"}
+)
+
+
+@functools.lru_cache(maxsize=16_384)
+def _row_steps(xpath: str) -> tuple[tuple[str, str, str], ...]:
+    """The row-tag steps of `xpath`: (index-free path, parent's indexed path, indexed path)
+    for each step whose tag may repeat as a block's row. Cached: a layout's paths recur in
+    every email of a cluster."""
+    out: list[tuple[str, str, str]] = []
+    indexed = plain = ""
+    for step in xpath.split("/")[1:]:
+        parent = indexed
+        indexed += "/" + step
+        tag = step.split("[", 1)[0]
+        plain += "/" + tag
+        if tag in _ROW_TAGS:
+            out.append((plain, parent, indexed))
+    return tuple(out)
+
+
+def _row_path(stretch_list: Sequence[tuple[str, list[Item]]]) -> str:
+    """The row element's index-free path of a stretch's repeated block ("" when none)."""
+    counts: dict[str, list[int]] = defaultdict(list)
+    for _, items in stretch_list:
+        # Each path's first unbroken run of row elements under one parent, as `segment`
+        # reads a block: an item outside the run ends it.
+        runs: dict[str, tuple[str, set[str]]] = {}
+        open_: set[str] = set()
+        for xpath in dict.fromkeys(it.xpath for it in items):
+            steps = {plain: (parent, indexed) for plain, parent, indexed in _row_steps(xpath)}
+            for plain in list(open_):
+                step = steps.get(plain)
+                if step is None or step[0] != runs[plain][0]:
+                    open_.discard(plain)
+            for plain, (parent, indexed) in steps.items():
+                if plain not in runs:
+                    runs[plain] = (parent, {indexed})
+                    open_.add(plain)
+                elif plain in open_:
+                    runs[plain][1].add(indexed)
+        for plain, (_, groups) in runs.items():
+            counts[plain].append(len(groups))
+    best = ""
+    for plain, got in counts.items():
+        if len(set(got)) < 2 or sum(c >= 2 for c in got) < ROW_SHARE * len(got):
+            continue
+        if len(got) * 2 < len(stretch_list):
+            continue
+        if not best or plain.count("/") < best.count("/"):
+            best = plain
+    return best
+
+
+def block_paths_of(stretch_list: Sequence[tuple[str, list[Item]]]) -> list[str]:
+    """The row paths of a stretch's repeated blocks, one after another (at most
+    `MAX_BLOCKS`): each found among what follows the one before in the emails holding it."""
+    paths: list[str] = []
+    current = list(stretch_list)
+    while len(paths) < MAX_BLOCKS:
+        path = _row_path(current)
+        if not path:
+            break
+        paths.append(path)
+        rest = [(user, after) for user, items in current for after in _after(items, path)]
+        current = rest
+    return paths
+
+
+def _after(items: Sequence[Item], path: str) -> list[list[Item]]:
+    """What follows the block on `path` in `items` (nothing when the block is not there)."""
+    _, rows, after = segment(items, path)
+    return [after] if rows else []
 
 
 class Slot(NamedTuple):
-    """A text slot of a stretch: its segment (0 before the block, 1 a row, 2 after it),
+    """A text slot of a stretch: its segment (0 before the first block, 1 its rows, 2 after
+    it; with several blocks, 2j + 1 block j's rows and 2j + 2 the items after block j),
     index-free path (in a row: relative to the row element) and ordinal on that path."""
 
     segment: int
@@ -228,8 +368,17 @@ def _apply(
         if cols is None:
             continue
         got = reading_columns([it.text for _, it in group], cols)
+        # In a row, items past the last column a path's rules know are more of a list the
+        # row holds (a row's links, 1 to 15 of them): the last column's rules read them
+        # when they are holes alone (they read any text).
+        last = index.get(Slot(seg, path, cols.width - 1)) if seg % 2 else None
+        more = (
+            last
+            if last and cols.width - 1 in cols.open and cols.width - 1 not in cols.fixed
+            else None
+        )
         for (pos, it), col in zip(group, got, strict=True):
-            rules = index.get(Slot(seg, path, col))
+            rules = index.get(Slot(seg, path, col)) or (more if col >= cols.width else None)
             if rules:
                 read.append((pos, it, rules))
     out: list[Extracted] = []
@@ -252,17 +401,20 @@ def extract(
             continue
         index = reading.by_rank[r]
         columns = reading.columns[r]
-        first = next(iter(index.values()))[0]
-        before, rows, after = segment(stretch, first.row_path)
-        fields.extend(_apply(index, columns, 0, before, 0, order=order))
-        if any(s.segment == 1 for s in index):
-            cut = len(first.row_path)
+        paths = block_paths(next(iter(index.values()))[0].row_path)
+        for j, (plain, rows) in enumerate(segments(stretch, paths)):
+            fields.extend(_apply(index, columns, 2 * j, plain, 0, order=order))
+            own = [r for slot, rs in index.items() if slot.segment == 2 * j + 1 for r in rs]
+            if not rows or not own:
+                continue
+            cut = len(paths[j])
             got = [
                 row
-                for row in (_apply(index, columns, 1, row, cut, order=order) for row in rows)
+                for row in (
+                    _apply(index, columns, 2 * j + 1, row, cut, order=order) for row in rows
+                )
                 if row
             ]
             if got:
-                blocks.append(ExtractedBlock(first.block, tuple(tuple(row) for row in got)))
-        fields.extend(_apply(index, columns, 2, after, 0, order=order))
+                blocks.append(ExtractedBlock(own[0].block, tuple(tuple(row) for row in got)))
     return tuple(fields), tuple(blocks)

@@ -30,9 +30,11 @@ const (
 	FieldPlacement_FIELD_PLACEMENT_UNSPECIFIED FieldPlacement = 0
 	// In the stretch after the anchor (before its repeated block, if any).
 	FieldPlacement_FIELD_PLACEMENT_STRETCH FieldPlacement = 1
-	// In every row of the stretch's repeated block.
+	// In every row of the stretch's repeated block (of the block `row_path`
+	// names, when the stretch holds several one after another).
 	FieldPlacement_FIELD_PLACEMENT_ROW FieldPlacement = 2
-	// After the stretch's repeated block, whatever its count of rows.
+	// After the stretch's repeated block, whatever its count of rows (after the
+	// block `row_path` names and before the next, when the stretch holds several).
 	FieldPlacement_FIELD_PLACEMENT_AFTER_BLOCK FieldPlacement = 3
 )
 
@@ -647,7 +649,9 @@ type FieldRule struct {
 	// Where the node lies in the stretch: before, in or after its repeated block.
 	Placement FieldPlacement `protobuf:"varint,7,opt,name=placement,proto3,enum=loom.v1.FieldPlacement" json:"placement,omitempty"`
 	// Index-free path of the repeated block's row element; empty when the
-	// stretch has no repeated block.
+	// stretch has no repeated block. With several blocks in the stretch: the
+	// block whose rows the field is in, or the one it follows (the first when it
+	// comes before them all).
 	RowPath string `protobuf:"bytes,8,opt,name=row_path,json=rowPath,proto3" json:"row_path,omitempty"`
 	// The repeated block's label (see ExtractedBlock.label).
 	BlockLabel string `protobuf:"bytes,9,opt,name=block_label,json=blockLabel,proto3" json:"block_label,omitempty"`

@@ -129,3 +129,25 @@ class TestAnnotationToProto:
             "/tr",
         )
         assert old == pb.FieldRule(xpath="/x", type="id")
+
+    def test_a_stretch_of_two_blocks_names_each_rules_own_block(self) -> None:
+        """With two blocks in a stretch, a rule's placement and row path are those of its
+        own block: the second block's rows, the text between the blocks (after the first),
+        the text after the second."""
+        from dataclasses import replace
+
+        from server.templates.model import FieldRuleValue
+
+        base = FieldRuleValue("/x", "text", "Commit", "PR", 1, "", "/a", 0, 0, "/div\n/ul/li")
+        got = [
+            convert._rule(replace(base, segment=s, block="Commits" if s % 2 else ""))
+            for s in range(5)
+        ]
+        assert [(r.placement, r.row_path) for r in got] == [
+            (pb.FIELD_PLACEMENT_STRETCH, "/div"),
+            (pb.FIELD_PLACEMENT_ROW, "/div"),
+            (pb.FIELD_PLACEMENT_AFTER_BLOCK, "/div"),
+            (pb.FIELD_PLACEMENT_ROW, "/ul/li"),
+            (pb.FIELD_PLACEMENT_AFTER_BLOCK, "/ul/li"),
+        ]
+        assert [r.block_label for r in got] == ["", "Commits", "", "Commits", ""]

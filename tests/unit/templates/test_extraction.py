@@ -442,3 +442,143 @@ def test_rules_arranged_for_reading_are_bounded_and_never_stale() -> None:
         assert fields_of(tuple(list(rules)), texts, "") == want
     assert len(stretches._READINGS) <= stretches._READINGS_MAX
     assert fields_of(rules[:3], texts, "") != want  # another object, other rules: no stale read
+
+
+WORDS = ["alpha", "river", "cedar", "orbit", "quartz", "meadow", "falcon", "ember", "summit"]
+
+
+def _review(rng: random.Random, n: int, m: int) -> tuple[str, dict[str, Any]]:
+    """A pull-request mail: review comments (a ``div`` each), then the commits (a ``li``
+    each) with nothing fixed between them, then a merger and a recipient line, the last in a
+    ``div`` like the comments'."""
+
+    def sentence() -> str:
+        return " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 7))).capitalize()
+
+    comments = [(sentence(), sentence()) for _ in range(n)]
+    commits = [(sentence(), f"{rng.getrandbits(32):08x}") for _ in range(m)]
+    name = _name(rng)
+    email = f"{rng.choice(WORDS)}{rng.randint(10, 99)}@mail.example"
+    html = (
+        "<html><body><h1>Pull request updated</h1>"
+        + "".join(f"<div><pre>{p}</pre><div>{c}</div></div>" for p, c in comments)
+        + "<ul>"
+        + "".join(f"<li>- {s} <a href='#'>{sha}</a></li>" for s, sha in commits)
+        + f"</ul><p>Merged by {name}</p><div><p>Sent to {email}</p></div>"
+        + "<p>Reply to this email to comment.</p></body></html>"
+    )
+    return html, {"comments": comments, "commits": commits, "name": name, "email": email}
+
+
+def test_two_repeated_blocks_in_one_stretch_are_two_blocks_of_rows() -> None:
+    """Review comments then commits, no fixed text between them: each block comes back as
+    its own rows, whatever the counts, and the fields after the second block (one in a
+    ``div`` like the comments') are found. Before, the comments' block ran to that last
+    ``div``, dropping the commits between, and a stretch held one block."""
+    rng = random.Random(12)
+    emails = []
+    for i in range(40):
+        html, _ = _review(rng, rng.randint(1, 6), rng.randint(1, 6))
+        emails.append(
+            ClusterEmail(
+                f"user-{i % 10}", "git@forge.example", "PR", parse_structure(html).texts, 0
+            )
+        )
+    rules = form_field_rules(emails, K)
+    assert {r.segment for r in rules} >= {1, 3, 4}
+    for n, m in ((1, 5), (6, 1), (3, 3)):
+        html, truth = _review(rng, n, m)
+        fields, blocks = fields_of(rules, parse_structure(html).texts, "")
+        assert [[f.value for f in row] for row in blocks[0].rows] == [
+            list(c) for c in truth["comments"]
+        ]
+        assert [[f.value for f in row] for row in blocks[1].rows] == [
+            [s, sha] for s, sha in truth["commits"]
+        ]
+        assert len(blocks) == 2
+        values = [f.value for f in fields]
+        assert truth["name"] in values
+        assert truth["email"] in values
+
+
+def _billings(rng: random.Random, late: bool) -> tuple[str, dict[str, Any]]:
+    """A billing summary: the accounts over their limit, a list item each, then in some
+    emails a heading and the accounts past their due date, a list of the same markup."""
+
+    def items(n: int) -> list[tuple[str, str]]:
+        return [(rng.choice(WORDS).capitalize(), str(rng.randint(2, 99))) for _ in range(n)]
+
+    over, due = items(rng.randint(1, 6)), items(rng.randint(1, 6)) if late else []
+
+    def ul(rows: list[tuple[str, str]]) -> str:
+        return "<ul>" + "".join(f"<li><b>{a}</b><i>{n} seats</i></li>" for a, n in rows) + "</ul>"
+
+    html = (
+        "<html><body><div><h1>Billing summary</h1><p>Over their limit:</p>"
+        + ul(over)
+        + (f"<p>Past due since {rng.randint(2, 28)} days:</p>" + ul(due) if late else "")
+        + "<p>Manage billing</p></div></body></html>"
+    )
+    return html, {"over": over, "due": due}
+
+
+def test_a_block_is_its_list_items_not_the_lists_a_heading_parts() -> None:
+    """Two lists of one markup, the second after a heading of its own: the row element is
+    the list item, each list a block of its own. Before, the lists themselves (one or two
+    per email) were the rows: one row held a whole list and the heading between them was
+    lost."""
+    rng = random.Random(21)
+    emails = []
+    for i in range(40):
+        html, _ = _billings(rng, rng.random() < 0.4)
+        emails.append(
+            ClusterEmail(
+                f"user-{i % 10}", "bill@saas.example", "Billing", parse_structure(html).texts, 0
+            )
+        )
+    rules = form_field_rules(emails, K)
+    for late in (False, True):
+        html, truth = _billings(rng, late)
+        fields, blocks = fields_of(rules, parse_structure(html).texts, "")
+        assert [[f.value for f in row] for row in blocks[0].rows] == [
+            [a, n] for a, n in truth["over"]
+        ]
+        values = [f.value for f in fields] + [
+            f.value for b in blocks[1:] for r in b.rows for f in r
+        ]
+        assert all(a in values and n in values for a, n in truth["due"])
+
+
+def _accounts(rng: random.Random, links: int | None = None) -> tuple[str, list[list[str]]]:
+    """Accounts over their limit, a list item each holding a link per project: mostly one
+    to three, the list's length as it comes."""
+
+    def row() -> list[str]:
+        n = links if links is not None else rng.choice((1, 1, 2, 2, 3))
+        return [f"{rng.choice(WORDS)} {rng.choice(WORDS)}" for _ in range(n)]
+
+    rows = [row() for _ in range(rng.randint(1, 5))]
+    lis = "".join("<li>" + "".join(f"<a href='#'>{p}</a>" for p in r) + "</li>" for r in rows)
+    html = (
+        "<html><body><h1>Billing summary</h1><p>Over their limit:</p>"
+        f"<ul>{lis}</ul><p>Manage billing</p></body></html>"
+    )
+    return html, rows
+
+
+def test_a_rows_list_longer_than_formation_saw_is_read_whole() -> None:
+    """A row's links beyond those k recipients' rows held (12 where formation saw 1 to 3)
+    are read by the last link's rule: every link comes back in its row."""
+    rng = random.Random(31)
+    emails = []
+    for i in range(40):
+        html, _ = _accounts(rng)
+        emails.append(
+            ClusterEmail(
+                f"user-{i % 10}", "bill@saas.example", "Billing", parse_structure(html).texts, 0
+            )
+        )
+    rules = form_field_rules(emails, K)
+    html, truth = _accounts(rng, links=12)
+    _, blocks = fields_of(rules, parse_structure(html).texts, "")
+    assert [[f.value for f in row] for row in blocks[0].rows] == truth

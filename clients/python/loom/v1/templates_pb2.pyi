@@ -31,9 +31,13 @@ class _FieldPlacementEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_FieldP
     FIELD_PLACEMENT_STRETCH: _FieldPlacement.ValueType  # 1
     """In the stretch after the anchor (before its repeated block, if any)."""
     FIELD_PLACEMENT_ROW: _FieldPlacement.ValueType  # 2
-    """In every row of the stretch's repeated block."""
+    """In every row of the stretch's repeated block (of the block `row_path`
+    names, when the stretch holds several one after another).
+    """
     FIELD_PLACEMENT_AFTER_BLOCK: _FieldPlacement.ValueType  # 3
-    """After the stretch's repeated block, whatever its count of rows."""
+    """After the stretch's repeated block, whatever its count of rows (after the
+    block `row_path` names and before the next, when the stretch holds several).
+    """
 
 class FieldPlacement(_FieldPlacement, metaclass=_FieldPlacementEnumTypeWrapper):
     """Where a field lies relative to its stretch of text (the text after its anchor)."""
@@ -43,9 +47,13 @@ FIELD_PLACEMENT_UNSPECIFIED: FieldPlacement.ValueType  # 0
 FIELD_PLACEMENT_STRETCH: FieldPlacement.ValueType  # 1
 """In the stretch after the anchor (before its repeated block, if any)."""
 FIELD_PLACEMENT_ROW: FieldPlacement.ValueType  # 2
-"""In every row of the stretch's repeated block."""
+"""In every row of the stretch's repeated block (of the block `row_path`
+names, when the stretch holds several one after another).
+"""
 FIELD_PLACEMENT_AFTER_BLOCK: FieldPlacement.ValueType  # 3
-"""After the stretch's repeated block, whatever its count of rows."""
+"""After the stretch's repeated block, whatever its count of rows (after the
+block `row_path` names and before the next, when the stretch holds several).
+"""
 Global___FieldPlacement: _TypeAlias = FieldPlacement  # noqa: Y015
 
 @_typing.final
@@ -376,7 +384,9 @@ class FieldRule(_message.Message):
     """Where the node lies in the stretch: before, in or after its repeated block."""
     row_path: _builtins.str
     """Index-free path of the repeated block's row element; empty when the
-    stretch has no repeated block.
+    stretch has no repeated block. With several blocks in the stretch: the
+    block whose rows the field is in, or the one it follows (the first when it
+    comes before them all).
     """
     block_label: _builtins.str
     """The repeated block's label (see ExtractedBlock.label)."""

@@ -31,9 +31,15 @@ export enum FieldPlacement {
   FIELD_PLACEMENT_UNSPECIFIED = 0,
   /** FIELD_PLACEMENT_STRETCH - In the stretch after the anchor (before its repeated block, if any). */
   FIELD_PLACEMENT_STRETCH = 1,
-  /** FIELD_PLACEMENT_ROW - In every row of the stretch's repeated block. */
+  /**
+   * FIELD_PLACEMENT_ROW - In every row of the stretch's repeated block (of the block `row_path`
+   * names, when the stretch holds several one after another).
+   */
   FIELD_PLACEMENT_ROW = 2,
-  /** FIELD_PLACEMENT_AFTER_BLOCK - After the stretch's repeated block, whatever its count of rows. */
+  /**
+   * FIELD_PLACEMENT_AFTER_BLOCK - After the stretch's repeated block, whatever its count of rows (after the
+   * block `row_path` names and before the next, when the stretch holds several).
+   */
   FIELD_PLACEMENT_AFTER_BLOCK = 3,
   UNRECOGNIZED = -1,
 }
@@ -217,7 +223,9 @@ export interface FieldRule {
   placement: FieldPlacement;
   /**
    * Index-free path of the repeated block's row element; empty when the
-   * stretch has no repeated block.
+   * stretch has no repeated block. With several blocks in the stretch: the
+   * block whose rows the field is in, or the one it follows (the first when it
+   * comes before them all).
    */
   rowPath: string;
   /** The repeated block's label (see ExtractedBlock.label). */
