@@ -59,7 +59,6 @@ from server.templates.stretches import (
     Slot,
     block_paths_of,
     items_of,
-    segments,
     stretches,
 )
 from server.templates.values import classify
@@ -317,10 +316,10 @@ def _stretch_rules(
 ) -> list[FieldRuleValue]:
     if len({u for u, _ in stretch_list}) < k:
         return []
-    paths = block_paths_of(stretch_list)
+    paths, cut = block_paths_of(stretch_list)
     groups: dict[tuple[int, str], list[tuple[str, list[tuple[Item, int]]]]] = {}
-    for user, items in stretch_list:
-        for j, (plain, rows) in enumerate(segments(items, paths)):
+    for (user, _), parts in zip(stretch_list, cut, strict=True):
+        for j, (plain, rows) in enumerate(parts):
             _collect(groups, 2 * j, plain, user, 0)
             for row in rows:
                 _collect(groups, 2 * j + 1, row, user, len(paths[j]))

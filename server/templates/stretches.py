@@ -21,6 +21,7 @@ import functools
 import re
 from collections import OrderedDict, defaultdict
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from server.templates.columns import Columns, columns_of, reading_columns
@@ -193,11 +194,11 @@ _ROW_TAGS = frozenset(
 
 
 @functools.lru_cache(maxsize=16_384)
-def _row_steps(xpath: str) -> tuple[tuple[str, str, str], ...]:
-    """The row-tag steps of `xpath`: (index-free path, parent's indexed path, indexed path)
-    for each step whose tag may repeat as a block's row. Cached: a layout's paths recur in
-    every email of a cluster."""
-    out: list[tuple[str, str, str]] = []
+def _row_steps(xpath: str) -> dict[str, tuple[str, str]]:
+    """The row-tag steps of `xpath`: index-free path -> (parent's indexed path, indexed
+    path), for each step whose tag may repeat as a block's row. Cached (read it, never
+    change it): a layout's paths recur in every email of a cluster."""
+    out: dict[str, tuple[str, str]] = {}
     indexed = plain = ""
     for step in xpath.split("/")[1:]:
         parent = indexed
@@ -205,8 +206,18 @@ def _row_steps(xpath: str) -> tuple[tuple[str, str, str], ...]:
         tag = step.split("[", 1)[0]
         plain += "/" + tag
         if tag in _ROW_TAGS:
-            out.append((plain, parent, indexed))
-    return tuple(out)
+            out[plain] = (parent, indexed)
+    return out
+
+
+@dataclass(slots=True)
+class _Run:
+    """A path's run of row elements in one email's stretch."""
+
+    parent: str
+    rows: set[str]
+    last: int
+    """The position of its last xpath (-2 once the run has ended)."""
 
 
 def _row_path(stretch_list: Sequence[tuple[str, list[Item]]]) -> str:
@@ -214,23 +225,22 @@ def _row_path(stretch_list: Sequence[tuple[str, list[Item]]]) -> str:
     counts: dict[str, list[int]] = defaultdict(list)
     for _, items in stretch_list:
         # Each path's first unbroken run of row elements under one parent, as `segment`
-        # reads a block: an item outside the run ends it.
-        runs: dict[str, tuple[str, set[str]]] = {}
-        open_: set[str] = set()
-        for xpath in dict.fromkeys(it.xpath for it in items):
-            steps = {plain: (parent, indexed) for plain, parent, indexed in _row_steps(xpath)}
-            for plain in list(open_):
-                step = steps.get(plain)
-                if step is None or step[0] != runs[plain][0]:
-                    open_.discard(plain)
-            for plain, (parent, indexed) in steps.items():
-                if plain not in runs:
-                    runs[plain] = (parent, {indexed})
-                    open_.add(plain)
-                elif plain in open_:
-                    runs[plain][1].add(indexed)
-        for plain, (_, groups) in runs.items():
-            counts[plain].append(len(groups))
+        # reads a block: an item outside the run ends it. A run stays open while each
+        # xpath in turn holds its path under its parent (an element's items are
+        # consecutive), so its last xpath is the one just before.
+        runs: dict[str, _Run] = {}
+        for pos, xpath in enumerate(dict.fromkeys(it.xpath for it in items)):
+            for plain, (parent, indexed) in _row_steps(xpath).items():
+                run = runs.get(plain)
+                if run is None:
+                    runs[plain] = _Run(parent, {indexed}, pos)
+                elif run.last == pos - 1 and run.parent == parent:
+                    run.rows.add(indexed)
+                    run.last = pos
+                else:
+                    run.last = -2  # ended: no later position follows it
+        for plain, run in runs.items():
+            counts[plain].append(len(run.rows))
     best = ""
     for plain, got in counts.items():
         if len(set(got)) < 2 or sum(c >= 2 for c in got) < ROW_SHARE * len(got):
@@ -242,25 +252,30 @@ def _row_path(stretch_list: Sequence[tuple[str, list[Item]]]) -> str:
     return best
 
 
-def block_paths_of(stretch_list: Sequence[tuple[str, list[Item]]]) -> list[str]:
+def block_paths_of(
+    stretch_list: Sequence[tuple[str, list[Item]]],
+) -> tuple[list[str], list[list[tuple[list[Item], list[list[Item]]]]]]:
     """The row paths of a stretch's repeated blocks, one after another (at most
-    `MAX_BLOCKS`): each found among what follows the one before in the emails holding it."""
+    `MAX_BLOCKS`), each found among what follows the one before in the emails holding it,
+    and each email's stretch cut by them as `segments` cuts it (each email cut once)."""
     paths: list[str] = []
-    current = list(stretch_list)
+    parts: list[list[tuple[list[Item], list[list[Item]]]]] = [[] for _ in stretch_list]
+    rests = [list(items) for _, items in stretch_list]
+    live = list(range(len(stretch_list)))  # the emails holding every block so far
     while len(paths) < MAX_BLOCKS:
-        path = _row_path(current)
+        path = _row_path([(stretch_list[i][0], rests[i]) for i in live])
         if not path:
             break
         paths.append(path)
-        rest = [(user, after) for user, items in current for after in _after(items, path)]
-        current = rest
-    return paths
-
-
-def _after(items: Sequence[Item], path: str) -> list[list[Item]]:
-    """What follows the block on `path` in `items` (nothing when the block is not there)."""
-    _, rows, after = segment(items, path)
-    return [after] if rows else []
+        holding = []
+        for i in live:
+            before, rows, after = segment(rests[i], path)
+            if rows:
+                parts[i].append((before, rows))
+                rests[i] = after
+                holding.append(i)
+        live = holding
+    return paths, [[*got, (rest, [])] for got, rest in zip(parts, rests, strict=True)]
 
 
 class Slot(NamedTuple):
