@@ -31,17 +31,22 @@ def _first_key(path: Path, start: Any, out: Any) -> None:
 
 
 def test_processes_starting_together_all_read_the_one_whole_key(tmp_path: Path) -> None:
-    """`--workers N` start at once: none may read the key while another is still writing it."""
-    context = multiprocessing.get_context("fork")
+    """`--workers N` start at once: none may read the key while another is still writing it.
+
+    The workers come from a forkserver, not a fork of this process: pytest's process holds
+    threads of earlier tests (driver event loops, pools), and a fork of it may inherit a
+    lock one of them held and abort, leaving the others waiting at the barrier."""
+    context = multiprocessing.get_context("forkserver")
     for round_ in range(20):
         path = tmp_path / f"round-{round_}" / "erasure.key"
-        start, out = context.Barrier(4), context.SimpleQueue()
+        start, out = context.Barrier(4, timeout=30), context.Queue()
         workers = [context.Process(target=_first_key, args=(path, start, out)) for _ in range(4)]
         for worker in workers:
             worker.start()
         for worker in workers:
             worker.join(30)
-        digests = {out.get() for _ in workers}
+        assert [w.exitcode for w in workers] == [0] * 4
+        digests = {out.get(timeout=5) for _ in workers}
         assert len(digests) == 1, digests
         assert isinstance(digests.pop(), bytes)
         assert sorted(p.name for p in path.parent.iterdir()) == ["erasure.key"]
