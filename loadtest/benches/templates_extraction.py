@@ -27,6 +27,7 @@ import argparse
 import hashlib
 import json
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -35,11 +36,42 @@ __all__ = ["main", "measure", "measure_online"]
 _K = 5
 
 
+def _annotated(
+    e: Any, formed_vertical: str, fixed: Sequence[str], fields: Sequence[Any], blocks: Sequence[Any]
+) -> Any:
+    """One fresh instance as `figures.templates_extraction` scores it: what its generator
+    put in against the fields and rows read from it."""
+    from loadtest.figures.templates_extraction import Annotated, Generated
+    from loadtest.workloads.templates import visible_text
+
+    def cells(got: Sequence[Any]) -> list[tuple[str, str, str, str]]:
+        return [(f.label, f.value, f.type, f.normalized) for f in got]
+
+    return Annotated(
+        e.package,
+        [Generated(v.name, v.value, v.row, v.constant, shown=v.shown) for v in e.values],
+        e.vertical,
+        formed_vertical,
+        cells(fields),
+        [cells(row) for b in blocks for row in b.rows],
+        list(fixed),
+        visible_text(e.html),
+    )
+
+
+def _per_source(annotated: Sequence[Any]) -> dict[str, dict[str, Any]]:
+    from loadtest.figures.templates_extraction import by_source
+
+    return {
+        f.source: {k: v for k, v in asdict(f).items() if k != "source"}
+        for f in by_source(annotated)
+    }
+
+
 def measure(subjects: str, source: str = "") -> dict[str, Any]:
     """Per-source extraction figures on perfect clusters, and the rules' digest."""
     from loadtest.corpora.email_corpus import build_corpus, real_templates
-    from loadtest.figures.templates_extraction import Annotated, Generated, by_source
-    from loadtest.workloads.templates import visible_text
+    from loadtest.figures.templates_extraction import Annotated
     from server.templates.fingerprint import parse_structure
     from server.templates.model import ClusterEmail
     from server.templates.service import fields_of
@@ -65,34 +97,12 @@ def measure(subjects: str, source: str = "") -> dict[str, Any]:
         for e in fresh[label]:
             texts = parse_structure(e.html).texts
             fields, blocks = fields_of(rules, texts, order)
-            annotated.append(
-                Annotated(
-                    e.package,
-                    [
-                        Generated(v.name, v.value, v.row, v.constant, shown=v.shown)
-                        for v in e.values
-                    ],
-                    e.vertical,
-                    formed_vertical,
-                    [(f.label, f.value, f.type, f.normalized) for f in fields],
-                    [
-                        [(f.label, f.value, f.type, f.normalized) for f in row]
-                        for b in blocks
-                        for row in b.rows
-                    ],
-                    list(fixed),
-                    visible_text(e.html),
-                )
-            )
-    per_source = {
-        f.source: {k: v for k, v in asdict(f).items() if k != "source"}
-        for f in by_source(annotated)
-    }
+            annotated.append(_annotated(e, formed_vertical, fixed, fields, blocks))
     return {
         "subjects": subjects,
         "k": _K,
         "rules_digest": digest.hexdigest()[:16],
-        "per_source": per_source,
+        "per_source": _per_source(annotated),
     }
 
 
@@ -100,8 +110,7 @@ def measure_online(subjects: str, source: str = "") -> dict[str, Any]:
     """Per-source extraction figures on the clusters the service forms, replayed."""
     from loadtest.benches.templates_loso import fingerprinted, form_online
     from loadtest.corpora.email_corpus import build_corpus, real_templates
-    from loadtest.figures.templates_extraction import Annotated, Generated, by_source
-    from loadtest.workloads.templates import visible_text
+    from loadtest.figures.templates_extraction import Annotated
     from server.templates.schemes import SchemeParams, match_template
     from server.templates.service import fields_of
     from server.templates.tokens import email_hashes
@@ -118,27 +127,8 @@ def measure_online(subjects: str, source: str = "") -> dict[str, Any]:
         if t is None:
             continue
         fields, blocks = fields_of(t.field_rules, pr.texts, t.date_format)
-        annotated.append(
-            Annotated(
-                e.package,
-                [Generated(v.name, v.value, v.row, v.constant, shown=v.shown) for v in e.values],
-                e.vertical,
-                t.vertical,
-                [(f.label, f.value, f.type, f.normalized) for f in fields],
-                [
-                    [(f.label, f.value, f.type, f.normalized) for f in r]
-                    for b in blocks
-                    for r in b.rows
-                ],
-                list(t.fixed_text),
-                visible_text(e.html),
-            )
-        )
-    per_source = {
-        f.source: {k: v for k, v in asdict(f).items() if k != "source"}
-        for f in by_source(annotated)
-    }
-    return {"subjects": subjects, "k": _K, "online": True, "per_source": per_source}
+        annotated.append(_annotated(e, t.vertical, t.fixed_text, fields, blocks))
+    return {"subjects": subjects, "k": _K, "online": True, "per_source": _per_source(annotated)}
 
 
 def main() -> None:

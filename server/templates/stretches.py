@@ -323,6 +323,8 @@ class _Reading(NamedTuple):
     by_rank: dict[int, dict[Slot, list[FieldRuleValue]]]
     columns: dict[int, dict[tuple[int, str], Columns]]
     """Per rank, each (segment, path)'s columns."""
+    blocks: dict[int, tuple[tuple[str, ...], dict[int, str]]]
+    """Per rank, its blocks' row paths and each rows segment's block label."""
 
 
 _READINGS: OrderedDict[int, tuple[Sequence[FieldRuleValue], _Reading]] = OrderedDict()
@@ -350,14 +352,20 @@ def _reading(rules: Sequence[FieldRuleValue]) -> _Reading:
         if rule.until:
             rank.setdefault(rule.until, rule.rank + 1)
     columns: dict[int, dict[tuple[int, str], Columns]] = {}
+    blocks: dict[int, tuple[tuple[str, ...], dict[int, str]]] = {}
     for r, index in by_rank.items():
+        labels: dict[int, str] = {}
+        for slot, own in index.items():
+            if slot.segment % 2:
+                labels.setdefault(slot.segment, own[0].block)
+        blocks[r] = (block_paths(next(iter(index.values()))[0].row_path), labels)
         patterns: dict[tuple[int, str], dict[int, list[Pattern]]] = {}
         for slot, own in index.items():
             patterns.setdefault((slot.segment, slot.path), {})[slot.ordinal] = list(
                 dict.fromkeys(x.pattern for x in own)
             )
         columns[r] = {key: columns_of(ps) for key, ps in patterns.items()}
-    reading = _Reading(rank, by_rank, columns)
+    reading = _Reading(rank, by_rank, columns, blocks)
     _READINGS[id(rules)] = (rules, reading)
     if len(_READINGS) > _READINGS_MAX:
         _READINGS.popitem(last=False)
@@ -416,11 +424,11 @@ def extract(
             continue
         index = reading.by_rank[r]
         columns = reading.columns[r]
-        paths = block_paths(next(iter(index.values()))[0].row_path)
+        paths, labels = reading.blocks[r]
         for j, (plain, rows) in enumerate(segments(stretch, paths)):
             fields.extend(_apply(index, columns, 2 * j, plain, 0, order=order))
-            own = [r for slot, rs in index.items() if slot.segment == 2 * j + 1 for r in rs]
-            if not rows or not own:
+            label = labels.get(2 * j + 1)
+            if not rows or label is None:
                 continue
             cut = len(paths[j])
             got = [
@@ -431,5 +439,5 @@ def extract(
                 if row
             ]
             if got:
-                blocks.append(ExtractedBlock(own[0].block, tuple(tuple(row) for row in got)))
+                blocks.append(ExtractedBlock(label, tuple(tuple(row) for row in got)))
     return tuple(fields), tuple(blocks)
