@@ -32,6 +32,13 @@ from one template's variants:
    the text both sides share (a footer): an optional block is a minority of its template's
    text, which its emails without the block still share.
    Taken only when no split of rules 1 and 2 is left.
+4. **A side that cuts across templates waits.** One row's templates, and the blocks inside
+   each, nest. A block several templates share in some of their emails (an optional
+   footer, a notice) or a value from a short list cuts across them: of two valid sides
+   that cross (each of the three parts with >= k emails), the one that `cut_ratio` times
+   as much text (tokens of classes it cuts) cuts across is such a block and is not taken
+   while the other is there; once the templates are apart, its part in each is a block
+   inside its template.
 
 Candidate sides are the email sets of the row's tokens (a template's own text, an optional
 block, a subject's words); a side inside a bigger candidate that splits off itself waits
@@ -70,6 +77,9 @@ class GroupingParams:
     side splits two templates however long the text they share (rule 1)."""
     own_over_shared: float = 2.0
     """Least own text of A as a multiple of the text both sides share (rule 3; 0: off)."""
+    cut_ratio: float = 2.0
+    """Of two sides that cross, one that cuts across this many times as much of the row's
+    text as the other waits for it (0: never; rule 4)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,7 +234,7 @@ class _Divider:
         # in a W that is no side of its own (a footer line most templates of the row have,
         # a sentence one sibling has in some emails) makes A part of nothing.
         wider = [c.mask for c in classes if c.kind == "text" and c.weight >= self.p.min_own]
-        best: tuple[float, int] | None = None
+        valid: list[tuple[float, int]] = []
         tried: set[int] = set()
         sides: dict[int, bool] = {}
 
@@ -251,7 +261,14 @@ class _Divider:
             if any(w not in (a, g) and w & a == a and is_side(w) for w in wider):
                 continue
             score = self._score(classes, a, g & ~a)
-            if score and (best is None or score > best[0]) and self.recipients(a) >= self.k:
+            if score and self.recipients(a) >= self.k:
+                valid.append((score, a))
+        if self.p.cut_ratio and len(valid) > 1:  # rule 4
+            texts = [c for c in classes if c.kind == "text"]
+            valid = _uncrossed(valid, texts, self.k, self.p.cut_ratio)
+        best: tuple[float, int] | None = None
+        for score, a in valid:
+            if best is None or score > best[0]:
                 best = (score, a)
         return None if best is None else best[1]
 
@@ -296,6 +313,40 @@ class _Divider:
         ):
             return float(t.own) * _LAST
         return 0.0
+
+
+def _crosses(a: int, b: int, least: int = 1) -> bool:
+    """Whether `a` and `b` overlap and neither holds the other, each of the three parts
+    with at least `least` emails."""
+    return min((a & b).bit_count(), (a & ~b).bit_count(), (b & ~a).bit_count()) >= least
+
+
+def _uncrossed(
+    valid: list[tuple[float, int]], texts: list[_Class], k: int, ratio: float
+) -> list[tuple[float, int]]:
+    """The valid sides less those that cut across a side the row's text agrees with more.
+
+    One row's templates, and the blocks inside each, nest; a block or a value several
+    templates share (an optional footer in some emails of each, a name from a short list)
+    cuts across them, and across all of their own text. Of two sides that cross (each part
+    with k emails or more: a smaller one can be no template), the one `ratio` times as much
+    text cuts across is that block, and waits: once the templates are apart, its part in
+    each is a block inside its template. Text cutting across a side is weighed by its
+    tokens (`texts`: the classes of the group).
+    """
+    crossed = {a: [b for _, b in valid if _crosses(a, b, k)] for _, a in valid}
+    cut: dict[int, int] = {}
+
+    def cut_of(side: int) -> int:
+        if side not in cut:
+            cut[side] = sum(c.weight for c in texts if _crosses(side, c.mask))
+        return cut[side]
+
+    return [
+        (score, a)
+        for score, a in valid
+        if not any(ratio * cut_of(b) < cut_of(a) for b in crossed[a])
+    ]
 
 
 def group_emails(

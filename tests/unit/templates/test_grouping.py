@@ -249,3 +249,56 @@ class TestWiderText:
         # tell it by, may stay with one of them).
         assert all(len({labels[i] for i in g} - {4}) == 1 for g in groups)
         assert len(groups) >= 4
+
+
+class TestAcrossTemplates:
+    """Rule 4: a block several templates share in some of their emails cuts across them."""
+
+    def test_a_footer_across_templates_splits_none(self) -> None:
+        """Five notifications of one layout, each with two sentences of its own; the first
+        three share a paragraph too (a family: each of them waits for it). The first four
+        carry an optional two-sentence footer in half of their emails. The footer side
+        splits from the rest (the fifth never has it) as strongly as a template does, and
+        it cuts across four templates and the family: taken first, each of them would come
+        back twice, with and without it. Weblate's notifications and their "turn off this
+        notification" footer were split this way."""
+        layout = [f"layout line {i} of the vendor" for i in range(8)]
+        family = ["a paragraph three of the notices share"]
+        footer = [
+            "turn off this notification in your settings",
+            "manage every notification of your account there",
+        ]
+        words = ["receipt", "reset", "invite", "digest", "alert"]
+        bodies: list[list[str]] = []
+        labels: list[int] = []
+        for t, word in enumerate(words):
+            own = [
+                f"your {word} is ready and waiting for you now",
+                f"open the {word} page to read every {word} detail",
+            ]
+            for n in range(10):
+                with_footer = t < 4 and n % 2 == 0
+                bodies.append(
+                    [*layout, *own, *(family if t < 3 else []), *(footer if with_footer else [])]
+                )
+                labels.append(t)
+        sigs = [frozenset(tokens_of("News", [("/p", x) for x in b])) for b in bodies]
+        users = [f"u{i}" for i in range(len(bodies))]
+        groups = group_emails(sigs, users, K)
+        assert sorted(sorted({labels[i] for i in g}) for g in groups) == [[t] for t in range(5)]
+        assert all(len(g) == 10 for g in groups)
+        off = group_emails(sigs, users, K, GroupingParams(cut_ratio=0.0))
+        assert len(off) > 5  # the rule is what keeps them whole
+
+    def test_templates_that_cross_each_other_are_not_held_back(self) -> None:
+        """Two families of templates sharing paragraphs in overlapping sets (A and B share
+        one, B and C another) cross without cutting across anyone's own text: every
+        template still forms whole."""
+        own = {t: [f"template {t} sentence {s} all its own" for s in range(4)] for t in "ABC"}
+        ab = ["a paragraph the first two templates share word for word"]
+        bc = ["another paragraph the last two templates share word for word"]
+        shared = {"A": ab, "B": ab + bc, "C": bc}
+        bodies = [[*own[t], *shared[t]] for t in "ABC" for _ in range(10)]
+        sigs = [frozenset(tokens_of("News", [("/p", x) for x in b])) for b in bodies]
+        groups = group_emails(sigs, [f"u{i}" for i in range(30)], K)
+        assert sorted(groups) == [list(range(0, 10)), list(range(10, 20)), list(range(20, 30))]
