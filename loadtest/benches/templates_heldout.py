@@ -11,8 +11,9 @@ themes of 1-9; Mailgun: one sender's 3; SendGrid: 2 themes x 5 and 5 dynamic tem
 Each template is instantiated as the corpus instantiates its own (`build_corpus`, one
 subject per sender: the subject tells no template from another), and the online service
 is replayed in one process as `templates_loso` does, with the service's defaults and,
-in the same run, with the split rules of the previous release (no cap on the own-text
-share, no third rule), per source and the worst.
+in the same run, with the split rules of earlier releases (without rule 4, the side that
+cuts across templates; and before that without the cap on the own-text share and rule 3),
+per source and the worst.
 """
 
 from __future__ import annotations
@@ -31,7 +32,10 @@ __all__ = ["held_out_templates", "main"]
 
 SCHEMES = {
     "loom": SchemeParams(),
-    "previous release": SchemeParams(grouping=GroupingParams(own_share_cap=0, own_over_shared=0.0)),
+    "without rule 4": SchemeParams(grouping=GroupingParams(cut_ratio=0.0)),
+    "without the cap, rules 3 and 4": SchemeParams(
+        grouping=GroupingParams(own_share_cap=0, own_over_shared=0.0, cut_ratio=0.0)
+    ),
 }
 
 

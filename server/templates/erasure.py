@@ -143,6 +143,7 @@ def scheme_params(t: TemplatesSettings) -> SchemeParams:
             min_own_share=t.own_text_share,
             own_share_cap=t.own_text_share_cap,
             own_over_shared=t.own_over_shared,
+            cut_ratio=t.cut_across_ratio,
         ),
     )
 

@@ -57,6 +57,10 @@ class TemplatesSettings:
     """Loom: a group whose own text is at least this many times the text it shares with
     the rest of its row splits from a rest that owns none (a sibling whose text is all
     values); 0 turns this rule off."""
+    cut_across_ratio: float = 2.0
+    """Loom: of two candidate groups that cross, one that this many times as much text cuts
+    across waits for the other (a block several templates share in some of their emails,
+    not a template); 0 turns this rule off, else at least 1."""
     cpu_workers: int = 2
     """Processes of the CPU stage (parse, XPaths, MinHash; template formation)."""
     cpu_queue: int = 1000
@@ -94,6 +98,10 @@ class TemplatesSettings:
             value = getattr(self, name)
             if not low <= value <= high:
                 raise ValueError(f"templates.{name} = {value!r}: must be in [{low}, {high}]")
+        if 0 < self.cut_across_ratio < 1:  # below 1 both of two crossing groups would wait
+            raise ValueError(
+                f"templates.cut_across_ratio = {self.cut_across_ratio!r}: must be 0 or >= 1"
+            )
 
 
 _MANY = float("inf")
@@ -115,6 +123,7 @@ _BOUNDS: tuple[tuple[str, float, float], ...] = (
     ("own_text_share", 0, 1),
     ("own_text_share_cap", 0, _MANY),
     ("own_over_shared", 0, _MANY),
+    ("cut_across_ratio", 0, _MANY),
     ("cpu_workers", 1, 256),
     ("cpu_queue", 1, _MANY),
     ("cpu_batch", 1, _MANY),

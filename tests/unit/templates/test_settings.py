@@ -19,6 +19,7 @@ BAD: dict[str, list[float]] = {
     "own_text_share": [-3, 2.0],
     "own_text_share_cap": [-1],
     "own_over_shared": [-0.5],
+    "cut_across_ratio": [-1, 0.5],
     "cpu_workers": [0, 1000],
     "cpu_queue": [0],
     "max_batch": [0],
