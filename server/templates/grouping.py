@@ -33,13 +33,13 @@ from one template's variants:
    text, which its emails without the block still share.
    Taken only when no split of rules 1 and 2 is left.
 4. **A side that cuts across templates waits** (off unless `cut_ratio` is set; through the
-   server it over-splits Flask-Security's mails: docs/benchmarks.md). One row's templates, and the blocks inside
-   each, nest. A block several templates share in some of their emails (an optional
-   footer, a notice) or a value from a short list cuts across them: of two valid sides
-   that cross (each of the three parts with >= k emails), the one that `cut_ratio` times
-   as much text (tokens of classes it cuts) cuts across is such a block and is not taken
-   while the other is there; once the templates are apart, its part in each is a block
-   inside its template.
+   server it over-splits Flask-Security's mails: docs/benchmarks.md). One row's templates,
+   and the blocks inside each, nest. A block several templates share in some of their
+   emails (an optional footer, a notice) or a value from a short list cuts across them: of
+   two valid sides that cross (each of the three parts with >= k emails), the one that
+   `cut_ratio` times as much text (tokens of classes it cuts) cuts across is such a block
+   and is not taken while the other is there; once the templates are apart, its part in
+   each is a block inside its template.
 
 Candidate sides are the email sets of the row's tokens (a template's own text, an optional
 block, a subject's words); a side inside a bigger candidate that splits off itself waits
@@ -267,10 +267,7 @@ class _Divider:
         if self.p.cut_ratio and len(valid) > 1:  # rule 4
             texts = [c for c in classes if c.kind == "text"]
             valid = _uncrossed(valid, texts, self.k, self.p.cut_ratio)
-        best: tuple[float, int] | None = None
-        for score, a in valid:
-            if best is None or score > best[0]:
-                best = (score, a)
+        best = max(valid, key=lambda v: v[0], default=None)  # the first of equal scores
         return None if best is None else best[1]
 
     def _score(self, classes: list[_Class], a: int, rest: int) -> float:

@@ -355,15 +355,14 @@ def _reading(rules: Sequence[FieldRuleValue]) -> _Reading:
     blocks: dict[int, tuple[tuple[str, ...], dict[int, str]]] = {}
     for r, index in by_rank.items():
         labels: dict[int, str] = {}
-        for slot, own in index.items():
-            if slot.segment % 2:
-                labels.setdefault(slot.segment, own[0].block)
-        blocks[r] = (block_paths(next(iter(index.values()))[0].row_path), labels)
         patterns: dict[tuple[int, str], dict[int, list[Pattern]]] = {}
         for slot, own in index.items():
+            if slot.segment % 2:  # a rows segment: its block's label
+                labels.setdefault(slot.segment, own[0].block)
             patterns.setdefault((slot.segment, slot.path), {})[slot.ordinal] = list(
                 dict.fromkeys(x.pattern for x in own)
             )
+        blocks[r] = (block_paths(next(iter(index.values()))[0].row_path), labels)
         columns[r] = {key: columns_of(ps) for key, ps in patterns.items()}
     reading = _Reading(rank, by_rank, columns, blocks)
     _READINGS[id(rules)] = (rules, reading)
