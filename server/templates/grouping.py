@@ -24,7 +24,9 @@ from one template's variants:
    differ after it (``Your order`` / ``Your order #1234`` / ``Your order for Ava``); the
    rest's emails either begin differently (another template) or share no k-anonymous
    subject at all (a template not yet k-anonymous, whose text is invisible): leaving
-   those out rather than folding them in keeps the formed template's core its own.
+   those out rather than folding them in keeps the formed template's core its own. A rest
+   of several templates shares no prefix: its emails that begin as A's do stand for it (a
+   ``Welcome for`` + a name beside ``Welcome`` and other templates splits nothing).
 3. **Only one side has text of its own, and it outweighs what both share.** A template
    whose text is all values (a notification that is one generated sentence) owns no token
    k recipients share, so rules 1 and 2 cannot tell it from a sibling that does. The rest
@@ -151,20 +153,40 @@ class _Tally:
         """Whether A's and the rest's subjects are two templates' subjects.
 
         Each side's subject is the longest prefix nearly all its emails share. They differ
-        when neither starts the other, when the rest has none, or when one starts the other
-        but both go on alike: the same word (or the end) follows each in some emails
-        (``Invoice`` / ``Invoice paid``, each alone or followed by ``for`` and a name). One
-        template's variants share a prefix, and what follows it in one variant is a value,
-        never k-anonymous (``Your order`` / ``Your order for`` + a name).
+        when neither starts the other, when the rest has none that starts A's, or when one
+        starts the other but both go on alike: the same word (or the end) follows each in
+        some emails (``Invoice`` / ``Invoice paid``, each alone or followed by ``for`` and a
+        name). One template's variants share a prefix, and what follows it in one variant
+        is a value, never k-anonymous (``Your order`` / ``Your order for`` + a name).
+
+        A rest of several templates shares no prefix; its emails that begin as A's do stand
+        for it (`_stem`), so a variant of one template in a group of several (``Welcome`` /
+        ``Welcome for`` + a name) is no template of its own.
         """
         a, rest = self.prefix_a, self.prefix_rest
         if not a:
             return False
+        if not rest:
+            rest = self._stem(a)
         if not rest or not _compatible(a, rest):
             return True
         if a == rest:
             return False
         return bool(_after(self.seen_a, a) & _after(self.seen_rest, rest))
+
+    def _stem(self, a: tuple[str, ...]) -> tuple[str, ...]:
+        """The rest's emails that begin as A's do, as a prefix: the longest in some of the
+        rest's emails that starts A's or that A's starts, when the rest's prefixes along A's
+        go on along one line (empty: they branch, or there are none)."""
+        line = [p for p in self.seen_rest if p[-1:] != (END,) and _compatible(p, a)]
+        if not line:
+            return ()
+        stem = max(line, key=len)
+        if any(p != stem[: len(p)] for p in line):
+            return ()
+        if any(_after(self.seen_rest, p) - {END, a[len(p)]} for p in line if len(p) < len(a)):
+            return ()
+        return stem
 
 
 class _Divider:

@@ -146,6 +146,36 @@ class TestSplitRules:
         groups = group_emails(self._sigs(a + b), [f"u{i}" for i in range(24)], K)
         assert sorted(len(g) for g in groups) == [12, 12]
 
+    def test_a_subject_variant_among_several_templates_does_not_split(self) -> None:
+        """``Welcome`` / ``Welcome for`` + a name beside a template whose subject is all
+        values: the rest of a group of several shares no subject prefix, and the welcomes in
+        it that begin as ``Welcome for`` does stand for it. Two groups, the welcomes whole
+        (Flask-Security's welcome came back as three templates this way)."""
+        body = ["thank you for joining us you can sign in at any time"]
+        welcome = [("Welcome", body)] * 8 + [(f"Welcome for {n}", body) for n in NAMES[:10]]
+        other = [(f"{n} {1000 + i}", body) for i, n in enumerate(NAMES[:10])]
+        texts = welcome + other
+        groups = group_emails(self._sigs(texts), [f"u{i}" for i in range(len(texts))], K)
+        assert sorted(sorted(g) for g in groups) == [list(range(18)), list(range(18, 28))]
+
+    def test_subjects_that_go_on_alike_split_among_several_templates(self) -> None:
+        """``Invoice`` / ``Invoice paid`` (as above) beside a third template whose subject is
+        all values: still three templates."""
+        body = ["the summary of your account with all the details below"]
+        extra = ["and the receipt for the payment we received today"]
+        a = [("Invoice", body)] * 6 + [(f"Invoice for {n}", body) for n in NAMES[:6]]
+        b = [("Invoice paid", body + extra)] * 6 + [
+            (f"Invoice paid for {n}", body + extra) for n in NAMES[6:12]
+        ]
+        c = [(f"{n} {1000 + i}", body) for i, n in enumerate(NAMES[:10])]
+        texts = a + b + c
+        groups = group_emails(self._sigs(texts), [f"u{i}" for i in range(len(texts))], K)
+        assert sorted(sorted(g) for g in groups) == [
+            list(range(12)),
+            list(range(12, 24)),
+            list(range(24, 34)),
+        ]
+
     def test_a_sentence_each_splits_however_long_the_shared_text(self) -> None:
         """A trial *expiring* and a trial *expired* notice: 30 shared sentences and one
         sentence of each's own (a tenth of the shared text would ask for ~20 tokens, the cap
