@@ -11,9 +11,9 @@ themes of 1-9; Mailgun: one sender's 3; SendGrid: 2 themes x 5 and 5 dynamic tem
 Each template is instantiated as the corpus instantiates its own (`build_corpus`, one
 subject per sender: the subject tells no template from another), and the online service
 is replayed in one process as `templates_loso` does, with the service's defaults and,
-in the same run, with rule 4 of the split on (the side that cuts across templates waits;
-off by default) and with the split rules of earlier releases (no cap on the own-text share,
-no rule 3), per source and the worst.
+in the same run, with rule 4 of the split off (the side that cuts across templates waits)
+and with the split rules of earlier releases (no cap on the own-text share, no rule 3, no
+rule 4), per source and the worst.
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ __all__ = ["held_out_templates", "main"]
 
 SCHEMES = {
     "loom": SchemeParams(),
-    "with rule 4 (cut_ratio 2)": SchemeParams(grouping=GroupingParams(cut_ratio=2.0)),
-    "without the cap and rule 3": SchemeParams(
-        grouping=GroupingParams(own_share_cap=0, own_over_shared=0.0)
+    "without rule 4 (cut_ratio 0)": SchemeParams(grouping=GroupingParams(cut_ratio=0.0)),
+    "without the cap, rule 3 and rule 4": SchemeParams(
+        grouping=GroupingParams(own_share_cap=0, own_over_shared=0.0, cut_ratio=0.0)
     ),
 }
 

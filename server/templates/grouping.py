@@ -34,9 +34,8 @@ from one template's variants:
    the text both sides share (a footer): an optional block is a minority of its template's
    text, which its emails without the block still share.
    Taken only when no split of rules 1 and 2 is left.
-4. **A side that cuts across templates waits** (off unless `cut_ratio` is set; through the
-   server it over-splits Flask-Security's mails: docs/benchmarks.md). One row's templates,
-   and the blocks inside each, nest. A block several templates share in some of their
+4. **A side that cuts across templates waits** (`cut_ratio`; 0 turns it off). One row's
+   templates, and the blocks inside each, nest. A block several templates share in some of their
    emails (an optional footer, a notice) or a value from a short list cuts across them: of
    two valid sides that cross (each of the three parts with >= k emails), the one that
    `cut_ratio` times as much text (tokens of classes it cuts) cuts across is such a block
@@ -80,9 +79,9 @@ class GroupingParams:
     side splits two templates however long the text they share (rule 1)."""
     own_over_shared: float = 2.0
     """Least own text of A as a multiple of the text both sides share (rule 3; 0: off)."""
-    cut_ratio: float = 0.0
+    cut_ratio: float = 2.0
     """Of two sides that cross, one that cuts across this many times as much of the row's
-    text as the other waits for it (rule 4; 0: never, the default)."""
+    text as the other waits for it (rule 4; 0: never)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -57,10 +57,10 @@ class TemplatesSettings:
     """Loom: a group whose own text is at least this many times the text it shares with
     the rest of its row splits from a rest that owns none (a sibling whose text is all
     values); 0 turns this rule off."""
-    cut_across_ratio: float = 0.0
+    cut_across_ratio: float = 2.0
     """Loom: of two candidate groups that cross, one that this many times as much text cuts
     across waits for the other (a block several templates share in some of their emails,
-    not a template); 0 (the default) turns this rule off, else at least 1 (2 is the value
+    not a template); 0 turns this rule off, else at least 1 (the default, 2, is the value
     chosen leaving one source out; docs/benchmarks.md says what it gains and costs)."""
     cpu_workers: int = 2
     """Processes of the CPU stage (parse, XPaths, MinHash; template formation)."""

@@ -314,10 +314,10 @@ class TestAcrossTemplates:
                 labels.append(t)
         sigs = [frozenset(tokens_of("News", [("/p", x) for x in b])) for b in bodies]
         users = [f"u{i}" for i in range(len(bodies))]
-        groups = group_emails(sigs, users, K, GroupingParams(cut_ratio=2.0))
+        groups = group_emails(sigs, users, K)  # the default: rule 4 on, ratio 2
         assert sorted(sorted({labels[i] for i in g}) for g in groups) == [[t] for t in range(5)]
         assert all(len(g) == 10 for g in groups)
-        off = group_emails(sigs, users, K)  # the default: rule 4 off
+        off = group_emails(sigs, users, K, GroupingParams(cut_ratio=0.0))
         assert len(off) > 5  # the rule is what keeps them whole
 
     def test_templates_that_cross_each_other_are_not_held_back(self) -> None:
