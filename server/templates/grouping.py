@@ -35,12 +35,12 @@ from one template's variants:
    text, which its emails without the block still share.
    Taken only when no split of rules 1 and 2 is left.
 4. **A side that cuts across templates waits** (`cut_ratio`; 0 turns it off). One row's
-   templates, and the blocks inside each, nest. A block several templates share in some of their
-   emails (an optional footer, a notice) or a value from a short list cuts across them: of
-   two valid sides that cross (each of the three parts with >= k emails), the one that
-   `cut_ratio` times as much text (tokens of classes it cuts) cuts across is such a block
-   and is not taken while the other is there; once the templates are apart, its part in
-   each is a block inside its template.
+   templates, and the blocks inside each, nest. A block several templates share in some
+   of their emails (an optional footer, a notice) or a value from a short list cuts across
+   them: of two valid sides that cross (each of the three parts with >= k emails), the one
+   that `cut_ratio` times as much text (tokens of classes it cuts) cuts across is such a
+   block and is not taken while the other is there; once the templates are apart, its
+   part in each is a block inside its template.
 
 Candidate sides are the email sets of the row's tokens (a template's own text, an optional
 block, a subject's words); a side inside a bigger candidate that splits off itself waits
