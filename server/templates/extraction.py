@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import NamedTuple
 
+from server.templates.blocks import ROW_SHARE, block_paths_of
 from server.templates.columns import formation_columns
 from server.templates.model import ClusterEmail, FieldRuleValue
 from server.templates.spans import (
@@ -52,15 +53,7 @@ from server.templates.spans import (
     typed_segments,
     usual_tokens,
 )
-from server.templates.stretches import (
-    BLOCK_SEP,
-    ROW_SHARE,
-    Item,
-    Slot,
-    block_paths_of,
-    items_of,
-    stretches,
-)
+from server.templates.stretches import BLOCK_SEP, Item, Slot, items_of, stretches
 from server.templates.values import classify
 
 __all__ = ["ANCHOR_SHARE", "MAX_FORM_EMAILS", "MAX_RULES", "ROW_SHARE", "form_field_rules"]
@@ -316,7 +309,7 @@ def _stretch_rules(
 ) -> list[FieldRuleValue]:
     if len({u for u, _ in stretch_list}) < k:
         return []
-    paths, cut = block_paths_of(stretch_list)
+    paths, cut = block_paths_of(stretch_list, k)
     groups: dict[tuple[int, str], list[tuple[str, list[tuple[Item, int]]]]] = {}
     for (user, _), parts in zip(stretch_list, cut, strict=True):
         for j, (plain, rows) in enumerate(parts):

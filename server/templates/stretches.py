@@ -7,8 +7,8 @@ anchors in the template's order is kept (a longest increasing subsequence), so a
 text that also turns up elsewhere moves nothing. A stretch with a repeated block is three
 segments: items before the block, one row per repetition of its row element, items after;
 the items after may hold another block, cut the same way (`segments`). A block is one
-unbroken run of its row elements under one parent, and `block_paths_of` (formation) finds
-the stretch's blocks counting rows that way.
+unbroken run of its row elements under one parent, and `blocks.block_paths_of` (formation)
+finds the stretch's blocks counting rows that way.
 
 `extract` (annotation) reads an email's fields and rows by a template's version-2 rules:
 the same items, stretches and segments as formation saw, each slot's holes by its pattern.
@@ -19,9 +19,8 @@ from __future__ import annotations
 
 import functools
 import re
-from collections import OrderedDict, defaultdict
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import NamedTuple
 
 from server.templates.columns import Columns, columns_of, reading_columns
@@ -34,12 +33,10 @@ __all__ = [
     "BLOCK_SEP",
     "MAX_BLOCKS",
     "MAX_ITEMS",
-    "ROW_SHARE",
     "Item",
     "Slot",
     "block_of",
     "block_paths",
-    "block_paths_of",
     "extract",
     "items_of",
     "segment",
@@ -184,98 +181,6 @@ def segments(
         rest = after
     out.append((rest, []))
     return out
-
-
-ROW_SHARE = 0.25
-"""A repeated block has >= 2 rows in at least this share of the emails holding it."""
-_ROW_TAGS = frozenset(
-    {"tr", "tbody", "table", "td", "li", "ul", "ol", "div", "section", "article", "dl", "dd"}
-)
-
-
-@functools.lru_cache(maxsize=16_384)
-def _row_steps(xpath: str) -> dict[str, tuple[str, str]]:
-    """The row-tag steps of `xpath`: index-free path -> (parent's indexed path, indexed
-    path), for each step whose tag may repeat as a block's row. Cached (read it, never
-    change it): a layout's paths recur in every email of a cluster."""
-    out: dict[str, tuple[str, str]] = {}
-    indexed = plain = ""
-    for step in xpath.split("/")[1:]:
-        parent = indexed
-        indexed += "/" + step
-        tag = step.split("[", 1)[0]
-        plain += "/" + tag
-        if tag in _ROW_TAGS:
-            out[plain] = (parent, indexed)
-    return out
-
-
-@dataclass(slots=True)
-class _Run:
-    """A path's run of row elements in one email's stretch."""
-
-    parent: str
-    rows: set[str]
-    last: int
-    """The position of its last xpath (-2 once the run has ended)."""
-
-
-def _row_path(stretch_list: Sequence[tuple[str, list[Item]]]) -> str:
-    """The row element's index-free path of a stretch's repeated block ("" when none)."""
-    counts: dict[str, list[int]] = defaultdict(list)
-    for _, items in stretch_list:
-        # Each path's first unbroken run of row elements under one parent, as `segment`
-        # reads a block: an item outside the run ends it. A run stays open while each
-        # xpath in turn holds its path under its parent (an element's items are
-        # consecutive), so its last xpath is the one just before.
-        runs: dict[str, _Run] = {}
-        for pos, xpath in enumerate(dict.fromkeys(it.xpath for it in items)):
-            for plain, (parent, indexed) in _row_steps(xpath).items():
-                run = runs.get(plain)
-                if run is None:
-                    runs[plain] = _Run(parent, {indexed}, pos)
-                elif run.last == pos - 1 and run.parent == parent:
-                    run.rows.add(indexed)
-                    run.last = pos
-                else:
-                    run.last = -2  # ended: no later position follows it
-        for plain, run in runs.items():
-            counts[plain].append(len(run.rows))
-    best = ""
-    for plain, got in counts.items():
-        if len(set(got)) < 2 or sum(c >= 2 for c in got) < ROW_SHARE * len(got):
-            continue
-        if len(got) * 2 < len(stretch_list):
-            continue
-        if not best or plain.count("/") < best.count("/"):
-            best = plain
-    return best
-
-
-def block_paths_of(
-    stretch_list: Sequence[tuple[str, list[Item]]],
-) -> tuple[list[str], list[list[tuple[list[Item], list[list[Item]]]]]]:
-    """The row paths of a stretch's repeated blocks, one after another (at most
-    `MAX_BLOCKS`), each found among what follows the one before in the emails holding it,
-    and each email's stretch cut by them as `segments` cuts it (each email cut once)."""
-    paths: list[str] = []
-    parts: list[list[tuple[list[Item], list[list[Item]]]]] = [[] for _ in stretch_list]
-    rests = [list(items) for _, items in stretch_list]
-    live = list(range(len(stretch_list)))  # the emails holding every block so far
-    while len(paths) < MAX_BLOCKS:
-        path = _row_path([(stretch_list[i][0], rests[i]) for i in live])
-        if not path:
-            break
-        paths.append(path)
-        holding = []
-        for i in live:
-            before, rows, after = segment(rests[i], path)
-            if rows:
-                parts[i].append((before, rows))
-                rests[i] = after
-                holding.append(i)
-        live = holding
-    return paths, [[*got, (rest, [])] for got, rest in zip(parts, rests, strict=True)]
 
 
 class Slot(NamedTuple):

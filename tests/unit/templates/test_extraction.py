@@ -582,3 +582,96 @@ def test_a_rows_list_longer_than_formation_saw_is_read_whole() -> None:
     html, truth = _accounts(rng, links=12)
     _, blocks = fields_of(rules, parse_structure(html).texts, "")
     assert [[f.value for f in row] for row in blocks[0].rows] == truth
+
+
+def _milestone(rng: random.Random, n: int) -> tuple[str, dict[str, Any]]:
+    """A milestone notice: a heading, then its message, a paragraph per part (1 to 5 of
+    free text, each its own ``p`` under one cell), then a button and a footer."""
+
+    def sentence() -> str:
+        words = [rng.choice(WORDS) for _ in range(rng.randint(6, 12))]
+        return " ".join(words).capitalize() + "."
+
+    parts = [sentence() for _ in range(n)]
+    html = (
+        "<html><body><table><tr><td><h1>You reached a milestone</h1>"
+        + "".join(f"<p>{p}</p>" for p in parts)
+        + "<a href='#'>View your dashboard</a><p>Sent by Ghost Ltd.</p></td></tr></table>"
+        + "</body></html>"
+    )
+    return html, {"parts": parts}
+
+
+def test_a_loop_of_paragraphs_is_a_block_of_rows() -> None:
+    """Paragraphs a template repeats (one per part of a message, a count of its own in each
+    email) come back as rows, a paragraph each, whatever the count. Before, a paragraph
+    was no row element and each part came back as a numbered flat field."""
+    rng = random.Random(41)
+    emails = []
+    for i in range(30):
+        html, _ = _milestone(rng, rng.randint(1, 5))
+        emails.append(
+            ClusterEmail(
+                f"user-{i % 10}", "ghost@site.example", "Milestone", parse_structure(html).texts, 0
+            )
+        )
+    rules = form_field_rules(emails, K)
+    for n in (1, 4, 7):
+        html, truth = _milestone(rng, n)
+        _, blocks = fields_of(rules, parse_structure(html).texts, "")
+        assert [[f.value.rstrip(".") for f in row] for row in blocks[0].rows] == [
+            [p.rstrip(".")] for p in truth["parts"]
+        ]
+
+
+def _member(rng: random.Random, *, reason: bool, greeted: bool) -> tuple[str, dict[str, str]]:
+    """A cancellation notice written as paragraphs under one cell: a greeting in most
+    emails, fixed sentences with values, a key and value pair per line, and an optional
+    reason, so the count of paragraphs varies with what is shown, not with a loop."""
+    truth = {
+        "name": _name(rng),
+        "tier": f"{rng.choice(WORDS).capitalize()} {rng.choice(WORDS)}",
+        "date": f"{rng.randint(1, 28)}/0{rng.randint(1, 9)}/2026",
+        "reason": " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 8))),
+    }
+    paragraphs = [f"Hello {_name(rng)},"] if greeted else []
+    paragraphs += [
+        f"{truth['name']} canceled their subscription.",
+        "Tier",
+        truth["tier"],
+        rng.choice(("Expires on", "Expired on")),
+        truth["date"],
+    ]
+    if reason:
+        paragraphs += ["Cancellation reason", truth["reason"]]
+    html = (
+        "<html><body><table><tr><td><h1>A paid member canceled</h1>"
+        + "".join(f"<p>{p}</p>" for p in paragraphs)
+        + "</td></tr></table><div>View member</div></body></html>"
+    )
+    return html, truth
+
+
+def test_paragraphs_of_different_sentences_are_no_block() -> None:
+    """A run of paragraphs whose count varies because some are optional (a greeting, a
+    reason) is prose, not a loop: no rows, and each value comes back whole with its own
+    label, as before paragraphs could be row elements. Counting paragraphs alone made it a
+    block whose rows mixed a name, a tier and a date."""
+    rng = random.Random(43)
+    made = [_member(rng, reason=rng.random() < 0.5, greeted=rng.random() < 0.7) for _ in range(40)]
+    emails = [
+        ClusterEmail(
+            f"user-{i % 10}", "ghost@site.example", "Canceled", parse_structure(h).texts, 0
+        )
+        for i, (h, _) in enumerate(made)
+    ]
+    rules = form_field_rules(emails, K)
+    assert not any(r.row_path for r in rules)
+    for reason, greeted in ((True, True), (False, False), (True, False)):
+        html, truth = _member(rng, reason=reason, greeted=greeted)
+        fields, blocks = fields_of(rules, parse_structure(html).texts, "")
+        assert blocks == ()
+        got = {f.value: f for f in fields}
+        assert got[truth["tier"]].label == "Tier"
+        assert got[truth["date"]].type == "date"
+        assert (truth["reason"] in got) == reason

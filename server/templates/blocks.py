@@ -1,0 +1,188 @@
+"""Where a stretch's repeated blocks lie (formation): each block's row element, found from a
+cluster's emails.
+
+A block's row element is an element of a row tag (`_ROW_TAGS`) whose count, in its first
+unbroken run under one parent (as `stretches.segment` reads a block), varies from email to
+email and is two or more in `ROW_SHARE` of them; the shallowest such path wins, and a
+further block is looked for in what follows it (`block_paths_of`, up to `MAX_BLOCKS`). A
+run of paragraphs is more often prose than a loop (different sentences, some optional), so
+it is a block only when its rows are alike (`_alike`).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from server.templates.spans import Token, tokenize
+from server.templates.stretches import MAX_BLOCKS, Item, segment
+
+__all__ = ["ALIKE_SHARE", "FIXED_LEAD", "ROW_SHARE", "block_paths_of"]
+
+ROW_SHARE = 0.25
+"""A repeated block has >= 2 rows in at least this share of the emails holding it."""
+_ROW_TAGS = frozenset(
+    {"tr", "tbody", "table", "td", "li", "ul", "ol", "div", "section", "article", "dl", "dd", "p"}
+)
+_PROSE_TAGS = frozenset({"p"})
+"""Row tags whose runs are more often prose (different sentences, some optional) than a
+loop: such a run is a block only when its rows are alike (`_alike`). Table and list rows
+repeat by their nature, a header or total row beside one or two items included."""
+
+
+@functools.lru_cache(maxsize=16_384)
+def _row_steps(xpath: str) -> dict[str, tuple[str, str]]:
+    """The row-tag steps of `xpath`: index-free path -> (parent's indexed path, indexed
+    path), for each step whose tag may repeat as a block's row. Cached (read it, never
+    change it): a layout's paths recur in every email of a cluster."""
+    out: dict[str, tuple[str, str]] = {}
+    indexed = plain = ""
+    for step in xpath.split("/")[1:]:
+        parent = indexed
+        indexed += "/" + step
+        tag = step.split("[", 1)[0]
+        plain += "/" + tag
+        if tag in _ROW_TAGS:
+            out[plain] = (parent, indexed)
+    return out
+
+
+@dataclass(slots=True)
+class _Run:
+    """A path's run of row elements in one email's stretch."""
+
+    parent: str
+    rows: set[str]
+    last: int
+    """The position of its last xpath (-2 once the run has ended)."""
+
+
+def _runs(items: Sequence[Item]) -> dict[str, _Run]:
+    """Each row path's first unbroken run of row elements under one parent in an email's
+    stretch, as `segment` reads a block: an item outside the run ends it. A run stays open
+    while each xpath in turn holds its path under its parent (an element's items are
+    consecutive), so its last xpath is the one just before."""
+    runs: dict[str, _Run] = {}
+    for pos, xpath in enumerate(dict.fromkeys(it.xpath for it in items)):
+        for plain, (parent, indexed) in _row_steps(xpath).items():
+            run = runs.get(plain)
+            if run is None:
+                runs[plain] = _Run(parent, {indexed}, pos)
+            elif run.last == pos - 1 and run.parent == parent:
+                run.rows.add(indexed)
+                run.last = pos
+            else:
+                run.last = -2  # ended: no later position follows it
+    return runs
+
+
+def _row_path(stretch_list: Sequence[tuple[str, list[Item]]], k: int) -> str:
+    """The row element's index-free path of a stretch's repeated block ("" when none)."""
+    counts: dict[str, list[int]] = defaultdict(list)
+    held: dict[str, list[tuple[str, list[Item], set[str]]]] = defaultdict(list)
+    for user, items in stretch_list:
+        for plain, run in _runs(items).items():
+            counts[plain].append(len(run.rows))
+            if len(run.rows) >= 2:
+                held[plain].append((user, items, run.rows))
+    best = ""
+    for plain, got in counts.items():
+        if len(set(got)) < 2 or sum(c >= 2 for c in got) < ROW_SHARE * len(got):
+            continue
+        if len(got) * 2 < len(stretch_list):
+            continue
+        if best and plain.count("/") >= best.count("/"):
+            continue
+        if plain.rsplit("/", 1)[-1] not in _PROSE_TAGS or _alike(held[plain], k):
+            best = plain
+    return best
+
+
+ALIKE_SHARE = 0.6
+"""A repeated block's rows are alike: at least this share of them (in the emails holding
+two or more) have one form (`_alike`)."""
+_LEAD = 3
+"""Tokens of a row's text that tell its form."""
+FIXED_LEAD = 1 / 3
+"""A row's lead is fixed text when it begins a row in at least this share of the emails."""
+
+
+def _alike(held: Sequence[tuple[str, list[Item], set[str]]], k: int) -> bool:
+    """Whether runs of row elements whose count varies are one block repeated, not a run
+    of different elements some of which are optional (paragraphs of fixed text, each
+    shown or not). A row's form is the longest run of its first `_LEAD` tokens that is a
+    fixed lead: it begins rows of at least `FIXED_LEAD` of the emails (two at least), and
+    more rows than it occurs in after their first token (a word of free text that begins
+    some rows by chance occurs inside others). A row without one has its first token's
+    kind for form. The rows of a block have one form (`ALIKE_SHARE` of them): a header or
+    closing row beside them is a minority; paragraphs of different fixed sentences have
+    as many forms. Fewer than k emails holding two rows or more tell nothing: no block."""
+    users = len({user for user, _, _ in held})
+    if users < k:
+        return False
+    rows = _row_tokens(held)
+    starts: dict[tuple[str, ...], set[str]] = defaultdict(set)
+    begun: Counter[tuple[str, ...]] = Counter()
+    for user, _, low in rows:
+        for n in range(1, min(_LEAD, len(low)) + 1):
+            starts[low[:n]].add(user)
+            begun[low[:n]] += 1
+    inside: Counter[tuple[str, ...]] = Counter()
+    for _, _, low in rows:
+        for i in range(1, len(low)):
+            inside.update(low[i : i + n] for n in range(1, _LEAD + 1) if low[i : i + n] in begun)
+    least = max(2, FIXED_LEAD * users)
+    forms: Counter[tuple[str, ...]] = Counter()
+    for _, toks, low in rows:
+        n = min(_LEAD, len(low))
+        while n and (len(starts[low[:n]]) < least or inside[low[:n]] >= begun[low[:n]]):
+            n -= 1
+        forms[low[:n] if n else ("", toks[0].kind if toks else "")] += 1
+    total = sum(forms.values())
+    return not total or forms.most_common(1)[0][1] >= ALIKE_SHARE * total
+
+
+def _row_tokens(
+    held: Sequence[tuple[str, list[Item], set[str]]],
+) -> list[tuple[str, tuple[Token, ...], tuple[str, ...]]]:
+    """Each row of each email's run: (recipient, its text's tokens, them lower-cased)."""
+    out: list[tuple[str, tuple[Token, ...], tuple[str, ...]]] = []
+    for user, items, got in held:
+        own: dict[str, list[str]] = {row: [] for row in got}
+        for it in items:
+            for row in got:
+                if it.xpath == row or it.xpath.startswith(row + "/"):
+                    own[row].append(it.text)
+                    break
+        for texts in own.values():
+            toks = tokenize(" ".join(texts))
+            out.append((user, toks, tuple(t.text.lower() for t in toks)))
+    return out
+
+
+def block_paths_of(
+    stretch_list: Sequence[tuple[str, list[Item]]], k: int
+) -> tuple[list[str], list[list[tuple[list[Item], list[list[Item]]]]]]:
+    """The row paths of a stretch's repeated blocks, one after another (at most
+    `MAX_BLOCKS`), each found among what follows the one before in the emails holding it,
+    and each email's stretch cut by them as `segments` cuts it (each email cut once)."""
+    paths: list[str] = []
+    parts: list[list[tuple[list[Item], list[list[Item]]]]] = [[] for _ in stretch_list]
+    rests = [list(items) for _, items in stretch_list]
+    live = list(range(len(stretch_list)))  # the emails holding every block so far
+    while len(paths) < MAX_BLOCKS:
+        path = _row_path([(stretch_list[i][0], rests[i]) for i in live], k)
+        if not path:
+            break
+        paths.append(path)
+        holding = []
+        for i in live:
+            before, rows, after = segment(rests[i], path)
+            if rows:
+                parts[i].append((before, rows))
+                rests[i] = after
+                holding.append(i)
+        live = holding
+    return paths, [[*got, (rest, [])] for got, rest in zip(parts, rests, strict=True)]
