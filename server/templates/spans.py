@@ -4,7 +4,10 @@ A slot's values across a template's emails (``Hi Ines Müller,`` / ``Hi Bob Garc
 fixed tokens in order (``Hi`` ``,``); the longest common subsequence of their tokens is the
 slot's *pattern*, and the token runs between its fixed tokens are its *holes*: the variable
 spans, one field each (``Ines Müller``). Dates, money, times, URLs and numbers with digit
-groups are one token each, so ``February 25, 2026`` is never cut at a shared ``2026``.
+groups are one token each, so ``February 25, 2026`` is never cut at a shared ``2026``; a
+URL ends before its ``#fragment`` (the ``#`` and the fragment are tokens of their own), so
+a fragment a template appends to every link (``…#tab-notifications``) is fixed text and the
+field is the link itself.
 
 A hole whose values are consistently several typed values (a date, then an order id) is cut
 by `typed_segments` into several fields. Pure functions, bounded: `MAX_TOKENS` tokens per
@@ -62,7 +65,7 @@ _MONEY = (
     r"|(?:USD|EUR|GBP)\s?-?\d[\d,]*(?:\.\d{1,2})?"
 )
 _TIME = r"\d{1,2}:\d{2}(?::\d{2})?(?:\s?(?i:[ap]\.?m\.?)(?!\w))?"
-_URL = r"(?P<url>(?:https?://|www\.)\S*[^\s.,!?;:)\]\"”])"
+_URL = r"(?P<url>(?:https?://|www\.)[^\s#]*[^\s.,!?;:)\]\"”#])"
 _WORD_PUNCT = (
     r"|(?P<word>(?!['\u2018\u2019])[^\s#:;,()\[\]|\"“”•·\u2013\u2014@]*"
     r"[^\s#:;,()\[\]|\"“”•·\u2013\u2014.!?@'\u2018\u2019]"

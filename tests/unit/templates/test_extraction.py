@@ -186,6 +186,25 @@ class TestSpans:
             ".",
         ]
 
+    def test_a_links_fixed_fragment_is_fixed_text_not_the_value(self) -> None:
+        """A link's ``#fragment`` is tokens of its own, so a fragment the template appends to
+        every link (``…#tab-notifications``) is fixed text and the value is the link; a link
+        without one stays one token, its query string included."""
+        values = [
+            f"https://mail.example/{w}/{n}#tab-notifications" for w, n in (("a", 1), ("b", 22))
+        ]
+        p = build_pattern([tokenize(v) for v in values])
+        assert p == (None, "#", "tab-notifications")
+        assert match(p, "https://cms.example/pages/7/edit/#tab-notifications") == (
+            "https://cms.example/pages/7/edit/",
+        )
+        assert [t.text for t in tokenize("Go to https://a.example/r?t=x1&u=2 now")] == [
+            "Go",
+            "to",
+            "https://a.example/r?t=x1&u=2",
+            "now",
+        ]
+
     def test_quotes_around_a_value_are_fixed_text(self) -> None:
         """A single quote opening or closing a word is a mark of its own, so a quoted value
         comes without its quotes; an apostrophe inside a word stays in it."""
