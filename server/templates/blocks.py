@@ -4,9 +4,11 @@ cluster's emails.
 A block's row element is an element of a row tag (`_ROW_TAGS`) whose count, in its first
 unbroken run under one parent (as `stretches.segment` reads a block), varies from email to
 email and is two or more in `ROW_SHARE` of them; the shallowest such path wins, and a
-further block is looked for in what follows it (`block_paths_of`, up to `MAX_BLOCKS`). A
-run of paragraphs is more often prose than a loop (different sentences, some optional), so
-it is a block only when its rows are alike (`_alike`).
+further block is looked for in what follows it (`block_paths_of`, up to `MAX_BLOCKS`). An
+element's lines (its ``<br>``-separated text pieces) are a block of lines the same way,
+a line per row (`stretches.PIECE_ROWS`). A run of paragraphs is more often prose than a
+loop (different sentences, some optional), and an element's lines more often an address
+of fixed parts than a loop, so either is a block only when its rows are alike (`_alike`).
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from server.templates.spans import Token, tokenize
-from server.templates.stretches import MAX_BLOCKS, Item, segment
+from server.templates.spans import tokenize
+from server.templates.stretches import MAX_BLOCKS, PIECE_ROWS, Item, segment
 
 __all__ = ["ALIKE_SHARE", "FIXED_LEAD", "ROW_SHARE", "block_paths_of"]
 
@@ -78,15 +80,35 @@ def _runs(items: Sequence[Item]) -> dict[str, _Run]:
     return runs
 
 
+def _lines(items: Sequence[Item]) -> dict[str, list[str]]:
+    """Each path's block of lines in an email's stretch (`PIECE_ROWS`): the pieces of the
+    first element on the path, keyed by that path's row path."""
+    out: dict[str, list[str]] = {}
+    first: dict[str, str] = {}
+    prev = ""
+    for it in items:
+        if it.plain not in first:
+            first[it.plain] = it.xpath
+            out[it.plain + PIECE_ROWS] = [it.text]
+        elif it.xpath == first[it.plain] == prev:
+            out[it.plain + PIECE_ROWS].append(it.text)
+        prev = it.xpath
+    return out
+
+
 def _row_path(stretch_list: Sequence[tuple[str, list[Item]]], k: int) -> str:
     """The row element's index-free path of a stretch's repeated block ("" when none)."""
     counts: dict[str, list[int]] = defaultdict(list)
-    held: dict[str, list[tuple[str, list[Item], set[str]]]] = defaultdict(list)
+    held: dict[str, list[tuple[str, list[str]]]] = defaultdict(list)
     for user, items in stretch_list:
         for plain, run in _runs(items).items():
             counts[plain].append(len(run.rows))
-            if len(run.rows) >= 2:
-                held[plain].append((user, items, run.rows))
+            if len(run.rows) >= 2 and plain.rsplit("/", 1)[-1] in _PROSE_TAGS:
+                held[plain].append((user, _row_texts(items, run.rows)))
+        for plain, lines in _lines(items).items():
+            counts[plain].append(len(lines))
+            if len(lines) >= 2:
+                held[plain].append((user, lines))
     best = ""
     for plain, got in counts.items():
         if len(set(got)) < 2 or sum(c >= 2 for c in got) < ROW_SHARE * len(got):
@@ -95,9 +117,20 @@ def _row_path(stretch_list: Sequence[tuple[str, list[Item]]], k: int) -> str:
             continue
         if best and plain.count("/") >= best.count("/"):
             continue
-        if plain.rsplit("/", 1)[-1] not in _PROSE_TAGS or _alike(held[plain], k):
+        if plain not in held or _alike(held[plain], k):
             best = plain
     return best
+
+
+def _row_texts(items: Sequence[Item], rows: set[str]) -> list[str]:
+    """The text of each row element of a run (its items' texts, joined)."""
+    own: dict[str, list[str]] = {row: [] for row in rows}
+    for it in items:
+        for row in rows:
+            if it.xpath == row or it.xpath.startswith(row + "/"):
+                own[row].append(it.text)
+                break
+    return [" ".join(got) for got in own.values()]
 
 
 ALIKE_SHARE = 0.6
@@ -109,57 +142,46 @@ FIXED_LEAD = 1 / 3
 """A row's lead is fixed text when it begins a row in at least this share of the emails."""
 
 
-def _alike(held: Sequence[tuple[str, list[Item], set[str]]], k: int) -> bool:
-    """Whether runs of row elements whose count varies are one block repeated, not a run
-    of different elements some of which are optional (paragraphs of fixed text, each
-    shown or not). A row's form is the longest run of its first `_LEAD` tokens that is a
-    fixed lead: it begins rows of at least `FIXED_LEAD` of the emails (two at least), and
-    more rows than it occurs in after their first token (a word of free text that begins
-    some rows by chance occurs inside others). A row without one has its first token's
-    kind for form. The rows of a block have one form (`ALIKE_SHARE` of them): a header or
-    closing row beside them is a minority; paragraphs of different fixed sentences have
-    as many forms. Fewer than k emails holding two rows or more tell nothing: no block."""
-    users = len({user for user, _, _ in held})
+def _alike(held: Sequence[tuple[str, list[str]]], k: int) -> bool:
+    """Whether runs of rows whose count varies are one block repeated, not a run of
+    different elements some of which are optional (paragraphs of fixed text, each shown or
+    not; an address's lines around an optional one). A row's form is the longest run of
+    its first `_LEAD` tokens that is a fixed lead: it begins rows of at least `FIXED_LEAD`
+    of the emails (two at least), and more rows than it occurs in after their first token
+    (a word of free text that begins some rows by chance occurs inside others). A row
+    without one has its first token's kind for form. The rows of a block have one form
+    (`ALIKE_SHARE` of them): a header or closing row beside them is a minority; paragraphs
+    of different fixed sentences have as many forms; rows most of which are their fixed
+    lead alone hold no values. Fewer than k emails holding two rows or more tell nothing:
+    no block."""
+    users = len({user for user, _ in held})
     if users < k:
         return False
-    rows = _row_tokens(held)
+    rows = [(user, tokenize(text)) for user, texts in held for text in texts]
+    lows = [tuple(t.text.lower() for t in toks) for _, toks in rows]
     starts: dict[tuple[str, ...], set[str]] = defaultdict(set)
     begun: Counter[tuple[str, ...]] = Counter()
-    for user, _, low in rows:
+    for (user, _), low in zip(rows, lows, strict=True):
         for n in range(1, min(_LEAD, len(low)) + 1):
             starts[low[:n]].add(user)
             begun[low[:n]] += 1
     inside: Counter[tuple[str, ...]] = Counter()
-    for _, _, low in rows:
+    for low in lows:
         for i in range(1, len(low)):
             inside.update(low[i : i + n] for n in range(1, _LEAD + 1) if low[i : i + n] in begun)
     least = max(2, FIXED_LEAD * users)
     forms: Counter[tuple[str, ...]] = Counter()
-    for _, toks, low in rows:
+    fixed = 0
+    for (_, toks), low in zip(rows, lows, strict=True):
         n = min(_LEAD, len(low))
         while n and (len(starts[low[:n]]) < least or inside[low[:n]] >= begun[low[:n]]):
             n -= 1
         forms[low[:n] if n else ("", toks[0].kind if toks else "")] += 1
+        fixed += n == len(low)
     total = sum(forms.values())
+    if 2 * fixed > total:  # rows of fixed text alone (a breadcrumb's separators): no values
+        return False
     return not total or forms.most_common(1)[0][1] >= ALIKE_SHARE * total
-
-
-def _row_tokens(
-    held: Sequence[tuple[str, list[Item], set[str]]],
-) -> list[tuple[str, tuple[Token, ...], tuple[str, ...]]]:
-    """Each row of each email's run: (recipient, its text's tokens, them lower-cased)."""
-    out: list[tuple[str, tuple[Token, ...], tuple[str, ...]]] = []
-    for user, items, got in held:
-        own: dict[str, list[str]] = {row: [] for row in got}
-        for it in items:
-            for row in got:
-                if it.xpath == row or it.xpath.startswith(row + "/"):
-                    own[row].append(it.text)
-                    break
-        for texts in own.values():
-            toks = tokenize(" ".join(texts))
-            out.append((user, toks, tuple(t.text.lower() for t in toks)))
-    return out
 
 
 def block_paths_of(

@@ -33,6 +33,7 @@ __all__ = [
     "BLOCK_SEP",
     "MAX_BLOCKS",
     "MAX_ITEMS",
+    "PIECE_ROWS",
     "Item",
     "Slot",
     "block_of",
@@ -121,9 +122,13 @@ def segment(
     The block is the first unbroken run of row elements under one parent: the first item
     that is not in one of them (a list after a run of comment ``div``s, a footer ``div``
     under another parent) ends it, and it and every item after it are the items after the
-    block, where a further block may begin (`segments`)."""
+    block, where a further block may begin (`segments`). A row path ending in
+    `PIECE_ROWS` is a block of lines: the pieces of the first element on the path before
+    it, one row each."""
     if not row_path:
         return list(items), [], []
+    if row_path.endswith(PIECE_ROWS):
+        return _pieces(items, row_path[: -len(PIECE_ROWS)])
     depth = row_path.count("/")
     prefix = row_path + "/"
     rows: dict[str, list[Item]] = {}
@@ -144,6 +149,24 @@ def segment(
     if first < 0:
         return list(items), [], []
     return list(items[:first]), list(rows.values()), []
+
+
+PIECE_ROWS = "/#"
+"""Ends the row path of a block of lines: an element's text pieces (``<br>``-separated
+lines, `items_of`), one row each (``{% for line in address %}{{ line }}<br>{% endfor %}``).
+A row's item is the element itself, so its path within the row is "" as a row element's
+own text is."""
+
+
+def _pieces(items: Sequence[Item], plain: str) -> tuple[list[Item], list[list[Item]], list[Item]]:
+    """A stretch cut at its block of lines: the pieces of the first element on `plain`."""
+    first = next((i for i, it in enumerate(items) if it.plain == plain), -1)
+    if first < 0:
+        return list(items), [], []
+    end = first
+    while end < len(items) and items[end].xpath == items[first].xpath:
+        end += 1
+    return list(items[:first]), [[it] for it in items[first:end]], list(items[end:])
 
 
 BLOCK_SEP = "\n"

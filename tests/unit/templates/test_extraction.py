@@ -694,3 +694,43 @@ def test_paragraphs_of_different_sentences_are_no_block() -> None:
         assert got[truth["tier"]].label == "Tier"
         assert got[truth["date"]].type == "date"
         assert (truth["reason"] in got) == reason
+
+
+def _shipping(rng: random.Random, n: int, *, company: bool) -> tuple[str, dict[str, Any]]:
+    """An order confirmation: the shipping address as lines of one paragraph (``{% for
+    field in address %}{{ field }}<br>{% endfor %}``, 2 to 6 lines), then a fixed
+    "Deliver to" block whose lines are a label, a name, an optional company and a street."""
+    lines = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 3))) for _ in range(n)]
+    name, street = _name(rng), rng.choice(STREETS)
+    office = f"{rng.choice(WORDS).capitalize()} GmbH"
+    deliver = ["Deliver to", name, *([office] if company else []), street]
+    html = (
+        "<html><body><h1>Order placed</h1><p>Shipping address:</p>"
+        "<p>" + "<br>".join(lines) + "</p><p>Order total: $12.00</p>"
+        "<div>" + "<br>".join(deliver) + "</div><p>Thanks for your order.</p></body></html>"
+    )
+    return html, {"lines": lines, "name": name, "street": street}
+
+
+def test_lines_of_one_element_in_a_loop_are_rows() -> None:
+    """An element's ``<br>``-separated lines whose count varies, all alike, come back as
+    rows, a line each; lines of different kinds (a label, a name, an optional company, a
+    street) stay fields. Before, each line of the loop was a numbered field of its own."""
+    rng = random.Random(51)
+    emails = []
+    for i in range(30):
+        html, _ = _shipping(rng, rng.randint(2, 6), company=rng.random() < 0.5)
+        emails.append(
+            ClusterEmail(
+                f"user-{i % 10}", "shop@store.example", "Order", parse_structure(html).texts, 0
+            )
+        )
+    rules = form_field_rules(emails, K)
+    for n, company in ((2, True), (5, False), (8, True)):
+        html, truth = _shipping(rng, n, company=company)
+        fields, blocks = fields_of(rules, parse_structure(html).texts, "")
+        assert len(blocks) == 1
+        assert [[f.value for f in row] for row in blocks[0].rows] == [[x] for x in truth["lines"]]
+        values = [f.value for f in fields]
+        assert truth["name"] in values
+        assert truth["street"] in values
