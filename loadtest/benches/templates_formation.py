@@ -73,7 +73,7 @@ def _replay(
     users: dict[bytes, set[str]] = collections.defaultdict(set)
     formed_at: dict[bytes, int] = {}
     previous: dict[bytes, Any] = {}
-    settled: dict[bytes, frozenset[str]] = {}
+    settled: dict[bytes, dict[str, int]] = {}
     ruled = [0]
     original = udcas.form_field_rules
 
@@ -96,14 +96,17 @@ def _replay(
             start = time.process_time()
             result = form_row(
                 key, rows[key], _K, _NOW_MS, params, previous.get(key, ()),
-                settled.get(key, frozenset()),
+                settled.get(key, {}),
             )  # fmt: skip
             cpu += time.process_time() - start
             formations += 1
             formed_at[key] = n
             if result.templates:
                 previous[key] = result.templates
-                settled[key] = frozenset(t.template_id for t in result.templates)
+                # a tree before the count of emails read: its templates' own counts
+                settled[key] = getattr(result, "read", None) or {
+                    t.template_id: min(t.email_count, 48) for t in result.templates
+                }
     finally:
         udcas.form_field_rules = original
     return cpu, formations, ruled[0]

@@ -98,6 +98,7 @@ def form_online(
     users: dict[bytes, set[str]] = defaultdict(set)
     formed: dict[bytes, list[TemplateValue]] = {}
     formed_users: dict[bytes, int] = {}
+    reads: dict[bytes, dict[str, int]] = {}
     for e, pr in zip(emails, parsed, strict=True):
         if e.held_out or pr is None:
             continue
@@ -107,8 +108,9 @@ def form_online(
         n, last = len(users[key]), formed_users.get(key, 0)
         if (not last and n >= k) or (last and n >= max(last + k, GROWTH * last)):
             before = formed.get(key, [])
-            settled = frozenset(t.template_id for t in before) if keep_rules else frozenset()
-            formed[key] = form_templates(key, rows[key], k, 0, p, None, before, settled)
+            settled = reads.get(key, {}) if keep_rules else {}
+            reads[key] = {}
+            formed[key] = form_templates(key, rows[key], k, 0, p, None, before, settled, reads[key])
             formed_users[key] = n
     return formed
 

@@ -88,12 +88,13 @@ class Formations:
             settings.full_cache_size, settings.full_cache_ttl_s, clock_s
         )
         """Full rows: emails stored per template since the row last formed (Loom)."""
-        self._settled = TtlLru[bytes, frozenset[str]](
+        self._settled = TtlLru[bytes, dict[str, int]](
             settings.template_cache_size, settings.full_cache_ttl_s, clock_s
         )
-        """Per row, the ids of the templates whose field rules this process formed: only
-        those rules may carry over to a re-formation (never rules an earlier release or an
-        erasure's re-formation left in the store)."""
+        """Per row, the ids of the templates whose field rules this process formed, each
+        with the count of emails its rules were read from: only those rules may carry over
+        to a re-formation (never rules an earlier release or an erasure's re-formation left
+        in the store), and only until their sample doubles."""
 
     def waiting(self) -> int:
         """Formations queued or deferred to the end of their row's re-formation interval."""
@@ -163,7 +164,7 @@ class Formations:
                     now_ms,
                     self._params,
                     previous,
-                    self._settled.get(key) or frozenset(),
+                    self._settled.get(key) or {},
                 )
                 self._counters.formations += 1
                 if result.templates:
@@ -171,7 +172,7 @@ class Formations:
                     sender = result.templates[0].sender
                     await self._store.put_templates(key, result.encoded, sender, now_ms)
                     self._templates.put(key, result.templates)
-                    self._settled.put(key, frozenset(t.template_id for t in result.templates))
+                    self._settled.put(key, result.read)
                     self.stored_since.pop(key)
                     self._counters.templates_formed += sum(
                         t.template_id not in known for t in result.templates

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
@@ -146,13 +146,13 @@ def _template(  # noqa: PLR0917 - a private assembler of one value
 
 
 def _kept_rules(
-    settled: TemplateValue | None, signature: tuple[str, ...], emails: int
+    settled: TemplateValue | None, read: int, signature: tuple[str, ...], emails: int
 ) -> tuple[FieldRuleValue, ...] | None:
     """A settled template's rules when the template continues with the same signature and
-    they were read from more than half of the sample they would be read from now."""
+    they were read from (`read` emails) more than half of the sample they would be read
+    from now."""
     if settled is None or settled.signature != signature:
         return None
-    read = min(settled.email_count, MAX_FORM_EMAILS)
     return settled.field_rules if 2 * read > min(emails, MAX_FORM_EMAILS) else None
 
 
@@ -203,6 +203,9 @@ def _ids(
     return out
 
 
+_NONE_SETTLED: Mapping[str, int] = {}
+
+
 def form_templates(  # noqa: PLR0917 - FormTemplate(h)'s inputs, then out-parameters
     key: bytes,
     emails: Sequence[ClusterEmail],
@@ -211,7 +214,8 @@ def form_templates(  # noqa: PLR0917 - FormTemplate(h)'s inputs, then out-parame
     p: SchemeParams,
     left_out: list[int] | None = None,
     previous: Sequence[TemplateValue] = (),
-    settled: AbstractSet[str] = frozenset(),
+    settled: Mapping[str, int] = _NONE_SETTLED,
+    read: dict[str, int] | None = None,
 ) -> list[TemplateValue]:
     """FormTemplate(h): the templates of one cluster row (none below k recipients).
 
@@ -219,10 +223,13 @@ def form_templates(  # noqa: PLR0917 - FormTemplate(h)'s inputs, then out-parame
     below k): a row with such emails may hold a template that has yet to form. `previous`
     are the row's templates before this formation (their ids carry over).
 
-    `settled` names those of `previous` whose field rules this code formed: a template that
-    continues one of them with the same signature keeps its rules when they were read from
-    more than half of the sample they would be read from now (`MAX_FORM_EMAILS` emails at
-    most). So a growing template's rules re-form each time their sample doubles, not at
+    `settled` names those of `previous` whose field rules this code formed, each with the
+    count of emails its rules were read from: a template that continues one of them with
+    the same signature keeps its rules when they were read from more than half of the
+    sample they would be read from now (`MAX_FORM_EMAILS` emails at most). `read`, when
+    given, receives each formed template's count (the kept rules' own, or the sample its
+    rules were read from now): the next formation's `settled`, since a template's
+    `email_count` says how many emails it held, not how many its kept rules were read from. So a growing template's rules re-form each time their sample doubles, not at
     every growth of its row, and never again once read from over half a full sample: field
     rules cost most of a re-formation's CPU, and another sample of the same template, at
     most twice the size, seldom changes them.
@@ -257,19 +264,17 @@ def form_templates(  # noqa: PLR0917 - FormTemplate(h)'s inputs, then out-parame
         signatures.append(signature)
     ids = _ids(key, signatures, [t for t in previous if t.signature])
     kept = {t.template_id: t for t in previous if t.template_id in settled}
-    out = [
-        _template(
-            template_id,
-            key,
-            [emails[i] for i in group],
-            k,
-            now_ms,
-            p,
-            signature,
-            _kept_rules(kept.get(template_id), signature, len(group)),
+    out = []
+    for template_id, group, signature in zip(ids, groups, signatures, strict=True):
+        rules = _kept_rules(
+            kept.get(template_id), settled.get(template_id, 0), signature, len(group)
         )
-        for template_id, group, signature in zip(ids, groups, signatures, strict=True)
-    ]
+        out.append(
+            _template(template_id, key, [emails[i] for i in group], k, now_ms, p, signature, rules)
+        )
+        if read is not None:
+            fresh = min(len(group), MAX_FORM_EMAILS)
+            read[template_id] = fresh if rules is None else settled[template_id]
     out.sort(key=lambda t: (-len(t.signature), t.template_id))
     return out
 

@@ -14,7 +14,7 @@ stores and checks, since thousands of emails a second cross it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 from server.templates.fingerprint import Structure, minhash, parse_structure
@@ -129,6 +129,8 @@ class Formed(NamedTuple):
     """s: emails the row held."""
     users: int
     """n: their distinct recipients."""
+    read: dict[str, int]
+    """Per formed template, the emails its field rules were read from (`form_templates`)."""
 
 
 def form_row(  # noqa: PLR0917 - FormTemplate(h)'s inputs
@@ -138,13 +140,15 @@ def form_row(  # noqa: PLR0917 - FormTemplate(h)'s inputs
     now_ms: int,
     params: SchemeParams,
     previous: Sequence[TemplateValue] = (),
-    settled: frozenset[str] = frozenset(),
+    settled: Mapping[str, int] | None = None,
 ) -> Formed:
     """FormTemplate(h) over the row's fetched emails (k re-checked inside); `previous` are
     the row's templates so far, whose ids the templates they continue keep (and, for the
     ids in `settled`, their field rules: `form_templates`)."""
     emails = [decode_cluster_email(p) for p in payloads]
     left_out: list[int] = []
-    formed = form_templates(key, emails, k, now_ms, params, left_out, previous, settled)
+    read: dict[str, int] = {}
+    formed = form_templates(key, emails, k, now_ms, params, left_out, previous, settled or {}, read)
     encoded = encode_templates(formed) if formed else b""
-    return Formed(formed, encoded, len(left_out), len(emails), len({e.user for e in emails}))
+    users = len({e.user for e in emails})
+    return Formed(formed, encoded, len(left_out), len(emails), users, read)

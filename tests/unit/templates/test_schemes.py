@@ -80,20 +80,41 @@ class TestSchemes:
         assert first.field_rules
         marked = replace(first, field_rules=first.field_rules[:1])  # tell kept from re-formed
 
-        def reformed(previous: TemplateValue, settled: frozenset[str]) -> TemplateValue:
-            (again,) = form_templates(b"k", emails, 5, 0, P, None, [previous], settled)
+        def reformed(previous: TemplateValue, settled: dict[str, int]) -> TemplateValue:
+            read: dict[str, int] = {}
+            (again,) = form_templates(b"k", emails, 5, 0, P, None, [previous], settled, read)
             assert again.template_id == first.template_id
+            kept = again.field_rules == previous.field_rules
+            assert read == {first.template_id: settled[first.template_id] if kept else 48}
             return again
 
-        mine = frozenset({first.template_id})
+        mine = {first.template_id: MAX_FORM_EMAILS}
         assert reformed(marked, mine).field_rules == marked.field_rules
-        assert reformed(marked, frozenset()).field_rules == first.field_rules
-        half = replace(marked, email_count=MAX_FORM_EMAILS // 2)  # read from half: re-formed
-        assert reformed(half, mine).field_rules == first.field_rules
-        more = replace(marked, email_count=MAX_FORM_EMAILS // 2 + 1)
-        assert reformed(more, mine).field_rules == marked.field_rules
+        assert reformed(marked, {}).field_rules == first.field_rules
+        half = {first.template_id: MAX_FORM_EMAILS // 2}  # read from half: re-formed
+        assert reformed(marked, half).field_rules == first.field_rules
+        more = {first.template_id: MAX_FORM_EMAILS // 2 + 1}
+        assert reformed(marked, more).field_rules == marked.field_rules
         moved = replace(marked, signature=marked.signature[1:])
         assert reformed(moved, mine).field_rules == first.field_rules
+
+    def test_kept_rules_re_form_once_their_sample_doubles_however_the_row_grew(self) -> None:
+        """Rules kept through several growths of their template (each under twice the size)
+        still re-form once the template holds twice the emails they were read from. Before,
+        a kept template's email count stood for its rules' sample, so rules read from 6
+        emails were kept at 10, at 18 and at every later growth by 1.5, for good."""
+        rng = random.Random(6)
+        made = [receipt(rng, NAMES[i % 12]) for i in range(30)]
+        emails = cluster_emails(made, [f"u{i}" for i in range(len(made))])
+        read: dict[str, int] = {}
+        previous = form_templates(b"k", emails[:6], 5, 0, P, None, (), {}, read)
+        assert list(read.values()) == [6]
+        sizes = []
+        for n in (9, 13, 19, 28):
+            settled, read = read, {}
+            previous = form_templates(b"k", emails[:n], 5, 0, P, None, previous, settled, read)
+            sizes.append(next(iter(read.values())))
+        assert sizes == [6, 13, 13, 28]
 
     def test_loom_keys_carry_the_sender(self) -> None:
         """Same structure from two senders: disjoint keys; the paper's ignore the sender."""
