@@ -10,7 +10,9 @@
   `reform_interval_s` per row (a sooner one is deferred to the interval's end, not lost),
   and waits (up to `REFORM_YIELD_S`) while the CPU stage's queue is over half full: it
   shares the worker processes with fingerprinting, and taking them under load would turn
-  into dropped emails. First formations never wait.
+  into dropped emails. Still backlogged after the wait, it keeps the field rules this
+  process formed whatever their sample (rules are most of its CPU); a later formation on a
+  freer stage re-forms them. First formations never wait.
 """
 
 from __future__ import annotations
@@ -146,8 +148,12 @@ class Formations:
         loop = asyncio.get_running_loop()
         while True:
             priority, _, key = await self.queue.get()
+            defer = False
             if priority:
                 await self._yield_to_cpu_stage()
+                # Still backlogged after the wait: the templates re-form, their field rules
+                # (most of the CPU) wait for a formation on a freer stage.
+                defer = self._backlogged()
             self._recent.put(key, self._clock())
             self._running.add(key)
             formed = False
@@ -165,6 +171,7 @@ class Formations:
                     self._params,
                     previous,
                     self._settled.get(key) or {},
+                    defer,
                 )
                 self._counters.formations += 1
                 if result.templates:

@@ -146,14 +146,20 @@ def _template(  # noqa: PLR0917 - a private assembler of one value
 
 
 def _kept_rules(
-    settled: TemplateValue | None, read: int, signature: tuple[str, ...], emails: int
+    settled: TemplateValue | None,
+    read: int,
+    signature: tuple[str, ...],
+    emails: int,
+    *,
+    defer: bool = False,
 ) -> tuple[FieldRuleValue, ...] | None:
     """A settled template's rules when the template continues with the same signature and
     they were read from (`read` emails) more than half of the sample they would be read
-    from now."""
+    from now, or whatever their sample when re-forming them is deferred."""
     if settled is None or settled.signature != signature:
         return None
-    return settled.field_rules if 2 * read > min(emails, MAX_FORM_EMAILS) else None
+    keep = defer or 2 * read > min(emails, MAX_FORM_EMAILS)
+    return settled.field_rules if keep else None
 
 
 def _core(sigs: Sequence[frozenset[str]], share: float) -> frozenset[str]:
@@ -216,6 +222,8 @@ def form_templates(  # noqa: PLR0917 - FormTemplate(h)'s inputs, then out-parame
     previous: Sequence[TemplateValue] = (),
     settled: Mapping[str, int] = _NONE_SETTLED,
     read: dict[str, int] | None = None,
+    *,
+    defer_rules: bool = False,
 ) -> list[TemplateValue]:
     """FormTemplate(h): the templates of one cluster row (none below k recipients).
 
@@ -229,7 +237,10 @@ def form_templates(  # noqa: PLR0917 - FormTemplate(h)'s inputs, then out-parame
     sample they would be read from now (`MAX_FORM_EMAILS` emails at most). `read`, when
     given, receives each formed template's count (the kept rules' own, or the sample its
     rules were read from now): the next formation's `settled`, since a template's
-    `email_count` says how many emails it held, not how many its kept rules were read from. So a growing template's rules re-form each time their sample doubles, not at
+    `email_count` says how many emails it held, not how many its kept rules were read from.
+    `defer_rules` keeps every settled template's rules whatever their sample (the formation
+    stage passes it while the CPU stage is backlogged): their count stays theirs, so a
+    later formation re-forms them. So a growing template's rules re-form each time their sample doubles, not at
     every growth of its row, and never again once read from over half a full sample: field
     rules cost most of a re-formation's CPU, and another sample of the same template, at
     most twice the size, seldom changes them.
@@ -267,7 +278,11 @@ def form_templates(  # noqa: PLR0917 - FormTemplate(h)'s inputs, then out-parame
     out = []
     for template_id, group, signature in zip(ids, groups, signatures, strict=True):
         rules = _kept_rules(
-            kept.get(template_id), settled.get(template_id, 0), signature, len(group)
+            kept.get(template_id),
+            settled.get(template_id, 0),
+            signature,
+            len(group),
+            defer=defer_rules,
         )
         out.append(
             _template(template_id, key, [emails[i] for i in group], k, now_ms, p, signature, rules)

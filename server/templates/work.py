@@ -141,14 +141,19 @@ def form_row(  # noqa: PLR0917 - FormTemplate(h)'s inputs
     params: SchemeParams,
     previous: Sequence[TemplateValue] = (),
     settled: Mapping[str, int] | None = None,
+    defer_rules: bool = False,
 ) -> Formed:
     """FormTemplate(h) over the row's fetched emails (k re-checked inside); `previous` are
     the row's templates so far, whose ids the templates they continue keep (and, for the
-    ids in `settled`, their field rules: `form_templates`)."""
+    ids in `settled`, their field rules: `form_templates`, which `defer_rules` asks to keep
+    whatever their sample)."""
     emails = [decode_cluster_email(p) for p in payloads]
     left_out: list[int] = []
     read: dict[str, int] = {}
-    formed = form_templates(key, emails, k, now_ms, params, left_out, previous, settled or {}, read)
+    formed = form_templates(
+        key, emails, k, now_ms, params, left_out, previous, settled or {}, read,
+        defer_rules=defer_rules,
+    )  # fmt: skip
     encoded = encode_templates(formed) if formed else b""
     users = len({e.user for e in emails})
     return Formed(formed, encoded, len(left_out), len(emails), users, read)

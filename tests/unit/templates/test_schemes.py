@@ -115,6 +115,16 @@ class TestSchemes:
             previous = form_templates(b"k", emails[:n], 5, 0, P, None, previous, settled, read)
             sizes.append(next(iter(read.values())))
         assert sizes == [6, 13, 13, 28]
+        # deferred (a backlogged CPU stage): kept whatever their sample, their count theirs
+        (tid,) = read
+        small = {tid: 6}
+        for defer, kept in ((False, False), (True, True)):
+            read = {}
+            (again,) = form_templates(
+                b"k", emails, 5, 0, P, None, previous, small, read, defer_rules=defer
+            )
+            assert (again.field_rules is previous[0].field_rules) == kept
+            assert read == ({tid: 6} if kept else {tid: 30})
 
     def test_loom_keys_carry_the_sender(self) -> None:
         """Same structure from two senders: disjoint keys; the paper's ignore the sender."""
