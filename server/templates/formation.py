@@ -10,9 +10,9 @@
   `reform_interval_s` per row (a sooner one is deferred to the interval's end, not lost),
   and waits (up to `REFORM_YIELD_S`) while the CPU stage's queue is over half full: it
   shares the worker processes with fingerprinting, and taking them under load would turn
-  into dropped emails. Still backlogged after the wait, it keeps the field rules this
-  process formed whatever their sample (rules are most of its CPU); a later formation on a
-  freer stage re-forms them. First formations never wait.
+  into dropped emails. While emails are still queued for that stage, it keeps the field
+  rules this process formed whatever their sample (rules are most of its CPU); a later
+  formation on an idle stage re-forms them. First formations never wait.
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ class Formations:
         templates: TtlLru[bytes, list[TemplateValue]],
         templates_of: Callable[[tuple[bytes, ...]], Awaitable[dict[bytes, list[TemplateValue]]]],
         backlogged: Callable[[], bool],
+        busy: Callable[[], bool],
         clock_s: Callable[[], float],
     ) -> None:
         self._store = store
@@ -69,6 +70,8 @@ class Formations:
         self._templates_of = templates_of
         self._backlogged = backlogged
         """Whether the CPU stage is backlogged (re-formations then wait)."""
+        self._busy = busy
+        """Whether the CPU stage has work queued (re-formations then keep their rules)."""
         self._clock = clock_s
         # (0 first formation | 1 re-formation, arrival, row key)
         self.queue: asyncio.PriorityQueue[tuple[int, int, bytes]] = asyncio.PriorityQueue(
@@ -151,9 +154,9 @@ class Formations:
             defer = False
             if priority:
                 await self._yield_to_cpu_stage()
-                # Still backlogged after the wait: the templates re-form, their field rules
-                # (most of the CPU) wait for a formation on a freer stage.
-                defer = self._backlogged()
+                # Emails still queued for the CPU stage: the templates re-form, their field
+                # rules (most of the CPU) wait for a formation on an idle stage.
+                defer = self._busy()
             self._recent.put(key, self._clock())
             self._running.add(key)
             formed = False

@@ -97,6 +97,7 @@ class Pipeline:
             templates=self.templates,
             templates_of=self.templates_of,
             backlogged=self._cpu_backlogged,
+            busy=lambda: self.cpu_queue.qsize() > 0,
             clock_s=clock,
         )
         self.erasing: dict[bytes, int] = {}
