@@ -67,6 +67,7 @@ def _replay(
     items: list[Any], stored: list[Any], params: Any, form_row: Any, udcas: Any
 ) -> tuple[float, int, int]:
     """CPU seconds of every formation of the stream in order, formations, rule formations."""
+    from server.templates.extraction import MAX_FORM_EMAILS
     from server.templates.rows import GROWTH
 
     rows: dict[bytes, list[bytes]] = collections.defaultdict(list)
@@ -105,7 +106,7 @@ def _replay(
                 previous[key] = result.templates
                 # a tree before the count of emails read: its templates' own counts
                 settled[key] = getattr(result, "read", None) or {
-                    t.template_id: min(t.email_count, 48) for t in result.templates
+                    t.template_id: min(t.email_count, MAX_FORM_EMAILS) for t in result.templates
                 }
     finally:
         udcas.form_field_rules = original

@@ -104,7 +104,8 @@ def _row_path(stretch_list: Sequence[tuple[str, list[Item]]], k: int) -> str:
         for plain, run in _runs(items).items():
             counts[plain].append(len(run.rows))
             if len(run.rows) >= 2 and plain.rsplit("/", 1)[-1] in _PROSE_TAGS:
-                held[plain].append((user, _row_texts(items, run.rows)))
+                _, rows, _ = segment(items, plain)  # the run's rows, as reading cuts them
+                held[plain].append((user, [" ".join(it.text for it in row) for row in rows]))
         for plain, lines in _lines(items).items():
             counts[plain].append(len(lines))
             if len(lines) >= 2:
@@ -120,17 +121,6 @@ def _row_path(stretch_list: Sequence[tuple[str, list[Item]]], k: int) -> str:
         if plain not in held or _alike(held[plain], k):
             best = plain
     return best
-
-
-def _row_texts(items: Sequence[Item], rows: set[str]) -> list[str]:
-    """The text of each row element of a run (its items' texts, joined)."""
-    own: dict[str, list[str]] = {row: [] for row in rows}
-    for it in items:
-        for row in rows:
-            if it.xpath == row or it.xpath.startswith(row + "/"):
-                own[row].append(it.text)
-                break
-    return [" ".join(got) for got in own.values()]
 
 
 ALIKE_SHARE = 0.6

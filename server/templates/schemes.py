@@ -239,11 +239,11 @@ def form_templates(  # noqa: PLR0917 - FormTemplate(h)'s inputs, then out-parame
     rules were read from now): the next formation's `settled`, since a template's
     `email_count` says how many emails it held, not how many its kept rules were read from.
     `defer_rules` keeps every settled template's rules whatever their sample (the formation
-    stage passes it while the CPU stage is backlogged): their count stays theirs, so a
-    later formation re-forms them. So a growing template's rules re-form each time their sample doubles, not at
-    every growth of its row, and never again once read from over half a full sample: field
-    rules cost most of a re-formation's CPU, and another sample of the same template, at
-    most twice the size, seldom changes them.
+    stage passes it while emails are queued for the CPU stage): their count stays theirs,
+    so a later formation re-forms them. So a growing template's rules re-form each time
+    their sample doubles, not at every growth of its row, and never again once read from
+    over half a full sample: field rules cost most of a re-formation's CPU, and another
+    sample of the same template, at most twice the size, seldom changes them.
     """
     left_out = [] if left_out is None else left_out
     if _recipients(emails) < k:
