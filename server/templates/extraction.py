@@ -351,9 +351,12 @@ def _stretch_rules(
     return sorted(out, key=lambda r: r.segment)  # before the first block, its rows, ...
 
 
-def form_field_rules(emails: Sequence[ClusterEmail], k: int) -> tuple[FieldRuleValue, ...]:
-    """The field rules of a cluster (>= k distinct recipients; see the module's steps)."""
-    docs = [(e.user, items_of(e.texts)) for e in _spread(emails, MAX_FORM_EMAILS)]
+def form_field_rules(
+    emails: Sequence[ClusterEmail], k: int, limit: int = MAX_FORM_EMAILS
+) -> tuple[FieldRuleValue, ...]:
+    """The field rules of a cluster (>= k distinct recipients; see the module's steps),
+    read from at most `limit` of its emails (spread over it)."""
+    docs = [(e.user, items_of(e.texts)) for e in _spread(emails, min(limit, MAX_FORM_EMAILS))]
     if not docs:
         return ()
     anchors = _anchors(docs, k)

@@ -10,9 +10,15 @@
   `reform_interval_s` per row (a sooner one is deferred to the interval's end, not lost),
   and waits (up to `REFORM_YIELD_S`) while the CPU stage's queue is over half full: it
   shares the worker processes with fingerprinting, and taking them under load would turn
-  into dropped emails. While emails are still queued for that stage, it keeps the field
-  rules this process formed whatever their sample (rules are most of its CPU); a later
-  formation on an idle stage re-forms them. First formations never wait.
+  into dropped emails. First formations never wait for the queue.
+- While emails are queued for the CPU stage, one formation at a time takes a worker
+  process (the others wait for it), and field rules (most of a formation's CPU) wait for
+  an idle stage: a re-formation keeps the rules this process formed whatever their
+  sample, and rules that must form (a new template) read a short sample
+  (`schemes.busy_sample`). A row holding such rules is *provisional*: once the CPU stage
+  has been idle for `IDLE_FOR_S` (`complete`), it re-forms from a full sample. Provisional
+  rows count as waiting formations, so a caller waiting for formations to drain gets the
+  full rules.
 """
 
 from __future__ import annotations
@@ -39,6 +45,12 @@ _log = get_logger("templates.formation")
 REFORM_YIELD_S = 2.0
 """Longest a re-formation waits for a backlogged CPU stage (so re-formations never starve)."""
 _YIELD_POLL_S = 0.05
+_IDLE_POLL_S = 0.1
+"""How often `complete` looks at the CPU stage."""
+IDLE_FOR_S = 0.5
+"""How long the CPU stage stays idle before provisional rows re-form (a paced load leaves
+the queue empty for moments between its requests: re-forming then would only find the
+stage busy again and keep the short-sample rules)."""
 
 
 class Formations:
@@ -71,7 +83,7 @@ class Formations:
         self._backlogged = backlogged
         """Whether the CPU stage is backlogged (re-formations then wait)."""
         self._busy = busy
-        """Whether the CPU stage has work queued (re-formations then keep their rules)."""
+        """Whether the CPU stage has work queued (field rules then wait for an idle stage)."""
         self._clock = clock_s
         # (0 first formation | 1 re-formation, arrival, row key)
         self.queue: asyncio.PriorityQueue[tuple[int, int, bytes]] = asyncio.PriorityQueue(
@@ -100,10 +112,17 @@ class Formations:
         with the count of emails its rules were read from: only those rules may carry over
         to a re-formation (never rules an earlier release or an erasure's re-formation left
         in the store), and only until their sample doubles."""
+        self._busy_slot = asyncio.Lock()
+        """Held by the one formation that runs while the CPU stage is busy."""
+        self.provisional: set[bytes] = set()
+        """Rows whose field rules were read from a busy stage's short sample: re-formed once
+        the CPU stage is idle (`complete`)."""
 
     def waiting(self) -> int:
-        """Formations queued or deferred to the end of their row's re-formation interval."""
-        return self.queue.qsize() + len(self.timers)
+        """Formations queued, deferred to the end of their row's re-formation interval, or
+        waiting for an idle CPU stage (provisional rows not queued yet)."""
+        later = sum(key not in self.pending and key not in self.timers for key in self.provisional)
+        return self.queue.qsize() + len(self.timers) + later
 
     def running(self, key: bytes) -> bool:
         """Whether a formation of `key` has read (or is reading) the row's emails now."""
@@ -151,12 +170,16 @@ class Formations:
         loop = asyncio.get_running_loop()
         while True:
             priority, _, key = await self.queue.get()
-            defer = False
             if priority:
                 await self._yield_to_cpu_stage()
-                # Emails still queued for the CPU stage: the templates re-form, their field
-                # rules (most of the CPU) wait for a formation on an idle stage.
-                defer = self._busy()
+            # Emails still queued for the CPU stage: one formation at a time takes a worker
+            # process, and its field rules (most of its CPU) are kept or read from a short
+            # sample until the stage is idle (as many provisional rows as the template cache
+            # holds, at most).
+            busy = self._busy()
+            defer = busy and len(self.provisional) < self._s.template_cache_size
+            if busy:
+                await self._busy_slot.acquire()
             self._recent.put(key, self._clock())
             self._running.add(key)
             formed = False
@@ -188,6 +211,10 @@ class Formations:
                         t.template_id not in known for t in result.templates
                     )
                     formed = True
+                if 0 in result.read.values():  # rules read from a busy stage's short sample
+                    self.provisional.add(key)
+                else:
+                    self.provisional.discard(key)
                 loom = self._params.scheme == "loom"
                 self._rows.formed(
                     key,
@@ -201,7 +228,10 @@ class Formations:
                 )
             except Exception as exc:  # LoomError, a broken pool: logged, never raised
                 _log.warning("formation failed", error=type(exc).__name__)
+                self.provisional.discard(key)  # its next trigger re-forms it
             finally:
+                if busy:
+                    self._busy_slot.release()
                 self.pending.discard(key)
                 self._running.discard(key)
                 dirty = self._dirty.pop(key, None)
@@ -210,6 +240,26 @@ class Formations:
                     self.schedule(key, first=dirty and not formed and self._untemplated(key))
                 with contextlib.suppress(ValueError):
                     self.queue.task_done()
+
+    async def complete(self) -> None:
+        """Re-forms provisional rows, forever: once the CPU stage has been idle for
+        `IDLE_FOR_S`, every one not already queued is (its short-sample rules then re-form:
+        `form_templates`)."""
+        idle_since: float | None = None
+        while True:
+            await asyncio.sleep(_IDLE_POLL_S)
+            if self._busy():
+                idle_since = None
+                continue
+            now = self._clock()
+            idle_since = now if idle_since is None else idle_since
+            if not self.provisional or now - idle_since < IDLE_FOR_S:
+                continue
+            for key in list(self.provisional):
+                if self.queue.full():
+                    break
+                if not self.busy(key):
+                    self.schedule(key, first=False)
 
     def forget(self, key: bytes) -> None:
         """Row `key`'s templates were re-formed elsewhere (an erasure): none is settled."""

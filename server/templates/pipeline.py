@@ -109,6 +109,7 @@ class Pipeline:
             WorkerPool("templates-cpu", 2 * settings.cpu_workers, self._cpu_work),
             WorkerPool("templates-io", settings.io_concurrency, self._io_work),
             WorkerPool("templates-form", settings.formation_workers, self.formations.work),
+            WorkerPool("templates-complete", 1, self.formations.complete),
         ]
 
     @property

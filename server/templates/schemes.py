@@ -69,6 +69,10 @@ SIGNATURE_SLACK = 20
 """A template's signature is the text all its emails have, but one in every this many may
 lack a token (a misparsed or stray email must not erase it); an optional block (in ~80 %
 of instances) stays out."""
+BUSY_RULES_EMAILS = 10
+"""While emails wait for the CPU stage (`form_templates`' `defer_rules`), field rules that
+must form read at most this many emails, or 2k (`busy_sample`): a first formation then
+costs the CPU stage a third less, and its rules re-form from a full sample on an idle stage."""
 KEEP_ID = 0.5
 """A re-formed template keeps a previous template's id when they share at least this share
 of the smaller signature (the same template, grown or trimmed by new emails)."""
@@ -123,10 +127,11 @@ def _template(  # noqa: PLR0917 - a private assembler of one value
     p: SchemeParams,
     signature: tuple[str, ...],
     rules: tuple[FieldRuleValue, ...] | None = None,
+    rules_from: int = MAX_FORM_EMAILS,
 ) -> TemplateValue:
     cluster = Cluster(emails, k)
     if rules is None:
-        rules = field_rules(cluster)
+        rules = field_rules(cluster, rules_from)
     senders = {e.sender for e in emails}
     sender = max(senders, key=lambda s: (sum(e.sender == s for e in emails), s))
     return TemplateValue(
@@ -212,6 +217,11 @@ def _ids(
 _NONE_SETTLED: Mapping[str, int] = {}
 
 
+def busy_sample(k: int) -> int:
+    """The emails field rules are read from at most while the CPU stage is busy."""
+    return max(BUSY_RULES_EMAILS, 2 * k)
+
+
 def form_templates(  # noqa: PLR0917 - FormTemplate(h)'s inputs, then out-parameters
     key: bytes,
     emails: Sequence[ClusterEmail],
@@ -240,10 +250,14 @@ def form_templates(  # noqa: PLR0917 - FormTemplate(h)'s inputs, then out-parame
     `email_count` says how many emails it held, not how many its kept rules were read from.
     `defer_rules` keeps every settled template's rules whatever their sample (the formation
     stage passes it while emails are queued for the CPU stage): their count stays theirs,
-    so a later formation re-forms them. So a growing template's rules re-form each time
-    their sample doubles, not at every growth of its row, and never again once read from
-    over half a full sample: field rules cost most of a re-formation's CPU, and another
-    sample of the same template, at most twice the size, seldom changes them.
+    so a later formation re-forms them. Rules that must form then (a new template, changed
+    signature) read at most `busy_sample(k)` emails, and when that is fewer than they would
+    read on an idle stage their count is 0: the next formation without `defer_rules` re-forms
+    them whatever the row's size (the formation stage schedules it once the stage is idle).
+    So a growing template's rules re-form each time their sample doubles, not at every
+    growth of its row, and never again once read from over half a full sample: field rules
+    cost most of a re-formation's CPU, and another sample of the same template, at most
+    twice the size, seldom changes them.
     """
     left_out = [] if left_out is None else left_out
     if _recipients(emails) < k:
@@ -275,6 +289,7 @@ def form_templates(  # noqa: PLR0917 - FormTemplate(h)'s inputs, then out-parame
         signatures.append(signature)
     ids = _ids(key, signatures, [t for t in previous if t.signature])
     kept = {t.template_id: t for t in previous if t.template_id in settled}
+    limit = busy_sample(k) if defer_rules else MAX_FORM_EMAILS
     out = []
     for template_id, group, signature in zip(ids, groups, signatures, strict=True):
         rules = _kept_rules(
@@ -284,11 +299,11 @@ def form_templates(  # noqa: PLR0917 - FormTemplate(h)'s inputs, then out-parame
             len(group),
             defer=defer_rules,
         )
-        out.append(
-            _template(template_id, key, [emails[i] for i in group], k, now_ms, p, signature, rules)
-        )
+        members = [emails[i] for i in group]
+        out.append(_template(template_id, key, members, k, now_ms, p, signature, rules, limit))
         if read is not None:
-            fresh = min(len(group), MAX_FORM_EMAILS)
+            full = min(len(group), MAX_FORM_EMAILS)
+            fresh = full if limit >= full else 0  # 0: read from a busy stage's short sample
             read[template_id] = fresh if rules is None else settled[template_id]
     out.sort(key=lambda t: (-len(t.signature), t.template_id))
     return out

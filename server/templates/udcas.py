@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from server.templates.extraction import form_field_rules
+from server.templates.extraction import MAX_FORM_EMAILS, form_field_rules
 from server.templates.fingerprint import PIECE_SEP
 from server.templates.model import ClusterEmail, FieldRuleValue
 from server.templates.values import date_order
@@ -325,13 +325,14 @@ def vertical_of_text(fixed: str, subjects: Sequence[str], patterns: Patterns | N
     return label if count / len(subjects) >= VERTICAL_THRESHOLD else "other"
 
 
-def field_rules(cluster: Cluster) -> tuple[FieldRuleValue, ...]:
-    """Where the cluster's variable spans lie, their labels and types (`extraction`).
+def field_rules(cluster: Cluster, limit: int = MAX_FORM_EMAILS) -> tuple[FieldRuleValue, ...]:
+    """Where the cluster's variable spans lie, their labels and types (`extraction`), read
+    from at most `limit` of its emails.
 
     Only positions, fixed tokens and labels that >= k recipients' emails hold are recorded,
     never values, so a rule reveals nothing of any recipient.
     """
-    return form_field_rules(cluster.emails, cluster.k)
+    return form_field_rules(cluster.emails, cluster.k, limit)
 
 
 UDCAS: dict[str, Udca] = {

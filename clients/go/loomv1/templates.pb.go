@@ -1128,7 +1128,9 @@ type InductionStats struct {
 	CpuQueueDepth int64 `protobuf:"varint,11,opt,name=cpu_queue_depth,json=cpuQueueDepth,proto3" json:"cpu_queue_depth,omitempty"`
 	// Emails waiting for the I/O stage now.
 	IoQueueDepth int64 `protobuf:"varint,12,opt,name=io_queue_depth,json=ioQueueDepth,proto3" json:"io_queue_depth,omitempty"`
-	// Formations waiting now (queued, or deferred by the re-formation interval).
+	// Formations waiting now (queued, deferred by the re-formation interval, or rows whose
+	// field rules were read from a short sample while the CPU stage was busy, re-formed once
+	// it is idle).
 	FormationQueueDepth int64 `protobuf:"varint,13,opt,name=formation_queue_depth,json=formationQueueDepth,proto3" json:"formation_queue_depth,omitempty"`
 	unknownFields       protoimpl.UnknownFields
 	sizeCache           protoimpl.SizeCache

@@ -3,11 +3,7 @@ real I/O stage on the real embedded store (no fakes)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
-
-import pytest
 
 from server.templates.erasure import Erasure
 from server.templates.model import EmailIn
@@ -18,17 +14,6 @@ from server.templates.work import ToStore, fingerprint_for_store
 from storage.sqlite.templates import SqliteTemplateStore
 
 HTML = "<html><body><p>Hi there,</p><p>Your order shipped.</p></body></html>"
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SqliteTemplateStore]:
-    s = await SqliteTemplateStore.open(
-        tmp_path / "t.sqlite3", email_ttl_s=3600, synchronous="NORMAL"
-    )
-    try:
-        yield s
-    finally:
-        await s.close()
 
 
 async def test_held_recipients_emails_are_not_stored(store: SqliteTemplateStore) -> None:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
-from server.templates.extraction import MAX_FORM_EMAILS
+from server.templates.extraction import MAX_FORM_EMAILS, form_field_rules
 from server.templates.fingerprint import minhash, parse_structure
 from server.templates.model import ClusterEmail, TemplateValue
 from server.templates.schemes import (
     SchemeParams,
     _ids,
+    busy_sample,
     form_templates,
     keys_for,
     match_template,
@@ -125,6 +126,35 @@ class TestSchemes:
             )
             assert (again.field_rules is previous[0].field_rules) == kept
             assert read == ({tid: 6} if kept else {tid: 30})
+
+    def test_rules_formed_on_a_busy_stage_read_a_short_sample_then_re_form(self) -> None:
+        """With emails queued for the CPU stage, a new template's field rules read at most
+        `busy_sample(k)` emails and count as read from none, so the next formation on an idle
+        stage re-forms them from the full sample whatever the row's size; a formation still
+        on a busy stage keeps them. A template no larger than the short sample is read
+        whole and is final."""
+        rng = random.Random(8)
+        made = [receipt(rng, NAMES[i % 12]) for i in range(30)]
+        emails = cluster_emails(made, [f"u{i}" for i in range(len(made))])
+        (idle,) = form_templates(b"k", emails, 5, 0, P)
+        read: dict[str, int] = {}
+        (busy,) = form_templates(b"k", emails, 5, 0, P, None, (), {}, read, defer_rules=True)
+        assert busy.template_id == idle.template_id
+        assert read == {busy.template_id: 0}
+        assert busy.field_rules == form_field_rules(emails, 5, busy_sample(5))
+        assert busy.field_rules != idle.field_rules
+        for defer, rules, count in ((True, busy.field_rules, 0), (False, idle.field_rules, 30)):
+            again: dict[str, int] = {}
+            (t,) = form_templates(
+                b"k", emails, 5, 0, P, None, [busy], read, again, defer_rules=defer
+            )
+            assert t.field_rules == rules
+            assert again == {busy.template_id: count}
+        small: dict[str, int] = {}
+        (t,) = form_templates(
+            b"k", emails[: busy_sample(5)], 5, 0, P, None, (), {}, small, defer_rules=True
+        )
+        assert small == {t.template_id: busy_sample(5)}
 
     def test_loom_keys_carry_the_sender(self) -> None:
         """Same structure from two senders: disjoint keys; the paper's ignore the sender."""

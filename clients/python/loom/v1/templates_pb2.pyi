@@ -628,7 +628,10 @@ class InductionStats(_message.Message):
     io_queue_depth: _builtins.int
     """Emails waiting for the I/O stage now."""
     formation_queue_depth: _builtins.int
-    """Formations waiting now (queued, or deferred by the re-formation interval)."""
+    """Formations waiting now (queued, deferred by the re-formation interval, or rows whose
+    field rules were read from a short sample while the CPU stage was busy, re-formed once
+    it is idle).
+    """
     def __init__(
         self,
         *,

@@ -320,7 +320,11 @@ export interface InductionStats {
   cpuQueueDepth: string;
   /** Emails waiting for the I/O stage now. */
   ioQueueDepth: string;
-  /** Formations waiting now (queued, or deferred by the re-formation interval). */
+  /**
+   * Formations waiting now (queued, deferred by the re-formation interval, or rows whose
+   * field rules were read from a short sample while the CPU stage was busy, re-formed once
+   * it is idle).
+   */
   formationQueueDepth: string;
 }
 
