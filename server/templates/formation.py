@@ -16,9 +16,10 @@
   an idle stage: a re-formation keeps the rules this process formed whatever their
   sample, and rules that must form (a new template) read a short sample
   (`schemes.busy_sample`). A row holding such rules is *provisional*: once the CPU stage
-  has been idle for `IDLE_FOR_S` (`complete`), it re-forms from a full sample. Provisional
-  rows count as waiting formations, so a caller waiting for formations to drain gets the
-  full rules.
+  has been idle for `IDLE_FOR_S` (`complete`), or once it has been provisional for
+  `PROVISIONAL_MAX_S` however busy the stage (a load that never lets it idle), it re-forms
+  from a full sample. Provisional rows count as waiting formations, so a caller waiting for
+  formations to drain gets the full rules.
 """
 
 from __future__ import annotations
@@ -51,6 +52,9 @@ IDLE_FOR_S = 0.5
 """How long the CPU stage stays idle before provisional rows re-form (a paced load leaves
 the queue empty for moments between its requests: re-forming then would only find the
 stage busy again and keep the short-sample rules)."""
+PROVISIONAL_MAX_S = 60.0
+"""Longest a row keeps rules read from a busy stage's short sample: then it re-forms from
+the full sample even while the stage stays busy (one formation at a time still)."""
 
 
 class Formations:
@@ -114,9 +118,9 @@ class Formations:
         in the store), and only until their sample doubles."""
         self._busy_slot = asyncio.Lock()
         """Held by the one formation that runs while the CPU stage is busy."""
-        self.provisional: set[bytes] = set()
-        """Rows whose field rules were read from a busy stage's short sample: re-formed once
-        the CPU stage is idle (`complete`)."""
+        self.provisional: dict[bytes, float] = {}
+        """Rows whose field rules were read from a busy stage's short sample (each with when
+        it first was): re-formed once the CPU stage is idle, or overdue (`complete`)."""
 
     def waiting(self) -> int:
         """Formations queued, deferred to the end of their row's re-formation interval, or
@@ -177,7 +181,11 @@ class Formations:
             # sample until the stage is idle (as many provisional rows as the template cache
             # holds, at most).
             busy = self._busy()
-            defer = busy and len(self.provisional) < self._s.template_cache_size
+            defer = (
+                busy
+                and len(self.provisional) < self._s.template_cache_size
+                and not self._overdue(key)
+            )
             if busy:
                 await self._busy_slot.acquire()
             self._recent.put(key, self._clock())
@@ -212,9 +220,9 @@ class Formations:
                     )
                     formed = True
                 if 0 in result.read.values():  # rules read from a busy stage's short sample
-                    self.provisional.add(key)
+                    self.provisional.setdefault(key, self._clock())
                 else:
-                    self.provisional.discard(key)
+                    self.provisional.pop(key, None)
                 loom = self._params.scheme == "loom"
                 self._rows.formed(
                     key,
@@ -228,7 +236,7 @@ class Formations:
                 )
             except Exception as exc:  # LoomError, a broken pool: logged, never raised
                 _log.warning("formation failed", error=type(exc).__name__)
-                self.provisional.discard(key)  # its next trigger re-forms it
+                self.provisional.pop(key, None)  # its next trigger re-forms it
             finally:
                 if busy:
                     self._busy_slot.release()
@@ -242,24 +250,28 @@ class Formations:
                     self.queue.task_done()
 
     async def complete(self) -> None:
-        """Re-forms provisional rows, forever: once the CPU stage has been idle for
-        `IDLE_FOR_S`, every one not already queued is (its short-sample rules then re-form:
-        `form_templates`)."""
+        """Re-forms provisional rows, forever: every one not already queued once the CPU
+        stage has been idle for `IDLE_FOR_S`, and an overdue one (`PROVISIONAL_MAX_S`)
+        whatever the stage (their short-sample rules then re-form: `form_templates`)."""
         idle_since: float | None = None
         while True:
             await asyncio.sleep(_IDLE_POLL_S)
+            now = self._clock()
             if self._busy():
                 idle_since = None
-                continue
-            now = self._clock()
-            idle_since = now if idle_since is None else idle_since
-            if not self.provisional or now - idle_since < IDLE_FOR_S:
-                continue
-            for key in list(self.provisional):
-                if self.queue.full():
+            elif idle_since is None:
+                idle_since = now
+            idle = idle_since is not None and now - idle_since >= IDLE_FOR_S
+            for key in self.provisional:  # oldest first: the overdue are a prefix
+                if self.queue.full() or not (idle or self._overdue(key)):
                     break
                 if not self.busy(key):
                     self.schedule(key, first=False)
+
+    def _overdue(self, key: bytes) -> bool:
+        """Whether row `key` has kept short-sample rules for `PROVISIONAL_MAX_S`."""
+        since = self.provisional.get(key)
+        return since is not None and self._clock() - since >= PROVISIONAL_MAX_S
 
     def forget(self, key: bytes) -> None:
         """Row `key`'s templates were re-formed elsewhere (an erasure): none is settled."""

@@ -5,12 +5,16 @@ re-forms once the stage is idle."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
+from collections.abc import AsyncIterator, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 
-from server.templates.model import EmailIn, decode_templates
+from server.templates.formation import PROVISIONAL_MAX_S
+from server.templates.model import EmailIn, TemplateValue, decode_templates
 from server.templates.pipeline import Pipeline
 from server.templates.schemes import SchemeParams, busy_sample
 from server.templates.settings import TemplatesSettings
@@ -39,6 +43,25 @@ def _batch(sender: str, n: int, seed: int) -> list[tuple[EmailIn, ToStore]]:
     return out
 
 
+@contextlib.asynccontextmanager
+async def _tasks(*work: Callable[[], Coroutine[Any, Any, None]]) -> AsyncIterator[None]:
+    """Runs each coroutine function as a task for the block, cancelled after it."""
+    tasks = [asyncio.create_task(w()) for w in work]
+    try:
+        yield
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _rules(store: SqliteTemplateStore, row: bytes) -> tuple[TemplateValue, TemplateValue]:
+    """The row's one stored template, and the one a formation over every stored email forms."""
+    (stored,) = decode_templates((await store.get_templates([row]))[row])
+    (whole,) = form_row(row, await store.get_emails(row, 100), 5, 0, PARAMS).templates
+    return stored, whole
+
+
 async def test_rules_read_on_a_busy_stage_re_form_once_it_is_idle(
     store: SqliteTemplateStore,
 ) -> None:
@@ -50,8 +73,7 @@ async def test_rules_read_on_a_busy_stage_re_form_once_it_is_idle(
     with ThreadPoolExecutor(1) as executor:
         pipeline = Pipeline(store, SETTINGS, executor, PARAMS)
         formations = pipeline.formations
-        tasks = [asyncio.create_task(formations.work()), asyncio.create_task(formations.complete())]
-        try:
+        async with _tasks(formations.work, formations.complete):
             pipeline.cpu_queue.offer([batch[0][0]])  # an email waiting: the stage is busy
             await pipeline._check_eligibility(batch)  # 30 emails at once: one first formation
 
@@ -71,14 +93,7 @@ async def test_rules_read_on_a_busy_stage_re_form_once_it_is_idle(
                 return formations.waiting() == 0 and not formations.pending
 
             await eventually(completed, bool, what="the provisional row re-formed")
-            (final,) = decode_templates((await store.get_templates([row]))[row])
-            payloads = await store.get_emails(row, 100)
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-    assert len(payloads) == len(batch)
-    (whole,) = form_row(row, payloads, 5, 0, PARAMS).templates
+            final, whole = await _rules(store, row)
     assert final.template_id == busy.template_id
     assert busy.field_rules != whole.field_rules
     assert final.field_rules == whole.field_rules
@@ -106,9 +121,7 @@ async def test_a_busy_stage_runs_one_formation_at_a_time(
                 most = max(most, len(formations._running))
                 await asyncio.sleep(0)
 
-        tasks = [asyncio.create_task(formations.work()) for _ in range(4)]
-        tasks.append(asyncio.create_task(watch()))
-        try:
+        async with _tasks(*[formations.work] * 4, watch):
             await pipeline._check_eligibility([item for row in rows for item in row])
             assert len(formations.pending) == len(rows)
 
@@ -116,10 +129,41 @@ async def test_a_busy_stage_runs_one_formation_at_a_time(
                 return len(formations.pending)
 
             await eventually(left, lambda n: n == 0, what="every row formed")
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
     formed = await store.get_templates([row[0][1].keys[0] for row in rows])
     assert len(formed) == len(rows)
     assert most == 1 if busy else most >= 2
+
+
+async def test_short_sample_rules_re_form_when_overdue_however_busy_the_stage(
+    store: SqliteTemplateStore,
+) -> None:
+    """A load that never lets the CPU stage idle: a provisional row still re-forms from the
+    full sample once it has been provisional for `PROVISIONAL_MAX_S`, the stage busy."""
+    batch = _batch("s@shop.example", 30, 11)
+    row = batch[0][1].keys[0]
+    now = [1_000.0]
+    with ThreadPoolExecutor(1) as executor:
+        pipeline = Pipeline(store, SETTINGS, executor, PARAMS, clock=lambda: now[0])
+        formations = pipeline.formations
+        async with _tasks(formations.work, formations.complete):
+            pipeline.cpu_queue.offer([batch[0][0]])  # busy, and stays busy
+            await pipeline._check_eligibility(batch)
+
+            async def provisional() -> bool:
+                return row in formations.provisional and not formations.pending
+
+            await eventually(provisional, bool, what="a short-sample formation")
+            (short,) = decode_templates((await store.get_templates([row]))[row])
+            now[0] += PROVISIONAL_MAX_S - 1
+            await asyncio.sleep(0.3)  # polls before it is due: nothing re-forms
+            assert row in formations.provisional
+            now[0] += 1
+
+            async def completed() -> bool:
+                return row not in formations.provisional and not formations.pending
+
+            await eventually(completed, bool, what="the overdue row re-formed")
+            assert pipeline.cpu_queue.qsize() == 1
+            final, whole = await _rules(store, row)
+    assert short.field_rules != whole.field_rules
+    assert final.field_rules == whole.field_rules
