@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from server.runtime.workers import WorkerPool
 from server.templates.formation import PROVISIONAL_MAX_S
 from server.templates.model import EmailIn, TemplateValue, decode_templates
 from server.templates.pipeline import Pipeline
@@ -45,14 +46,16 @@ def _batch(sender: str, n: int, seed: int) -> list[tuple[EmailIn, ToStore]]:
 
 @contextlib.asynccontextmanager
 async def _tasks(*work: Callable[[], Coroutine[Any, Any, None]]) -> AsyncIterator[None]:
-    """Runs each coroutine function as a task for the block, cancelled after it."""
-    tasks = [asyncio.create_task(w()) for w in work]
+    """Runs each coroutine function as a task for the block (the stages' own `WorkerPool`),
+    stopped after it."""
+    pools = [WorkerPool(f"test-{i}", 1, w) for i, w in enumerate(work)]
+    for pool in pools:
+        pool.start()
     try:
         yield
     finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        for pool in pools:
+            await pool.stop()
 
 
 async def _rules(store: SqliteTemplateStore, row: bytes) -> tuple[TemplateValue, TemplateValue]:
