@@ -254,6 +254,7 @@ def value_for(name: str, rng: random.Random, constants: dict[str, str], order: s
 _DIGIT_RUN = re.compile(r"(?<![\w@.])\(?\d(?:[\d\-.()/ ]*\d)?(?![\w@])")
 _ROW_RUN = re.compile(r"((<tr>\s*(?:<td>[^<]*</td>\s*)+</tr>)\s*)(?:\2\s*)+")
 _DIGITS = re.compile(r">([^<]*\d[^<]*)<")
+_HIDDEN = re.compile(r"<(style|script)\b.*?</\1\s*>|<!--.*?-->", re.S | re.I)
 _EMAIL = re.compile(r"[\w.]+@[\w.]+\.\w+")
 
 
@@ -332,12 +333,15 @@ def _static(source: str, rng: random.Random, choices: Choices, record: Record) -
         if m.group(1) in kept or any(k in m.group(1) for k in kept if "@" in k):
             return m.group(0)
         text = re.sub(r"\d", lambda _: str(rng.randint(0, 9)), m.group(1))
+        if any(a <= m.start() < b for a, b in hidden):
+            return f">{text}<"  # a stylesheet's digits: redrawn, but no value a reader sees
         # The values are the redrawn digit runs (a phone number, a postcode), not the text
         # around them, which every instance shares.
         for run in _DIGIT_RUN.findall(html_lib.unescape(text)):
             found.append(("number", run, ""))
         return f">{text}<"
 
+    hidden = [m.span() for m in _HIDDEN.finditer(html)]
     html = _DIGITS.sub(digits, html)
 
     def greeting(m: re.Match[str]) -> str:

@@ -127,6 +127,20 @@ def test_static_line_items_are_rows() -> None:
     assert all(v.value in text for v in values)
 
 
+def test_static_digits_in_a_stylesheet_are_no_values() -> None:
+    """A compiled demo's stylesheet digits (``padding-bottom: 9``) are redrawn with its text,
+    but only the digits a reader sees (a telephone number) are recorded as values."""
+    source = (
+        "<html><head><style>.a { padding-bottom: 9; margin: 1 }</style></head>"
+        "<body><!-- v 2 --><p>Call 408-341-0600</p></body></html>"
+    )
+    t = SourceTemplate("foundation", "basic", "s@x.example", source, syntax="static")
+    doc, values = _render(t)
+    assert [v.name for v in values] == ["number"]
+    assert re.fullmatch(r"\d{3}-\d{3}-\d{4}", values[0].value)
+    assert values[0].value in _text(doc)
+
+
 def test_mailgen_table_rows_are_recorded() -> None:
     """Mailgen's table rows are recorded per row (table#i) with their values, in order."""
     spec = {
