@@ -25,6 +25,7 @@ from typing import NamedTuple
 __all__ = [
     "HOLE",
     "MAX_TOKENS",
+    "PHONE",
     "USUAL_SHARE",
     "Pattern",
     "Token",
@@ -65,6 +66,13 @@ _MONEY = (
     r"|(?:USD|EUR|GBP)\s?-?\d[\d,]*(?:\.\d{1,2})?"
 )
 _TIME = r"\d{1,2}:\d{2}(?::\d{2})?(?:\s?(?i:[ap]\.?m\.?)(?!\w))?"
+PHONE = (
+    r"(?<![\w+])(?:\+\d{1,3}[\s.\-]?\d{1,4}(?:[\s.\-]\d{2,4}){1,4}"
+    r"|\(\d{3}\)[\s.\-]?\d{3}[.\-]\d{4}"
+    r"|\d{3}(?P<psep>[.\-])\d{3}(?P=psep)\d{4})(?![\w]|[.\-]\d)"
+)
+"""A telephone number, one token however it groups its digits: ``(408) 341-0600``,
+``992.248.0604``, ``+44 20 7946 0958`` (a shipping address's or a support line's)."""
 _URL = r"(?P<url>(?:https?://|www\.)[^\s#]*[^\s.,!?;:)\]\"”#])"
 _WORD_PUNCT = (
     r"|(?P<word>(?!['\u2018\u2019])[^\s#:;,()\[\]|\"“”•·\u2013\u2014@]*"
@@ -75,13 +83,13 @@ _WORD_PUNCT = (
 """A word, or one punctuation mark. A single quote inside a word stays there (``don't``,
 ``O'Brien``); one opening or closing a word is a mark of its own, as double quotes are, so
 ``'printer on fire'`` is a value between two fixed quotes."""
-_TOKEN = re.compile(
-    rf"(?P<date>{_DATE})"
-    rf"|(?P<money>{_MONEY})"
-    rf"|{_URL}"
-    rf"|(?P<time>{_TIME})"
+_TYPED_TOKENS = rf"(?P<date>{_DATE})|(?P<money>{_MONEY})|{_URL}|(?P<time>{_TIME})"
+_NUMBER_WORD_PUNCT = (
     r"|(?P<number>-?\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?=[-\u2013][^\W\d]))" + _WORD_PUNCT
 )
+_TOKEN = re.compile(_TYPED_TOKENS + rf"|(?P<phone>{PHONE})" + _NUMBER_WORD_PUNCT)
+_TOKEN_NO_PHONE = re.compile(_TYPED_TOKENS + _NUMBER_WORD_PUNCT)
+"""`_TOKEN` as it was before telephone numbers were one token (`match` falls back on it)."""
 _TOKEN_NO_DIGITS = re.compile(_URL + _WORD_PUNCT)
 """`_TOKEN` for a text without digits, where its date, money, time and number
 alternatives (each needs a digit) never match: the same tokens, fewer tries per position."""
@@ -101,24 +109,35 @@ class Token(NamedTuple):
     end: int
 
 
+def _tokens(text: str, pattern: re.Pattern[str]) -> tuple[Token, ...]:
+    out: list[Token] = []
+    make = tuple.__new__  # Token(...) without NamedTuple's per-call argument handling
+    for m in pattern.finditer(text):
+        kind = m.lastgroup or "word"
+        if kind == "dsep":  # the date's separator group is the last to close
+            kind = "date"
+        elif kind == "psep":
+            kind = "phone"
+        start, end = m.span()
+        out.append(make(Token, (m.group(), kind, start, end)))
+        if len(out) == MAX_TOKENS:
+            break
+    return tuple(out)
+
+
 @functools.lru_cache(maxsize=65_536)
 def tokenize(text: str) -> tuple[Token, ...]:
     """The tokens of `text` (at most `MAX_TOKENS`), whitespace between them dropped.
 
     Cached: a template's fixed texts recur in every email of a cluster and of annotation.
     """
-    out: list[Token] = []
-    make = tuple.__new__  # Token(...) without NamedTuple's per-call argument handling
-    pattern = _TOKEN if _DIGIT.search(text) else _TOKEN_NO_DIGITS
-    for m in pattern.finditer(text):
-        kind = m.lastgroup or "word"
-        if kind == "dsep":  # the date's separator group is the last to close
-            kind = "date"
-        start, end = m.span()
-        out.append(make(Token, (m.group(), kind, start, end)))
-        if len(out) == MAX_TOKENS:
-            break
-    return tuple(out)
+    return _tokens(text, _TOKEN if _DIGIT.search(text) else _TOKEN_NO_DIGITS)
+
+
+@functools.lru_cache(maxsize=4_096)
+def _tokenize_without_phones(text: str) -> tuple[Token, ...]:
+    """`tokenize` as it cut texts before telephone numbers were one token."""
+    return _tokens(text, _TOKEN_NO_PHONE)
 
 
 def _lcs(a: Sequence[str], b: Sequence[str]) -> list[str]:
@@ -214,10 +233,18 @@ def usual_tokens(held: Sequence[frozenset[str]]) -> frozenset[str]:
 def match(pattern: Pattern, text: str) -> tuple[str, ...] | None:
     """The text of each hole of `pattern` in `text` ("" for an empty hole), or None when
     the pattern's fixed tokens are not all there, in order. Cached: annotation asks it twice
-    of an item (which column it fits, then its holes), and a layout's texts recur."""
+    of an item (which column it fits, then its holes), and a layout's texts recur.
+
+    A pattern stored before telephone numbers were one token may hold a number's ``(`` and
+    ``)`` as fixed tokens: when the text has a telephone number and the pattern does not
+    fit, the text is cut again as it was then, so templates formed before keep their fields
+    until they re-form."""
     tokens = tokenize(text)
     fixed = [t for t in pattern if t is not None]
     at = _align(fixed, tokens)
+    if at is None and any(t.kind == "phone" for t in tokens):
+        tokens = _tokenize_without_phones(text)
+        at = _align(fixed, tokens)
     if at is None:
         return None
     out: list[str] = []

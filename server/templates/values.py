@@ -2,8 +2,8 @@
 
 The paper's field classifiers "utilize generic annotations, such as dates, times, and
 addresses to focus on promising XPaths"; these are those generic annotations, as rules:
-a value is a date, money, a number, an id (order / tracking / confirmation), a URL, an
-email address, a person's name, or text. Dates: ``1/2/2019`` is ambiguous, so a template
+a value is a date, money, a telephone number, a number, an id (order / tracking /
+confirmation), a URL, an email address, a person's name, or text. Dates: ``1/2/2019`` is ambiguous, so a template
 learns its day/month order from its unambiguous dates (`date_order`) and applies it here.
 """
 
@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+
+from server.templates.spans import PHONE
 
 __all__ = ["DATE_ORDERS", "classify", "date_order", "normalize"]
 
@@ -31,6 +33,7 @@ _WORD_DATE = re.compile(
 _MONEY = re.compile(
     r"^(?:[$€£¥]\s?-?[\d,]+(?:\.\d{1,2})?|-?[\d,]+(?:\.\d{1,2})?\s?(?:USD|EUR|GBP|[$€£]))$"
 )
+_PHONE = re.compile(rf"^(?:{PHONE})$")
 _NUMBER = re.compile(r"^-?\d[\d,]*(?:\.\d+)?$")
 _ID = re.compile(r"^#?(?=[A-Z0-9\-]*\d)[A-Z0-9][A-Z0-9\-]{5,39}$", re.IGNORECASE)
 _URL = re.compile(r"^(?:https?://|www\.)\S+$", re.IGNORECASE)
@@ -53,6 +56,8 @@ def classify(value: str) -> str:  # noqa: PLR0911 - one return per type reads be
         return "date"
     if _MONEY.match(v):
         return "money"
+    if _PHONE.match(v):
+        return "phone"
     if _NUMBER.match(v):
         return "number"
     if _URL.match(v):
@@ -96,7 +101,7 @@ def _iso(year: int, month: int, day: int) -> str:
 def normalize(value: str, kind: str, order: str = "") -> str:  # noqa: PLR0911
     """`value` in a canonical form for its `kind` ("" when it does not parse).
 
-    Dates become ISO 8601; an ambiguous numeric date (both numbers <= 12) is read in the
+    Dates become ISO 8601, a telephone number its digits (``+`` kept); an ambiguous numeric date (both numbers <= 12) is read in the
     template's `order` and left empty when the template has none.
     """
     v = value.strip()
@@ -132,4 +137,6 @@ def normalize(value: str, kind: str, order: str = "") -> str:  # noqa: PLR0911
             return str(float(digits)) if "." in digits else str(int(digits))
         except ValueError:
             return ""
+    if kind == "phone":
+        return ("+" if v.startswith("+") else "") + re.sub(r"\D", "", v)
     return v

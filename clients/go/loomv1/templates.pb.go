@@ -339,11 +339,12 @@ type ExtractedField struct {
 	Xpath string `protobuf:"bytes,1,opt,name=xpath,proto3" json:"xpath,omitempty"`
 	// This email's value: the span only, without the template's fixed words.
 	Value string `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
-	// The rule's type: date, money, number, id, url, email, name or text.
+	// The rule's type: date, money, phone, number, id, url, email, name or text.
 	Type string `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
 	// The value normalised by type: ISO 8601 for a date (read with the
 	// template's date format when ambiguous), a plain decimal for money and
-	// numbers; empty when it does not parse.
+	// numbers, the digits (with a leading `+` if written) for a phone number;
+	// empty when it does not parse.
 	Normalized string `protobuf:"bytes,4,opt,name=normalized,proto3" json:"normalized,omitempty"`
 	// The template's fixed text that introduces the field ("Order #", "Total",
 	// "Ship to"): its fixed words in the same node, else the nearest fixed text
@@ -636,7 +637,7 @@ type FieldRule struct {
 	// The field's node's XPath (tag names with indices) in most of the template's
 	// emails: an example; annotation locates the node as described above.
 	Xpath string `protobuf:"bytes,1,opt,name=xpath,proto3" json:"xpath,omitempty"`
-	// date, money, number, id, url, email, name or text.
+	// date, money, phone, number, id, url, email, name or text.
 	Type string `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
 	// The fixed text that introduces the field (see ExtractedField.label).
 	Label string `protobuf:"bytes,3,opt,name=label,proto3" json:"label,omitempty"`

@@ -129,7 +129,8 @@ class TestSpans:
         """Tokenizing skips the typed alternatives where no digit (any script's) can start
         one; the tokens are the full pattern's all the same."""
         full = [(m.group(), m.lastgroup) for m in _TOKEN.finditer(text)]
-        full = [(t, "date" if kind == "dsep" else kind or "word") for t, kind in full]
+        seps = {"dsep": "date", "psep": "phone"}
+        full = [(t, seps.get(kind or "word", kind or "word")) for t, kind in full]
         assert [(t.text, t.kind) for t in tokenize.__wrapped__(text)] == full
 
     @settings(max_examples=300, deadline=None)
@@ -185,6 +186,23 @@ class TestSpans:
             "https://a.example/x",
             ".",
         ]
+
+    def test_a_telephone_number_is_one_value_and_old_patterns_still_match(self) -> None:
+        """``(331)-258-1535`` is one token, so its brackets are not fixed text cutting it
+        into two fields; a pattern formed when they were (``(`` … ``)`` …) still reads the
+        number as it did. Card numbers, dates and short digit groups are no telephone."""
+        values = (
+            "Call us at (331)-258-1535",
+            "Call us at 992.248.0604",
+            "Call us at +44 20 7946 0958",
+        )
+        p = build_pattern([tokenize(v) for v in values])
+        assert p == ("Call", "us", "at", None)
+        assert match(p, "Call us at (408) 341-0600") == ("(408) 341-0600",)
+        assert [t.kind for t in tokenize("(408) 341-0600 887-623-2860")] == ["phone", "phone"]
+        assert match(("(", None, ")", None), "(331)-258-1535") == ("331", "-258-1535")
+        for text in ("4242-4242-4242-4242", "123-45-6789", "12-03-2026", "1,234", "555-1234"):
+            assert "phone" not in [t.kind for t in tokenize(text)], text
 
     def test_a_links_fixed_fragment_is_fixed_text_not_the_value(self) -> None:
         """A link's ``#fragment`` is tokens of its own, so a fragment the template appends to

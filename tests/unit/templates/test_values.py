@@ -16,6 +16,16 @@ class TestValues:
         assert classify("Susan Calvin") == "name"
         assert classify("hello world") == "text"
 
+    def test_telephone_numbers_are_typed_and_normalised_to_their_digits(self) -> None:
+        """``(408) 341-0600`` is a telephone number, read as its digits (``+`` kept); a date
+        or an order id of digit groups is not."""
+        assert classify("(408) 341-0600") == "phone"
+        assert normalize("(408) 341-0600", "phone") == "4083410600"
+        assert normalize("+44 20 7946 0958", "phone") == "+442079460958"
+        assert classify("887-623-2860") == "phone"
+        assert classify("12-03-2026") == "date"
+        assert classify("ORD-123456") == "id"
+
     def test_ambiguous_dates_use_the_learned_order(self) -> None:
         """1/2/2025 is read with the template's order; unambiguous dates need none."""
         assert date_order(["13/02/2025", "1/2/2025", "25/12/2024"]) == "DMY"

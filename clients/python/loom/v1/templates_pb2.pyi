@@ -201,11 +201,12 @@ class ExtractedField(_message.Message):
     value: _builtins.str
     """This email's value: the span only, without the template's fixed words."""
     type: _builtins.str
-    """The rule's type: date, money, number, id, url, email, name or text."""
+    """The rule's type: date, money, phone, number, id, url, email, name or text."""
     normalized: _builtins.str
     """The value normalised by type: ISO 8601 for a date (read with the
     template's date format when ambiguous), a plain decimal for money and
-    numbers; empty when it does not parse.
+    numbers, the digits (with a leading `+` if written) for a phone number;
+    empty when it does not parse.
     """
     label: _builtins.str
     """The template's fixed text that introduces the field ("Order #", "Total",
@@ -371,7 +372,7 @@ class FieldRule(_message.Message):
     emails: an example; annotation locates the node as described above.
     """
     type: _builtins.str
-    """date, money, number, id, url, email, name or text."""
+    """date, money, phone, number, id, url, email, name or text."""
     label: _builtins.str
     """The fixed text that introduces the field (see ExtractedField.label)."""
     anchor: _builtins.str

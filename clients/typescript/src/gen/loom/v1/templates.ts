@@ -135,12 +135,13 @@ export interface ExtractedField {
   xpath: string;
   /** This email's value: the span only, without the template's fixed words. */
   value: string;
-  /** The rule's type: date, money, number, id, url, email, name or text. */
+  /** The rule's type: date, money, phone, number, id, url, email, name or text. */
   type: string;
   /**
    * The value normalised by type: ISO 8601 for a date (read with the
    * template's date format when ambiguous), a plain decimal for money and
-   * numbers; empty when it does not parse.
+   * numbers, the digits (with a leading `+` if written) for a phone number;
+   * empty when it does not parse.
    */
   normalized: string;
   /**
@@ -209,7 +210,7 @@ export interface FieldRule {
    * emails: an example; annotation locates the node as described above.
    */
   xpath: string;
-  /** date, money, number, id, url, email, name or text. */
+  /** date, money, phone, number, id, url, email, name or text. */
   type: string;
   /** The fixed text that introduces the field (see ExtractedField.label). */
   label: string;
