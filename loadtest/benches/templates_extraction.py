@@ -68,7 +68,7 @@ def _per_source(annotated: Sequence[Any]) -> dict[str, dict[str, Any]]:
     }
 
 
-def measure(subjects: str, source: str = "") -> dict[str, Any]:
+def measure(subjects: str, source: str = "", seed: int = 7) -> dict[str, Any]:
     """Per-source extraction figures on perfect clusters, and the rules' digest."""
     from loadtest.corpora.email_corpus import build_corpus, real_templates
     from loadtest.figures.templates_extraction import Annotated
@@ -80,7 +80,7 @@ def measure(subjects: str, source: str = "") -> dict[str, Any]:
     templates = [t for t in real_templates() if source in t.package]
     train: dict[str, list[Any]] = defaultdict(list)
     fresh: dict[str, list[Any]] = defaultdict(list)
-    for e in build_corpus(templates, subjects=subjects):
+    for e in build_corpus(templates, subjects=subjects, seed=seed):
         if not e.noise:
             (fresh if e.held_out else train)[e.label].append(e)
     digest = hashlib.sha256()
@@ -101,12 +101,13 @@ def measure(subjects: str, source: str = "") -> dict[str, Any]:
     return {
         "subjects": subjects,
         "k": _K,
+        "seed": seed,
         "rules_digest": digest.hexdigest()[:16],
         "per_source": _per_source(annotated),
     }
 
 
-def measure_online(subjects: str, source: str = "") -> dict[str, Any]:
+def measure_online(subjects: str, source: str = "", seed: int = 7) -> dict[str, Any]:
     """Per-source extraction figures on the clusters the service forms, replayed."""
     from loadtest.benches.templates_loso import fingerprinted, form_online
     from loadtest.corpora.email_corpus import build_corpus, real_templates
@@ -115,7 +116,9 @@ def measure_online(subjects: str, source: str = "") -> dict[str, Any]:
     from server.templates.service import fields_of
     from server.templates.tokens import email_hashes
 
-    corpus = build_corpus([t for t in real_templates() if source in t.package], subjects=subjects)
+    corpus = build_corpus(
+        [t for t in real_templates() if source in t.package], subjects=subjects, seed=seed
+    )
     parsed = fingerprinted(corpus)
     p = SchemeParams()
     formed = form_online(corpus, parsed, p, _K, keep_rules=True)
@@ -128,7 +131,13 @@ def measure_online(subjects: str, source: str = "") -> dict[str, Any]:
             continue
         fields, blocks = fields_of(t.field_rules, pr.texts, t.date_format)
         annotated.append(_annotated(e, t.vertical, t.fixed_text, fields, blocks))
-    return {"subjects": subjects, "k": _K, "online": True, "per_source": _per_source(annotated)}
+    return {
+        "subjects": subjects,
+        "k": _K,
+        "seed": seed,
+        "online": True,
+        "per_source": _per_source(annotated),
+    }
 
 
 def main() -> None:
@@ -136,9 +145,12 @@ def main() -> None:
     parser.add_argument("--subjects", default="real", choices=("name", "real", "sender"))
     parser.add_argument("--source", default="", help="only packages whose name holds this")
     parser.add_argument("--online", action="store_true", help="cluster as the service does")
+    parser.add_argument(
+        "--seed", type=int, default=7, help="the corpus's draws (7: the published figures)"
+    )
     parser.add_argument("--json", default="")
     args = parser.parse_args()
-    out = (measure_online if args.online else measure)(args.subjects, args.source)
+    out = (measure_online if args.online else measure)(args.subjects, args.source, args.seed)
     for name, got in out["per_source"].items():
         shares = "  ".join(
             f"{k} {v:.3f}" if isinstance(v, float) else f"{k} -"
