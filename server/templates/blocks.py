@@ -100,9 +100,11 @@ def _row_path(stretch_list: Sequence[tuple[str, list[Item]]], k: int) -> str:
     """The row element's index-free path of a stretch's repeated block ("" when none)."""
     counts: dict[str, list[int]] = defaultdict(list)
     held: dict[str, list[tuple[str, list[str]]]] = defaultdict(list)
+    showing: dict[str, set[str]] = defaultdict(set)  # recipients whose stretch holds the path
     for user, items in stretch_list:
         for plain, run in _runs(items).items():
             counts[plain].append(len(run.rows))
+            showing[plain].add(user)
             if len(run.rows) >= 2 and plain.rsplit("/", 1)[-1] in _PROSE_TAGS:
                 _, rows, _ = segment(items, plain)  # the run's rows, as reading cuts them
                 held[plain].append((user, [" ".join(it.text for it in row) for row in rows]))
@@ -110,11 +112,12 @@ def _row_path(stretch_list: Sequence[tuple[str, list[Item]]], k: int) -> str:
             counts[plain].append(len(lines))
             if len(lines) >= 2:
                 held[plain].append((user, lines))
+            showing[plain].add(user)
     best = ""
     for plain, got in counts.items():
         if len(set(got)) < 2 or sum(c >= 2 for c in got) < ROW_SHARE * len(got):
             continue
-        if len(got) * 2 < len(stretch_list):
+        if len(showing[plain]) < k:  # an optional block is judged where it is shown
             continue
         if best and plain.count("/") >= best.count("/"):
             continue

@@ -752,3 +752,48 @@ def test_lines_of_one_element_in_a_loop_are_rows() -> None:
         values = [f.value for f in fields]
         assert truth["name"] in values
         assert truth["street"] in values
+
+
+def _digest(rng: random.Random, n: int) -> tuple[str, dict[str, Any]]:
+    """A forum digest: its latest topics, a list item each, shown only when there are some
+    (else one fixed sentence), then the reader's address after them."""
+    topics = [
+        " ".join(rng.choice(ITEMS).split()[::-1]) + f" {rng.randint(2, 99)}" for _ in range(n)
+    ]
+    listed = (
+        "<ul>" + "".join(f"<li><a href='#'>{t}</a></li>" for t in topics) + "</ul>"
+        if topics
+        else "<p>There have been no active topics.</p>"
+    )
+    address = f"{rng.choice(FIRST).lower()}{rng.randint(1, 999)}@mail.example"
+    html = (
+        "<html><body><p>Hello "
+        + _name(rng)
+        + ",</p><h2>Latest topics from the forum</h2>"
+        + listed
+        + f"<p>This digest was sent to {address}</p></body></html>"
+    )
+    return html, {"topics": topics, "address": address}
+
+
+def test_an_optional_list_shown_in_few_emails_is_a_block_of_rows() -> None:
+    """A list most emails leave out (no topics: a fixed sentence instead) is still a
+    repeated block where it is shown: each topic comes back in its own row, and the field
+    after the list is found however many topics it holds."""
+    rng = random.Random(41)
+    emails = []
+    for i in range(40):
+        html, _ = _digest(rng, rng.randint(1, 5) if i % 5 < 2 else 0)  # 16 of 40, 8 recipients
+        emails.append(
+            ClusterEmail(
+                f"user-{i % 8}", "forum@bb.example", "Digest", parse_structure(html).texts, 0
+            )
+        )
+    rules = form_field_rules(emails, K)
+    for n in (1, 3, 7):
+        html, truth = _digest(rng, n)
+        fields, blocks = fields_of(rules, parse_structure(html).texts, "")
+        assert [[f.value for f in row] for b in blocks for row in b.rows] == [
+            [t] for t in truth["topics"]
+        ]
+        assert [f.value for f in fields if f.type == "email"] == [truth["address"]]
