@@ -337,7 +337,13 @@ def _static(source: str, rng: random.Random, choices: Choices, record: Record) -
             return f">{text}<"  # a stylesheet's digits: redrawn, but no value a reader sees
         # The values are the redrawn digit runs (a phone number, a postcode), not the text
         # around them, which every instance shares.
-        for run in _DIGIT_RUN.findall(html_lib.unescape(text)):
+        shown = html_lib.unescape(text)
+        for m_run in _DIGIT_RUN.finditer(shown):
+            run = m_run.group()
+            if run.startswith("(") and ")" not in run:
+                run = run[1:]  # "(75 m)": the bracket opens the text, not the number
+            elif m_run.start() and shown[m_run.start() - 1] in "$€£":
+                run = shown[m_run.start() - 1] + run  # "$658" is an amount, not "658"
             found.append(("number", run, ""))
         return f">{text}<"
 

@@ -141,6 +141,16 @@ def test_static_digits_in_a_stylesheet_are_no_values() -> None:
     assert values[0].value in _text(doc)
 
 
+def test_static_digit_runs_are_recorded_as_a_reader_reads_them() -> None:
+    """A bracket that opens the text around a number is not the number's (``(75 m)``: 75);
+    a currency sign before one is (``$658``, an amount)."""
+    source = "<html><body><p>Rope (75 m) for $658</p></body></html>"
+    t = SourceTemplate("foundation", "order", "s@x.example", source, syntax="static")
+    doc, values = _render(t)
+    assert [re.sub(r"\d", "9", v.value) for v in values] == ["99", "$999"]
+    assert all(v.value in _text(doc) for v in values)
+
+
 def test_mailgen_table_rows_are_recorded() -> None:
     """Mailgen's table rows are recorded per row (table#i) with their values, in order."""
     spec = {
