@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from server.templates.spans import tokenize
-from server.templates.stretches import MAX_BLOCKS, PIECE_ROWS, Item, segment
+from server.templates.stretches import MAX_BLOCKS, PIECE_ROWS, Item, segment, segments
 
 __all__ = ["ALIKE_SHARE", "FIXED_LEAD", "ROW_SHARE", "block_paths_of"]
 
@@ -181,23 +181,18 @@ def block_paths_of(
     stretch_list: Sequence[tuple[str, list[Item]]], k: int
 ) -> tuple[list[str], list[list[tuple[list[Item], list[list[Item]]]]]]:
     """The row paths of a stretch's repeated blocks, one after another (at most
-    `MAX_BLOCKS`), each found among what follows the one before in the emails holding it,
-    and each email's stretch cut by them as `segments` cuts it (each email cut once)."""
+    `MAX_BLOCKS`), each found among what follows the one before (all of the stretch in an
+    email lacking that one), and each email's stretch cut by them as `segments` cuts it."""
     paths: list[str] = []
-    parts: list[list[tuple[list[Item], list[list[Item]]]]] = [[] for _ in stretch_list]
     rests = [list(items) for _, items in stretch_list]
-    live = list(range(len(stretch_list)))  # the emails holding every block so far
+    users = [user for user, _ in stretch_list]
     while len(paths) < MAX_BLOCKS:
-        path = _row_path([(stretch_list[i][0], rests[i]) for i in live], k)
+        path = _row_path(list(zip(users, rests, strict=True)), k)
         if not path:
             break
         paths.append(path)
-        holding = []
-        for i in live:
-            before, rows, after = segment(rests[i], path)
+        for i, rest in enumerate(rests):
+            _, rows, after = segment(rest, path)
             if rows:
-                parts[i].append((before, rows))
                 rests[i] = after
-                holding.append(i)
-        live = holding
-    return paths, [[*got, (rest, [])] for got, rest in zip(parts, rests, strict=True)]
+    return paths, [segments(items, paths) for _, items in stretch_list]

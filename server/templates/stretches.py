@@ -187,21 +187,41 @@ def block_of(seg: int) -> int:
     return max(0, (seg - 1) // 2)
 
 
+def _on(it: Item, row_path: str) -> bool:
+    """Whether `it` lies in a row of a block with `row_path`."""
+    if row_path.endswith(PIECE_ROWS):
+        return it.plain == row_path[: -len(PIECE_ROWS)]
+    return it.plain == row_path or it.plain.startswith(row_path + "/")
+
+
 def segments(
     items: Sequence[Item], row_paths: Sequence[str]
 ) -> list[tuple[list[Item], list[list[Item]]]]:
     """A stretch cut by its repeated blocks in turn: (the items before block j, block j's
     rows) for each block, then (the items after the last, no rows). The plain items of
-    pair j are segment 2j, its rows segment 2j + 1. A block an email lacks ends the
-    cutting: the rest of its items are the segment before that block."""
+    pair j are segment 2j, its rows segment 2j + 1. A block an email lacks has no rows and
+    cuts nothing: the items up to the next block the email holds (or to the end) are the
+    segment before the missing one, and that next block is still read as rows (an optional
+    list before a list every email holds). A run of block j's path after a later block's
+    rows begin is not block j (an element of the same markup further down)."""
     out: list[tuple[list[Item], list[list[Item]]]] = []
     rest = list(items)
-    for path in row_paths:
+    gap = -1  # the first block this email lacks since the last one it holds
+    for j, path in enumerate(row_paths):
         before, rows, after = segment(rest, path)
+        if rows and any(_on(it, later) for later in row_paths[j + 1 :] for it in before):
+            rows = []  # a later block comes first: this run of the path is not block j
         if not rows:
-            break
+            if gap < 0:
+                gap = len(out)
+            out.append(([], []))
+            continue
+        if gap >= 0:
+            out[gap], before, gap = (before, []), [], -1
         out.append((before, rows))
         rest = after
+    if gap >= 0:
+        out[gap], rest = (rest, []), []
     out.append((rest, []))
     return out
 

@@ -538,6 +538,32 @@ def test_two_repeated_blocks_in_one_stretch_are_two_blocks_of_rows() -> None:
         assert truth["email"] in values
 
 
+def test_a_block_after_an_optional_block_is_read_without_it() -> None:
+    """Review comments only in some pull-request mails, the commits in all: an email with
+    no comment still gets its commits as rows, and the fields after them. Before, a block
+    an email lacked ended the cutting, and the commits after it were plain items no rule
+    read."""
+    rng = random.Random(13)
+    emails = []
+    for i in range(40):
+        html, _ = _review(rng, rng.randint(1, 6) if i % 3 else 0, rng.randint(1, 6))
+        emails.append(
+            ClusterEmail(
+                f"user-{i % 10}", "git@forge.example", "PR", parse_structure(html).texts, 0
+            )
+        )
+    rules = form_field_rules(emails, K)
+    for n, m in ((0, 4), (0, 1), (2, 3)):
+        html, truth = _review(rng, n, m)
+        fields, blocks = fields_of(rules, parse_structure(html).texts, "")
+        want = [[list(c) for c in truth["comments"]]] if n else []
+        want.append([[s, sha] for s, sha in truth["commits"]])
+        assert [[[f.value for f in row] for row in b.rows] for b in blocks] == want
+        values = [f.value for f in fields]
+        assert truth["name"] in values
+        assert truth["email"] in values
+
+
 def _billings(rng: random.Random, late: bool) -> tuple[str, dict[str, Any]]:
     """A billing summary: the accounts over their limit, a list item each, then in some
     emails a heading and the accounts past their due date, a list of the same markup."""
