@@ -37,7 +37,12 @@ _K = 5
 
 
 def _annotated(
-    e: Any, formed_vertical: str, fixed: Sequence[str], fields: Sequence[Any], blocks: Sequence[Any]
+    e: Any,
+    formed_vertical: str,
+    fixed: Sequence[str],
+    fields: Sequence[Any],
+    blocks: Sequence[Any],
+    shared: frozenset[str] = frozenset(),
 ) -> Any:
     """One fresh instance as `figures.templates_extraction` scores it: what its generator
     put in against the fields and rows read from it."""
@@ -56,6 +61,7 @@ def _annotated(
         [cells(row) for b in blocks for row in b.rows],
         list(fixed),
         visible_text(e.html),
+        shared,
     )
 
 
@@ -71,7 +77,7 @@ def _per_source(annotated: Sequence[Any]) -> dict[str, dict[str, Any]]:
 def measure(subjects: str, source: str = "", seed: int = 7) -> dict[str, Any]:
     """Per-source extraction figures on perfect clusters, and the rules' digest."""
     from loadtest.corpora.email_corpus import build_corpus, real_templates
-    from loadtest.figures.templates_extraction import Annotated
+    from loadtest.figures.templates_extraction import Annotated, k_shared
     from server.templates.fingerprint import parse_structure
     from server.templates.model import ClusterEmail
     from server.templates.service import fields_of
@@ -85,6 +91,7 @@ def measure(subjects: str, source: str = "", seed: int = 7) -> dict[str, Any]:
             (fresh if e.held_out else train)[e.label].append(e)
     digest = hashlib.sha256()
     annotated: list[Annotated] = []
+    shared = k_shared((e for got in train.values() for e in got), _K)
     for label in sorted(train):
         emails = [
             ClusterEmail(e.recipient, e.sender, e.subject, parse_structure(e.html).texts, 0)
@@ -97,7 +104,11 @@ def measure(subjects: str, source: str = "", seed: int = 7) -> dict[str, Any]:
         for e in fresh[label]:
             texts = parse_structure(e.html).texts
             fields, blocks = fields_of(rules, texts, order)
-            annotated.append(_annotated(e, formed_vertical, fixed, fields, blocks))
+            annotated.append(
+                _annotated(
+                    e, formed_vertical, fixed, fields, blocks, shared.get(label, frozenset())
+                )
+            )
     return {
         "subjects": subjects,
         "k": _K,

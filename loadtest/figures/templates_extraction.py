@@ -21,8 +21,12 @@ vertical, the returned fields and rows (and fixed text). Per source (`by_source`
                 image's ``src`` whose word the prose also holds by chance): not counted in
                 the shares above, since no text field can return them
 - ``personal_in_fixed``  (email, non-constant value not known to be hidden) pairs whose
-                value appears in the returned fixed text (values of 4+ characters as a
-                substring, shorter ones as a whole fixed text): must be 0
+                value appears in the returned fixed text (values of 4+ characters as words
+                of it, shorter ones as a whole fixed text) that fewer than k recipients'
+                training emails of the template held: must be 0
+- ``shared_in_fixed``  the same pairs for values k recipients or more held (`k_shared`: a
+                project name every watcher of the project gets): k-anonymous, so the
+                service's rule lets fixed text hold them; counted apart, not a leak
 
 Values the visible text shows glued, nothing between them (``{{ base_url }}{{ path }}``, an
 avatar helper's text before a title), are one value to a reader and to any extractor: the
@@ -36,7 +40,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 __all__ = [
     "Annotated",
@@ -46,6 +50,7 @@ __all__ = [
     "by_source",
     "date_iso",
     "figures",
+    "k_shared",
     "money_amount",
     "worst",
 ]
@@ -84,6 +89,10 @@ class Annotated(NamedTuple):
     text: str = ""
     """The email's visible text (its text nodes); when given, a generated value it does not
     hold (a link's address, an attribute) is not counted: no text field can return it."""
+    shared: frozenset[str] = frozenset()
+    """Values the template's training emails of at least k distinct recipients held
+    (`k_shared`): fixed text by the service's rule when every email has them, so one found
+    in the fixed text is counted apart (`shared_in_fixed`), not as personal."""
 
 
 @dataclass(frozen=True)
@@ -103,8 +112,14 @@ class ExtractionFigures:
     rows: float | None
     vertical: float | None
     personal_in_fixed: int
+    """Generated values found in the template's fixed text that fewer than k recipients'
+    training emails held: what k-anonymity forbids."""
     invisible: int = 0
     """Generated values not in the email's visible text (not counted above)."""
+    shared_in_fixed: int = 0
+    """Generated values found in the fixed text that k recipients or more held (a project
+    name every recipient of a notification shares): k-anonymous, so fixed text is allowed
+    to hold them."""
 
 
 _MONEY = re.compile(r"^-?(?:[$€£¥]\s?-?\d|(?:USD|EUR|GBP)\s?\d)|\d\s?(?:USD|EUR|GBP|[$€£])$")
@@ -208,10 +223,18 @@ def _glued(gens: list[Generated], visible: str) -> list[Generated]:
         out = [g for k, g in enumerate(out) if k not in pair] + [joined]
 
 
+def _holds(fixed: str, value: str) -> bool:
+    """Whether a fixed text holds a value: a value of 4+ characters as words of it (not
+    ``ember`` inside ``member``), a shorter one as the whole text."""
+    if len(value) < 4:
+        return value == fixed.strip()
+    return re.search(rf"(?<!\w){re.escape(value)}(?!\w)", fixed) is not None
+
+
 def figures(source: str, emails: Sequence[Annotated]) -> ExtractionFigures:
     """The figures of one source's annotated emails."""
     values = inside = whole = money_n = money_ok = dates_n = dates_ok = invisible = 0
-    rows_n = rows_ok = vertical_ok = personal = 0
+    rows_n = rows_ok = vertical_ok = personal = shared = 0
     for e in emails:
         vertical_ok += e.vertical == e.true_vertical
         all_fields = [*e.fields, *(f for row in e.rows for f in row)]
@@ -224,7 +247,11 @@ def figures(source: str, emails: Sequence[Annotated]) -> ExtractionFigures:
         for g in gens:
             v = " ".join(g.value.split())
             if not g.constant and v and g.shown is not False:
-                personal += any((v in t) if len(v) >= 4 else (v == t.strip()) for t in e.fixed_text)
+                fixed = any(_holds(t, v) for t in e.fixed_text)
+                if v in e.shared:
+                    shared += fixed
+                else:
+                    personal += fixed
         for g in _glued(gens, visible) if visible else gens:
             v = " ".join(g.value.split())
             if g.constant or not v:
@@ -271,7 +298,23 @@ def figures(source: str, emails: Sequence[Annotated]) -> ExtractionFigures:
         vertical=_share(vertical_ok, len(emails)),
         personal_in_fixed=personal,
         invisible=invisible,
+        shared_in_fixed=shared,
     )
+
+
+def k_shared(emails: Iterable[Any], k: int) -> dict[str, frozenset[str]]:
+    """Per template label, the generated values (spaces collapsed) that the emails of at
+    least `k` distinct recipients held; `emails` have ``label``, ``recipient`` and
+    ``values`` (`loadtest.corpora.email_model.LabeledEmail`)."""
+    holders: dict[str, dict[str, set[str]]] = {}
+    for e in emails:
+        mine = holders.setdefault(e.label, {})
+        for v in e.values:
+            mine.setdefault(" ".join(v.value.split()), set()).add(e.recipient)
+    return {
+        label: frozenset(v for v, who in got.items() if v and len(who) >= k)
+        for label, got in holders.items()
+    }
 
 
 def by_source(emails: Iterable[Annotated | tuple]) -> list[ExtractionFigures]:  # type: ignore[type-arg]

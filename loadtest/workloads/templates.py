@@ -55,7 +55,7 @@ from loom.v1 import templates_pb2, templates_pb2_grpc
 from loadtest.baselines.fingerprint_floor import cpu_floor
 from loadtest.corpora.email_corpus import LabeledEmail, build_corpus, describe, real_templates
 from loadtest.corpora.synthetic_emails import SyntheticEmail, ZipfStream, instantiate
-from loadtest.figures.templates_extraction import Annotated, Generated, by_source
+from loadtest.figures.templates_extraction import Annotated, Generated, by_source, k_shared
 from loadtest.figures.templates_quality import (
     held_out_quality,
     juicer_batch,
@@ -535,7 +535,7 @@ async def _quality(harness: Harness, args: argparse.Namespace) -> None:
         )
         harness.report.add_figure(f"quality.{scheme}.worst_source", worst_source(sourced))
         if scheme == "loom":
-            _extraction_figures(harness, fresh, replies)
+            _extraction_figures(harness, fresh, replies, k_shared(train, args.k))
 
 
 def _fields(fields: Sequence[templates_pb2.ExtractedField]) -> list[tuple[str, str, str, str]]:
@@ -551,6 +551,7 @@ def _extraction_figures(
     harness: Harness,
     fresh: Sequence[LabeledEmail],
     replies: Sequence[templates_pb2.AnnotateEmailResponse],
+    shared: dict[str, frozenset[str]],
 ) -> None:
     """What the held-out template instances' fields held, against what their generator put
     in, per source (`loadtest.figures.templates_extraction`)."""
@@ -564,6 +565,7 @@ def _extraction_figures(
             [_fields(row.fields) for block in reply.blocks for row in block.rows],
             list(reply.fixed_text),
             visible_text(e.html),
+            shared.get(e.label, frozenset()),
         )
         for e, reply in zip(fresh, replies, strict=True)
         if not e.noise and reply.template_id

@@ -9,6 +9,7 @@ from loadtest.figures.templates_extraction import (
     Generated,
     by_source,
     date_iso,
+    k_shared,
     money_amount,
     worst,
 )
@@ -36,6 +37,27 @@ ROWS = [
 
 
 class TestExtractionFigures:
+    def test_fixed_text_holding_a_value_k_recipients_share_is_no_leak(self) -> None:
+        """A value in the fixed text counts as personal only when fewer than k recipients'
+        training emails held it; one k or more held is counted apart; a value inside another
+        word (``ember`` in ``member``) is not in the fixed text at all."""
+
+        class Email:
+            def __init__(self, recipient: str, project: str) -> None:
+                self.label, self.recipient = "weblate/new_string", recipient
+                self.values = [Generated("project", project)]
+
+        train = [Email(f"u{i}", "maple river") for i in range(5)]
+        train += [Email(f"u{i}", "orbit") for i in range(4)]
+        shared = k_shared(train, 5)
+        assert shared == {"weblate/new_string": frozenset({"maple river"})}
+        fixed = ("New strings in maple river", "orbit", "You have a new member")
+        gen = [("project", v, "", False) for v in ("maple river", "orbit", "ember")]
+        got = by_source(
+            [Annotated("w", gen, "other", "other", [], [], fixed, "", shared["weblate/new_string"])]
+        )[0]
+        assert (got.personal_in_fixed, got.shared_in_fixed) == (1, 1)
+
     def test_shares_per_source(self) -> None:
         """Inside, whole, money, dates, rows, vertical and personal text, per source."""
         a = Annotated("packs", GEN, "bill", "bill", FIELDS, ROWS, ("Nordic Home", "Total"))
