@@ -3,8 +3,9 @@
 The paper's field classifiers "utilize generic annotations, such as dates, times, and
 addresses to focus on promising XPaths"; these are those generic annotations, as rules:
 a value is a date, money, a telephone number, a number, an id (order / tracking /
-confirmation), a URL, an email address, a person's name, or text. Dates: ``1/2/2019`` is ambiguous, so a template
-learns its day/month order from its unambiguous dates (`date_order`) and applies it here.
+confirmation), a URL, an email address, a person's name, or text. Dates: ``1/2/2019`` is
+ambiguous, so a template learns its day/month order from its unambiguous dates
+(`date_order`) and applies it here.
 """
 
 from __future__ import annotations
