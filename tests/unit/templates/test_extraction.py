@@ -98,6 +98,11 @@ def _cluster(
     return emails, made
 
 
+def _email(i: int, sender: str, subject: str, html: str, users: int = 10) -> ClusterEmail:
+    """The i-th training email of a cluster, its recipient one of `users` in turn."""
+    return ClusterEmail(f"user-{i % users}", sender, subject, parse_structure(html).texts, 0)
+
+
 def _by_label(fields: tuple[Extracted, ...]) -> dict[str, list[Extracted]]:
     out: dict[str, list[Extracted]] = {}
     for f in fields:
@@ -516,11 +521,7 @@ def test_two_repeated_blocks_in_one_stretch_are_two_blocks_of_rows() -> None:
     emails = []
     for i in range(40):
         html, _ = _review(rng, rng.randint(1, 6), rng.randint(1, 6))
-        emails.append(
-            ClusterEmail(
-                f"user-{i % 10}", "git@forge.example", "PR", parse_structure(html).texts, 0
-            )
-        )
+        emails.append(_email(i, "git@forge.example", "PR", html))
     rules = form_field_rules(emails, K)
     assert {r.segment for r in rules} >= {1, 3, 4}
     for n, m in ((1, 5), (6, 1), (3, 3)):
@@ -547,11 +548,7 @@ def test_a_block_after_an_optional_block_is_read_without_it() -> None:
     emails = []
     for i in range(40):
         html, _ = _review(rng, rng.randint(1, 6) if i % 3 else 0, rng.randint(1, 6))
-        emails.append(
-            ClusterEmail(
-                f"user-{i % 10}", "git@forge.example", "PR", parse_structure(html).texts, 0
-            )
-        )
+        emails.append(_email(i, "git@forge.example", "PR", html))
     rules = form_field_rules(emails, K)
     for n, m in ((0, 4), (0, 1), (2, 3)):
         html, truth = _review(rng, n, m)
@@ -594,11 +591,7 @@ def test_a_block_is_its_list_items_not_the_lists_a_heading_parts() -> None:
     emails = []
     for i in range(40):
         html, _ = _billings(rng, rng.random() < 0.4)
-        emails.append(
-            ClusterEmail(
-                f"user-{i % 10}", "bill@saas.example", "Billing", parse_structure(html).texts, 0
-            )
-        )
+        emails.append(_email(i, "bill@saas.example", "Billing", html))
     rules = form_field_rules(emails, K)
     for late in (False, True):
         html, truth = _billings(rng, late)
@@ -636,11 +629,7 @@ def test_a_rows_list_longer_than_formation_saw_is_read_whole() -> None:
     emails = []
     for i in range(40):
         html, _ = _accounts(rng)
-        emails.append(
-            ClusterEmail(
-                f"user-{i % 10}", "bill@saas.example", "Billing", parse_structure(html).texts, 0
-            )
-        )
+        emails.append(_email(i, "bill@saas.example", "Billing", html))
     rules = form_field_rules(emails, K)
     html, truth = _accounts(rng, links=12)
     _, blocks = fields_of(rules, parse_structure(html).texts, "")
@@ -673,11 +662,7 @@ def test_a_loop_of_paragraphs_is_a_block_of_rows() -> None:
     emails = []
     for i in range(30):
         html, _ = _milestone(rng, rng.randint(1, 5))
-        emails.append(
-            ClusterEmail(
-                f"user-{i % 10}", "ghost@site.example", "Milestone", parse_structure(html).texts, 0
-            )
-        )
+        emails.append(_email(i, "ghost@site.example", "Milestone", html))
     rules = form_field_rules(emails, K)
     for n in (1, 4, 7):
         html, truth = _milestone(rng, n)
@@ -764,11 +749,7 @@ def test_lines_of_one_element_in_a_loop_are_rows() -> None:
     emails = []
     for i in range(30):
         html, _ = _shipping(rng, rng.randint(2, 6), company=rng.random() < 0.5)
-        emails.append(
-            ClusterEmail(
-                f"user-{i % 10}", "shop@store.example", "Order", parse_structure(html).texts, 0
-            )
-        )
+        emails.append(_email(i, "shop@store.example", "Order", html))
     rules = form_field_rules(emails, K)
     for n, company in ((2, True), (5, False), (8, True)):
         html, truth = _shipping(rng, n, company=company)
@@ -810,11 +791,7 @@ def test_an_optional_list_shown_in_few_emails_is_a_block_of_rows() -> None:
     emails = []
     for i in range(40):
         html, _ = _digest(rng, rng.randint(1, 5) if i % 5 < 2 else 0)  # 16 of 40, 8 recipients
-        emails.append(
-            ClusterEmail(
-                f"user-{i % 8}", "forum@bb.example", "Digest", parse_structure(html).texts, 0
-            )
-        )
+        emails.append(_email(i, "forum@bb.example", "Digest", html, users=8))
     rules = form_field_rules(emails, K)
     for n in (1, 3, 7):
         html, truth = _digest(rng, n)
