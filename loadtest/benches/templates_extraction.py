@@ -122,7 +122,7 @@ def measure_online(subjects: str, source: str = "", seed: int = 7) -> dict[str, 
     """Per-source extraction figures on the clusters the service forms, replayed."""
     from loadtest.benches.templates_loso import fingerprinted, form_online
     from loadtest.corpora.email_corpus import build_corpus, real_templates
-    from loadtest.figures.templates_extraction import Annotated
+    from loadtest.figures.templates_extraction import Annotated, k_shared
     from server.templates.schemes import SchemeParams, match_template
     from server.templates.service import fields_of
     from server.templates.tokens import email_hashes
@@ -133,6 +133,7 @@ def measure_online(subjects: str, source: str = "", seed: int = 7) -> dict[str, 
     parsed = fingerprinted(corpus)
     p = SchemeParams()
     formed = form_online(corpus, parsed, p, _K, keep_rules=True)
+    shared = k_shared((e for e in corpus if not e.held_out and not e.noise), _K)
     annotated: list[Annotated] = []
     for e, pr in zip(corpus, parsed, strict=True):
         if not e.held_out or e.noise or pr is None:
@@ -141,7 +142,11 @@ def measure_online(subjects: str, source: str = "", seed: int = 7) -> dict[str, 
         if t is None:
             continue
         fields, blocks = fields_of(t.field_rules, pr.texts, t.date_format)
-        annotated.append(_annotated(e, t.vertical, t.fixed_text, fields, blocks))
+        annotated.append(
+            _annotated(
+                e, t.vertical, t.fixed_text, fields, blocks, shared.get(e.label, frozenset())
+            )
+        )
     return {
         "subjects": subjects,
         "k": _K,
