@@ -27,6 +27,12 @@ from one template's variants:
    those out rather than folding them in keeps the formed template's core its own. A rest
    of several templates shares no prefix: its emails that begin as A's do stand for it (a
    ``Welcome for`` + a name beside ``Welcome`` and other templates splits nothing).
+   The same holds at the subject's end, read last word first: a ticket system's
+   ``<title> (Closed)`` and ``<title> (Resolved)`` begin with a value and differ only
+   there. A subject ends with a value more often than it begins with one (``… for Ava
+   Lopez``, a surname from a short list ending every template's subjects alike), so an
+   end counts only when A also owns `min_own` tokens of body text, as a template's
+   emails do and a value's, spread over templates, do not.
 3. **Only one side has text of its own, and it outweighs what both share.** A template
    whose text is all values (a notification that is one generated sentence) owns no token
    k recipients share, so rules 1 and 2 cannot tell it from a sibling that does. The rest
@@ -57,7 +63,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from server.templates.tokens import END, is_subject, prefix_words
+from server.templates.tokens import END, is_subject, prefix_words, suffix_words
 
 __all__ = ["GroupingParams", "group_emails"]
 
@@ -98,11 +104,18 @@ class _Class:
     """For a prefix class: the longest prefix among its tokens."""
 
 
+_ENDS = ("prefix", "suffix")
+"""Class kinds of a subject's start and (words last first) end."""
 _SEEN = 2
 """Emails of a side a subject prefix must be in to count as one of that side's."""
 _LAST = 1e-6
 """Scales rule 3's score below any split rules 1 and 2 find (theirs are >= 1 token; a
 side's own text is far below a million tokens)."""
+
+
+def _end_words(token: str) -> tuple[str, ...]:
+    """A prefix's words, or a suffix's words last first."""
+    return prefix_words(token) or suffix_words(token) or ()
 
 
 def _bits(mask: int) -> list[int]:
@@ -127,29 +140,27 @@ def _compatible(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
 
 
 @dataclass(slots=True)
-class _Tally:
-    """What one candidate side A and the rest of its group hold."""
+class _Ends:
+    """One end of the subjects of a side A and of the rest of its group: their prefixes, or
+    their suffixes read last word first (the same rules hold at either end)."""
 
-    own: int = 0
-    own_subject: int = 0
-    common: int = 0
-    prefix_a: tuple[str, ...] = ()
-    prefix_rest: tuple[str, ...] = ()
+    a: tuple[str, ...] = ()
+    rest: tuple[str, ...] = ()
     seen_a: set[tuple[str, ...]] = field(default_factory=set)
-    """Subject prefixes (``$``-ended when the whole subject) in some of A's emails."""
+    """Prefixes (``$``-ended when the whole subject) in some of A's emails."""
     seen_rest: set[tuple[str, ...]] = field(default_factory=set)
 
-    def add_prefix(self, prefix: tuple[str, ...], in_a: bool, in_rest: bool) -> None:
-        """Keeps the longest subject prefix in (nearly) all of each side."""
+    def add(self, prefix: tuple[str, ...], in_a: bool, in_rest: bool) -> None:
+        """Keeps the longest prefix in (nearly) all of each side."""
         if prefix[-1:] == (END,):
             return
-        if in_a and len(prefix) > len(self.prefix_a):
-            self.prefix_a = prefix
-        if in_rest and len(prefix) > len(self.prefix_rest):
-            self.prefix_rest = prefix
+        if in_a and len(prefix) > len(self.a):
+            self.a = prefix
+        if in_rest and len(prefix) > len(self.rest):
+            self.rest = prefix
 
-    def subjects_differ(self) -> bool:
-        """Whether A's and the rest's subjects are two templates' subjects.
+    def differ(self) -> bool:
+        """Whether A's and the rest's subjects are two templates' subjects at this end.
 
         Each side's subject is the longest prefix nearly all its emails share. They differ
         when neither starts the other, when the rest has none that starts A's, or when one
@@ -162,7 +173,7 @@ class _Tally:
         for it (`_stem`), so a variant of one template in a group of several (``Welcome`` /
         ``Welcome for`` + a name) is no template of its own.
         """
-        a, rest = self.prefix_a, self.prefix_rest
+        a, rest = self.a, self.rest
         if not a:
             return False
         if not rest:
@@ -188,6 +199,28 @@ class _Tally:
         return stem
 
 
+@dataclass(slots=True)
+class _Tally:
+    """What one candidate side A and the rest of its group hold."""
+
+    own: int = 0
+    own_subject: int = 0
+    common: int = 0
+    ends: dict[str, _Ends] = field(default_factory=lambda: {"prefix": _Ends(), "suffix": _Ends()})
+    """The subjects' starts and ends."""
+
+    def subjects_differ(self, min_own: int) -> bool:
+        """Whether A's and the rest's subjects are two templates' subjects: at their start,
+        or at their end (``Ticket 12 (Closed)`` / ``Ticket 9 (Reopened)``, read last word
+        first by the same rules) when A also owns `min_own` tokens of body text. A subject
+        ends with a value more often than it starts with one (``… for Ava Lopez``): a
+        surname from a short list ends the subjects of every template alike, and the emails
+        it ends own no body text."""
+        if self.ends["prefix"].differ():
+            return True
+        return self.own >= min_own and self.ends["suffix"].differ()
+
+
 class _Divider:
     def __init__(
         self, sigs: Sequence[frozenset[str]], users: Sequence[str], k: int, p: GroupingParams
@@ -205,6 +238,8 @@ class _Divider:
             kind = (
                 "prefix"
                 if prefix_words(tok) is not None
+                else "suffix"
+                if suffix_words(tok) is not None
                 else "subject"
                 if is_subject(tok)
                 else "text"
@@ -215,7 +250,7 @@ class _Divider:
                 mask,
                 len(toks),
                 kind,
-                max((prefix_words(t) or () for t in toks), key=len) if kind == "prefix" else (),
+                max((_end_words(t) for t in toks), key=len) if kind in _ENDS else (),
             )
             for (mask, kind), toks in grouped.items()
         ]
@@ -301,12 +336,13 @@ class _Divider:
             total = c.mask.bit_count()
             in_a = (c.mask & a).bit_count()
             in_r = total - in_a
-            if c.kind == "prefix":
-                t.add_prefix(c.prefix, in_a >= p.present * n_a, in_r >= p.present * n_r)
+            if c.kind in _ENDS:
+                end = t.ends[c.kind]
+                end.add(c.prefix, in_a >= p.present * n_a, in_r >= p.present * n_r)
                 if in_a >= _SEEN:
-                    t.seen_a.add(c.prefix)
+                    end.seen_a.add(c.prefix)
                 if in_r >= _SEEN:
-                    t.seen_rest.add(c.prefix)
+                    end.seen_rest.add(c.prefix)
             lives_in_a = in_r <= p.absent * total
             if in_a >= p.present * n_a and lives_in_a:
                 if c.kind == "text":
@@ -323,7 +359,7 @@ class _Divider:
         block_weight = max(anti.values(), default=0)
         if t.own >= need and block_weight >= need:
             return float(min(t.own, block_weight))
-        if t.own_subject and t.subjects_differ():
+        if t.own_subject and t.subjects_differ(p.min_own):
             return float(t.own + t.own_subject)
         if (
             p.own_over_shared

@@ -7,11 +7,13 @@ shipped``, ``has shipped $``) are: every shingle made of fixed words is shared b
 template's instances, every shingle touching a value is personal and never k-anonymous.
 Text shorter than a shingle is one token.
 
-The subject adds its own shingles and its **prefixes** (its first 1-4 words, and the
-whole subject when it is that short, marked as ending there): instances of a template keep
-their subject's fixed start (``Your order``, ``Reset your password``) and differ in what
-follows (a name, a number), so the longest prefix most of a group's emails share is that
-group's subject; see `server/templates/grouping.py`.
+The subject adds its own shingles, its **prefixes** (its first 1-4 words, and the whole
+subject when it is that short, marked as ending there) and its **suffixes** (its last 1-4
+words, last first, the whole subject marked alike): instances of a template keep their
+subject's fixed start (``Your order``, ``Reset your password``) and differ in what follows
+(a name, a number), or keep its fixed end after a value (``<title> (Closed)``), so the
+longest prefix or suffix most of a group's emails share is that group's subject; see
+`server/templates/grouping.py`.
 
 Tokens are strings (their hashes are cached, and formation puts hundreds of thousands of
 them in sets); a subject token leads with a mark. Matching compares hashes of the tokens'
@@ -30,11 +32,13 @@ __all__ = [
     "PREFIX",
     "SHINGLE",
     "SUBJECT",
+    "SUFFIX",
     "email_hashes",
     "is_subject",
     "prefix_words",
     "shingles",
     "signature_hashes",
+    "suffix_words",
     "text_hashes",
     "tokens_of",
 ]
@@ -45,6 +49,9 @@ SUBJECT = "\x01subject:"
 """Leads every subject shingle (a subject's words never meet the body's)."""
 PREFIX = "\x02prefix:"
 """Leads every subject prefix token."""
+SUFFIX = "\x04suffix:"
+"""Leads every subject suffix token: its words last first, so a suffix reads as a prefix of
+the reversed subject (``Ticket 12 (Closed)`` ends with ``(Closed)``, ``(Closed) 12``…)."""
 END = "$"
 """Marks the end of a text (and a subject prefix that is the whole subject)."""
 _MAX_PREFIX = 4
@@ -77,6 +84,10 @@ def tokens_of(subject: str, texts: Iterable[tuple[str, str]]) -> set[str]:
         )
         if 0 < len(words) <= _MAX_PREFIX:  # the whole subject: this prefix can end it
             found.add(PREFIX + " ".join(words) + " " + END)
+        back = words[::-1]
+        found.update(SUFFIX + " ".join(back[:i]) for i in range(1, min(_MAX_PREFIX, len(back)) + 1))
+        if 0 < len(back) <= _MAX_PREFIX:
+            found.add(SUFFIX + " ".join(back) + " " + END)
     return found
 
 
@@ -86,6 +97,8 @@ def _words(token: str) -> tuple[str, ...]:
         return ("\x01", *token[len(SUBJECT) :].split())
     if token.startswith(PREFIX):
         return ("\x02", *token[len(PREFIX) :].split())
+    if token.startswith(SUFFIX):
+        return ("\x04", *token[len(SUFFIX) :].split())
     return tuple(token.split())
 
 
@@ -113,8 +126,11 @@ def text_hashes(subject: str, texts: Iterable[str]) -> set[int]:
             add(hash(("\x01", *w)) for w in zip(words[1:], words[2:], words[3:], strict=False))
         plain = words[2:-1]
         add(hash(("\x02", *plain[:i])) for i in range(1, min(_MAX_PREFIX, len(plain)) + 1))
+        back = plain[::-1]
+        add(hash(("\x04", *back[:i])) for i in range(1, min(_MAX_PREFIX, len(back)) + 1))
         if 0 < len(plain) <= _MAX_PREFIX:
             out.add(hash(("\x02", *plain, END)))
+            out.add(hash(("\x04", *back, END)))
     return out
 
 
@@ -126,7 +142,7 @@ def signature_hashes(signature: tuple[str, ...]) -> frozenset[int]:
 
 def is_subject(token: str) -> bool:
     """Whether `token` comes from the subject (a shingle or a prefix)."""
-    return token.startswith((SUBJECT, PREFIX))
+    return token.startswith((SUBJECT, PREFIX, SUFFIX))
 
 
 def prefix_words(token: str) -> tuple[str, ...] | None:
@@ -134,3 +150,10 @@ def prefix_words(token: str) -> tuple[str, ...] | None:
     if not token.startswith(PREFIX):
         return None
     return tuple(token[len(PREFIX) :].split())
+
+
+def suffix_words(token: str) -> tuple[str, ...] | None:
+    """The words of a subject suffix token, last first (None for any other token)."""
+    if not token.startswith(SUFFIX):
+        return None
+    return tuple(token[len(SUFFIX) :].split())

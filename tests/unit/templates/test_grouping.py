@@ -176,6 +176,40 @@ class TestSplitRules:
             list(range(24, 34)),
         ]
 
+    def test_subjects_that_differ_only_at_their_end_split(self) -> None:
+        """A ticket system's ``<title> (Closed)`` / ``(Resolved)`` / ``(Updated)``: each
+        subject begins with a value, the long body is one text but for two words of each
+        event's own (too few for rule 1). Three templates, told apart by their end."""
+        shared = [
+            f"sentence number {i} of the ticket notice that stays the same" for i in range(12)
+        ]
+        texts = [
+            (
+                f"{NAMES[i % 12].split()[0]} cannot print {100 + i} ({event.title()})",
+                [*shared, f"It is now {event}."],
+            )
+            for event in ("closed", "resolved", "updated")
+            for i in range(10)
+        ]
+        groups = group_emails(self._sigs(texts), [f"u{i}" for i in range(30)], K)
+        assert sorted(sorted(g) for g in groups) == [
+            list(range(10)),
+            list(range(10, 20)),
+            list(range(20, 30)),
+        ]
+
+    def test_a_value_ending_every_subject_splits_nothing(self) -> None:
+        """``Notification for`` + a name whose surname comes from a short list: each surname
+        ends >= k subjects, but its emails own no body text. One group."""
+        body = [f"sentence number {i} of the notice that stays the same" for i in range(6)]
+        surnames = ("Lopez", "Garcia", "Smith")
+        texts = [
+            (f"Notification for {NAMES[i % 12].split()[0]} {surnames[i % 3]}", body)
+            for i in range(30)
+        ]
+        groups = group_emails(self._sigs(texts), [f"u{i}" for i in range(30)], K)
+        assert len(groups) == 1
+
     def test_a_sentence_each_splits_however_long_the_shared_text(self) -> None:
         """A trial *expiring* and a trial *expired* notice: 30 shared sentences and one
         sentence of each's own (a tenth of the shared text would ask for ~20 tokens, the cap

@@ -6,9 +6,11 @@ from server.templates.tokens import (
     END,
     PREFIX,
     SUBJECT,
+    SUFFIX,
     email_hashes,
     shingles,
     signature_hashes,
+    suffix_words,
     tokens_of,
 )
 
@@ -30,11 +32,27 @@ class TestTokens:
         assert SUBJECT + "^ Your order" in toks
         assert not any(t.startswith(PREFIX) for t in tokens_of("", [("/p", "x")]))
 
+    def test_subject_suffixes_read_last_word_first(self) -> None:
+        """A subject yields its 1-4 word suffixes, last word first, and, when short, itself:
+        a fixed end after a value (``(Closed)``) is a token of its own."""
+        toks = tokens_of("Printer on fire (Closed)", [])
+        assert {SUFFIX + "(Closed)", SUFFIX + "(Closed) fire"} <= toks
+        assert SUFFIX + f"(Closed) fire on Printer {END}" in toks
+        assert suffix_words(SUFFIX + "(Closed) fire") == ("(Closed)", "fire")
+        assert suffix_words(PREFIX + "Printer") is None
+        assert not any(t.startswith(SUFFIX) for t in tokens_of("", [("/p", "x")]))
+
     def test_hashes_agree_with_the_tokens(self) -> None:
         """What annotation intersects is exactly the tokens, hashed: a signature made of an
         email's tokens is wholly contained in that email's hashes, and nothing else is."""
         texts = [("/p", "Hi Ava, your order 1234 has shipped"), ("/p", "Total:"), ("/p", "")]
-        for subject in ("", "Order", "Your order #123", "Reset your password for Ava Smith"):
+        for subject in (
+            "",
+            "Order",
+            "Your order #123",
+            "Reset your password for Ava Smith",
+            "a b (Closed)",
+        ):
             toks = tokens_of(subject, texts)
             assert signature_hashes(tuple(sorted(toks))) == email_hashes(subject, texts)
         assert not signature_hashes(("not in it",)) & email_hashes("Order", texts)
