@@ -99,9 +99,10 @@ class _Class:
     weight: int
     """How many tokens."""
     kind: str
-    """``text``, ``subject`` (subject shingles) or ``prefix``."""
+    """``text``, ``subject`` (subject shingles), ``prefix`` or ``suffix``."""
     prefix: tuple[str, ...] = ()
-    """For a prefix class: the longest prefix among its tokens."""
+    """For a prefix or suffix class: the longest among its tokens (a suffix's words last
+    first)."""
 
 
 _ENDS = ("prefix", "suffix")
