@@ -25,7 +25,7 @@ and nothing hashed is ever stored or sent.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 __all__ = [
     "END",
@@ -71,23 +71,32 @@ def shingles(text: str, lead: str = "") -> frozenset[str]:
     )
 
 
+_LEADS = {"\x02": PREFIX, "\x04": SUFFIX}
+"""The mark an `_ends` tuple leads with, as its token's lead."""
+
+
+def _ends(words: list[str]) -> Iterator[tuple[str, ...]]:
+    """A subject's prefixes (mark ``\\x02``) and suffixes (``\\x04``, words last first) of
+    1-`_MAX_PREFIX` words, each whole subject that short also ending in `END`: the word
+    tuples `tokens_of` joins and `text_hashes` hashes, so the two never disagree."""
+    back = words[::-1]
+    for i in range(1, min(_MAX_PREFIX, len(words)) + 1):
+        yield ("\x02", *words[:i])
+        yield ("\x04", *back[:i])
+    if 0 < len(words) <= _MAX_PREFIX:  # the whole subject: this prefix (suffix) can end it
+        yield ("\x02", *words, END)
+        yield ("\x04", *back, END)
+
+
 def tokens_of(subject: str, texts: Iterable[tuple[str, str]]) -> set[str]:
-    """Every token of an email: its text nodes' shingles, its subject's shingles and prefixes."""
+    """Every token of an email: its text nodes' shingles, its subject's shingles, prefixes and
+    suffixes."""
     found: set[str] = set()
     for _, text in texts:
         found |= shingles(text)
     if subject:
         found |= shingles(subject, SUBJECT)
-        words = subject.split()
-        found.update(
-            PREFIX + " ".join(words[:i]) for i in range(1, min(_MAX_PREFIX, len(words)) + 1)
-        )
-        if 0 < len(words) <= _MAX_PREFIX:  # the whole subject: this prefix can end it
-            found.add(PREFIX + " ".join(words) + " " + END)
-        back = words[::-1]
-        found.update(SUFFIX + " ".join(back[:i]) for i in range(1, min(_MAX_PREFIX, len(back)) + 1))
-        if 0 < len(back) <= _MAX_PREFIX:
-            found.add(SUFFIX + " ".join(back) + " " + END)
+        found.update(_LEADS[t[0]] + " ".join(t[1:]) for t in _ends(subject.split()))
     return found
 
 
@@ -124,13 +133,7 @@ def text_hashes(subject: str, texts: Iterable[str]) -> set[int]:
             out.add(hash(tuple(words)))
         else:
             add(hash(("\x01", *w)) for w in zip(words[1:], words[2:], words[3:], strict=False))
-        plain = words[2:-1]
-        add(hash(("\x02", *plain[:i])) for i in range(1, min(_MAX_PREFIX, len(plain)) + 1))
-        back = plain[::-1]
-        add(hash(("\x04", *back[:i])) for i in range(1, min(_MAX_PREFIX, len(back)) + 1))
-        if 0 < len(plain) <= _MAX_PREFIX:
-            out.add(hash(("\x02", *plain, END)))
-            out.add(hash(("\x04", *back, END)))
+        add(map(hash, _ends(words[2:-1])))
     return out
 
 
