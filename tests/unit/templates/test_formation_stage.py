@@ -124,13 +124,14 @@ async def test_a_busy_stage_runs_one_formation_at_a_time(
                 most = max(most, len(formations._running))
                 await asyncio.sleep(0)
 
+        async def left() -> int:
+            return len(formations.pending)
+
+        # Every row queued before a formation task starts: on an idle stage the tasks then
+        # take rows side by side at once, however slowly the eligibility checks run.
+        await pipeline._check_eligibility([item for row in rows for item in row])
+        assert len(formations.pending) == len(rows)
         async with _tasks(*[formations.work] * 4, watch):
-            await pipeline._check_eligibility([item for row in rows for item in row])
-            assert len(formations.pending) == len(rows)
-
-            async def left() -> int:
-                return len(formations.pending)
-
             await eventually(left, lambda n: n == 0, what="every row formed")
     formed = await store.get_templates([row[0][1].keys[0] for row in rows])
     assert len(formed) == len(rows)
