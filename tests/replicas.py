@@ -26,8 +26,16 @@ from loom.v1 import (
 )
 
 from loadtest.corpora.unionfind import UnionFind
+from tests.serving import Served, eventually
 
-__all__ = ["channels", "post_and_count", "record_and_sum", "weave_and_check"]
+__all__ = [
+    "PROBE",
+    "channels",
+    "post_and_count",
+    "record_and_sum",
+    "weave_and_check",
+    "worker_channels",
+]
 
 CONNECTIONS = 8
 IN_FLIGHT = 8
@@ -57,6 +65,57 @@ async def channels(targets: Sequence[str], stack: AsyncExitStack) -> list[grpc.a
         )
         for k in range(CONNECTIONS)
     ]
+
+
+PROBE = "worker-probe-"
+"""Request-id prefix of `worker_channels`' probe calls, for tests that count the workers the
+workload itself reached."""
+
+
+async def worker_channels(
+    served: Served, stack: AsyncExitStack, workers: int
+) -> list[grpc.aio.Channel]:
+    """CONNECTIONS channels to `loom serve --workers N` with every worker holding at least
+    one of them.
+
+    The kernel hashes each connection to one of the SO_REUSEPORT listeners, so eight
+    connections all land on one of two workers once in 128. Each channel makes one read
+    (request id `PROBE`…), whose log line names the worker that took it; while a worker holds
+    none, further connections are opened and one that reaches it replaces a channel of a
+    worker holding several.
+    """
+    options = [("grpc.use_local_subchannel_pool", 1)]
+    held: list[tuple[grpc.aio.Channel, object]] = []
+    for n in range(CONNECTIONS + 64):
+        chan = await stack.enter_async_context(
+            grpc.aio.insecure_channel(served.target, options=options)
+        )
+        request_id = f"{PROBE}{n}"
+        await inbox_pb2_grpc.InboxStub(chan).GetUnreadCount(
+            inbox_pb2.GetUnreadCountRequest(inbox_id="worker-probe"),
+            metadata=(("x-request-id", request_id),),
+            timeout=30,
+        )
+
+        async def worker_of(request_id: str = request_id) -> list[object]:
+            return [
+                line.get("worker")
+                for line in served.log_lines()
+                if line.get("event") == "rpc" and line.get("request_id") == request_id
+            ]
+
+        (worker,) = await eventually(worker_of, bool, timeout_s=30.0)
+        reached = {w for _, w in held}
+        if len(held) < CONNECTIONS:
+            held.append((chan, worker))
+        elif worker not in reached:
+            counts = {w: sum(1 for _, x in held if x == w) for w in reached}
+            crowded = max(counts, key=lambda w: counts[w])
+            held.pop(next(i for i, (_, w) in enumerate(held) if w == crowded))
+            held.append((chan, worker))
+        if len(held) == CONNECTIONS and len({w for _, w in held}) >= workers:
+            return [c for c, _ in held]
+    raise AssertionError(f"{CONNECTIONS + 64} connections reached only workers {reached}")
 
 
 async def weave_and_check(chans: list[grpc.aio.Channel], rng: random.Random) -> None:

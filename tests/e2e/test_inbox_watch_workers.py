@@ -21,7 +21,7 @@ from loom.v1 import inbox_pb2, inbox_pb2_grpc
 from tests.e2e.test_inbox_grpc import post
 from tests.e2e.test_inbox_watch import _settings
 from tests.inbox_watching import Watcher, changes_after, watching
-from tests.replicas import CONNECTIONS, bounded, channels
+from tests.replicas import CONNECTIONS, PROBE, bounded, worker_channels
 from tests.serving import loom_process, running_server
 
 K = inbox_pb2
@@ -31,7 +31,7 @@ async def test_two_workers_stream_every_change_in_store_order(tmp_path: Path) ->
     inboxes = [f"wk-{k}" for k in range(4)]
     rng = random.Random(35)
     async with loom_process(tmp_path, "--workers", "2") as served, AsyncExitStack() as stack:
-        chans = await channels([served.target], stack)
+        chans = await worker_channels(served, stack, 2)
         stubs = [inbox_pb2_grpc.InboxStub(c) for c in chans]
         watchers = [Watcher(stubs[i % CONNECTIONS], inboxes[i % len(inboxes)]) for i in range(16)]
         for w in watchers:
@@ -59,7 +59,11 @@ async def test_two_workers_stream_every_change_in_store_order(tmp_path: Path) ->
             count = await stubs[1].GetUnreadCount(K.GetUnreadCountRequest(inbox_id=w.inbox_id))
             assert got[-1].unread_count == count.unread_count
             await w.close()
-    workers = {line.get("worker") for line in served.log_lines() if line.get("event") == "rpc"}
+    workers = {
+        line.get("worker")
+        for line in served.log_lines()
+        if line.get("event") == "rpc" and not str(line.get("request_id")).startswith(PROBE)
+    }
     assert workers == {0, 1}
 
 
