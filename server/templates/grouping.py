@@ -26,7 +26,9 @@ from one template's variants:
    subject at all (a template not yet k-anonymous, whose text is invisible): leaving
    those out rather than folding them in keeps the formed template's core its own. A rest
    of several templates shares no prefix: its emails that begin as A's do stand for it (a
-   ``Welcome for`` + a name beside ``Welcome`` and other templates splits nothing).
+   ``Welcome for`` + a name beside ``Welcome`` and other templates splits nothing). A rest
+   whose emails all begin alike (the sender's name on every subject: ``[Acme] …``) goes on
+   from that start into other words each >= k of its emails share: other templates.
    The same holds at the subject's end, read last word first: a ticket system's
    ``<title> (Closed)`` and ``<title> (Resolved)`` begin with a value and differ only
    there. A subject ends with a value more often than it begins with one (``… for Ava
@@ -150,14 +152,32 @@ class _Ends:
     seen_a: set[tuple[str, ...]] = field(default_factory=set)
     """Prefixes (``$``-ended when the whole subject) in some of A's emails."""
     seen_rest: set[tuple[str, ...]] = field(default_factory=set)
+    held_rest: set[tuple[str, ...]] = field(default_factory=set)
+    """Prefixes in k or more of the rest's emails."""
 
-    def add(self, prefix: tuple[str, ...], in_a: bool, in_rest: bool) -> None:
-        """Keeps the longest prefix in (nearly) all of each side."""
+    def add(
+        self,
+        prefix: tuple[str, ...],
+        in_a: int,
+        in_rest: int,
+        *,
+        all_a: float,
+        all_rest: float,
+        k: int,
+    ) -> None:
+        """Records a prefix found in `in_a` of A's emails and `in_rest` of the rest's; keeps
+        the longest in (nearly) all of each side (`all_a`, `all_rest` emails or more)."""
+        if in_a >= _SEEN:
+            self.seen_a.add(prefix)
+        if in_rest >= _SEEN:
+            self.seen_rest.add(prefix)
+        if in_rest >= k:
+            self.held_rest.add(prefix)
         if prefix[-1:] == (END,):
             return
-        if in_a and len(prefix) > len(self.a):
+        if in_a >= all_a and len(prefix) > len(self.a):
             self.a = prefix
-        if in_rest and len(prefix) > len(self.rest):
+        if in_rest >= all_rest and len(prefix) > len(self.rest):
             self.rest = prefix
 
     def differ(self) -> bool:
@@ -172,11 +192,20 @@ class _Ends:
 
         A rest of several templates shares no prefix; its emails that begin as A's do stand
         for it (`_stem`), so a variant of one template in a group of several (``Welcome`` /
-        ``Welcome for`` + a name) is no template of its own.
+        ``Welcome for`` + a name) is no template of its own. Unless they all begin alike: a
+        sender's name on every subject (``[Acme] Welcome`` / ``[Acme] Password reset``…) is
+        the rest's prefix, which A's goes on from. They differ when the rest's emails go on
+        from it into other words each k or more of them share (other templates' starts); a
+        value there is in fewer (a name, ``[Acme] Your order for`` + a name).
         """
         a, rest = self.a, self.rest
         if not a:
             return False
+        if rest and len(rest) < len(a) and a[: len(rest)] == rest:
+            n = len(rest)
+            branches = {q[n] for q in self.held_rest if len(q) == n + 1 and q[:n] == rest}
+            if branches - {END, a[n]}:
+                return True
         if not rest:
             rest = self._stem(a)
         if not rest or not _compatible(a, rest):
@@ -338,12 +367,9 @@ class _Divider:
             in_a = (c.mask & a).bit_count()
             in_r = total - in_a
             if c.kind in _ENDS:
-                end = t.ends[c.kind]
-                end.add(c.prefix, in_a >= p.present * n_a, in_r >= p.present * n_r)
-                if in_a >= _SEEN:
-                    end.seen_a.add(c.prefix)
-                if in_r >= _SEEN:
-                    end.seen_rest.add(c.prefix)
+                t.ends[c.kind].add(
+                    c.prefix, in_a, in_r, all_a=p.present * n_a, all_rest=p.present * n_r, k=self.k
+                )
             lives_in_a = in_r <= p.absent * total
             if in_a >= p.present * n_a and lives_in_a:
                 if c.kind == "text":

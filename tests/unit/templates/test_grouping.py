@@ -210,6 +210,40 @@ class TestSplitRules:
         groups = group_emails(self._sigs(texts), [f"u{i}" for i in range(30)], K)
         assert len(groups) == 1
 
+    def test_a_brand_on_every_subject_hides_no_template(self) -> None:
+        """A notification system's three templates share one body and differ by their
+        subject's fixed start, after the sender's name (``[Acme] …``) or before it at the end
+        (``… | Acme``, events told apart by their own body words as a ticket's are): three
+        templates either way, as without the name."""
+        body = [f"sentence number {i} of the notification body all events share" for i in range(6)]
+        starts = ("Component", "Parse error in", "New comment in")
+        branded = [(f"[Acme] {starts[i // 10]} {NAMES[i % 10]}", body) for i in range(30)]
+        events = ("closed", "resolved", "updated")
+        tickets = [
+            (
+                f"{NAMES[i % 10].split()[0]} cannot print {100 + i} ({events[i // 10].title()}) | Acme",
+                [*body, f"It is now {events[i // 10]}."],
+            )
+            for i in range(30)
+        ]
+        for texts in (branded, tickets):
+            groups = group_emails(self._sigs(texts), [f"u{i}" for i in range(30)], K)
+            assert sorted(sorted(g) for g in groups) == [
+                list(range(10)),
+                list(range(10, 20)),
+                list(range(20, 30)),
+            ], texts[0][0]
+
+    def test_a_value_after_a_brand_splits_nothing(self) -> None:
+        """``[Acme] Your order`` / ``[Acme] Your order for`` + a name, the names each in
+        fewer than k emails: one template's variants, one group."""
+        body = ["thank you for shopping with us this week at the store"]
+        texts = [("[Acme] Your order", body)] * 8 + [
+            (f"[Acme] Your order for {n}", body) for n in NAMES[:10]
+        ]
+        groups = group_emails(self._sigs(texts), [f"u{i}" for i in range(18)], K)
+        assert len(groups) == 1
+
     def test_a_sentence_each_splits_however_long_the_shared_text(self) -> None:
         """A trial *expiring* and a trial *expired* notice: 30 shared sentences and one
         sentence of each's own (a tenth of the shared text would ask for ~20 tokens, the cap
