@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from loadtest.benches.templates_loso import GRID, SourceFigures, choose
+import pytest
+
+from loadtest.benches.templates_loso import GRID, SourceFigures, branded, choose
+from loadtest.corpora.email_corpus import LabeledEmail
 from server.templates.schemes import SchemeParams
 
 
@@ -37,3 +40,24 @@ def test_the_aims_hold_only_when_every_one_does() -> None:
         SourceFigures(1.0, 1.0, 1.0, 1, 5),
     ):
         assert not miss.meets_aims
+
+
+def test_a_brand_goes_on_template_subjects_only() -> None:
+    """The sender's domain label before or after each template email's subject; a human
+    email keeps its own; anything else is refused."""
+    emails = [
+        LabeledEmail(
+            "a/0", "support@helpdesk-desk.example", "u1", "Ticket (Closed)", "", "a", False
+        ),
+        LabeledEmail("h/0", "ava.lopez1@mail.example", "u2", "lunch?", "", "human", True),
+    ]
+    assert [e.subject for e in branded(emails, "prefix")] == [
+        "[Helpdesk-desk] Ticket (Closed)",
+        "lunch?",
+    ]
+    assert [e.subject for e in branded(emails, "suffix")] == [
+        "Ticket (Closed) | Helpdesk-desk",
+        "lunch?",
+    ]
+    with pytest.raises(ValueError, match="prefix or suffix"):
+        branded(emails, "middle")
