@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections import Counter
 from collections.abc import Awaitable, Sequence
 from contextlib import AsyncExitStack
 
@@ -29,15 +30,17 @@ from loadtest.corpora.unionfind import UnionFind
 from tests.serving import Served, eventually
 
 __all__ = [
-    "PROBE",
     "channels",
     "post_and_count",
     "record_and_sum",
     "weave_and_check",
     "worker_channels",
+    "workload_workers",
 ]
 
 CONNECTIONS = 8
+_OWN_CONNECTION = [("grpc.use_local_subchannel_pool", 1)]
+"""Channel options: a connection of the channel's own, never a shared subchannel."""
 IN_FLIGHT = 8
 """Calls outstanding at once per phase: under every method's bulkhead, so none is shed."""
 
@@ -58,18 +61,30 @@ DELIVERED, READ = summary_pb2.DELIVERY_STATUS_DELIVERED, summary_pb2.DELIVERY_ST
 async def channels(targets: Sequence[str], stack: AsyncExitStack) -> list[grpc.aio.Channel]:
     """CONNECTIONS channels over `targets`, each with its own connection (no shared
     subchannel), so the kernel (SO_REUSEPORT) or the targets spread them over processes."""
-    options = [("grpc.use_local_subchannel_pool", 1)]
     return [
         await stack.enter_async_context(
-            grpc.aio.insecure_channel(targets[k % len(targets)], options=options)
+            grpc.aio.insecure_channel(targets[k % len(targets)], options=_OWN_CONNECTION)
         )
         for k in range(CONNECTIONS)
     ]
 
 
-PROBE = "worker-probe-"
-"""Request-id prefix of `worker_channels`' probe calls, for tests that count the workers the
-workload itself reached."""
+_PROBE = "worker-probe-"
+"""Request-id prefix of `worker_channels`' probe calls (`workload_workers` leaves them out)."""
+
+
+def _served_by(served: Served) -> dict[object, object]:
+    """Each logged call's request id, and the worker that served it."""
+    return {
+        line.get("request_id"): line.get("worker")
+        for line in served.log_lines()
+        if line.get("event") == "rpc"
+    }
+
+
+def workload_workers(served: Served) -> set[object]:
+    """The workers that served calls other than `worker_channels`' probes."""
+    return {w for rid, w in _served_by(served).items() if not str(rid).startswith(_PROBE)}
 
 
 async def worker_channels(
@@ -80,42 +95,37 @@ async def worker_channels(
 
     The kernel hashes each connection to one of the SO_REUSEPORT listeners, so eight
     connections all land on one of two workers once in 128. Each channel makes one read
-    (request id `PROBE`…), whose log line names the worker that took it; while a worker holds
+    (request id `_PROBE`…), whose log line names the worker that took it; while a worker holds
     none, further connections are opened and one that reaches it replaces a channel of a
     worker holding several.
     """
-    options = [("grpc.use_local_subchannel_pool", 1)]
     held: list[tuple[grpc.aio.Channel, object]] = []
     for n in range(CONNECTIONS + 64):
         chan = await stack.enter_async_context(
-            grpc.aio.insecure_channel(served.target, options=options)
+            grpc.aio.insecure_channel(served.target, options=_OWN_CONNECTION)
         )
-        request_id = f"{PROBE}{n}"
+        request_id = f"{_PROBE}{n}"
         await inbox_pb2_grpc.InboxStub(chan).GetUnreadCount(
             inbox_pb2.GetUnreadCountRequest(inbox_id="worker-probe"),
             metadata=(("x-request-id", request_id),),
             timeout=30,
         )
 
-        async def worker_of(request_id: str = request_id) -> list[object]:
-            return [
-                line.get("worker")
-                for line in served.log_lines()
-                if line.get("event") == "rpc" and line.get("request_id") == request_id
-            ]
+        async def logged(request_id: str = request_id) -> bool:
+            return request_id in _served_by(served)
 
-        (worker,) = await eventually(worker_of, bool, timeout_s=30.0)
-        reached = {w for _, w in held}
+        await eventually(logged, bool, timeout_s=30.0)
+        worker = _served_by(served)[request_id]
+        counts = Counter(w for _, w in held)
         if len(held) < CONNECTIONS:
             held.append((chan, worker))
-        elif worker not in reached:
-            counts = {w: sum(1 for _, x in held if x == w) for w in reached}
-            crowded = max(counts, key=lambda w: counts[w])
+        elif worker not in counts:
+            crowded = counts.most_common(1)[0][0]
             held.pop(next(i for i, (_, w) in enumerate(held) if w == crowded))
             held.append((chan, worker))
         if len(held) == CONNECTIONS and len({w for _, w in held}) >= workers:
             return [c for c, _ in held]
-    raise AssertionError(f"{CONNECTIONS + 64} connections reached only workers {reached}")
+    raise AssertionError(f"{CONNECTIONS + 64} connections reached only workers {set(counts)}")
 
 
 async def weave_and_check(chans: list[grpc.aio.Channel], rng: random.Random) -> None:

@@ -21,7 +21,7 @@ from loom.v1 import inbox_pb2, inbox_pb2_grpc
 from tests.e2e.test_inbox_grpc import post
 from tests.e2e.test_inbox_watch import _settings
 from tests.inbox_watching import Watcher, changes_after, watching
-from tests.replicas import CONNECTIONS, PROBE, bounded, worker_channels
+from tests.replicas import CONNECTIONS, bounded, worker_channels, workload_workers
 from tests.serving import loom_process, running_server
 
 K = inbox_pb2
@@ -59,11 +59,7 @@ async def test_two_workers_stream_every_change_in_store_order(tmp_path: Path) ->
             count = await stubs[1].GetUnreadCount(K.GetUnreadCountRequest(inbox_id=w.inbox_id))
             assert got[-1].unread_count == count.unread_count
             await w.close()
-    workers = {
-        line.get("worker")
-        for line in served.log_lines()
-        if line.get("event") == "rpc" and not str(line.get("request_id")).startswith(PROBE)
-    }
+    workers = workload_workers(served)
     assert workers == {0, 1}
 
 

@@ -14,7 +14,13 @@ import random
 from contextlib import AsyncExitStack
 from pathlib import Path
 
-from tests.replicas import PROBE, post_and_count, record_and_sum, weave_and_check, worker_channels
+from tests.replicas import (
+    post_and_count,
+    record_and_sum,
+    weave_and_check,
+    worker_channels,
+    workload_workers,
+)
 from tests.serving import loom_process
 
 
@@ -26,11 +32,7 @@ async def test_two_workers_answer_as_one_server(tmp_path: Path) -> None:
         await weave_and_check(chans, rng)
         await post_and_count(chans, rng)
         await record_and_sum(chans, rng)
-    workers = {
-        line.get("worker")
-        for line in served.log_lines()
-        if line.get("event") == "rpc" and not str(line.get("request_id")).startswith(PROBE)
-    }
+    workers = workload_workers(served)
     assert workers == {0, 1}, f"calls were served by workers {workers}"
     stopped = [line for line in served.log_lines() if line.get("event") == "stopped"]
     assert len(stopped) == 2
