@@ -25,6 +25,10 @@ from one template's variants:
    rest's emails either begin differently (another template) or share no k-anonymous
    subject at all (a template not yet k-anonymous, whose text is invisible): leaving
    those out rather than folding them in keeps the formed template's core its own. A rest
+   that shares no start but does share subject text with A, its emails beginning with
+   words each fewer than k of them hold, is A's template with a value at its start (the
+   recipient's first name: ``Lena, confirm your new email address``, where k recipients
+   happen to be called Lena), and splits nothing. A rest
    of several templates shares no prefix: its emails that begin as A's do stand for it (a
    ``Welcome for`` + a name beside ``Welcome`` and other templates splits nothing). A rest
    whose emails all begin alike (the sender's name on every subject: ``[Acme] …``) goes on
@@ -45,7 +49,7 @@ from one template's variants:
 4. **A side that cuts across templates waits** (`cut_ratio`; 0 turns it off). One row's
    templates, and the blocks inside each, nest. A block several templates share in some
    of their emails (an optional footer, a notice) or a value from a short list cuts across
-   them: of two valid sides that cross (each of the three parts with >= k emails), the one
+   them: of two valid sides that cross (each of the three parts non-empty), the one
    that `cut_ratio` times as much text (tokens of classes it cuts) cuts across is such a
    block and is not taken while the other is there; once the templates are apart, its
    part in each is a block inside its template.
@@ -180,7 +184,7 @@ class _Ends:
         if in_rest >= all_rest and len(prefix) > len(self.rest):
             self.rest = prefix
 
-    def differ(self) -> bool:
+    def differ(self, *, shared: bool = False) -> bool:
         """Whether A's and the rest's subjects are two templates' subjects at this end.
 
         Each side's subject is the longest prefix nearly all its emails share. They differ
@@ -197,6 +201,11 @@ class _Ends:
         the rest's prefix, which A's goes on from. They differ when the rest's emails go on
         from it into other words each k or more of them share (other templates' starts); a
         value there is in fewer (a name, ``[Acme] Your order for`` + a name).
+
+        A rest with no start at all (nor one along A's) differs, as a template not yet
+        k-anonymous does, unless the two sides `shared` subject text in nearly all their
+        emails and none of the rest's starts is held by k of its emails: then A's start is a
+        value before a subject both have (a first name k recipients happen to share).
         """
         a, rest = self.a, self.rest
         if not a:
@@ -208,7 +217,9 @@ class _Ends:
                 return True
         if not rest:
             rest = self._stem(a)
-        if not rest or not _compatible(a, rest):
+            if not rest:
+                return not shared or bool(self.held_rest)
+        if not _compatible(a, rest):
             return True
         if a == rest:
             return False
@@ -236,6 +247,8 @@ class _Tally:
     own: int = 0
     own_subject: int = 0
     common: int = 0
+    common_subject: int = 0
+    """Subject shingles in (nearly) all of both sides' emails."""
     ends: dict[str, _Ends] = field(default_factory=lambda: {"prefix": _Ends(), "suffix": _Ends()})
     """The subjects' starts and ends."""
 
@@ -246,9 +259,10 @@ class _Tally:
         ends with a value more often than it starts with one (``… for Ava Lopez``): a
         surname from a short list ends the subjects of every template alike, and the emails
         it ends own no body text."""
-        if self.ends["prefix"].differ():
+        shared = self.common_subject > 0
+        if self.ends["prefix"].differ(shared=shared):
             return True
-        return self.own >= min_own and self.ends["suffix"].differ()
+        return self.own >= min_own and self.ends["suffix"].differ(shared=shared)
 
 
 class _Divider:
@@ -352,7 +366,7 @@ class _Divider:
                 valid.append((score, a))
         if self.p.cut_ratio and len(valid) > 1:  # rule 4
             texts = [c for c in classes if c.kind == "text"]
-            valid = _uncrossed(valid, texts, self.k, self.p.cut_ratio)
+            valid = _uncrossed(valid, texts, self.p.cut_ratio)
         best = max(valid, key=lambda v: v[0], default=None)  # the first of equal scores
         return None if best is None else best[1]
 
@@ -376,8 +390,11 @@ class _Divider:
                     t.own += c.weight
                 else:
                     t.own_subject += c.weight
-            elif c.kind == "text" and in_a >= p.present * n_a and in_r >= p.present * n_r:
-                t.common += c.weight
+            elif in_a >= p.present * n_a and in_r >= p.present * n_r:
+                if c.kind == "text":
+                    t.common += c.weight
+                elif c.kind == "subject":
+                    t.common_subject += c.weight
             if c.kind == "text" and in_a <= p.absent * total and in_r >= 2:
                 block = c.mask & rest
                 anti[block] = anti.get(block, 0) + c.weight
@@ -404,19 +421,20 @@ def _crosses(a: int, b: int, least: int = 1) -> bool:
 
 
 def _uncrossed(
-    valid: list[tuple[float, int]], texts: list[_Class], k: int, ratio: float
+    valid: list[tuple[float, int]], texts: list[_Class], ratio: float
 ) -> list[tuple[float, int]]:
     """The valid sides less those that cut across a side the row's text agrees with more.
 
     One row's templates, and the blocks inside each, nest; a block or a value several
     templates share (an optional footer in some emails of each, a name from a short list)
     cuts across them, and across all of their own text. Of two sides that cross (each part
-    with k emails or more: a smaller one can be no template), the one `ratio` times as much
-    text cuts across is that block, and waits: once the templates are apart, its part in
-    each is a block inside its template. Text cutting across a side is weighed by its
-    tokens (`texts`: the classes of the group).
+    non-empty: a first name from a short list starts k subjects of a row but fewer than k
+    of each template's, so asking k of each part let it split every template), the one
+    `ratio` times as much text cuts across is that block, and waits: once the templates
+    are apart, its part in each is a block inside its template. Text cutting across a side
+    is weighed by its tokens (`texts`: the classes of the group).
     """
-    crossed = {a: [b for _, b in valid if _crosses(a, b, k)] for _, a in valid}
+    crossed = {a: [b for _, b in valid if _crosses(a, b)] for _, a in valid}
     cut: dict[int, int] = {}
 
     def cut_of(side: int) -> int:

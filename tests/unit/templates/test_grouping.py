@@ -244,6 +244,32 @@ class TestSplitRules:
         groups = group_emails(self._sigs(texts), [f"u{i}" for i in range(18)], K)
         assert len(groups) == 1
 
+    def test_a_first_name_in_k_emails_of_one_template_splits_nothing(self) -> None:
+        """``Lena, confirm your new email address``: one template, the recipient's first
+        name before its subject. Six emails go to a Lena (k recipients: the name's prefix
+        is k-anonymous) and the others to names each fewer than k hold; the two sides share
+        the rest of the subject, so the name is a value before it: one group."""
+        body = ["open the link below to confirm the address you gave us"]
+        names = ["Lena"] * 6 + [NAMES[i % 12].split()[0] + str(i) for i in range(19)]
+        texts = [(f"{n}, confirm your new email address", body) for n in names]
+        groups = group_emails(self._sigs(texts), [f"u{i}" for i in range(25)], K)
+        assert len(groups) == 1
+
+    def test_subjects_sharing_a_middle_still_split(self) -> None:
+        """``Confirm`` / ``Activate`` / ``Close your Acme account now``: three templates of
+        one body whose subjects share all but their first word, each start held by k
+        emails: three groups (unlike a name, the starts are k-anonymous words of their
+        own)."""
+        body = ["the account team of the store writes to you about your account"]
+        starts = ("Confirm", "Activate", "Close")
+        texts = [(f"{starts[i // 10]} your Acme account now", body) for i in range(30)]
+        groups = group_emails(self._sigs(texts), [f"u{i}" for i in range(30)], K)
+        assert sorted(sorted(g) for g in groups) == [
+            list(range(10)),
+            list(range(10, 20)),
+            list(range(20, 30)),
+        ]
+
     def test_a_sentence_each_splits_however_long_the_shared_text(self) -> None:
         """A trial *expiring* and a trial *expired* notice: 30 shared sentences and one
         sentence of each's own (a tenth of the shared text would ask for ~20 tokens, the cap
@@ -387,6 +413,31 @@ class TestAcrossTemplates:
         assert all(len(g) == 10 for g in groups)
         off = group_emails(sigs, users, K, GroupingParams(cut_ratio=0.0))
         assert len(off) > 5  # the rule is what keeps them whole
+
+    def test_a_first_name_on_every_subject_splits_no_template(self) -> None:
+        """Four templates of one layout and one subject greet the recipient by first name
+        at its start (``Ava, news from the Acme store``), names from a list of ten: each
+        name starts the subjects of k emails or more of the row, two or so of each
+        template. A name side owns its subject start, and the rest of the row shares no
+        subject start; but it cuts across every template's text, fewer than k emails in
+        each, so it waits for the templates, and each forms whole."""
+        layout = [f"layout line {i} of the vendor" for i in range(4)]
+        words = ["receipt", "reset", "invite", "digest"]
+        bodies: list[list[str]] = []
+        subjects: list[str] = []
+        for t, word in enumerate(words):
+            own = [f"the {word} notice number {t}"]  # less own text than a name's subject
+            for n in range(20):
+                bodies.append([*layout, *own])
+                subjects.append(f"{NAMES[(n + t) % 10].split()[0]}, news from the Acme store")
+        sigs = [
+            frozenset(tokens_of(s, [("/p", x) for x in b]))
+            for s, b in zip(subjects, bodies, strict=True)
+        ]
+        groups = group_emails(sigs, [f"u{i}" for i in range(80)], K)
+        assert sorted(sorted(g) for g in groups) == [
+            list(range(t * 20, t * 20 + 20)) for t in range(4)
+        ]
 
     def test_templates_that_cross_each_other_are_not_held_back(self) -> None:
         """Two families of templates sharing paragraphs in overlapping sets (A and B share
