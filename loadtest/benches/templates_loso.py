@@ -16,12 +16,17 @@ each time its recipients grow by `rows.GROWTH` (Algorithm 2 with Loom's growth r
 ``--brand prefix|suffix`` puts the sender's name on every template email's subject
 (``[Helpdesk-desk] …`` or ``… | Helpdesk-desk``), as many senders do: material the
 thresholds were not chosen on, which a subject rule that only holds on bare subjects fails.
+``--names prefix|suffix`` greets each recipient by first name on every template subject
+(``Ava, your order …`` or ``… for Ava``), one name per recipient from the corpus's list of
+twenty, as personalised mail does: a value that, from so short a list, k recipients of a
+row share.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import itertools
 import json
 from collections import defaultdict
@@ -29,7 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from loadtest.corpora.email_corpus import LabeledEmail, build_corpus, real_templates
+from loadtest.corpora.email_corpus import FIRST_NAMES, LabeledEmail, build_corpus, real_templates
 from loadtest.figures.templates_quality import pairwise_quality
 from server.templates.grouping import GroupingParams
 from server.templates.model import ClusterEmail, EmailIn, Parsed, TemplateValue
@@ -46,6 +51,7 @@ __all__ = [
     "fingerprinted",
     "form_online",
     "main",
+    "named",
     "replay",
 ]
 
@@ -101,6 +107,25 @@ def branded(emails: Sequence[LabeledEmail], where: str) -> list[LabeledEmail]:
 
     if where not in ("prefix", "suffix"):
         raise ValueError(f"brand must be prefix or suffix, not {where!r}")
+    return [e if e.noise else dataclasses.replace(e, subject=subject(e)) for e in emails]
+
+
+def named(emails: Sequence[LabeledEmail], where: str) -> list[LabeledEmail]:
+    """`emails` with the recipient's first name (one per recipient, `FIRST_NAMES`) before
+    (``prefix``: ``Ava, your order …``) or after (``suffix``: ``… for Ava``) every template
+    email's subject; human emails as they were."""
+
+    def first(e: LabeledEmail) -> str:
+        digest = hashlib.blake2b(e.recipient.encode(), digest_size=8).digest()
+        return FIRST_NAMES[int.from_bytes(digest, "big") % len(FIRST_NAMES)]
+
+    def subject(e: LabeledEmail) -> str:
+        if where == "prefix":
+            return f"{first(e)}, {e.subject[:1].lower()}{e.subject[1:]}"
+        return f"{e.subject} for {first(e)}"
+
+    if where not in ("prefix", "suffix"):
+        raise ValueError(f"names must be prefix or suffix, not {where!r}")
     return [e if e.noise else dataclasses.replace(e, subject=subject(e)) for e in emails]
 
 
@@ -192,11 +217,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--subjects", choices=("name", "real", "sender"), default="sender")
     parser.add_argument("--k", type=int, default=5)
     parser.add_argument("--brand", choices=("prefix", "suffix"))
+    parser.add_argument("--names", choices=("prefix", "suffix"))
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     corpus = build_corpus(real_templates(), subjects=args.subjects)
     if args.brand:
         corpus = branded(corpus, args.brand)
+    if args.names:
+        corpus = named(corpus, args.names)
     parsed = fingerprinted(corpus)
     table = {i: replay(corpus, parsed, p, args.k) for i, p in enumerate(GRID)}
     default = GRID.index(SchemeParams())
@@ -218,6 +246,7 @@ def main(argv: list[str] | None = None) -> None:
     report = {
         "subjects": args.subjects,
         "brand": args.brand,
+        "names": args.names,
         "k": args.k,
         "folds": folds,
         "worst_source": worst,

@@ -37,6 +37,7 @@ from loadtest.corpora.mailgen_templates import instantiate_mailgen, mailgen_sour
 from loadtest.corpora.template_languages import Choices, RenderContext, constructs, render
 
 __all__ = [
+    "FIRST_NAMES",
     "SUBJECT_MODES",
     "GeneratedValue",
     "LabeledEmail",
@@ -51,7 +52,7 @@ __all__ = [
     "value_for",
 ]
 
-_FIRST = [
+FIRST_NAMES = [
     "Ava",
     "Bob",
     "Chen",
@@ -73,6 +74,7 @@ _FIRST = [
     "Sven",
     "Tara",
 ]
+"""The first names the generator draws (a short list: each is many recipients')."""
 _LAST = [
     "Smith",
     "Garcia",
@@ -170,7 +172,7 @@ class LabeledEmail:
 
 
 def _name(rng: random.Random) -> str:
-    return f"{rng.choice(_FIRST)} {rng.choice(_LAST)}"
+    return f"{rng.choice(FIRST_NAMES)} {rng.choice(_LAST)}"
 
 
 def _date(rng: random.Random, order: str) -> str:
@@ -201,7 +203,7 @@ def value_for(name: str, rng: random.Random, constants: dict[str, str], order: s
     if "url" in key or "link" in key or key.endswith(("href", "path")):
         return f"https://mail.example/{rng.choice(_WORDS)}/{rng.randint(1000, 99999)}"
     if "email" in key:
-        return f"{rng.choice(_FIRST).lower()}.{rng.randint(1, 999)}@mail.example"
+        return f"{rng.choice(FIRST_NAMES).lower()}.{rng.randint(1, 999)}@mail.example"
     if "date" in key or key.endswith("_at") or key == "at":
         return _date(rng, order)
     if any(w in key for w in ("amount", "price", "total", "tax", "cost")):
@@ -322,7 +324,7 @@ def _static(source: str, rng: random.Random, choices: Choices, record: Record) -
     html = _ROW_RUN.sub(rows, source)
 
     def email(_: re.Match[str]) -> str:
-        got = f"{rng.choice(_FIRST).lower()}{rng.randint(1, 999)}@mail.example"
+        got = f"{rng.choice(FIRST_NAMES).lower()}{rng.randint(1, 999)}@mail.example"
         found.append(("email", got, ""))
         kept.add(got)
         return got
@@ -536,7 +538,7 @@ def human_email(rng: random.Random, sender: str) -> tuple[str, str]:
         " ".join(rng.choice(_WORDS) for _ in range(rng.randint(4, 14))).capitalize() + "."
         for _ in range(rng.randint(1, 6))
     ]
-    greet = f"Hi {rng.choice(_FIRST)},"
+    greet = f"Hi {rng.choice(FIRST_NAMES)},"
     if style == 0:
         body = "".join(f"<div>{line}</div>" for line in lines)
         html = f'<div dir="ltr"><div>{greet}</div><div><br></div>{body}<div><br></div><div>{sender}</div></div>'
@@ -629,9 +631,7 @@ def build_corpus(
         made = 0
         while made < wanted:  # one person writes to 1-3 people: never k recipients
             person += 1
-            sender = (
-                f"{rng.choice(_FIRST).lower()}.{rng.choice(_LAST).lower()}{person}@mail.example"
-            )
+            sender = f"{rng.choice(FIRST_NAMES).lower()}.{rng.choice(_LAST).lower()}{person}@mail.example"
             for _ in range(min(rng.randint(1, 3), wanted - made)):
                 subject, html = human_email(rng, sender)
                 out.append(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from loadtest.benches.templates_loso import GRID, SourceFigures, branded, choose
+from loadtest.benches.templates_loso import GRID, SourceFigures, branded, choose, named
 from loadtest.corpora.email_corpus import LabeledEmail
 from server.templates.schemes import SchemeParams
 
@@ -61,3 +61,23 @@ def test_a_brand_goes_on_template_subjects_only() -> None:
     ]
     with pytest.raises(ValueError, match="prefix or suffix"):
         branded(emails, "middle")
+
+
+def test_a_first_name_goes_on_template_subjects_only() -> None:
+    """The recipient's first name, the same for each of its emails, before or after each
+    template email's subject; a human email keeps its own; anything else is refused."""
+    emails = [
+        LabeledEmail("a/0", "shop@store.example", "u1", "Your order shipped", "", "a", False),
+        LabeledEmail("a/1", "shop@store.example", "u1", "Your receipt", "", "b", False),
+        LabeledEmail("h/0", "ava.lopez1@mail.example", "u2", "lunch?", "", "human", True),
+    ]
+    front = [e.subject for e in named(emails, "prefix")]
+    name = front[0].split(",")[0]
+    assert front == [f"{name}, your order shipped", f"{name}, your receipt", "lunch?"]
+    assert [e.subject for e in named(emails, "suffix")] == [
+        f"Your order shipped for {name}",
+        f"Your receipt for {name}",
+        "lunch?",
+    ]
+    with pytest.raises(ValueError, match="prefix or suffix"):
+        named(emails, "middle")
