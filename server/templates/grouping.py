@@ -49,10 +49,13 @@ from one template's variants:
 4. **A side that cuts across templates waits** (`cut_ratio`; 0 turns it off). One row's
    templates, and the blocks inside each, nest. A block several templates share in some
    of their emails (an optional footer, a notice) or a value from a short list cuts across
-   them: of two valid sides that cross (each of the three parts non-empty), the one
-   that `cut_ratio` times as much text (tokens of classes it cuts) cuts across is such a
-   block and is not taken while the other is there; once the templates are apart, its
-   part in each is a block inside its template.
+   them: of two valid sides that cross (each of the three parts with >= k emails), the
+   one that `cut_ratio` times as much text (tokens of classes it cuts) cuts across is
+   such a block and is not taken while the other is there; once the templates are apart,
+   its part in each is a block inside its template. A side only its subject tells apart
+   crosses a side it overlaps however few emails they share: the recipient's first name
+   on every subject (``Ava, news from Acme``), from a short list, starts k subjects of a
+   row but fewer than k of each template's.
 
 Candidate sides are the email sets of the row's tokens (a template's own text, an optional
 block, a subject's words); a side inside a bigger candidate that splits off itself waits
@@ -336,6 +339,7 @@ class _Divider:
         # a sentence one sibling has in some emails) makes A part of nothing.
         wider = [c.mask for c in classes if c.kind == "text" and c.weight >= self.p.min_own]
         valid: list[tuple[float, int]] = []
+        by_subject: set[int] = set()
         tried: set[int] = set()
         sides: dict[int, bool] = {}
 
@@ -344,7 +348,7 @@ class _Divider:
             if w not in sides:
                 sides[w] = (
                     w.bit_count() >= self.k
-                    and self._score(classes, w, g & ~w) > 0
+                    and self._score(classes, w, g & ~w)[0] > 0
                     and self.recipients(w) >= self.k
                 )
             return sides[w]
@@ -361,17 +365,20 @@ class _Divider:
             tried.add(a)
             if any(w not in (a, g) and w & a == a and is_side(w) for w in wider):
                 continue
-            score = self._score(classes, a, g & ~a)
+            score, subject_only = self._score(classes, a, g & ~a)
             if score and self.recipients(a) >= self.k:
                 valid.append((score, a))
+                if subject_only:
+                    by_subject.add(a)
         if self.p.cut_ratio and len(valid) > 1:  # rule 4
             texts = [c for c in classes if c.kind == "text"]
-            valid = _uncrossed(valid, texts, self.p.cut_ratio)
+            valid = _uncrossed(valid, texts, self.k, self.p.cut_ratio, by_subject)
         best = max(valid, key=lambda v: v[0], default=None)  # the first of equal scores
         return None if best is None else best[1]
 
-    def _score(self, classes: list[_Class], a: int, rest: int) -> float:
-        """How strongly A and the rest are two templates (0: they are not)."""
+    def _score(self, classes: list[_Class], a: int, rest: int) -> tuple[float, bool]:
+        """How strongly A and the rest are two templates (0: they are not), and whether
+        A's subject alone tells them apart (rule 2 without rule 1)."""
         p = self.p
         n_a, n_r = a.bit_count(), rest.bit_count()
         t = _Tally()
@@ -402,39 +409,57 @@ class _Divider:
         need = max(p.min_own, min(share, p.own_share_cap) if p.own_share_cap else share)
         block_weight = max(anti.values(), default=0)
         if t.own >= need and block_weight >= need:
-            return float(min(t.own, block_weight))
+            return float(min(t.own, block_weight)), False
         if t.own_subject and t.subjects_differ(p.min_own):
-            return float(t.own + t.own_subject)
+            return float(t.own + t.own_subject), True
         if (
             p.own_over_shared
             and t.own >= max(p.min_own, p.own_over_shared * t.common)
             and self.recipients(rest) >= self.k
         ):
-            return float(t.own) * _LAST
-        return 0.0
+            return float(t.own) * _LAST, False
+        return 0.0, False
 
 
-def _crosses(a: int, b: int, least: int = 1) -> bool:
-    """Whether `a` and `b` overlap and neither holds the other, each of the three parts
-    with at least `least` emails."""
-    return min((a & b).bit_count(), (a & ~b).bit_count(), (b & ~a).bit_count()) >= least
+def _crosses(a: int, b: int) -> bool:
+    """Whether `a` and `b` overlap and neither holds the other."""
+    return bool(a & b) and bool(a & ~b) and bool(b & ~a)
+
+
+def _apart(a: int, b: int, k: int) -> bool:
+    """Whether `a` and `b` cross as two sides that could each be templates: each of the
+    three parts with k emails or more."""
+    return min((a & b).bit_count(), (a & ~b).bit_count(), (b & ~a).bit_count()) >= k
 
 
 def _uncrossed(
-    valid: list[tuple[float, int]], texts: list[_Class], ratio: float
+    valid: list[tuple[float, int]],
+    texts: list[_Class],
+    k: int,
+    ratio: float,
+    by_subject: set[int],
 ) -> list[tuple[float, int]]:
     """The valid sides less those that cut across a side the row's text agrees with more.
 
     One row's templates, and the blocks inside each, nest; a block or a value several
     templates share (an optional footer in some emails of each, a name from a short list)
     cuts across them, and across all of their own text. Of two sides that cross (each part
-    non-empty: a first name from a short list starts k subjects of a row but fewer than k
-    of each template's, so asking k of each part let it split every template), the one
-    `ratio` times as much text cuts across is that block, and waits: once the templates
-    are apart, its part in each is a block inside its template. Text cutting across a side
-    is weighed by its tokens (`texts`: the classes of the group).
+    with k emails or more: a smaller one can be no template), the one `ratio` times as much
+    text cuts across is that block, and waits: once the templates are apart, its part in
+    each is a block inside its template. Text cutting across a side is weighed by its
+    tokens (`texts`: the classes of the group).
+
+    A side only its subject tells apart (`by_subject`: rule 2 without rule 1) crosses any
+    side it overlaps without holding or being held, however few emails they share: a
+    first name from a short list starts the subjects of k emails of a row but fewer than k
+    of each template's, and asked for k in each part it would split every template by
+    name. Sides that own text keep the k bar (a value from a short list in a few of a
+    template's emails must not hold the template back).
     """
-    crossed = {a: [b for _, b in valid if _crosses(a, b)] for _, a in valid}
+    crossed = {
+        a: [b for _, b in valid if _apart(a, b, k) or (a in by_subject and _crosses(a, b))]
+        for _, a in valid
+    }
     cut: dict[int, int] = {}
 
     def cut_of(side: int) -> int:
