@@ -13,7 +13,8 @@ subject per sender: the subject tells no template from another), and the online 
 is replayed in one process as `templates_loso` does, with the service's defaults and,
 in the same run, with rule 4 of the split off (the side that cuts across templates waits)
 and with the split rules of earlier releases (no cap on the own-text share, no rule 3, no
-rule 4), per source and the worst.
+rule 4), per source and the worst. ``--names prefix|suffix`` puts each recipient's first
+name before or after every template subject (`templates_loso.named`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import argparse
 import json
 from pathlib import Path
 
-from loadtest.benches.templates_loso import fingerprinted, replay
+from loadtest.benches.templates_loso import fingerprinted, named, replay
 from loadtest.corpora.email_corpus import build_corpus
 from loadtest.corpora.email_model import SourceTemplate
 from server.templates.grouping import GroupingParams
@@ -91,6 +92,7 @@ def main(argv: list[str] | None = None) -> None:
         "--mailgun", type=Path, help="checkout of mailgun/transactional-email-templates"
     )
     parser.add_argument("--sendgrid", type=Path, help="checkout of sendgrid/email-templates")
+    parser.add_argument("--names", choices=("prefix", "suffix"))
     parser.add_argument("--k", type=int, default=5)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
@@ -98,8 +100,10 @@ def main(argv: list[str] | None = None) -> None:
     if not templates:
         parser.error("no templates: give at least one pack's checkout")
     corpus = build_corpus(templates, subjects="sender")
+    if args.names:
+        corpus = named(corpus, args.names)
     parsed = fingerprinted(corpus)
-    report: dict[str, object] = {"templates": len(templates), "k": args.k}
+    report: dict[str, object] = {"templates": len(templates), "k": args.k, "names": args.names}
     for name, params in SCHEMES.items():
         figures = replay(corpus, parsed, params, args.k)
         worst = min(figures, key=lambda s: figures[s].floor)
