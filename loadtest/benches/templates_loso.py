@@ -30,7 +30,7 @@ import hashlib
 import itertools
 import json
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,6 +95,14 @@ class SourceFigures:
         )
 
 
+def _resubjected(
+    emails: Sequence[LabeledEmail], subject: Callable[[LabeledEmail], str]
+) -> list[LabeledEmail]:
+    """`emails` with every template email's subject replaced by `subject`'s; human emails
+    as they were."""
+    return [e if e.noise else dataclasses.replace(e, subject=subject(e)) for e in emails]
+
+
 def branded(emails: Sequence[LabeledEmail], where: str) -> list[LabeledEmail]:
     """`emails` with the sender's name (its domain's first label) before (``prefix``) or
     after (``suffix``) every template email's subject; human emails as they were."""
@@ -107,7 +115,7 @@ def branded(emails: Sequence[LabeledEmail], where: str) -> list[LabeledEmail]:
 
     if where not in ("prefix", "suffix"):
         raise ValueError(f"brand must be prefix or suffix, not {where!r}")
-    return [e if e.noise else dataclasses.replace(e, subject=subject(e)) for e in emails]
+    return _resubjected(emails, subject)
 
 
 def named(emails: Sequence[LabeledEmail], where: str) -> list[LabeledEmail]:
@@ -126,7 +134,7 @@ def named(emails: Sequence[LabeledEmail], where: str) -> list[LabeledEmail]:
 
     if where not in ("prefix", "suffix"):
         raise ValueError(f"names must be prefix or suffix, not {where!r}")
-    return [e if e.noise else dataclasses.replace(e, subject=subject(e)) for e in emails]
+    return _resubjected(emails, subject)
 
 
 def fingerprinted(emails: Sequence[LabeledEmail]) -> list[Parsed | None]:

@@ -289,15 +289,10 @@ class _Divider:
         return 0.0, False
 
 
-def _crosses(a: int, b: int) -> bool:
-    """Whether `a` and `b` overlap and neither holds the other."""
-    return bool(a & b) and bool(a & ~b) and bool(b & ~a)
-
-
-def _apart(a: int, b: int, k: int) -> bool:
-    """Whether `a` and `b` cross as two sides that could each be templates: each of the
-    three parts with k emails or more."""
-    return min((a & b).bit_count(), (a & ~b).bit_count(), (b & ~a).bit_count()) >= k
+def _crosses(a: int, b: int, least: int = 1) -> bool:
+    """Whether `a` and `b` overlap and neither holds the other, each of the three parts
+    with at least `least` emails."""
+    return min((a & b).bit_count(), (a & ~b).bit_count(), (b & ~a).bit_count()) >= least
 
 
 def _uncrossed(
@@ -325,8 +320,7 @@ def _uncrossed(
     template's emails must not hold the template back).
     """
     crossed = {
-        a: [b for _, b in valid if _apart(a, b, k) or (a in by_subject and _crosses(a, b))]
-        for _, a in valid
+        a: [b for _, b in valid if _crosses(a, b, 1 if a in by_subject else k)] for _, a in valid
     }
     cut: dict[int, int] = {}
 
