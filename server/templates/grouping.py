@@ -18,6 +18,12 @@ from one template's variants:
    sides share, so a one-word alternative (``1 day``/``2 days``) splits nothing, but
    never more than `own_share_cap` tokens: two emails of one long layout that differ by a
    sentence each (a trial *expiring* and a trial *expired* notice) are two templates.
+   Sides that keep one subject (neither owns subject text, and their fixed start, end or
+   whole subject are the same) which k or more of the row's emails lack need that
+   sentence each: a template's alternative panels (a translation site's ``Project
+   information`` or ``Translation info`` under ``New contributor in`` + a project) own a
+   heading and a line each, and the subject the sender gives that template alone says
+   they are one. A subject the whole row shares (the sender's one subject) says nothing.
 2. **The subjects differ.** A owns subject text, and the longest subject prefix nearly all
    of A's emails share is not compatible with the rest's (neither starts the other), or
    the rest shares none. Instances of one template keep their subject's fixed start and
@@ -53,9 +59,12 @@ from one template's variants:
    one that `cut_ratio` times as much text (tokens of classes it cuts) cuts across is
    such a block and is not taken while the other is there; once the templates are apart,
    its part in each is a block inside its template. A side only its subject tells apart
-   crosses a side it overlaps however few emails they share: the recipient's first name
-   on every subject (``Ava, news from Acme``), from a short list, starts k subjects of a
-   row but fewer than k of each template's.
+   crosses a bigger side it overlaps however few emails they share: the recipient's first
+   name on every subject (``Ava, news from Acme``), from a short list, starts k subjects
+   of a row but fewer than k of each template's. A smaller side (a value in k emails of
+   several templates that only their subjects tell apart) crosses it as any side does,
+   with k emails in each part: a template is not held back for a value some of its emails
+   hold.
 
 Candidate sides are the email sets of the row's tokens (a template's own text, an optional
 block, a subject's words); a side inside a bigger candidate that splits off itself waits
@@ -160,6 +169,7 @@ class _Divider:
                 else "text"
             )
             grouped.setdefault((mask, kind), []).append(tok)
+        self.row = (1 << len(sigs)) - 1
         self.classes = [
             _Class(
                 mask,
@@ -169,6 +179,8 @@ class _Divider:
             )
             for (mask, kind), toks in grouped.items()
         ]
+        self.ends = {(c.kind, c.prefix): c.mask for c in self.classes if c.kind in _ENDS}
+        """Each subject start's (or end's) emails in the row."""
 
     def recipients(self, mask: int) -> int:
         return len({self.users[i] for i in _bits(mask)})
@@ -248,6 +260,25 @@ class _Divider:
         """How strongly A and the rest are two templates (0: they are not), and whether
         A's subject alone tells them apart (rule 2 without rule 1)."""
         p = self.p
+        t = self._tally(classes, a, rest)
+        share = p.min_own_share * t.common
+        need = max(p.min_own, min(share, p.own_share_cap) if p.own_share_cap else share)
+        split = min(t.own, t.block)
+        if split >= need and (split >= p.own_share_cap or not self._one_subject(t)):
+            return float(split), False
+        if t.own_subject and t.subjects_differ(p.min_own):
+            return float(t.own + t.own_subject), True
+        if (
+            p.own_over_shared
+            and t.own >= max(p.min_own, p.own_over_shared * t.common)
+            and self.recipients(rest) >= self.k
+        ):
+            return float(t.own) * _LAST, False
+        return 0.0, False
+
+    def _tally(self, classes: list[_Class], a: int, rest: int) -> Tally:
+        """What A and the rest hold: own, shared and subject text, and the rest's blocks."""
+        p = self.p
         n_a, n_r = a.bit_count(), rest.bit_count()
         t = Tally()
         anti: dict[int, int] = {}
@@ -270,23 +301,29 @@ class _Divider:
                     t.common += c.weight
                 elif c.kind == "subject":
                     t.common_subject += c.weight
+            elif c.kind == "subject" and in_r >= p.present * n_r and in_a <= p.absent * total:
+                t.rest_subject += c.weight
             if c.kind == "text" and in_a <= p.absent * total and in_r >= 2:
                 block = c.mask & rest
                 anti[block] = anti.get(block, 0) + c.weight
-        share = p.min_own_share * t.common
-        need = max(p.min_own, min(share, p.own_share_cap) if p.own_share_cap else share)
-        block_weight = max(anti.values(), default=0)
-        if t.own >= need and block_weight >= need:
-            return float(min(t.own, block_weight)), False
-        if t.own_subject and t.subjects_differ(p.min_own):
-            return float(t.own + t.own_subject), True
-        if (
-            p.own_over_shared
-            and t.own >= max(p.min_own, p.own_over_shared * t.common)
-            and self.recipients(rest) >= self.k
-        ):
-            return float(t.own) * _LAST, False
-        return 0.0, False
+        t.block = max(anti.values(), default=0)
+        return t
+
+    def _one_subject(self, t: Tally) -> bool:
+        """Whether A and the rest keep one subject that k or more of the row's emails lack
+        (rule 1's exception): neither side owns subject text, both share subject words, and
+        their fixed starts, ends and whole subjects are the same."""
+        if t.own_subject or t.rest_subject or not t.common_subject:
+            return False
+        held = []
+        for kind in _ENDS:
+            e = t.ends[kind]
+            if e.a != e.rest:
+                return False
+            held += [(kind, x) for x in (e.a, e.whole) if x]
+        return bool(held) and all(
+            (self.row & ~self.ends.get(end, 0)).bit_count() >= self.k for end in held
+        )
 
 
 def _crosses(a: int, b: int, least: int = 1) -> bool:
@@ -313,14 +350,21 @@ def _uncrossed(
     tokens (`texts`: the classes of the group).
 
     A side only its subject tells apart (`by_subject`: rule 2 without rule 1) crosses any
-    side it overlaps without holding or being held, however few emails they share: a
-    first name from a short list starts the subjects of k emails of a row but fewer than k
-    of each template's, and asked for k in each part it would split every template by
-    name. Sides that own text keep the k bar (a value from a short list in a few of a
-    template's emails must not hold the template back).
+    side as big or bigger that it overlaps without holding or being held, however few
+    emails they share: a first name from a short list starts the subjects of k emails of a
+    row but fewer than k of each template's, and asked for k in each part it would split
+    every template by name. Other crossings keep the k bar: a value from a short list in
+    a few of a template's emails must not hold the template back, whether the value's
+    side owns text or subject words (Weblate's notices, which only their subjects tell
+    apart, were each divided by a user's name in k emails of the row).
     """
     crossed = {
-        a: [b for _, b in valid if _crosses(a, b, 1 if a in by_subject else k)] for _, a in valid
+        a: [
+            b
+            for _, b in valid
+            if _crosses(a, b, 1 if a in by_subject and a.bit_count() <= b.bit_count() else k)
+        ]
+        for _, a in valid
     }
     cut: dict[int, int] = {}
 

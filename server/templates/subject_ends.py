@@ -42,6 +42,8 @@ class Ends:
     seen_rest: set[tuple[str, ...]] = field(default_factory=set)
     held_rest: set[tuple[str, ...]] = field(default_factory=set)
     """Prefixes in k or more of the rest's emails."""
+    whole: tuple[str, ...] = ()
+    """A whole subject (``$``-ended) in nearly all of both sides' emails."""
 
     def add(
         self,
@@ -62,6 +64,8 @@ class Ends:
         if in_rest >= k:
             self.held_rest.add(prefix)
         if prefix[-1:] == (END,):
+            if in_a >= all_a and in_rest >= all_rest:
+                self.whole = prefix
             return
         if in_a >= all_a and len(prefix) > len(self.a):
             self.a = prefix
@@ -130,6 +134,10 @@ class Tally:
 
     own: int = 0
     own_subject: int = 0
+    rest_subject: int = 0
+    """Subject shingles the rest owns."""
+    block: int = 0
+    """The largest block of text the rest has and A lacks (tokens in the same emails)."""
     common: int = 0
     common_subject: int = 0
     """Subject shingles in (nearly) all of both sides' emails."""

@@ -127,6 +127,21 @@ class TestSplitRules:
         groups = group_emails(self._sigs(a + b), [f"u{i}" for i in range(20)], K)
         assert sorted(len(g) for g in groups) == [10, 10]
 
+    def test_two_own_sentences_split_under_a_subject_the_row_does_not_share(self) -> None:
+        """As above, ``Update`` on both beside a third template whose subject differs: one
+        subject that not all of the row has asks each side for a sentence of its own
+        (`own_share_cap` tokens), and these have one: still three groups."""
+        shared = ["the footer that every email of this vendor carries at the end"]
+        a = [("Update", [*shared, "your invoice for this month is ready to download"])] * 10
+        b = [("Update", [*shared, "your subscription renews next week at the same price"])] * 10
+        c = [("Welcome aboard", [*shared, "thank you for joining us you can sign in now"])] * 10
+        groups = group_emails(self._sigs(a + b + c), [f"u{i}" for i in range(30)], K)
+        assert sorted(sorted(g) for g in groups) == [
+            list(range(0, 10)),
+            list(range(10, 20)),
+            list(range(20, 30)),
+        ]
+
     def test_subjects_that_only_extend_with_values_do_not_split(self) -> None:
         """``Your order`` / ``Your order for`` + a name: one template's variants."""
         body = ["thank you for shopping with us this week at the store"]
@@ -437,6 +452,65 @@ class TestAcrossTemplates:
         groups = group_emails(sigs, [f"u{i}" for i in range(80)], K)
         assert sorted(sorted(g) for g in groups) == [
             list(range(t * 20, t * 20 + 20)) for t in range(4)
+        ]
+
+    def test_alternative_panels_under_one_subject_split_no_template(self) -> None:
+        """A translation site's notices (Weblate's) show one of two info panels, a heading
+        and a line each (``Project information`` / ``Translation info``), under a subject
+        the template keeps (``New contributor in`` + a project). The panels own a few words
+        each, more than a tenth of the short text both share: without the subject, rule 1
+        would read two templates. Both keep one subject that the rest of the row lacks, so
+        they need a sentence each (`own_share_cap`) and each template forms whole."""
+        layout = [f"layout line {i} of the translation site" for i in range(4)]
+        panels = [["Project information", "Components 4"], ["Translation info", "Glossary terms"]]
+        kinds = [
+            ("New contributor in", "has just made a first contribution"),
+            ("Parse error in", "could not parse the file you uploaded"),
+            ("New comment in", "left a comment on a string"),
+        ]
+        projects = ["harbor", "willow", "quartz", "cedar", "falcon", "meadow", "orbit", "summit"]
+        sigs = []
+        for t, (subject, sentence) in enumerate(kinds):
+            for n in range(20):
+                name = NAMES[(n // 2 + 5 * t) % 12]
+                body = [*layout, f"The user {name} {sentence}.", *panels[n % 2]]
+                sigs.append(
+                    frozenset(
+                        tokens_of(
+                            f"{subject} {projects[(n * 3 + t) % 8]}", [("/p", x) for x in body]
+                        )
+                    )
+                )
+        groups = group_emails(sigs, [f"u{i}" for i in range(60)], K)
+        assert sorted(sorted(g) for g in groups) == [
+            list(range(t * 20, t * 20 + 20)) for t in range(3)
+        ]
+
+    def test_a_value_in_k_emails_of_several_templates_holds_none_back(self) -> None:
+        """Three notices alike but for their subjects (``New comment in`` + a project), a
+        sentence with the user's name from a short list, and an optional line in a third of
+        each. A name is in k emails of the row, two of each template: its side crosses
+        each template's by fewer than k emails. The template, the bigger side, is not held
+        back for it (before, every template was divided by name)."""
+        layout = [f"layout line {i} of the translation site" for i in range(4)]
+        subjects = ["New comment in", "New suggestion in", "Changed translation in"]
+        projects = ["harbor", "willow", "quartz", "cedar", "falcon", "meadow", "orbit", "river"]
+        sigs = []
+        for t, subject in enumerate(subjects):
+            for n in range(20):
+                body = [*layout, f"{NAMES[(n + 3 * t) % 12]} made a change to a string you watch."]
+                if (n + t) % 3 == 0:
+                    body.append("You are receiving this as a project reviewer.")
+                sigs.append(
+                    frozenset(
+                        tokens_of(
+                            f"{subject} {projects[(n * 7 + t) % 8]}", [("/p", x) for x in body]
+                        )
+                    )
+                )
+        groups = group_emails(sigs, [f"u{i}" for i in range(60)], K)
+        assert sorted(sorted(g) for g in groups) == [
+            list(range(t * 20, t * 20 + 20)) for t in range(3)
         ]
 
     def test_templates_that_cross_each_other_are_not_held_back(self) -> None:
