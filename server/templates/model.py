@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -34,8 +35,27 @@ __all__ = [
     "recipient_hash",
 ]
 
-_ZC = zstandard.ZstdCompressor(level=3)
-_ZD = zstandard.ZstdDecompressor()
+_Z = threading.local()
+"""Each thread's zstd contexts: python-zstandard's compressor and decompressor are not
+thread safe. The service's CPU stage runs in processes, but a formation stage on a thread
+pool (offline erasure's, the tests') shared one context between threads: rows failed to
+decode (`CorruptData`) and the process could crash."""
+
+
+def _zc() -> zstandard.ZstdCompressor:
+    z: zstandard.ZstdCompressor | None = getattr(_Z, "c", None)
+    if z is None:
+        z = _Z.c = zstandard.ZstdCompressor(level=3)
+    return z
+
+
+def _zd() -> zstandard.ZstdDecompressor:
+    z: zstandard.ZstdDecompressor | None = getattr(_Z, "d", None)
+    if z is None:
+        z = _Z.d = zstandard.ZstdDecompressor()
+    return z
+
+
 _JSON = json.JSONEncoder(separators=(",", ":"), check_circular=False)
 """One encoder for every stored value (``json.dumps`` with options builds one per call);
 the values are plain nested lists, never cyclic, so the cycle check is skipped."""
@@ -189,13 +209,13 @@ def recipient_hash(recipient_id: str, key: bytes) -> str:
 def encode_cluster_email(email: ClusterEmail) -> bytes:
     """The stored form of a cluster email."""
     doc = [1, email.user, email.sender, email.subject, email.received_at_ms, email.texts]
-    return _ZC.compress(_JSON.encode(doc).encode())
+    return _zc().compress(_JSON.encode(doc).encode())
 
 
 def decode_cluster_email(data: bytes) -> ClusterEmail:
     """Inverse of `encode_cluster_email`; undecodable bytes are CorruptData."""
     try:
-        version, user, sender, subject, at, texts = json.loads(_ZD.decompress(data))
+        version, user, sender, subject, at, texts = json.loads(_zd().decompress(data))
         if version != 1:
             raise ValueError(f"version {version}")
         return ClusterEmail(user, sender, subject, tuple((p, t) for p, t in texts), int(at))
@@ -275,13 +295,13 @@ def encode_templates(templates: list[TemplateValue]) -> bytes:
         ]
         for t in templates
     ]
-    return _ZC.compress(_JSON.encode([TEMPLATES_VERSION, doc]).encode())
+    return _zc().compress(_JSON.encode([TEMPLATES_VERSION, doc]).encode())
 
 
 def decode_templates(data: bytes) -> list[TemplateValue]:
     """Inverse of `encode_templates`."""
     try:
-        version, doc = json.loads(_ZD.decompress(data))
+        version, doc = json.loads(_zd().decompress(data))
         if version not in (1, TEMPLATES_VERSION):
             raise ValueError(f"version {version}")
         return [

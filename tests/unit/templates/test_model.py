@@ -40,3 +40,40 @@ class TestModel:
         stored = json.loads(zstandard.ZstdDecompressor().decompress(encode_templates([t])))
         assert stored[0] == 2
         assert decode_templates(encode_templates([t])) == [t]
+
+    def test_threads_encode_and_decode_side_by_side(self) -> None:
+        """Four threads encoding and decoding at once (the event loop beside a thread pool)
+        each get back what was encoded. One zstd context shared between threads corrupted
+        rows and crashed the process, so the threads run in a child: a crash is a failure
+        with its signal, not the end of the suite."""
+        import subprocess
+        import sys
+        from pathlib import Path
+
+        child = """
+import threading
+from server.templates.model import ClusterEmail, encode_cluster_email, decode_cluster_email
+e = ClusterEmail("u", "s@x", "subj", tuple(("/p", f"text {i} " * 20) for i in range(50)), 1)
+blob = encode_cluster_email(e)
+wrong = []
+def work():
+    for _ in range(2000):
+        if decode_cluster_email(blob) != e or decode_cluster_email(encode_cluster_email(e)) != e:
+            wrong.append(1)
+threads = [threading.Thread(target=work) for _ in range(4)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print(len(wrong))
+"""
+        done = subprocess.run(
+            [sys.executable, "-c", child],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            cwd=Path(__file__).resolve().parents[3],
+        )
+        assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+        assert done.stdout.split() == ["0"]
