@@ -9,6 +9,7 @@ and optional blocks, templates sharing a layout stay apart, and nothing below k 
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 from server.templates.grouping import GroupingParams, group_emails
 from server.templates.model import ClusterEmail
@@ -38,6 +39,18 @@ def _resets(rng: random.Random, n: int, tag: str = "p") -> list[ClusterEmail]:
 def _matched(templates: list, e: ClusterEmail) -> str:  # type: ignore[type-arg]
     found, _ = match_template(templates, email_hashes(e.subject, e.texts), P)
     return found.template_id if found is not None else ""
+
+
+def _assert_each_notice_whole(notice: Callable[[int, int], tuple[str, list[str]]]) -> None:
+    """Twenty emails of each of three notices (`notice(t, n)`: the subject and body of notice
+    t's n-th email, each to its own recipient) group as the three notices, each whole."""
+    sigs = []
+    for t in range(3):
+        for n in range(20):
+            subject, body = notice(t, n)
+            sigs.append(frozenset(tokens_of(subject, [("/p", x) for x in body])))
+    groups = group_emails(sigs, [f"u{i}" for i in range(60)], K)
+    assert sorted(sorted(g) for g in groups) == [list(range(t * 20, t * 20 + 20)) for t in range(3)]
 
 
 class TestForming:
@@ -469,22 +482,14 @@ class TestAcrossTemplates:
             ("New comment in", "left a comment on a string"),
         ]
         projects = ["harbor", "willow", "quartz", "cedar", "falcon", "meadow", "orbit", "summit"]
-        sigs = []
-        for t, (subject, sentence) in enumerate(kinds):
-            for n in range(20):
-                name = NAMES[(n // 2 + 5 * t) % 12]
-                body = [*layout, f"The user {name} {sentence}.", *panels[n % 2]]
-                sigs.append(
-                    frozenset(
-                        tokens_of(
-                            f"{subject} {projects[(n * 3 + t) % 8]}", [("/p", x) for x in body]
-                        )
-                    )
-                )
-        groups = group_emails(sigs, [f"u{i}" for i in range(60)], K)
-        assert sorted(sorted(g) for g in groups) == [
-            list(range(t * 20, t * 20 + 20)) for t in range(3)
-        ]
+
+        def notice(t: int, n: int) -> tuple[str, list[str]]:
+            subject, sentence = kinds[t]
+            name = NAMES[(n // 2 + 5 * t) % 12]
+            body = [*layout, f"The user {name} {sentence}.", *panels[n % 2]]
+            return f"{subject} {projects[(n * 3 + t) % 8]}", body
+
+        _assert_each_notice_whole(notice)
 
     def test_a_value_in_k_emails_of_several_templates_holds_none_back(self) -> None:
         """Three notices alike but for their subjects (``New comment in`` + a project), a
@@ -495,23 +500,14 @@ class TestAcrossTemplates:
         layout = [f"layout line {i} of the translation site" for i in range(4)]
         subjects = ["New comment in", "New suggestion in", "Changed translation in"]
         projects = ["harbor", "willow", "quartz", "cedar", "falcon", "meadow", "orbit", "river"]
-        sigs = []
-        for t, subject in enumerate(subjects):
-            for n in range(20):
-                body = [*layout, f"{NAMES[(n + 3 * t) % 12]} made a change to a string you watch."]
-                if (n + t) % 3 == 0:
-                    body.append("You are receiving this as a project reviewer.")
-                sigs.append(
-                    frozenset(
-                        tokens_of(
-                            f"{subject} {projects[(n * 7 + t) % 8]}", [("/p", x) for x in body]
-                        )
-                    )
-                )
-        groups = group_emails(sigs, [f"u{i}" for i in range(60)], K)
-        assert sorted(sorted(g) for g in groups) == [
-            list(range(t * 20, t * 20 + 20)) for t in range(3)
-        ]
+
+        def notice(t: int, n: int) -> tuple[str, list[str]]:
+            body = [*layout, f"{NAMES[(n + 3 * t) % 12]} made a change to a string you watch."]
+            if (n + t) % 3 == 0:
+                body.append("You are receiving this as a project reviewer.")
+            return f"{subjects[t]} {projects[(n * 7 + t) % 8]}", body
+
+        _assert_each_notice_whole(notice)
 
     def test_templates_that_cross_each_other_are_not_held_back(self) -> None:
         """Two families of templates sharing paragraphs in overlapping sets (A and B share
