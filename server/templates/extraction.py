@@ -17,7 +17,8 @@ Each text piece of an email (an element's direct text, cut at child elements suc
    items after it; the items after may hold a further block (`stretches.MAX_BLOCKS`).
 4. **Slots** (segment, index-free path, column) gather their values across emails (and
    rows); an item's column on its path is its ordinal unless an optional sibling came or
-   went before it (`columns.formation_columns`); a slot of >= k recipients gets a token pattern (`spans.build_pattern`), each hole
+   went before it (`columns.formation_columns`); a slot of >= k recipients gets a token pattern (`spans.build_pattern`; one per shape
+   where its values have several, `_shapes`), each hole
    a field (several when its values are consistently several typed values), typed by
    majority and labelled by the fixed tokens before it in the node, else by the nearest
    fixed text before it (a constant slot, a column header, the anchor).
@@ -32,7 +33,7 @@ distinct recipients' emails.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import NamedTuple
 
@@ -42,7 +43,6 @@ from server.templates.model import ClusterEmail, FieldRuleValue
 from server.templates.spans import (
     HOLE,
     Pattern,
-    Token,
     build_pattern,
     has_letter,
     join_tokens,
@@ -71,6 +71,8 @@ _SAMPLE = 24
 """Values a slot's pattern is folded over (one per recipient first, at least k)."""
 _TYPE_SAMPLE = 16
 _PART_SHARE = 0.8
+_MAX_SHAPES = 8
+"""Patterns per slot at most (`_shapes`): its shapes and what is left."""
 
 
 def _spread(emails: Sequence[ClusterEmail], limit: int) -> list[ClusterEmail]:
@@ -160,31 +162,87 @@ def _sample(values: Sequence[tuple[str, Item, int]], k: int) -> list[tuple[str, 
 
 def _shapes(samples: Sequence[tuple[str, str]], k: int) -> list[Pattern]:
     """The slot's patterns, most specific first: one over every sample, unless the slot
-    has two shapes (``Ava Kim (ava@mail.example)`` in most emails, the address alone in
-    others), whose common tokens lose the majority shape's fixed ones. Then the samples
-    holding every token most samples hold, in order, get a pattern of their own, and the
-    rest get theirs; each group needs >= k recipients (else the rest fall back to the
-    pattern of all), so every fixed token is still held by >= k recipients."""
+    has several shapes, whose common tokens lose each shape's fixed ones.
+
+    - A majority shape (``Ava Kim (ava@mail.example)`` in most emails, the address alone
+      in others): the samples holding every token most samples hold, in order, get a
+      pattern of their own, and the rest get theirs.
+    - Else (or where the majority's own tokens are lone words, `_structural`)
+      alternatives none of which most emails show (an event notice's ``pushed …
+      commits to …``, ``merged #… into …``, ``@…``): each group of samples that start with
+      one token and hold words of their own (`_leading`) gets its pattern, the most
+      recipients' first, and what is left gets its own (`_MAX_SHAPES` patterns at most).
+
+    Each group needs >= k recipients (else the samples left fall back to the pattern of
+    all), so every fixed token is still held by >= k recipients."""
     if len({text for _, text in samples}) == 1:  # one value everywhere: fixed text
         return [tuple(t.text for t in tokenize(samples[0][1]))]
     tokens = [(user, tokenize(text)) for user, text in samples]
-    whole = build_pattern([t for _, t in tokens])
     held = [token_texts(text) for _, text in samples]
+    whole = build_pattern([t for _, t in tokens])
+
+    def pattern_of(group: Sequence[int]) -> Pattern:
+        return build_pattern([tokens[i][1] for i in group])
+
+    def users(group: Iterable[int]) -> int:
+        return len({tokens[i][0] for i in group})
+
+    every = range(len(samples))
     usual = usual_tokens(held)
-    fixed = {x for x in whole if x is not None}
-    if not usual or usual <= fixed:
+    if usual and not usual <= {x for x in whole if x is not None}:
+        main = [i for i in every if usual <= held[i]]
+        rest = [i for i in every if not usual <= held[i]]
+        if users(main) >= k and rest and _structural(first := pattern_of(main), whole):
+            return [first, pattern_of(rest) if users(rest) >= k else whole]
+    out: list[Pattern] = []
+    left = list(every)
+    while len(out) < _MAX_SHAPES - 1:
+        starts: dict[str, list[int]] = defaultdict(list)
+        for i in left:
+            if tokens[i][1]:
+                starts[tokens[i][1][0].text].append(i)
+        found = None
+        for group in sorted(starts.values(), key=lambda g: (-users(g), g[0])):
+            if users(group) < k:
+                break
+            if len(group) < len(left):
+                others = [held[i] for i in left if i not in group]
+                if _leading(pattern := pattern_of(group), whole, others):
+                    found = group, pattern
+                    break
+        if found is None:
+            break
+        out.append(found[1])
+        left = [i for i in left if i not in found[0]]
+    if not out:
         return [whole]
-    main: list[tuple[str, tuple[Token, ...]]] = []
-    rest: list[tuple[str, tuple[Token, ...]]] = []
-    for (user, t), have in zip(tokens, held, strict=True):
-        (main if usual <= have else rest).append((user, t))
-    if len({u for u, _ in main}) < k or not rest:
-        return [whole]
-    first = build_pattern([t for _, t in main])
-    if not _structural(first, whole):
-        return [whole]
-    second = build_pattern([t for _, t in rest]) if len({u for u, _ in rest}) >= k else whole
-    return [first, second]
+    last = pattern_of(left) if users(left) >= k else whole
+    # A constant alternative last (``force-pushed the``) has no field; the pattern of all
+    # after it reads what no shape fits, as one value.
+    return [*out, last] if HOLE in last else [*out, last, whole]
+
+
+def _leading(pattern: Pattern, whole: Pattern, others: Sequence[frozenset[str]]) -> bool:
+    """Whether a group's pattern, its samples all starting with one token, looks like a
+    shape of the slot, not chance: it starts with that token and holds two or more tokens
+    of its own, or one when it starts with punctuation (``@…``, ``#…``). A token of its own
+    is one `whole` does not hold and none of the `others` (the slot's samples outside the
+    group) holds: an alternative sentence's words are its own, while a word several
+    free-text values start with (``The``) or a first name several recipients share comes
+    with words the others hold too."""
+    if not pattern or pattern[0] is None:
+        return False
+    left = Counter(x for x in whole if x is not None)
+    own = 0
+    for x in pattern:
+        if x is None:
+            continue
+        if left[x] > 0:
+            left[x] -= 1
+        elif not any(x in h for h in others):
+            own += 1
+    punct = not has_letter(pattern[0]) and not pattern[0].isdigit()
+    return own >= 2 or (own >= 1 and punct)
 
 
 def _majority_type(values: Sequence[str]) -> str:

@@ -392,6 +392,58 @@ def test_a_slot_of_two_shapes_gives_each_value_whole() -> None:
         assert note.rstrip(".") in values
 
 
+BRANCHES = ["main", "release", "feature alpha", "hotfix"]
+
+
+KINDS = ("push", "force", "merge", "close")
+
+
+def _event(rng: random.Random, kind: str) -> tuple[str, dict[str, str]]:
+    """A forge's event notice: one paragraph says what happened, in one of several
+    sentences none of which most notices show (pushed commits, a force-push, a merge, a
+    close), then who did it, as ``@name`` in some and the plain name in others (the first
+    name several recipients share by chance). The comment is free text."""
+    n, sha, branch = str(rng.randint(1, 400)), f"{rng.getrandbits(32):08x}", rng.choice(BRANCHES)
+    line, truth = {
+        "push": (f"pushed {sha} commits to {branch}", {"sha": sha, "branch": branch}),
+        "force": ("force-pushed the branch", {}),
+        "merge": (f"merged #{n} into {branch}", {"index": n, "branch": branch}),
+        "close": (f"closed #{n}", {"index": n}),
+    }[kind]
+    truth["kind"] = kind
+    truth["who"] = _name(rng)
+    who = f"@{truth['who']}" if rng.random() < 0.5 else truth["who"]
+    truth["comment"] = " ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 9))).capitalize()
+    html = (
+        "<html><body><h1>Pull request activity</h1>"
+        f"<p>{line}</p><p>{who}</p><p>{truth['comment']}</p>"
+        "<p>Reply to this email directly.</p></body></html>"
+    )
+    return html, truth
+
+
+def test_alternative_sentences_none_in_most_emails_give_their_values_whole() -> None:
+    """An event notice's sentence is one of several, none in most notices: each
+    alternative k or more recipients show gets its own pattern, so the commit, the branch
+    and the pull request's number come back as whole values, and a name after ``@`` without
+    the ``@``. A first name or a word several values start with by chance is no shape: a
+    name and the free-text comment stay whole values."""
+    rng = random.Random(5)
+    made = [_event(rng, KINDS[i % 4]) for i in range(48)]  # each in a quarter of them
+    emails = [
+        ClusterEmail(f"user-{i}", "forge@site.example", "Activity", parse_structure(h).texts, 0)
+        for i, (h, _) in enumerate(made)
+    ]
+    rules = form_field_rules(emails, K)
+    for i in range(40):
+        html, truth = _event(rng, KINDS[i % 4])
+        fields, _ = fields_of(rules, parse_structure(html).texts, "")
+        values = [f.value for f in fields]
+        for key in ("sha", "branch", "index", "who", "comment"):
+            if key in truth:
+                assert truth[key] in values, (key, truth, values)
+
+
 def _gift(rng: random.Random, *, greeted: bool) -> tuple[str, dict[str, str]]:
     """A gift notice whose paragraphs share one path; the greeting is optional (absent in
     about a fifth of the emails), so by ordinal alone every later paragraph moves up one."""
