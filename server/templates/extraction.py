@@ -43,6 +43,7 @@ from server.templates.model import ClusterEmail, FieldRuleValue
 from server.templates.spans import (
     HOLE,
     Pattern,
+    Token,
     build_pattern,
     has_letter,
     join_tokens,
@@ -160,6 +161,19 @@ def _sample(values: Sequence[tuple[str, Item, int]], k: int) -> list[tuple[str, 
     return out
 
 
+Tokenized = Sequence[tuple[str, tuple[Token, ...]]]
+"""A slot's sampled values: (recipient, tokens) each."""
+
+
+def _fold(tokens: Tokenized, group: Iterable[int]) -> Pattern:
+    """The pattern of the sampled values `group` (indices into `tokens`)."""
+    return build_pattern([tokens[i][1] for i in group])
+
+
+def _recipients(tokens: Tokenized, group: Iterable[int]) -> int:
+    return len({tokens[i][0] for i in group})
+
+
 def _shapes(samples: Sequence[tuple[str, str]], k: int) -> list[Pattern]:
     """The slot's patterns, most specific first: one over every sample, unless the slot
     has several shapes, whose common tokens lose each shape's fixed ones.
@@ -169,9 +183,11 @@ def _shapes(samples: Sequence[tuple[str, str]], k: int) -> list[Pattern]:
       pattern of their own, and the rest get theirs.
     - Else (or where the majority's own tokens are lone words, `_structural`)
       alternatives none of which most emails show (an event notice's ``pushed …
-      commits to …``, ``merged #… into …``, ``@…``): each group of samples that start with
-      one token and hold words of their own (`_leading`) gets its pattern, the most
-      recipients' first, and what is left gets its own (`_MAX_SHAPES` patterns at most).
+      commits to …``, ``merged #… into …``, ``@…``; a gift ``will be sent to … on …`` or
+      ``is on its way to …``): each group of samples whose text in one hole of the
+      pattern of all starts with one token, and that hold words of their own
+      (`_alternative`), gets its pattern, the most recipients' first, and what is left
+      gets its own (`_MAX_SHAPES` patterns at most).
 
     Each group needs >= k recipients (else the samples left fall back to the pattern of
     all), so every fixed token is still held by >= k recipients."""
@@ -181,33 +197,47 @@ def _shapes(samples: Sequence[tuple[str, str]], k: int) -> list[Pattern]:
     held = [token_texts(text) for _, text in samples]
     whole = build_pattern([t for _, t in tokens])
 
-    def pattern_of(group: Sequence[int]) -> Pattern:
-        return build_pattern([tokens[i][1] for i in group])
-
-    def users(group: Iterable[int]) -> int:
-        return len({tokens[i][0] for i in group})
-
     every = range(len(samples))
     usual = usual_tokens(held)
     if usual and not usual <= {x for x in whole if x is not None}:
         main = [i for i in every if usual <= held[i]]
         rest = [i for i in every if not usual <= held[i]]
-        if users(main) >= k and rest and _structural(first := pattern_of(main), whole):
-            return [first, pattern_of(rest) if users(rest) >= k else whole]
+        if (
+            _recipients(tokens, main) >= k
+            and rest
+            and _structural(first := _fold(tokens, main), whole)
+        ):
+            return [first, _fold(tokens, rest) if _recipients(tokens, rest) >= k else whole]
+    return _peel(samples, tokens, held, whole, k)
+
+
+def _peel(
+    samples: Sequence[tuple[str, str]],
+    tokens: Tokenized,
+    held: Sequence[frozenset[str]],
+    whole: Pattern,
+    k: int,
+) -> list[Pattern]:
+    """`_shapes` where no majority shape splits the slot: its alternatives peeled off one
+    group at a time, then what is left (the pattern of all alone when there are none)."""
+
     out: list[Pattern] = []
-    left = list(every)
+    left = list(range(len(samples)))
     while len(out) < _MAX_SHAPES - 1:
-        starts: dict[str, list[int]] = defaultdict(list)
+        starts: dict[tuple[int, str], list[int]] = defaultdict(list)
         for i in left:
-            if tokens[i][1]:
-                starts[tokens[i][1][0].text].append(i)
+            for h, value in enumerate(match(whole, samples[i][1]) or ()):
+                if first := tokenize(value)[:1]:
+                    starts[h, first[0].text].append(i)
         found = None
-        for group in sorted(starts.values(), key=lambda g: (-users(g), g[0])):
-            if users(group) < k:
+        for (_, start), group in sorted(
+            starts.items(), key=lambda g: (-_recipients(tokens, g[1]), g[0])
+        ):
+            if _recipients(tokens, group) < k:
                 break
             if len(group) < len(left):
                 others = [held[i] for i in left if i not in group]
-                if _leading(pattern := pattern_of(group), whole, others):
+                if _alternative(start, pattern := _fold(tokens, group), whole, others):
                     found = group, pattern
                     break
         if found is None:
@@ -216,21 +246,23 @@ def _shapes(samples: Sequence[tuple[str, str]], k: int) -> list[Pattern]:
         left = [i for i in left if i not in found[0]]
     if not out:
         return [whole]
-    last = pattern_of(left) if users(left) >= k else whole
+    last = _fold(tokens, left) if _recipients(tokens, left) >= k else whole
     # A constant alternative last (``force-pushed the``) has no field; the pattern of all
     # after it reads what no shape fits, as one value.
     return [*out, last] if HOLE in last else [*out, last, whole]
 
 
-def _leading(pattern: Pattern, whole: Pattern, others: Sequence[frozenset[str]]) -> bool:
-    """Whether a group's pattern, its samples all starting with one token, looks like a
-    shape of the slot, not chance: it starts with that token and holds two or more tokens
-    of its own, or one when it starts with punctuation (``@…``, ``#…``). A token of its own
-    is one `whole` does not hold and none of the `others` (the slot's samples outside the
-    group) holds: an alternative sentence's words are its own, while a word several
+def _alternative(
+    start: str, pattern: Pattern, whole: Pattern, others: Sequence[frozenset[str]]
+) -> bool:
+    """Whether a group's pattern, its samples all starting one hole of `whole` with the
+    token `start`, looks like an alternative of the slot, not chance: it holds two or more
+    tokens of its own, or one when `start` is punctuation (``@…``, ``#…``). A token of its
+    own is one `whole` does not hold and none of the `others` (the slot's samples outside
+    the group) holds: an alternative sentence's words are its own, while a word several
     free-text values start with (``The``) or a first name several recipients share comes
     with words the others hold too."""
-    if not pattern or pattern[0] is None:
+    if start not in pattern:
         return False
     left = Counter(x for x in whole if x is not None)
     own = 0
@@ -241,7 +273,7 @@ def _leading(pattern: Pattern, whole: Pattern, others: Sequence[frozenset[str]])
             left[x] -= 1
         elif not any(x in h for h in others):
             own += 1
-    punct = not has_letter(pattern[0]) and not pattern[0].isdigit()
+    punct = not has_letter(start) and not start.isdigit()
     return own >= 2 or (own >= 1 and punct)
 
 

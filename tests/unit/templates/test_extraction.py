@@ -444,6 +444,46 @@ def test_alternative_sentences_none_in_most_emails_give_their_values_whole() -> 
                 assert truth[key] in values, (key, truth, values)
 
 
+def _delivery(rng: random.Random, scheduled: bool) -> tuple[str, dict[str, str]]:
+    """A gift's delivery line, whose middle is one of two sentences: sent now to an
+    address, or scheduled for an address on a day."""
+    address = f"{rng.choice(WORDS)}.{rng.randint(1, 999)}@mail.example"
+    month, day, year = rng.randint(1, 12), rng.randint(1, 28), rng.randint(2024, 2027)
+    truth = {"name": _name(rng), "address": address}
+    if scheduled:
+        truth["day"] = f"{year:04d}-{month:02d}-{day:02d}"
+        middle = f"will be sent to {address} on {month:02d}/{day:02d}/{year}"
+    else:
+        middle = f"is on its way to {address}"
+    html = (
+        "<html><body><h1>Your gift</h1>"
+        f"<p>{truth['name']} membership to Harbor \u2014 {middle}. You can also share the"
+        " link below yourself.</p><p>Thanks for gifting.</p></body></html>"
+    )
+    return html, truth
+
+
+def test_alternative_sentences_inside_a_text_give_their_values_whole() -> None:
+    """Where the alternatives sit inside a text (after a name, before a fixed sentence),
+    each gets its pattern too: the address comes back alone in both (not ``will be sent
+    to …`` with it), and the scheduled day as a date of its own."""
+    rng = random.Random(3)
+    made = [_delivery(rng, i % 2 == 0) for i in range(40)]
+    emails = [
+        ClusterEmail(f"user-{i}", "gifts@site.example", "Gift", parse_structure(h).texts, 0)
+        for i, (h, _) in enumerate(made)
+    ]
+    rules = form_field_rules(emails, K)
+    for i in range(10):
+        html, truth = _delivery(rng, i % 2 == 0)
+        fields, _ = fields_of(rules, parse_structure(html).texts, "MM/DD/YYYY")
+        values = [f.value for f in fields]
+        assert truth["name"] in values, (truth, values)
+        assert truth["address"] in values, (truth, values)
+        if "day" in truth:
+            assert any(f.type == "date" and f.normalized == truth["day"] for f in fields)
+
+
 def _gift(rng: random.Random, *, greeted: bool) -> tuple[str, dict[str, str]]:
     """A gift notice whose paragraphs share one path; the greeting is optional (absent in
     about a fifth of the emails), so by ordinal alone every later paragraph moves up one."""
