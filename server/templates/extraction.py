@@ -207,7 +207,9 @@ def _shapes(samples: Sequence[tuple[str, str]], k: int) -> list[Pattern]:
             and rest
             and _structural(first := _fold(tokens, main), whole)
         ):
-            return [first, _fold(tokens, rest) if _recipients(tokens, rest) >= k else whole]
+            return _closed(
+                [first], _fold(tokens, rest) if _recipients(tokens, rest) >= k else whole, whole
+            )
     return _peel(samples, tokens, held, whole, k)
 
 
@@ -246,10 +248,14 @@ def _peel(
         left = [i for i in left if i not in found[0]]
     if not out:
         return [whole]
-    last = _fold(tokens, left) if _recipients(tokens, left) >= k else whole
-    # A constant alternative last (``force-pushed the``) has no field; the pattern of all
-    # after it reads what no shape fits, as one value.
-    return [*out, last] if HOLE in last else [*out, last, whole]
+    return _closed(out, _fold(tokens, left) if _recipients(tokens, left) >= k else whole, whole)
+
+
+def _closed(shapes: list[Pattern], last: Pattern, whole: Pattern) -> list[Pattern]:
+    """`shapes`, then the pattern of the values left (`last`). A constant shape last
+    (``force-pushed the``, ``Hello,``) has no field: the pattern of all after it reads what
+    no shape fits, as one value, and the slot is not taken for fixed text."""
+    return [*shapes, last] if HOLE in last else [*shapes, last, whole]
 
 
 def _alternative(
@@ -297,23 +303,27 @@ class _Stretch(NamedTuple):
 
 def _structural(first: Pattern, whole: Pattern) -> bool:
     """Whether the tokens `first` has beyond `whole` look like a shape, not chance: each
-    run of them (between holes and `whole`'s tokens) is punctuation or a phrase of two or
-    more tokens. A lone word most values hold by chance (a common word of free text) sits
-    between two holes and splits a value that is one field."""
+    run of them (between holes and `whole`'s tokens) is punctuation, a phrase of two or
+    more tokens, or a word that begins or ends every value (``… days``, ``Hi …``). A lone
+    word most values hold by chance (a common word of free text) sits between two holes
+    and splits a value that is one field."""
     left = Counter(x for x in whole if x is not None)
-    runs: list[list[str]] = []
+    runs: list[tuple[list[str], bool]] = []  # each run, and whether it is at an edge
     run: list[str] = []
-    for x in (*first, None):
+    start = 0
+    for i, x in enumerate((*first, None)):
         if x is not None and left[x] <= 0:
+            if not run:
+                start = i
             run.append(x)
             continue
         if x is not None:
             left[x] -= 1
         if run:
-            runs.append(run)
+            runs.append((run, start == 0 or i == len(first)))
             run = []
     punct = {t.text for x in first if x is not None for t in tokenize(x) if t.kind == "punct"}
-    return bool(runs) and all(len(r) >= 2 or r[0] in punct for r in runs)
+    return bool(runs) and all(len(r) >= 2 or r[0] in punct or edge for r, edge in runs)
 
 
 def _slot_rules(

@@ -484,6 +484,40 @@ def test_alternative_sentences_inside_a_text_give_their_values_whole() -> None:
             assert any(f.type == "date" and f.normalized == truth["day"] for f in fields)
 
 
+def _expiry(rng: random.Random, named: bool) -> tuple[str, dict[str, str]]:
+    """An account-expiry notice: ``Dear <name>,`` where the name is known, else ``Hello,``;
+    then the days left, ``<n> days``."""
+    truth = {"name": _name(rng), "days": str(rng.randint(2, 400))}
+    greeting = f"Dear {truth['name']}," if named else "Hello,"
+    html = (
+        f"<html><body><h1>Account expiry</h1><p>{greeting}</p>"
+        "<p>Your account will be disabled unless you sign in.</p>"
+        f"<p>Time remaining:</p><p>{truth['days']} days</p></body></html>"
+    )
+    return html, truth
+
+
+def test_a_word_that_begins_or_ends_every_value_is_fixed_text() -> None:
+    """A lone word is no shape where it sits between two values (a common word of free
+    text), but one that begins or ends every value of a shape is the template's: the days
+    left come back without ``days``, and the name without ``Dear`` and its comma, though
+    some notices say ``Hello,`` instead (a shape with no value)."""
+    rng = random.Random(9)
+    made = [_expiry(rng, i % 4 != 0) for i in range(40)]
+    emails = [
+        ClusterEmail(f"user-{i}", "iam@site.example", "Expiry", parse_structure(h).texts, 0)
+        for i, (h, _) in enumerate(made)
+    ]
+    rules = form_field_rules(emails, K)
+    for i in range(8):
+        html, truth = _expiry(rng, i % 4 != 0)
+        fields, _ = fields_of(rules, parse_structure(html).texts, "")
+        values = [f.value for f in fields]
+        assert truth["days"] in values, (truth, values)
+        if i % 4:
+            assert truth["name"] in values, (truth, values)
+
+
 def _gift(rng: random.Random, *, greeted: bool) -> tuple[str, dict[str, str]]:
     """A gift notice whose paragraphs share one path; the greeting is optional (absent in
     about a fifth of the emails), so by ordinal alone every later paragraph moves up one."""
