@@ -18,7 +18,7 @@ Each text piece of an email (an element's direct text, cut at child elements suc
 4. **Slots** (segment, index-free path, column) gather their values across emails (and
    rows); an item's column on its path is its ordinal unless an optional sibling came or
    went before it (`columns.formation_columns`); a slot of >= k recipients gets a token pattern (`spans.build_pattern`; one per shape
-   where its values have several, `_shapes`), each hole
+   where its values have several, `shapes.slot_patterns`), each hole
    a field (several when its values are consistently several typed values), typed by
    majority and labelled by the fixed tokens before it in the node, else by the nearest
    fixed text before it (a constant slot, a column header, the anchor).
@@ -33,26 +33,22 @@ distinct recipients' emails.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import NamedTuple
 
 from server.templates.blocks import ROW_SHARE, block_paths_of
 from server.templates.columns import formation_columns
 from server.templates.model import ClusterEmail, FieldRuleValue
+from server.templates.shapes import slot_patterns
 from server.templates.spans import (
     HOLE,
     Pattern,
-    Token,
-    build_pattern,
     has_letter,
     join_tokens,
     label_text,
     match,
-    token_texts,
-    tokenize,
     typed_segments,
-    usual_tokens,
 )
 from server.templates.stretches import BLOCK_SEP, Item, Slot, items_of, stretches
 from server.templates.values import classify
@@ -72,8 +68,6 @@ _SAMPLE = 24
 """Values a slot's pattern is folded over (one per recipient first, at least k)."""
 _TYPE_SAMPLE = 16
 _PART_SHARE = 0.8
-_MAX_SHAPES = 8
-"""Patterns per slot at most (`_shapes`): its shapes and what is left."""
 
 
 def _spread(emails: Sequence[ClusterEmail], limit: int) -> list[ClusterEmail]:
@@ -161,128 +155,6 @@ def _sample(values: Sequence[tuple[str, Item, int]], k: int) -> list[tuple[str, 
     return out
 
 
-Tokenized = Sequence[tuple[str, tuple[Token, ...]]]
-"""A slot's sampled values: (recipient, tokens) each."""
-
-
-def _fold(tokens: Tokenized, group: Iterable[int]) -> Pattern:
-    """The pattern of the sampled values `group` (indices into `tokens`)."""
-    return build_pattern([tokens[i][1] for i in group])
-
-
-def _recipients(tokens: Tokenized, group: Iterable[int]) -> int:
-    return len({tokens[i][0] for i in group})
-
-
-def _shapes(samples: Sequence[tuple[str, str]], k: int) -> list[Pattern]:
-    """The slot's patterns, most specific first: one over every sample, unless the slot
-    has several shapes, whose common tokens lose each shape's fixed ones.
-
-    - A majority shape (``Ava Kim (ava@mail.example)`` in most emails, the address alone
-      in others): the samples holding every token most samples hold, in order, get a
-      pattern of their own, and the rest get theirs.
-    - Else (or where the majority's own tokens are lone words, `_structural`)
-      alternatives none of which most emails show (an event notice's ``pushed …
-      commits to …``, ``merged #… into …``, ``@…``; a gift ``will be sent to … on …`` or
-      ``is on its way to …``): each group of samples whose text in one hole of the
-      pattern of all starts with one token, and that hold words of their own
-      (`_alternative`), gets its pattern, the most recipients' first, and what is left
-      gets its own (`_MAX_SHAPES` patterns at most).
-
-    Each group needs >= k recipients (else the samples left fall back to the pattern of
-    all), so every fixed token is still held by >= k recipients."""
-    if len({text for _, text in samples}) == 1:  # one value everywhere: fixed text
-        return [tuple(t.text for t in tokenize(samples[0][1]))]
-    tokens = [(user, tokenize(text)) for user, text in samples]
-    held = [token_texts(text) for _, text in samples]
-    whole = build_pattern([t for _, t in tokens])
-
-    every = range(len(samples))
-    usual = usual_tokens(held)
-    if usual and not usual <= {x for x in whole if x is not None}:
-        main = [i for i in every if usual <= held[i]]
-        rest = [i for i in every if not usual <= held[i]]
-        if (
-            _recipients(tokens, main) >= k
-            and rest
-            and _structural(first := _fold(tokens, main), whole)
-        ):
-            return _closed(
-                [first], _fold(tokens, rest) if _recipients(tokens, rest) >= k else whole, whole
-            )
-    return _peel(samples, tokens, held, whole, k)
-
-
-def _peel(
-    samples: Sequence[tuple[str, str]],
-    tokens: Tokenized,
-    held: Sequence[frozenset[str]],
-    whole: Pattern,
-    k: int,
-) -> list[Pattern]:
-    """`_shapes` where no majority shape splits the slot: its alternatives peeled off one
-    group at a time, then what is left (the pattern of all alone when there are none)."""
-
-    out: list[Pattern] = []
-    left = list(range(len(samples)))
-    while len(out) < _MAX_SHAPES - 1:
-        starts: dict[tuple[int, str], list[int]] = defaultdict(list)
-        for i in left:
-            for h, value in enumerate(match(whole, samples[i][1]) or ()):
-                if first := tokenize(value)[:1]:
-                    starts[h, first[0].text].append(i)
-        found = None
-        for (_, start), group in sorted(
-            starts.items(), key=lambda g: (-_recipients(tokens, g[1]), g[0])
-        ):
-            if _recipients(tokens, group) < k:
-                break
-            if len(group) < len(left):
-                others = [held[i] for i in left if i not in group]
-                if _alternative(start, pattern := _fold(tokens, group), whole, others):
-                    found = group, pattern
-                    break
-        if found is None:
-            break
-        out.append(found[1])
-        left = [i for i in left if i not in found[0]]
-    if not out:
-        return [whole]
-    return _closed(out, _fold(tokens, left) if _recipients(tokens, left) >= k else whole, whole)
-
-
-def _closed(shapes: list[Pattern], last: Pattern, whole: Pattern) -> list[Pattern]:
-    """`shapes`, then the pattern of the values left (`last`). A constant shape last
-    (``force-pushed the``, ``Hello,``) has no field: the pattern of all after it reads what
-    no shape fits, as one value, and the slot is not taken for fixed text."""
-    return [*shapes, last] if HOLE in last else [*shapes, last, whole]
-
-
-def _alternative(
-    start: str, pattern: Pattern, whole: Pattern, others: Sequence[frozenset[str]]
-) -> bool:
-    """Whether a group's pattern, its samples all starting one hole of `whole` with the
-    token `start`, looks like an alternative of the slot, not chance: it holds two or more
-    tokens of its own, or one when `start` is punctuation (``@…``, ``#…``). A token of its
-    own is one `whole` does not hold and none of the `others` (the slot's samples outside
-    the group) holds: an alternative sentence's words are its own, while a word several
-    free-text values start with (``The``) or a first name several recipients share comes
-    with words the others hold too."""
-    if start not in pattern:
-        return False
-    left = Counter(x for x in whole if x is not None)
-    own = 0
-    for x in pattern:
-        if x is None:
-            continue
-        if left[x] > 0:
-            left[x] -= 1
-        elif not any(x in h for h in others):
-            own += 1
-    punct = not has_letter(start) and not start.isdigit()
-    return own >= 2 or (own >= 1 and punct)
-
-
 def _majority_type(values: Sequence[str]) -> str:
     return Counter(classify(v) for v in values[:_TYPE_SAMPLE]).most_common(1)[0][0]
 
@@ -301,31 +173,6 @@ class _Stretch(NamedTuple):
     """Anchors right before this stretch with nothing between them (column headers)."""
 
 
-def _structural(first: Pattern, whole: Pattern) -> bool:
-    """Whether the tokens `first` has beyond `whole` look like a shape, not chance: each
-    run of them (between holes and `whole`'s tokens) is punctuation, a phrase of two or
-    more tokens, or a word that begins or ends every value (``… days``, ``Hi …``). A lone
-    word most values hold by chance (a common word of free text) sits between two holes
-    and splits a value that is one field."""
-    left = Counter(x for x in whole if x is not None)
-    runs: list[tuple[list[str], bool]] = []  # each run, and whether it is at an edge
-    run: list[str] = []
-    start = 0
-    for i, x in enumerate((*first, None)):
-        if x is not None and left[x] <= 0:
-            if not run:
-                start = i
-            run.append(x)
-            continue
-        if x is not None:
-            left[x] -= 1
-        if run:
-            runs.append((run, start == 0 or i == len(first)))
-            run = []
-    punct = {t.text for x in first if x is not None for t in tokenize(x) if t.kind == "punct"}
-    return bool(runs) and all(len(r) >= 2 or r[0] in punct or edge for r, edge in runs)
-
-
 def _slot_rules(
     st: _Stretch, slot: Slot, values: list[tuple[str, Item, int]], k: int, context: str
 ) -> tuple[list[FieldRuleValue], str]:
@@ -333,7 +180,7 @@ def _slot_rules(
     take."""
     if len({u for u, _, _ in values}) < k:
         return [], context
-    patterns = _shapes(_sample(values, k), k)
+    patterns = slot_patterns(_sample(values, k), k)
     if HOLE not in patterns[-1]:
         text = label_text(join_tokens([t for t in patterns[-1] if t is not None]))
         return [], text if has_letter(text) else context
