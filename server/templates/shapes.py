@@ -30,8 +30,9 @@ from server.templates.spans import (
 
 __all__ = ["MAX_SHAPES", "slot_patterns"]
 
-MAX_SHAPES = 8
-"""Patterns per slot at most (`slot_patterns`): its shapes and what is left."""
+MAX_SHAPES = 7
+"""Alternatives peeled off one slot at most (`slot_patterns`); with the pattern of what is
+left, and the pattern of all after a constant one, a slot has at most two patterns more."""
 
 Tokenized = Sequence[tuple[str, tuple[Token, ...]]]
 """A slot's sampled values: (recipient, tokens) each."""
@@ -59,7 +60,7 @@ def slot_patterns(samples: Sequence[tuple[str, str]], k: int) -> list[Pattern]:
       ``is on its way to …``): each group of samples whose text in one hole of the
       pattern of all starts with one token, and that hold words of their own
       (`_alternative`), gets its pattern, the most recipients' first, and what is left
-      gets its own (`MAX_SHAPES` patterns at most).
+      gets its own (`MAX_SHAPES` alternatives at most).
 
     Each group needs >= k recipients (else the samples left fall back to the pattern of
     all), so every fixed token is still held by >= k recipients."""
@@ -97,7 +98,7 @@ def _peel(
 
     out: list[Pattern] = []
     left = list(range(len(samples)))
-    while len(out) < MAX_SHAPES - 1:
+    while len(out) < MAX_SHAPES:
         starts: dict[tuple[int, str], list[int]] = defaultdict(list)
         for i in left:
             for h, value in enumerate(match(whole, samples[i][1]) or ()):
