@@ -80,9 +80,7 @@ def slot_patterns(samples: Sequence[tuple[str, str]], k: int) -> list[Pattern]:
             and rest
             and _structural(first := _fold(tokens, main), whole)
         ):
-            return _closed(
-                [first], _fold(tokens, rest) if _recipients(tokens, rest) >= k else whole, whole
-            )
+            return _closed([first], tokens, rest, whole, k)
     return _peel(samples, tokens, held, whole, k)
 
 
@@ -96,14 +94,18 @@ def _peel(
     """`slot_patterns` where no majority shape splits the slot: its alternatives peeled off one
     group at a time, then what is left (the pattern of all alone when there are none)."""
 
+    heads = [  # each sample's first token in each hole of `whole`, by hole
+        [(h, first[0].text) for h, value in enumerate(holes) if (first := tokenize(value)[:1])]
+        for _, text in samples
+        for holes in (match(whole, text) or (),)
+    ]
     out: list[Pattern] = []
     left = list(range(len(samples)))
     while len(out) < MAX_SHAPES:
         starts: dict[tuple[int, str], list[int]] = defaultdict(list)
         for i in left:
-            for h, value in enumerate(match(whole, samples[i][1]) or ()):
-                if first := tokenize(value)[:1]:
-                    starts[h, first[0].text].append(i)
+            for head in heads[i]:
+                starts[head].append(i)
         found = None
         for (_, start), group in sorted(
             starts.items(), key=lambda g: (-_recipients(tokens, g[1]), g[0])
@@ -121,13 +123,17 @@ def _peel(
         left = [i for i in left if i not in found[0]]
     if not out:
         return [whole]
-    return _closed(out, _fold(tokens, left) if _recipients(tokens, left) >= k else whole, whole)
+    return _closed(out, tokens, left, whole, k)
 
 
-def _closed(shapes: list[Pattern], last: Pattern, whole: Pattern) -> list[Pattern]:
-    """`shapes`, then the pattern of the values left (`last`). A constant shape last
-    (``force-pushed the``, ``Hello,``) has no field: the pattern of all after it reads what
-    no shape fits, as one value, and the slot is not taken for fixed text."""
+def _closed(
+    shapes: list[Pattern], tokens: Tokenized, left: Sequence[int], whole: Pattern, k: int
+) -> list[Pattern]:
+    """`shapes`, then the pattern of the values `left` (the pattern of all when they have
+    fewer than k recipients). A constant shape last (``force-pushed the``, ``Hello,``) has
+    no field: the pattern of all after it reads what no shape fits, as one value, and the
+    slot is not taken for fixed text."""
+    last = _fold(tokens, left) if _recipients(tokens, left) >= k else whole
     return [*shapes, last] if HOLE in last else [*shapes, last, whole]
 
 
@@ -143,15 +149,11 @@ def _alternative(
     with words the others hold too."""
     if start not in pattern:
         return False
-    left = Counter(x for x in whole if x is not None)
-    own = 0
-    for x in pattern:
-        if x is None:
-            continue
-        if left[x] > 0:
-            left[x] -= 1
-        elif not any(x in h for h in others):
-            own += 1
+    own = sum(
+        1
+        for x, extra in zip(pattern, _beyond(pattern, whole), strict=True)
+        if extra and not any(x in h for h in others)
+    )
     punct = not has_letter(start) and not start.isdigit()
     return own >= 2 or (own >= 1 and punct)
 
@@ -162,20 +164,33 @@ def _structural(first: Pattern, whole: Pattern) -> bool:
     more tokens, or a word that begins or ends every value (``… days``, ``Hi …``). A lone
     word most values hold by chance (a common word of free text) sits between two holes
     and splits a value that is one field."""
-    left = Counter(x for x in whole if x is not None)
     runs: list[tuple[list[str], bool]] = []  # each run, and whether it is at an edge
     run: list[str] = []
     start = 0
-    for i, x in enumerate((*first, None)):
-        if x is not None and left[x] <= 0:
+    for i, (x, extra) in enumerate(
+        zip((*first, None), (*_beyond(first, whole), False), strict=True)
+    ):
+        if extra and x is not None:
             if not run:
                 start = i
             run.append(x)
             continue
-        if x is not None:
-            left[x] -= 1
         if run:
             runs.append((run, start == 0 or i == len(first)))
             run = []
     punct = {t.text for x in first if x is not None for t in tokenize(x) if t.kind == "punct"}
     return bool(runs) and all(len(r) >= 2 or r[0] in punct or edge for r, edge in runs)
+
+
+def _beyond(pattern: Pattern, whole: Pattern) -> list[bool]:
+    """For each item of `pattern`, whether it is a fixed token `whole` does not account
+    for (each of `whole`'s fixed tokens accounts for one occurrence, first come first)."""
+    left = Counter(x for x in whole if x is not None)
+    out: list[bool] = []
+    for x in pattern:
+        if x is None or left[x] <= 0:
+            out.append(x is not None)
+        else:
+            left[x] -= 1
+            out.append(False)
+    return out
