@@ -377,8 +377,7 @@ def test_a_slot_of_two_shapes_gives_each_value_whole() -> None:
     rng = random.Random(7)
     made = [_signup(rng, named=rng.random() < 0.75) for _ in range(60)]
     emails = [
-        ClusterEmail(f"user-{i}", "staff@site.example", "New member", parse_structure(h).texts, 0)
-        for i, (h, _, _) in enumerate(made)
+        _email(i, "staff@site.example", "New member", m[0], len(made)) for i, m in enumerate(made)
     ]
     rules = form_field_rules(emails, K)
     for named in (True, False, True):
@@ -431,8 +430,7 @@ def test_alternative_sentences_none_in_most_emails_give_their_values_whole() -> 
     rng = random.Random(5)
     made = [_event(rng, KINDS[i % 4]) for i in range(48)]  # each in a quarter of them
     emails = [
-        ClusterEmail(f"user-{i}", "forge@site.example", "Activity", parse_structure(h).texts, 0)
-        for i, (h, _) in enumerate(made)
+        _email(i, "forge@site.example", "Activity", m[0], len(made)) for i, m in enumerate(made)
     ]
     rules = form_field_rules(emails, K)
     for i in range(40):
@@ -469,10 +467,7 @@ def test_alternative_sentences_inside_a_text_give_their_values_whole() -> None:
     to …`` with it), and the scheduled day as a date of its own."""
     rng = random.Random(3)
     made = [_delivery(rng, i % 2 == 0) for i in range(40)]
-    emails = [
-        ClusterEmail(f"user-{i}", "gifts@site.example", "Gift", parse_structure(h).texts, 0)
-        for i, (h, _) in enumerate(made)
-    ]
+    emails = [_email(i, "gifts@site.example", "Gift", m[0], len(made)) for i, m in enumerate(made)]
     rules = form_field_rules(emails, K)
     for i in range(10):
         html, truth = _delivery(rng, i % 2 == 0)
@@ -504,10 +499,7 @@ def test_a_word_that_begins_or_ends_every_value_is_fixed_text() -> None:
     some notices say ``Hello,`` instead (a shape with no value)."""
     rng = random.Random(9)
     made = [_expiry(rng, i % 4 != 0) for i in range(40)]
-    emails = [
-        ClusterEmail(f"user-{i}", "iam@site.example", "Expiry", parse_structure(h).texts, 0)
-        for i, (h, _) in enumerate(made)
-    ]
+    emails = [_email(i, "iam@site.example", "Expiry", m[0], len(made)) for i, m in enumerate(made)]
     rules = form_field_rules(emails, K)
     for i in range(8):
         html, truth = _expiry(rng, i % 4 != 0)
@@ -545,8 +537,7 @@ def test_an_optional_paragraph_moves_no_later_field() -> None:
     rng = random.Random(11)
     made = [_gift(rng, greeted=rng.random() < 0.8) for _ in range(60)]
     emails = [
-        ClusterEmail(f"user-{i}", "gifts@site.example", "A gift", parse_structure(h).texts, 0)
-        for i, (h, _) in enumerate(made)
+        _email(i, "gifts@site.example", "A gift", m[0], len(made)) for i, m in enumerate(made)
     ]
     rules = form_field_rules(emails, K)
     assert any(r.pattern == ("Hi", None, ",") for r in rules)
