@@ -20,6 +20,12 @@ thresholds were not chosen on, which a subject rule that only holds on bare subj
 (``Ava, your order …`` or ``… for Ava``), one name per recipient from the corpus's list of
 twenty, as personalised mail does: a value that, from so short a list, k recipients of a
 row share.
+
+``--layout tables`` is an experiment on the row key, not what the service does: a container
+element counts in the layout only when it holds a table part at some depth, so a ``div`` of
+links that some of a template's emails have (Weblate's breadcrumb) no longer sends them to
+another row, and neither does a ``div`` that is all a template's structure has of its own
+(docs/benchmarks.md gives both sides).
 """
 
 from __future__ import annotations
@@ -34,12 +40,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import mmh3
+
 from loadtest.corpora.email_corpus import FIRST_NAMES, LabeledEmail, build_corpus, real_templates
 from loadtest.figures.templates_quality import pairwise_quality
+from server.templates.fingerprint import parse_structure
 from server.templates.grouping import GroupingParams
 from server.templates.model import ClusterEmail, EmailIn, Parsed, TemplateValue
 from server.templates.rows import GROWTH
-from server.templates.schemes import SchemeParams, form_templates, match_template
+from server.templates.schemes import SchemeParams, form_templates, match_template, skeleton
 from server.templates.tokens import email_hashes
 from server.templates.work import fingerprint_batch
 
@@ -52,7 +61,9 @@ __all__ = [
     "form_online",
     "main",
     "named",
+    "relaid",
     "replay",
+    "table_frame",
 ]
 
 GRID = tuple(
@@ -144,6 +155,33 @@ def fingerprinted(emails: Sequence[LabeledEmail]) -> list[Parsed | None]:
     )
 
 
+_TABLE_PARTS = frozenset({"html", "body", "table", "tbody", "thead", "tfoot", "tr", "td", "th"})
+
+
+def table_frame(paths: Sequence[str]) -> list[str]:
+    """`schemes.skeleton`'s paths less the containers that hold no table part at any depth
+    (``--layout tables``): a table part always counts, any other container only above one."""
+    kept: set[str] = set()
+    for path in sorted(paths, key=lambda p: -p.count("/")):
+        if path.rsplit("/", 1)[1] in _TABLE_PARTS or any(k.startswith(path + "/") for k in kept):
+            kept.add(path)
+    return sorted(kept)
+
+
+def relaid(emails: Sequence[LabeledEmail], parsed: Sequence[Parsed | None]) -> list[Parsed | None]:
+    """`parsed` with each email's row key made of its sender and `table_frame` layout."""
+    out: list[Parsed | None] = []
+    for e, pr in zip(emails, parsed, strict=True):
+        if pr is None:
+            out.append(None)
+            continue
+        frame = table_frame(skeleton(parse_structure(e.html)))
+        layout = mmh3.hash64("\n".join(frame).encode(), 0, signed=False)[0]
+        sender = hashlib.blake2b(e.sender.strip().lower().encode(), digest_size=8).digest()
+        out.append(pr._replace(keys=(sender + b"\x00" + layout.to_bytes(8, "big"),)))
+    return out
+
+
 def form_online(
     emails: Sequence[LabeledEmail],
     parsed: Sequence[Parsed | None],
@@ -226,6 +264,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--k", type=int, default=5)
     parser.add_argument("--brand", choices=("prefix", "suffix"))
     parser.add_argument("--names", choices=("prefix", "suffix"))
+    parser.add_argument("--layout", choices=("service", "tables"), default="service")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     corpus = build_corpus(real_templates(), subjects=args.subjects)
@@ -234,6 +273,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.names:
         corpus = named(corpus, args.names)
     parsed = fingerprinted(corpus)
+    if args.layout == "tables":
+        parsed = relaid(corpus, parsed)
     table = {i: replay(corpus, parsed, p, args.k) for i, p in enumerate(GRID)}
     default = GRID.index(SchemeParams())
     folds = {}
@@ -255,6 +296,7 @@ def main(argv: list[str] | None = None) -> None:
         "subjects": args.subjects,
         "brand": args.brand,
         "names": args.names,
+        "layout": args.layout,
         "k": args.k,
         "folds": folds,
         "worst_source": worst,

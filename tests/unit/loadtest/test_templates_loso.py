@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from loadtest.benches.templates_loso import GRID, SourceFigures, branded, choose, named
+from loadtest.benches.templates_loso import (
+    GRID,
+    SourceFigures,
+    branded,
+    choose,
+    fingerprinted,
+    named,
+    relaid,
+    table_frame,
+)
 from loadtest.corpora.email_corpus import LabeledEmail
 from server.templates.schemes import SchemeParams
 
@@ -81,3 +90,50 @@ def test_a_first_name_goes_on_template_subjects_only() -> None:
     ]
     with pytest.raises(ValueError, match="prefix or suffix"):
         named(emails, "middle")
+
+
+class TestTableFrame:
+    def test_a_div_counts_only_above_a_table_part(self) -> None:
+        """A content ``div`` (a breadcrumb of links) leaves the frame, the ``div`` that holds
+        the layout's table stays, and table parts stay wherever they are."""
+        paths = [
+            "/html",
+            "/html/body",
+            "/html/body/div",
+            "/html/body/div/div",
+            "/html/body/div/div/div",
+            "/html/body/div/div/table",
+            "/html/body/div/div/table/tr",
+            "/html/body/div/div/table/tr/td",
+        ]
+        assert table_frame(paths) == [
+            "/html",
+            "/html/body",
+            "/html/body/div",
+            "/html/body/div/div",
+            "/html/body/div/div/table",
+            "/html/body/div/div/table/tr",
+            "/html/body/div/div/table/tr/td",
+        ]
+        assert table_frame(["/html", "/html/body", "/html/body/div"]) == ["/html", "/html/body"]
+
+    def test_an_optional_breadcrumb_keeps_the_email_in_its_row(self) -> None:
+        """Two emails of one sender, one with a breadcrumb ``div`` in the heading's box, get
+        one row under ``--layout tables`` and two under the service's own key."""
+        frame = "<div class='content'><div class='box'>{}<h1>Parse error</h1></div>{}</div>"
+        table = "<table><tr><td>Translation info</td></tr></table>"
+        bodies = [
+            frame.format("", table),
+            frame.format("<div class='nav'><a href='x'>Project</a> / <a>Comp</a></div>", table),
+        ]
+        emails = [
+            LabeledEmail(
+                f"w/{i}", "noreply@weblate.example", f"u{i}", "Parse error", html, "w", False
+            )
+            for i, html in enumerate(bodies)
+        ]
+        parsed = fingerprinted(emails)
+        assert all(p is not None for p in parsed)
+        assert parsed[0].keys != parsed[1].keys  # type: ignore[union-attr]
+        again = relaid(emails, parsed)
+        assert again[0].keys == again[1].keys  # type: ignore[union-attr]
