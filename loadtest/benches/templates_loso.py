@@ -40,15 +40,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import mmh3
-
 from loadtest.corpora.email_corpus import FIRST_NAMES, LabeledEmail, build_corpus, real_templates
 from loadtest.figures.templates_quality import pairwise_quality
 from server.templates.fingerprint import parse_structure
 from server.templates.grouping import GroupingParams
 from server.templates.model import ClusterEmail, EmailIn, Parsed, TemplateValue
 from server.templates.rows import GROWTH
-from server.templates.schemes import SchemeParams, form_templates, match_template, skeleton
+from server.templates.schemes import (
+    SchemeParams,
+    form_templates,
+    match_template,
+    row_key,
+    skeleton,
+)
 from server.templates.tokens import email_hashes
 from server.templates.work import fingerprint_batch
 
@@ -169,16 +173,15 @@ def table_frame(paths: Sequence[str]) -> list[str]:
 
 
 def relaid(emails: Sequence[LabeledEmail], parsed: Sequence[Parsed | None]) -> list[Parsed | None]:
-    """`parsed` with each email's row key made of its sender and `table_frame` layout."""
+    """`parsed` with each email's row key the service's (`schemes.row_key`) over its
+    `table_frame` layout. The HTML is parsed again: `Parsed` keeps no structure."""
     out: list[Parsed | None] = []
     for e, pr in zip(emails, parsed, strict=True):
         if pr is None:
             out.append(None)
             continue
         frame = table_frame(skeleton(parse_structure(e.html)))
-        layout = mmh3.hash64("\n".join(frame).encode(), 0, signed=False)[0]
-        sender = hashlib.blake2b(e.sender.strip().lower().encode(), digest_size=8).digest()
-        out.append(pr._replace(keys=(sender + b"\x00" + layout.to_bytes(8, "big"),)))
+        out.append(pr._replace(keys=(row_key(e.sender, frame),)))
     return out
 
 

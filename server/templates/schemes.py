@@ -51,6 +51,7 @@ __all__ = [
     "form_templates",
     "keys_for",
     "match_template",
+    "row_key",
     "skeleton",
 ]
 
@@ -104,14 +105,19 @@ def skeleton(structure: Structure) -> list[str]:
     )
 
 
+def row_key(sender: str, layout: Sequence[str]) -> bytes:
+    """Loom's row key of `sender`'s emails in `layout` (sorted paths, `skeleton`'s)."""
+    digest = mmh3.hash64("\n".join(layout).encode(), 0, signed=False)[0]
+    return _sender_prefix(sender) + b"\x00" + digest.to_bytes(8, "big")
+
+
 def keys_for(
     sender: str, structure: Structure, fingerprints: Sequence[int], p: SchemeParams
 ) -> tuple[bytes, ...]:
     """The email's cluster row keys in annotation priority order."""
     if p.scheme == "paper":
         return tuple(v.to_bytes(8, "big") for v in fingerprints)
-    layout = mmh3.hash64("\n".join(skeleton(structure)).encode(), 0, signed=False)[0]
-    return (_sender_prefix(sender) + b"\x00" + layout.to_bytes(8, "big"),)
+    return (row_key(sender, skeleton(structure)),)
 
 
 def _recipients(emails: Sequence[ClusterEmail]) -> int:
