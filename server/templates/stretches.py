@@ -12,6 +12,8 @@ finds the stretch's blocks counting rows that way.
 
 `extract` (annotation) reads an email's fields and rows by a template's version-2 rules:
 the same items, stretches and segments as formation saw, each slot's holes by its pattern.
+A stretch whose anchor the email lacks is read inside the stretch before it, by the fixed
+words of its slots' patterns (`_without_anchor`).
 Pure and bounded (`MAX_ITEMS` items per email); it runs on the event loop per AnnotateEmail.
 """
 
@@ -21,6 +23,7 @@ import functools
 import re
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from typing import NamedTuple
 
 from server.templates.columns import Columns, columns_of, reading_columns
@@ -273,6 +276,9 @@ class _Reading(NamedTuple):
     """Per rank, each (segment, path)'s columns."""
     blocks: dict[int, tuple[tuple[str, ...], dict[int, str]]]
     """Per rank, its blocks' row paths and each rows segment's block label."""
+    worded: dict[int, dict[str, list[tuple[Slot, list[FieldRuleValue]]]]]
+    """Per rank, by path, its plain slots with their rules whose patterns hold fixed words:
+    what reads the stretch in an email that lacks its anchor (`_without_anchor`)."""
 
 
 _READINGS: OrderedDict[int, tuple[Sequence[FieldRuleValue], _Reading]] = OrderedDict()
@@ -301,7 +307,12 @@ def _reading(rules: Sequence[FieldRuleValue]) -> _Reading:
             rank.setdefault(rule.until, rule.rank + 1)
     columns: dict[int, dict[tuple[int, str], Columns]] = {}
     blocks: dict[int, tuple[tuple[str, ...], dict[int, str]]] = {}
+    worded: dict[int, dict[str, list[tuple[Slot, list[FieldRuleValue]]]]] = {}
     for r, index in by_rank.items():
+        for slot, own in index.items():
+            fit = [x for x in own if any(t is not HOLE for t in x.pattern)]
+            if slot.segment == 0 and fit:
+                worded.setdefault(r, {}).setdefault(slot.path, []).append((slot, fit))
         labels: dict[int, str] = {}
         patterns: dict[tuple[int, str], dict[int, list[Pattern]]] = {}
         for slot, own in index.items():
@@ -312,7 +323,7 @@ def _reading(rules: Sequence[FieldRuleValue]) -> _Reading:
             )
         blocks[r] = (block_paths(next(iter(index.values()))[0].row_path), labels)
         columns[r] = {key: columns_of(ps) for key, ps in patterns.items()}
-    reading = _Reading(rank, by_rank, columns, blocks)
+    reading = _Reading(rank, by_rank, columns, blocks, worded)
     _READINGS[id(rules)] = (rules, reading)
     if len(_READINGS) > _READINGS_MAX:
         _READINGS.popitem(last=False)
@@ -357,6 +368,32 @@ def _apply(
     return out
 
 
+def _without_anchor(
+    worded: dict[str, list[tuple[Slot, list[FieldRuleValue]]]],
+    items: Sequence[Item],
+    taken: AbstractSet[str],
+    order: str,
+) -> list[Extracted]:
+    """The fields of a stretch whose anchor the email lacks (an alternative paragraph in
+    its place, a block left out): its items are then in the stretch before it, read there
+    by that stretch's rules. Each of the missing stretch's plain slots reads the first item
+    on its path, not read already (`taken`), whose text holds the slot's fixed words in
+    order; a slot without fixed words, or in a block, reads nothing (any text of the host
+    would fit it)."""
+    out: list[Extracted] = []
+    used: set[Slot] = set()
+    for it in items:
+        if it.xpath in taken:
+            continue
+        for slot, fit in worded.get(it.plain, ()):
+            if slot in used or not any(match(r.pattern, it.text) for r in fit):
+                continue
+            used.add(slot)
+            _read(fit, it, order, out)
+            break
+    return out
+
+
 def extract(
     rules: Sequence[FieldRuleValue], texts: Sequence[tuple[str, str]], order: str
 ) -> tuple[tuple[Extracted, ...], tuple[ExtractedBlock, ...]]:
@@ -368,6 +405,11 @@ def extract(
     for r in sorted(reading.by_rank):
         stretch = found.get(r)
         if stretch is None:
+            worded = reading.worded.get(r)
+            if worded:
+                host = max(h for h in found if h < r)
+                taken = {f.xpath for f in fields}
+                fields.extend(_without_anchor(worded, found[host], taken, order))
             continue
         index = reading.by_rank[r]
         columns = reading.columns[r]

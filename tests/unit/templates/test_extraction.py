@@ -917,3 +917,48 @@ def test_an_optional_list_shown_in_few_emails_is_a_block_of_rows() -> None:
             [t] for t in truth["topics"]
         ]
         assert [f.value for f in fields if f.type == "email"] == [truth["address"]]
+
+
+def _renewal(rng: random.Random, *, summary: bool) -> tuple[str, dict[str, str]]:
+    """A renewal notice whose charge sentence follows a fixed paragraph, the anchor of its
+    stretch; without `summary` another sentence stands in that paragraph's place."""
+    truth = {
+        "name": _name(rng),
+        "amount": f"${rng.randint(5, 300)}.{rng.randint(0, 99):02d}",
+        "day": f"{rng.randint(1, 28)}",
+    }
+    middle = (
+        "<p>Here is a summary of your renewal.</p>"
+        if summary
+        else "<p>Your renewal needs nothing from you this time.</p>"
+    )
+    html = (
+        f"<html><body><h1>Plan renewed</h1><p>Hi {truth['name']},</p>{middle}"
+        f"<p>Your card will be charged {truth['amount']} on April {truth['day']}, 2027.</p>"
+        "<p>Thanks for staying with us.</p></body></html>"
+    )
+    return html, truth
+
+
+def test_a_sentence_after_a_missing_anchor_is_still_read() -> None:
+    """Every training email holds the fixed paragraph before the charge sentence, so the
+    sentence's rules belong to that paragraph's stretch. A fresh email with another sentence
+    in its place still gives the amount as money and the day as a date, each labelled by
+    the sentence's fixed words; the sentence standing in for the anchor is no field."""
+    rng = random.Random(5)
+    made = [_renewal(rng, summary=True) for _ in range(40)]
+    emails = [
+        _email(i, "plans@site.example", "Renewed", m[0], len(made)) for i, m in enumerate(made)
+    ]
+    rules = form_field_rules(emails, K)
+    assert any(r.anchor == "Here is a summary of your renewal." for r in rules)
+    for summary in (False, True, False):
+        html, truth = _renewal(rng, summary=summary)
+        fields, _ = fields_of(rules, parse_structure(html).texts, "")
+        got = {f.value: f for f in fields}
+        amount, day = got[truth["amount"]], got[f"April {truth['day']}, 2027"]
+        assert (amount.type, amount.normalized) == ("money", truth["amount"][1:])
+        assert amount.label.startswith("Your card will be charged")
+        assert (day.type, day.normalized) == ("date", f"2027-04-{int(truth['day']):02d}")
+        assert got[truth["name"]].label == "Hi"
+        assert not any("renewal" in v for v in got)
