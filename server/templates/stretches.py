@@ -12,8 +12,8 @@ finds the stretch's blocks counting rows that way.
 
 `extract` (annotation) reads an email's fields and rows by a template's version-2 rules:
 the same items, stretches and segments as formation saw, each slot's holes by its pattern.
-A stretch whose anchor the email lacks is read inside the stretch before it, by the fixed
-words of its slots' patterns (`_without_anchor`).
+A stretch whose anchor the email lacks is read inside the stretch before it: its plain
+slots by their patterns' fixed words (`_without_anchor`), its blocks by their row paths.
 Pure and bounded (`MAX_ITEMS` items per email); it runs on the event loop per AnnotateEmail.
 """
 
@@ -23,7 +23,6 @@ import functools
 import re
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from collections.abc import Set as AbstractSet
 from typing import NamedTuple
 
 from server.templates.columns import Columns, columns_of, reading_columns
@@ -371,20 +370,16 @@ def _apply(
 def _without_anchor(
     worded: dict[str, list[tuple[Slot, list[FieldRuleValue]]]],
     items: Sequence[Item],
-    taken: AbstractSet[str],
     order: str,
 ) -> list[Extracted]:
-    """The fields of a stretch whose anchor the email lacks (an alternative paragraph in
-    its place, a block left out): its items are then in the stretch before it, read there
-    by that stretch's rules. Each of the missing stretch's plain slots reads the first item
-    on its path, not read already (`taken`), whose text holds the slot's fixed words in
-    order; a slot without fixed words, or in a block, reads nothing (any text of the host
-    would fit it)."""
+    """The plain fields of a stretch whose anchor the email lacks (an alternative paragraph
+    in its place, a block left out), whose items are then in the stretch before it: `items`
+    are those no field holds yet. Each of the missing stretch's plain slots reads the first
+    item on its path whose text holds the slot's fixed words in order; a slot without fixed
+    words reads nothing (any text of the host would fit it)."""
     out: list[Extracted] = []
     used: set[Slot] = set()
     for it in items:
-        if it.xpath in taken:
-            continue
         for slot, fit in worded.get(it.plain, ()):
             if slot in used or not any(match(r.pattern, it.text) for r in fit):
                 continue
@@ -394,39 +389,61 @@ def _without_anchor(
     return out
 
 
+def _blocks(  # noqa: PLR0917 - one stretch's reading, as `extract` holds it
+    index: dict[Slot, list[FieldRuleValue]],
+    columns: dict[tuple[int, str], Columns],
+    paths: tuple[str, ...],
+    labels: dict[int, str],
+    cut: list[tuple[list[Item], list[list[Item]]]],
+    order: str,
+) -> list[ExtractedBlock]:
+    """The repeated blocks of a stretch cut by its block paths (`segments`), as rows."""
+    out: list[ExtractedBlock] = []
+    for j, (_, rows) in enumerate(cut):
+        label = labels.get(2 * j + 1)
+        if not rows or label is None:
+            continue
+        width = len(paths[j])
+        got = [
+            row
+            for row in (_apply(index, columns, 2 * j + 1, row, width, order=order) for row in rows)
+            if row
+        ]
+        if got:
+            out.append(ExtractedBlock(label, tuple(tuple(row) for row in got)))
+    return out
+
+
 def extract(
     rules: Sequence[FieldRuleValue], texts: Sequence[tuple[str, str]], order: str
 ) -> tuple[tuple[Extracted, ...], tuple[ExtractedBlock, ...]]:
-    """An email's fields and repeated blocks by a template's (version-2) rules."""
+    """An email's fields and repeated blocks by a template's (version-2) rules.
+
+    A stretch whose anchor the email lacks is read in the items of the stretch before it
+    that no field holds yet: its plain slots by their fixed words (`_without_anchor`), its
+    blocks as rows where the stretch before has no block of the same path (rows are found
+    by their path, not by their text)."""
     reading = _reading(rules)
     found = stretches(items_of(texts), reading.rank)
     fields: list[Extracted] = []
     blocks: list[ExtractedBlock] = []
     for r in sorted(reading.by_rank):
-        stretch = found.get(r)
-        if stretch is None:
-            worded = reading.worded.get(r)
-            if worded:
-                host = max(h for h in found if h < r)
-                taken = {f.xpath for f in fields}
-                fields.extend(_without_anchor(worded, found[host], taken, order))
-            continue
         index = reading.by_rank[r]
         columns = reading.columns[r]
         paths, labels = reading.blocks[r]
-        for j, (plain, rows) in enumerate(segments(stretch, paths)):
+        stretch = found.get(r)
+        if stretch is None:
+            host = max(h for h in found if h < r)
+            taken = {f.xpath for f in fields}
+            taken.update(f.xpath for b in blocks for row in b.rows for f in row)
+            rest = [it for it in found[host] if it.xpath not in taken]
+            fields.extend(_without_anchor(reading.worded.get(r, {}), rest, order))
+            hosts = reading.blocks[host][0] if host in reading.blocks else ()
+            if paths and not set(paths) & set(hosts):
+                blocks.extend(_blocks(index, columns, paths, labels, segments(rest, paths), order))
+            continue
+        cut = segments(stretch, paths)
+        for j, (plain, _) in enumerate(cut):
             fields.extend(_apply(index, columns, 2 * j, plain, 0, order=order))
-            label = labels.get(2 * j + 1)
-            if not rows or label is None:
-                continue
-            cut = len(paths[j])
-            got = [
-                row
-                for row in (
-                    _apply(index, columns, 2 * j + 1, row, cut, order=order) for row in rows
-                )
-                if row
-            ]
-            if got:
-                blocks.append(ExtractedBlock(label, tuple(tuple(row) for row in got)))
+        blocks.extend(_blocks(index, columns, paths, labels, cut, order))
     return tuple(fields), tuple(blocks)

@@ -962,3 +962,38 @@ def test_a_sentence_after_a_missing_anchor_is_still_read() -> None:
         assert (day.type, day.normalized) == ("date", f"2027-04-{int(truth['day']):02d}")
         assert got[truth["name"]].label == "Hi"
         assert not any("renewal" in v for v in got)
+
+
+def _activity(rng: random.Random, *, mentioned: bool) -> tuple[str, list[list[str]]]:
+    """An activity notice: a lead sentence, the anchor of the stretch holding a list of
+    comments, 1 to 5 rows of (name, comment); without `mentioned` another lead stands in its
+    place."""
+    rows = [
+        [_name(rng), " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 8))).capitalize()]
+        for _ in range(rng.randint(1, 5))
+    ]
+    lead = "You were mentioned in these comments:" if mentioned else "Comments were posted:"
+    items = "".join(f"<li><b>{name}</b><span>{text}</span></li>" for name, text in rows)
+    html = (
+        f"<html><body><h1>Activity on {rng.choice(WORDS)}</h1><p>{lead}</p>"
+        f"<ul>{items}</ul><p>View it on the site.</p></body></html>"
+    )
+    return html, rows
+
+
+def test_a_block_after_a_missing_anchor_is_still_rows() -> None:
+    """Every training email holds the lead before the list, so the list's block belongs to
+    the lead's stretch. A fresh email with another lead still gives one row per comment,
+    each its name and text in order; the stand-in lead is no field."""
+    rng = random.Random(8)
+    made = [_activity(rng, mentioned=True) for _ in range(40)]
+    emails = [
+        _email(i, "git@site.example", "Activity", m[0], len(made)) for i, m in enumerate(made)
+    ]
+    rules = form_field_rules(emails, K)
+    assert any(r.row_path and r.anchor == "You were mentioned in these comments:" for r in rules)
+    for mentioned in (False, True, False):
+        html, rows = _activity(rng, mentioned=mentioned)
+        fields, blocks = fields_of(rules, parse_structure(html).texts, "")
+        assert [[f.value for f in row] for b in blocks for row in b.rows] == rows
+        assert not any("posted" in f.value or "mentioned" in f.value for f in fields)
