@@ -308,15 +308,15 @@ def _reading(rules: Sequence[FieldRuleValue]) -> _Reading:
     blocks: dict[int, tuple[tuple[str, ...], dict[int, str]]] = {}
     worded: dict[int, dict[str, list[tuple[Slot, list[FieldRuleValue]]]]] = {}
     for r, index in by_rank.items():
-        for slot, own in index.items():
-            fit = [x for x in own if any(t is not HOLE for t in x.pattern)]
-            if slot.segment == 0 and fit:
-                worded.setdefault(r, {}).setdefault(slot.path, []).append((slot, fit))
         labels: dict[int, str] = {}
         patterns: dict[tuple[int, str], dict[int, list[Pattern]]] = {}
         for slot, own in index.items():
             if slot.segment % 2:  # a rows segment: its block's label
                 labels.setdefault(slot.segment, own[0].block)
+            elif not slot.segment and (
+                fit := [x for x in own if any(t is not HOLE for t in x.pattern)]
+            ):
+                worded.setdefault(r, {}).setdefault(slot.path, []).append((slot, fit))
             patterns.setdefault((slot.segment, slot.path), {})[slot.ordinal] = list(
                 dict.fromkeys(x.pattern for x in own)
             )
