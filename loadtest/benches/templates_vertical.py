@@ -45,9 +45,18 @@ CANDIDATES: tuple[tuple[str, str, int], ...] = (
     ("receipt", "paid", 1),
     ("receipt", "gift", 2),
     ("receipt", "subscription", 1),
+    ("account", "verify", 3),
+    ("account", "verify", 1),
+    ("account", "locked", 2),
+    ("bill", "subscription", 2),
+    ("bill", "subscription", 1),
+    ("newsletter", "new comment", 2),
 )
-"""(vertical, keyword, weight): general words of each kind of mail, a candidate each. A
-keyword given two weights is one candidate per weight; at most one enters."""
+"""(vertical, keyword, weight): general words of each kind of mail, a candidate each, and
+words of the first table that footers and notifications use as often as the mail they
+would name (``verify`` alone, ``locked``, ``subscription`` as a bill, ``new comment``),
+which are in the service's table only if chosen here. A keyword given two weights is one
+candidate per weight; at most one enters."""
 
 
 @dataclass(frozen=True, slots=True)

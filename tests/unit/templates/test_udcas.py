@@ -138,3 +138,26 @@ class TestVertical:
         )
         assert made("News from Harbor", "<p>Click to confirm the change.</p>") == "other"
         assert made("News from Harbor", "<p>Click to confirm your login.</p>") == "account"
+
+    def test_words_footers_use_name_no_vertical_alone(self) -> None:
+        """``verify`` (a ticket's resolution the submitter will verify), ``subscription``
+        (a forum's "subscription settings"), ``locked`` and ``new comment`` name no vertical
+        by themselves; ``verify your`` (email, account, identity) still names account mail."""
+        from server.templates.fingerprint import parse_structure
+        from server.templates.model import ClusterEmail
+
+        def made(subject: str, body: str) -> str:
+            texts = parse_structure(f"<html><body>{body}</body></html>").texts
+            return vertical(
+                Cluster([ClusterEmail(f"u{i}", "s@x", subject, texts, 0) for i in range(6)], 5)
+            )
+
+        resolved = "<p>The submitter will verify the resolution before the ticket is closed.</p>"
+        assert made("Printer on fire (Resolved)", resolved) == "other"
+        chat = "<p>This chat notification was sent due to your subscription settings.</p>"
+        assert made("New chat message", chat) == "other"
+        assert made("Component Docs was locked", "<p>The component was locked.</p>") == "other"
+        assert made("New comment in Docs", "<p>A new comment was posted.</p>") == "other"
+        assert made("News from Harbor", "<p>Click below to verify your email address.</p>") == (
+            "account"
+        )
