@@ -48,6 +48,15 @@ def _made(subject: str, body: str, n: int = 6) -> Cluster:
     return Cluster([ClusterEmail(f"u{i}", "s@x", subject, texts, 0) for i in range(n)], 5)
 
 
+def _bare_vertical(subject: str, body: str) -> str:
+    """The vertical of six emails of `body` alone (no layout, no footer) under `subject`."""
+    from server.templates.fingerprint import parse_structure
+    from server.templates.model import ClusterEmail
+
+    texts = parse_structure(f"<html><body>{body}</body></html>").texts
+    return vertical(Cluster([ClusterEmail(f"u{i}", "s@x", subject, texts, 0) for i in range(6)], 5))
+
+
 class TestVertical:
     def test_specific_verticals_over_footer_words(self) -> None:
         """Receipts, invoices, shipping notices, newsletters and account mail, all in a
@@ -106,58 +115,42 @@ class TestVertical:
     def test_one_leaning_word_is_no_vertical(self) -> None:
         """A lone word that only leans (``login`` in a ticket notice) labels nothing; two
         leaning words do."""
-        from server.templates.fingerprint import parse_structure
-        from server.templates.model import ClusterEmail
-
-        def made(body: str) -> Cluster:
-            texts = parse_structure(f"<html><body>{body}</body></html>").texts
-            return Cluster(
-                [ClusterEmail(f"u{i}", "s@x", "Ticket 82", texts, 0) for i in range(6)], 5
-            )
-
-        assert vertical(made("<p>Ticket changed.</p><p>Login to reply</p>")) == "other"
-        assert vertical(made("<p>Ticket changed.</p><p>Login to your account</p>")) == "account"
+        assert _bare_vertical("Ticket 82", "<p>Ticket changed.</p><p>Login to reply</p>") == "other"
+        assert (
+            _bare_vertical("Ticket 82", "<p>Ticket changed.</p><p>Login to your account</p>")
+            == "account"
+        )
 
     def test_registering_and_a_confirmation_link_are_account_mail(self) -> None:
         """``regist`` is a stem (``registering``, ``registered``), and ``confirm`` leans
         towards account mail: with another leaning word, or a naming one, it labels."""
-        from server.templates.fingerprint import parse_structure
-        from server.templates.model import ClusterEmail
-
-        def made(subject: str, body: str) -> str:
-            texts = parse_structure(f"<html><body>{body}</body></html>").texts
-            return vertical(
-                Cluster([ClusterEmail(f"u{i}", "s@x", subject, texts, 0) for i in range(6)], 5)
-            )
-
-        assert made("Thank you for registering.", "<p>Thank you for registering.</p>") == (
-            "account"
+        assert (
+            _bare_vertical("Thank you for registering.", "<p>Thank you for registering.</p>")
+            == "account"
         )
-        assert made("News from Harbor", "<p>Your currently registered email is old.</p>") == (
-            "account"
+        assert (
+            _bare_vertical("News from Harbor", "<p>Your currently registered email is old.</p>")
+            == "account"
         )
-        assert made("News from Harbor", "<p>Click to confirm the change.</p>") == "other"
-        assert made("News from Harbor", "<p>Click to confirm your login.</p>") == "account"
+        assert _bare_vertical("News from Harbor", "<p>Click to confirm the change.</p>") == "other"
+        assert (
+            _bare_vertical("News from Harbor", "<p>Click to confirm your login.</p>") == "account"
+        )
 
     def test_words_footers_use_name_no_vertical_alone(self) -> None:
         """``verify`` (a ticket's resolution the submitter will verify), ``subscription``
         (a forum's "subscription settings"), ``locked`` and ``new comment`` name no vertical
         by themselves; ``verify your`` (email, account, identity) still names account mail."""
-        from server.templates.fingerprint import parse_structure
-        from server.templates.model import ClusterEmail
-
-        def made(subject: str, body: str) -> str:
-            texts = parse_structure(f"<html><body>{body}</body></html>").texts
-            return vertical(
-                Cluster([ClusterEmail(f"u{i}", "s@x", subject, texts, 0) for i in range(6)], 5)
-            )
-
         resolved = "<p>The submitter will verify the resolution before the ticket is closed.</p>"
-        assert made("Printer on fire (Resolved)", resolved) == "other"
+        assert _bare_vertical("Printer on fire (Resolved)", resolved) == "other"
         chat = "<p>This chat notification was sent due to your subscription settings.</p>"
-        assert made("New chat message", chat) == "other"
-        assert made("Component Docs was locked", "<p>The component was locked.</p>") == "other"
-        assert made("New comment in Docs", "<p>A new comment was posted.</p>") == "other"
-        assert made("News from Harbor", "<p>Click below to verify your email address.</p>") == (
-            "account"
+        assert _bare_vertical("New chat message", chat) == "other"
+        assert (
+            _bare_vertical("Component Docs was locked", "<p>The component was locked.</p>")
+            == "other"
+        )
+        assert _bare_vertical("New comment in Docs", "<p>A new comment was posted.</p>") == "other"
+        assert (
+            _bare_vertical("News from Harbor", "<p>Click below to verify your email address.</p>")
+            == "account"
         )
