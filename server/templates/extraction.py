@@ -1,5 +1,5 @@
 """Field extraction: the field rules a cluster forms (`form_field_rules`, the ``field_rules``
-UDCA); `stretches.extract` pulls an email's fields and rows by them.
+UDCA); `reading.extract` pulls an email's fields and rows by them.
 
 Each text piece of an email (an element's direct text, cut at child elements such as
 ``<br>``) is one *item* (`stretches.items_of`). Formation:
@@ -23,7 +23,7 @@ Each text piece of an email (an element's direct text, cut at child elements suc
    majority and labelled by the fixed tokens before it in the node, else by the nearest
    fixed text before it (a constant slot, a column header, the anchor).
 
-Annotation (`stretches.extract`) splits an email into items the same way, finds the rules'
+Annotation (`reading.extract`) splits an email into items the same way, finds the rules'
 anchors, segments each stretch by its row element and reads every slot's holes by its
 pattern. Bounded: formation reads at most `MAX_FORM_EMAILS` emails and `MAX_ITEMS` items
 of each; every fixed text it records (anchor, label, pattern token) is held by >= k

@@ -24,8 +24,8 @@ from server.templates.model import (
     decode_templates,
 )
 from server.templates.pipeline import Counters, Pipeline
+from server.templates.reading import extract
 from server.templates.schemes import match_template
-from server.templates.stretches import extract
 from server.templates.tokens import email_hashes
 from server.templates.values import normalize
 from storage.ports import TemplatePortability, TemplateStore

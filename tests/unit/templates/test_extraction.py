@@ -590,16 +590,16 @@ def test_rules_arranged_for_reading_are_bounded_and_never_stale() -> None:
     """Annotation arranges a template's rules once per rules object: a re-read copy of the
     same template (a new object, as the template cache hands out every TTL) reads the same
     fields, and however many copies come, the arranged rules kept stay within their bound."""
-    from server.templates import stretches
+    from server.templates import reading
 
     emails, _ = _cluster(30, seed=8)
     rules = form_field_rules(emails, K)
     probe = invoice(random.Random(9), 3)
     texts = parse_structure(probe["html"]).texts
     want = fields_of(rules, texts, "")
-    for _ in range(stretches._READINGS_MAX + 40):
+    for _ in range(reading._READINGS_MAX + 40):
         assert fields_of(tuple(list(rules)), texts, "") == want
-    assert len(stretches._READINGS) <= stretches._READINGS_MAX
+    assert len(reading._READINGS) <= reading._READINGS_MAX
     assert fields_of(rules[:3], texts, "") != want  # another object, other rules: no stale read
 
 
