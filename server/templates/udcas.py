@@ -175,14 +175,11 @@ KEYWORDS: dict[str, tuple[tuple[str, int], ...]] = {
         ("deals", 1),
     ),
 }
-"""Every vertical's keywords. Three of the account words were chosen from candidates by
-`loadtest.benches.templates_vertical`, leaving one source out and taking a word only where
-it corrects templates of two sources or more: the stem ``regist`` (``registered``,
-``registering``, not only ``registration``), the leaning ``confirm`` and ``verify your``.
-Four words footers and notifications use as often as the mail they would name are
-candidates too, and none entered: ``verify`` alone (a ticket's resolution the submitter
-will verify), ``subscription`` as a bill (a forum's "subscription settings"), ``locked``
-and ``new comment``."""
+"""Every vertical's keywords. Those among `loadtest.benches.templates_vertical`'s
+candidates are here only because its leave-one-source-out choice took them (a word enters
+where it corrects templates of two sources or more and lowers none); the bench's
+`CANDIDATES` say which words were tried and why, and its run says whether this table is
+its base plus what it chose."""
 _SPECIFIC = ("shipping", "travel", "bill", "receipt", "account", "newsletter")
 """Tie-break: the more specific vertical wins (a shipping notice mentions the order; an
 invoice may say receipt; account and newsletter words appear in every vendor's footer)."""
