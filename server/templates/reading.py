@@ -97,9 +97,7 @@ def _reading(rules: Sequence[FieldRuleValue]) -> _Reading:
         for slot, own in index.items():
             if slot.segment % 2:  # a rows segment: its block's label
                 labels.setdefault(slot.segment, own[0].block)
-            elif not slot.segment and (
-                fit := [x for x in own if any(t is not HOLE for t in x.pattern)]
-            ):
+            elif fit := [x for x in own if any(t is not HOLE for t in x.pattern)]:
                 worded.setdefault(r, {}).setdefault(slot.path, []).append((slot, fit))
             patterns.setdefault((slot.segment, slot.path), {})[slot.ordinal] = list(
                 dict.fromkeys(x.pattern for x in own)
@@ -158,9 +156,11 @@ def _without_anchor(
 ) -> list[Extracted]:
     """The plain fields of a stretch whose anchor the email lacks (an alternative paragraph
     in its place, a block left out), whose items are then in the stretch before it: `items`
-    are those no field holds yet. Each of the missing stretch's plain slots reads the first
-    item on its path whose text holds the slot's fixed words in order; a slot without fixed
-    words reads nothing (any text of the host would fit it)."""
+    are those no field holds yet. Each of the missing stretch's plain slots, before its
+    blocks or after them (a branch that drops the anchor mostly drops its list too, and what
+    followed the list is then in the stretch before), reads the first item on its path whose
+    text holds the slot's fixed words in order; a slot without fixed words reads nothing (any
+    text of the host would fit it)."""
     out: list[Extracted] = []
     used: set[Slot] = set()
     for it in items:

@@ -919,6 +919,13 @@ def test_an_optional_list_shown_in_few_emails_is_a_block_of_rows() -> None:
         assert [f.value for f in fields if f.type == "email"] == [truth["address"]]
 
 
+def _trained(htmls: list[str], sender: str) -> tuple[FieldRuleValue, ...]:
+    """The field rules formed from `htmls`, each email its own recipient's."""
+    return form_field_rules(
+        [_email(i, sender, "Notice", h, len(htmls)) for i, h in enumerate(htmls)], K
+    )
+
+
 def _renewal(rng: random.Random, *, summary: bool) -> tuple[str, dict[str, str]]:
     """A renewal notice whose charge sentence follows a fixed paragraph, the anchor of its
     stretch; without `summary` another sentence stands in that paragraph's place."""
@@ -946,11 +953,7 @@ def test_a_sentence_after_a_missing_anchor_is_still_read() -> None:
     in its place still gives the amount as money and the day as a date, each labelled by
     the sentence's fixed words; the sentence standing in for the anchor is no field."""
     rng = random.Random(5)
-    made = [_renewal(rng, summary=True) for _ in range(40)]
-    emails = [
-        _email(i, "plans@site.example", "Renewed", m[0], len(made)) for i, m in enumerate(made)
-    ]
-    rules = form_field_rules(emails, K)
+    rules = _trained([_renewal(rng, summary=True)[0] for _ in range(40)], "plans@site.example")
     assert any(r.anchor == "Here is a summary of your renewal." for r in rules)
     for summary in (False, True, False):
         html, truth = _renewal(rng, summary=summary)
@@ -962,6 +965,48 @@ def test_a_sentence_after_a_missing_anchor_is_still_read() -> None:
         assert (day.type, day.normalized) == ("date", f"2027-04-{int(truth['day']):02d}")
         assert got[truth["name"]].label == "Hi"
         assert not any("renewal" in v for v in got)
+
+
+def _plan_notice(rng: random.Random, *, projects: bool) -> tuple[str, dict[str, str]]:
+    """A plan notice whose list of projects follows a fixed lead (the anchor of its stretch)
+    and is followed by the closing sentence; without `projects` one sentence stands in for
+    both the lead and the list, as a template's alternative branch does."""
+    truth = {
+        "amount": f"${rng.randint(5, 300)}.{rng.randint(0, 99):02d}",
+        "day": f"{rng.randint(1, 28)}",
+    }
+    if projects:
+        names = "".join(f"<li>{rng.choice(WORDS)}</li>" for _ in range(rng.randint(1, 4)))
+        middle = f"<p>This plan covers these projects:</p><ul>{names}</ul>"
+    else:
+        middle = "<p>No projects are attached to this plan.</p>"
+    html = (
+        f"<html><body><h1>Plan report</h1><p>Hi {_name(rng)},</p>{middle}"
+        f"<p><strong>Unless you pay {truth['amount']}, the plan closes on "
+        f"April {truth['day']}, 2027.</strong></p><p>Thanks for using the plan.</p></body></html>"
+    )
+    return html, truth
+
+
+def test_a_sentence_after_the_block_of_a_missing_anchor_is_still_read() -> None:
+    """The closing sentence follows the list of projects, so its rules are the lead's
+    stretch's, after its block. A fresh email whose branch has neither lead nor list holds
+    the sentence in the stretch before; the amount and the day are still read there, with
+    their types and labels, whatever the list held in the emails that had it."""
+    rng = random.Random(12)
+    rules = _trained(
+        [_plan_notice(rng, projects=True)[0] for _ in range(40)], "billing@site.example"
+    )
+    assert any(r.row_path and r.anchor == "This plan covers these projects:" for r in rules)
+    for projects in (False, True, False):
+        html, truth = _plan_notice(rng, projects=projects)
+        fields, _ = fields_of(rules, parse_structure(html).texts, "")
+        got = {f.value: f for f in fields}
+        amount, day = got[truth["amount"]], got[f"April {truth['day']}, 2027"]
+        assert (amount.type, amount.normalized) == ("money", truth["amount"][1:])
+        assert amount.label.startswith("Unless you pay")
+        assert (day.type, day.normalized) == ("date", f"2027-04-{int(truth['day']):02d}")
+        assert not any("attached" in v for v in got)
 
 
 def _activity(rng: random.Random, *, mentioned: bool) -> tuple[str, list[list[str]]]:
@@ -986,11 +1031,7 @@ def test_a_block_after_a_missing_anchor_is_still_rows() -> None:
     the lead's stretch. A fresh email with another lead still gives one row per comment,
     each its name and text in order; the stand-in lead is no field."""
     rng = random.Random(8)
-    made = [_activity(rng, mentioned=True) for _ in range(40)]
-    emails = [
-        _email(i, "git@site.example", "Activity", m[0], len(made)) for i, m in enumerate(made)
-    ]
-    rules = form_field_rules(emails, K)
+    rules = _trained([_activity(rng, mentioned=True)[0] for _ in range(40)], "git@site.example")
     assert any(r.row_path and r.anchor == "You were mentioned in these comments:" for r in rules)
     for mentioned in (False, True, False):
         html, rows = _activity(rng, mentioned=mentioned)
