@@ -926,14 +926,31 @@ def _trained(htmls: list[str], sender: str) -> tuple[FieldRuleValue, ...]:
     )
 
 
-def _renewal(rng: random.Random, *, summary: bool) -> tuple[str, dict[str, str]]:
-    """A renewal notice whose charge sentence follows a fixed paragraph, the anchor of its
-    stretch; without `summary` another sentence stands in that paragraph's place."""
-    truth = {
-        "name": _name(rng),
+def _charge(rng: random.Random) -> dict[str, str]:
+    """A charge's amount (dollars) and its day in April 2027."""
+    return {
         "amount": f"${rng.randint(5, 300)}.{rng.randint(0, 99):02d}",
         "day": f"{rng.randint(1, 28)}",
     }
+
+
+def _charge_read(
+    fields: tuple[Extracted, ...], truth: dict[str, str], label: str
+) -> dict[str, Extracted]:
+    """The fields by value, once the charge's amount has come back as money (labelled by
+    `label`'s words) and its day as a date, each normalised."""
+    got = {f.value: f for f in fields}
+    amount, day = got[truth["amount"]], got[f"April {truth['day']}, 2027"]
+    assert (amount.type, amount.normalized) == ("money", truth["amount"][1:])
+    assert amount.label.startswith(label)
+    assert (day.type, day.normalized) == ("date", f"2027-04-{int(truth['day']):02d}")
+    return got
+
+
+def _renewal(rng: random.Random, *, summary: bool) -> tuple[str, dict[str, str]]:
+    """A renewal notice whose charge sentence follows a fixed paragraph, the anchor of its
+    stretch; without `summary` another sentence stands in that paragraph's place."""
+    truth = {"name": _name(rng), **_charge(rng)}
     middle = (
         "<p>Here is a summary of your renewal.</p>"
         if summary
@@ -958,11 +975,7 @@ def test_a_sentence_after_a_missing_anchor_is_still_read() -> None:
     for summary in (False, True, False):
         html, truth = _renewal(rng, summary=summary)
         fields, _ = fields_of(rules, parse_structure(html).texts, "")
-        got = {f.value: f for f in fields}
-        amount, day = got[truth["amount"]], got[f"April {truth['day']}, 2027"]
-        assert (amount.type, amount.normalized) == ("money", truth["amount"][1:])
-        assert amount.label.startswith("Your card will be charged")
-        assert (day.type, day.normalized) == ("date", f"2027-04-{int(truth['day']):02d}")
+        got = _charge_read(fields, truth, "Your card will be charged")
         assert got[truth["name"]].label == "Hi"
         assert not any("renewal" in v for v in got)
 
@@ -971,10 +984,7 @@ def _plan_notice(rng: random.Random, *, projects: bool) -> tuple[str, dict[str, 
     """A plan notice whose list of projects follows a fixed lead (the anchor of its stretch)
     and is followed by the closing sentence; without `projects` one sentence stands in for
     both the lead and the list, as a template's alternative branch does."""
-    truth = {
-        "amount": f"${rng.randint(5, 300)}.{rng.randint(0, 99):02d}",
-        "day": f"{rng.randint(1, 28)}",
-    }
+    truth = _charge(rng)
     if projects:
         names = "".join(f"<li>{rng.choice(WORDS)}</li>" for _ in range(rng.randint(1, 4)))
         middle = f"<p>This plan covers these projects:</p><ul>{names}</ul>"
@@ -1001,11 +1011,7 @@ def test_a_sentence_after_the_block_of_a_missing_anchor_is_still_read() -> None:
     for projects in (False, True, False):
         html, truth = _plan_notice(rng, projects=projects)
         fields, _ = fields_of(rules, parse_structure(html).texts, "")
-        got = {f.value: f for f in fields}
-        amount, day = got[truth["amount"]], got[f"April {truth['day']}, 2027"]
-        assert (amount.type, amount.normalized) == ("money", truth["amount"][1:])
-        assert amount.label.startswith("Unless you pay")
-        assert (day.type, day.normalized) == ("date", f"2027-04-{int(truth['day']):02d}")
+        got = _charge_read(fields, truth, "Unless you pay")
         assert not any("attached" in v for v in got)
 
 

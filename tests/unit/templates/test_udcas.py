@@ -39,22 +39,24 @@ _FOOTER = (
 )
 
 
-def _made(subject: str, body: str, n: int = 6) -> Cluster:
+def _cluster_of(subject: str, html: str, n: int = 6) -> Cluster:
+    """A cluster of `n` recipients' copies of one email (k = 5)."""
     from server.templates.fingerprint import parse_structure
     from server.templates.model import ClusterEmail
 
-    html = f"<html><body><table><tr><td>{body}{_FOOTER}</td></tr></table></body></html>"
     texts = parse_structure(html).texts
     return Cluster([ClusterEmail(f"u{i}", "s@x", subject, texts, 0) for i in range(n)], 5)
 
 
+def _made(subject: str, body: str, n: int = 6) -> Cluster:
+    return _cluster_of(
+        subject, f"<html><body><table><tr><td>{body}{_FOOTER}</td></tr></table></body></html>", n
+    )
+
+
 def _bare_vertical(subject: str, body: str) -> str:
     """The vertical of six emails of `body` alone (no layout, no footer) under `subject`."""
-    from server.templates.fingerprint import parse_structure
-    from server.templates.model import ClusterEmail
-
-    texts = parse_structure(f"<html><body>{body}</body></html>").texts
-    return vertical(Cluster([ClusterEmail(f"u{i}", "s@x", subject, texts, 0) for i in range(6)], 5))
+    return vertical(_cluster_of(subject, f"<html><body>{body}</body></html>"))
 
 
 class TestVertical:
