@@ -21,12 +21,12 @@ import shutil
 import subprocess
 import sys
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import pytest_asyncio
 
+from tests.markdown import Block, blocks
 from tests.serving import loom_process
 
 REPO = Path(__file__).resolve().parents[2]
@@ -37,34 +37,8 @@ CALLERS = ("grpcurl", "ghz", "loom_client", "LoomClient")
 EXPECTED_EXAMPLES = 10
 """Shell and Python blocks in the README that call the server. Change it with the README."""
 
-FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
-
-@dataclass(frozen=True)
-class Example:
-    """One fenced block of the README."""
-
-    language: str
-    code: str
-    line: int
-
-    @property
-    def name(self) -> str:
-        """Its first comment line, else its first line: a readable test id."""
-        first = self.code.splitlines()[0]
-        title = first.lstrip("# ").strip() if first.startswith("#") else first
-        return f"L{self.line}-{self.language}-{title[:40]}"
-
-
-def blocks(text: str) -> list[Example]:
-    """Every fenced block of `text`, with the line its fence opens on."""
-    return [
-        Example(m.group(1), m.group(2), text.count("\n", 0, m.start()) + 1)
-        for m in FENCE.finditer(text)
-    ]
-
-
-def examples(text: str) -> list[Example]:
+def examples(text: str) -> list[Block]:
     """The blocks that call the server: shell or Python naming its address."""
     return [b for b in blocks(text) if b.language in {"sh", "python"} and ADDRESS in b.code]
 
@@ -124,7 +98,7 @@ async def make_run(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[st
 
 
 @pytest.mark.parametrize("example", README_EXAMPLES, ids=[e.name for e in README_EXAMPLES])
-def test_example_answers_ok(example: Example, make_run: str, tmp_path: Path) -> None:
+def test_example_answers_ok(example: Block, make_run: str, tmp_path: Path) -> None:
     """The block, as written but for the address, exits 0: every call in it answered OK."""
     code = example.code.replace(ADDRESS, make_run)
     code = code.replace(".venv/bin/python", sys.executable)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from server.config import CLIENT_SECTIONS, load_settings
+from tests.markdown import blocks
 
 ROOT = Path(__file__).resolve().parents[3]
 DOCS = sorted(
@@ -26,7 +27,6 @@ DOCS = sorted(
         *ROOT.glob("deploy/**/*.tpl"),
     }
 )
-FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
 ENV_NAME = re.compile(r"LOOM_([A-Z0-9]+)__([A-Z0-9_]+)")
 INLINE = re.compile(r"`\[([a-z_]+)\] ([a-z0-9_]+)`")
 EXPECTED_TOML = 4
@@ -35,14 +35,12 @@ extraction (a fence renamed) fails here instead of going unchecked."""
 
 
 def _toml_blocks() -> list[tuple[str, str]]:
-    out = []
-    for path in DOCS:
-        text = path.read_text(encoding="utf-8")
-        for m in FENCE.finditer(text):
-            if m.group(1) == "toml":
-                line = text.count("\n", 0, m.start()) + 1
-                out.append((f"{path.relative_to(ROOT)}:{line}", m.group(2)))
-    return out
+    return [
+        (f"{path.relative_to(ROOT)}:{b.line}", b.code)
+        for path in DOCS
+        for b in blocks(path.read_text(encoding="utf-8"))
+        if b.language == "toml"
+    ]
 
 
 TOML_BLOCKS = _toml_blocks()
