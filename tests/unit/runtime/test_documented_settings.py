@@ -70,6 +70,11 @@ def _named(text: str) -> list[tuple[str, str, str]]:
     return [f for f in found if f[0] != "LOOM_SECTION__FIELD"]  # the pattern itself
 
 
+def _unknown(text: str, known: dict[str, set[str]]) -> list[str]:
+    """The settings `text` names, as written, that are no field of their section."""
+    return [w for w, section, name in _named(text) if name not in known.get(section, set())]
+
+
 def test_every_toml_block_is_found() -> None:
     assert len(TOML_BLOCKS) == EXPECTED_TOML, [where for where, _ in TOML_BLOCKS]
 
@@ -86,8 +91,7 @@ def test_every_setting_the_docs_name_exists() -> None:
     wrong = [
         f"{path.relative_to(ROOT)}: {written}"
         for path in DOCS
-        for written, section, name in _named(path.read_text(encoding="utf-8"))
-        if name not in known.get(section, set())
+        for written in _unknown(path.read_text(encoding="utf-8"), known)
     ]
     assert wrong == []
 
@@ -95,7 +99,9 @@ def test_every_setting_the_docs_name_exists() -> None:
 def test_a_misnamed_setting_is_caught() -> None:
     """The check above reads what it should: a renamed field and an unknown section are
     found in a text naming them, the real names are not."""
-    known = _known()
     text = "`[server] tls_cert_file`, LOOM_SERVER__TLS_CERT, LOOM_SERVE__PORT, `[templates] k`"
-    wrong = [w for w, s, n in _named(text) if n not in known.get(s, set())]
-    assert wrong == ["LOOM_SERVER__TLS_CERT", "LOOM_SERVE__PORT", "`[templates] k`"]
+    assert _unknown(text, _known()) == [
+        "LOOM_SERVER__TLS_CERT",
+        "LOOM_SERVE__PORT",
+        "`[templates] k`",
+    ]
